@@ -1,0 +1,97 @@
+# itlmon build, test and run. Every target installs what it needs when missing
+# (idempotent, quick when already present). CI runs `make test` as root on a
+# clean clone.
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := build
+
+GO          ?= go
+GOFLAGS_BUILD := -trimpath
+CACHE_DIR   ?= $(HOME)/.cache/itlmon
+CHDB_VERSION := 26.7.3-stable.1
+CHDB_PKG    := @chdb/lib-linux-x64-gnu@$(CHDB_VERSION)
+CHDB_DIR    := $(CACHE_DIR)/chdb-$(CHDB_VERSION)
+CHDB_LIB_PATH ?= $(CHDB_DIR)/node_modules/@chdb/lib-linux-x64-gnu/libchdb.so
+export CHDB_LIB_PATH
+APT_PKGS    := chromium chromium-driver nginx brotli
+SUDO        := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+WASM_OUT    := web/dist
+TEST_TIMEOUT ?= 25m
+
+.PHONY: build run test unit bench fuzz vet depscheck wasm deps deps-apt deps-chdb deps-go clean
+
+## deps: install what is missing (apt packages, the pinned ClickHouse engine from npm, Go modules)
+deps: deps-apt deps-chdb deps-go
+
+deps-apt:
+	@missing=""; for p in $(APT_PKGS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+		echo "installing apt packages:$$missing"; \
+		$(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
+	fi
+
+deps-chdb: $(CHDB_LIB_PATH)
+
+$(CHDB_LIB_PATH):
+	@echo "installing the ClickHouse engine $(CHDB_PKG) (npm, ~180 MB) into $(CHDB_DIR)"
+	@mkdir -p $(CHDB_DIR)
+	cd $(CHDB_DIR) && npm install --no-save --no-audit --no-fund --loglevel=error $(CHDB_PKG)
+	@test -f $@ || { echo "libchdb.so not found at $@ after npm install" >&2; exit 1; }
+
+deps-go:
+	@$(GO) mod download
+
+## wasm: the browser module, precompressed, plus wasm_exec.js, into web/dist (embedded by the collector)
+wasm:
+	@mkdir -p $(WASM_OUT)
+	GOOS=js GOARCH=wasm $(GO) build $(GOFLAGS_BUILD) -ldflags='-s -w' -o $(WASM_OUT)/itl.wasm ./wasm/browser
+	@cp "$$($(GO) env GOROOT)/lib/wasm/wasm_exec.js" $(WASM_OUT)/wasm_exec.js
+	@gzip -9 -k -f $(WASM_OUT)/itl.wasm
+	@if command -v brotli >/dev/null; then brotli -f -q 11 -o $(WASM_OUT)/itl.wasm.br $(WASM_OUT)/itl.wasm; fi
+
+## build: bin/itlmon (embeds web/, schema/ and the browser module)
+build: wasm
+	@mkdir -p bin
+	$(GO) build $(GOFLAGS_BUILD) -o bin/itlmon ./collector/cmd/itlmon
+
+## run: the collector with its embedded ClickHouse, demo page and dashboard on http://127.0.0.1:8080
+run: deps-chdb build
+	./bin/itlmon serve --addr 127.0.0.1:8080 --data ./data --demo
+
+## vet: gofmt, go vet (host and js/wasm)
+vet:
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+	GOOS=js GOARCH=wasm $(GO) vet ./wasm/...
+
+## depscheck: nothing the browser module imports may pull fmt, encoding/json, net/http or reflection-based encoders
+BANNED_DEPS := fmt encoding/json net/http encoding/gob encoding/xml text/template html/template
+depscheck:
+	@bad=0; for pkg in ./wasm/meter ./wasm/hist ./wasm/beacon ./wasm/browser; do \
+		deps=$$(GOOS=js GOARCH=wasm $(GO) list -deps $$pkg); \
+		for b in $(BANNED_DEPS); do \
+			if grep -qx "$$b" <<<"$$deps"; then echo "depscheck: $$pkg imports $$b (via: $$(GOOS=js GOARCH=wasm $(GO) list -deps -f '{{.ImportPath}} {{join .Imports " "}}' $$pkg | grep -w "$$b" | grep -v "^$$b " | cut -d' ' -f1 | head -3 | tr '\n' ' '))"; bad=1; fi; \
+		done; \
+	done; \
+	if [ $$bad = 0 ]; then echo "depscheck: browser module packages are free of $(BANNED_DEPS)"; fi; exit $$bad
+
+## unit: fast tests without external parts
+unit: wasm
+	$(GO) test -count=1 -short ./...
+
+## test: everything: vet, depscheck, unit, integration (real ClickHouse engine), e2e (real Chromium, nginx)
+test: deps vet depscheck wasm
+	ITLMON_REQUIRE_REAL=1 $(GO) test -count=1 -p 2 -timeout $(TEST_TIMEOUT) ./...
+
+## bench: benchmarks and the size/cost reports
+bench: deps wasm
+	$(GO) test -run '^$$' -bench . -benchmem -count=1 ./wasm/... | tee /tmp/itlmon-bench.txt
+
+## fuzz: FUZZTIME per target (default 30s)
+FUZZTIME ?= 30s
+fuzz:
+	$(GO) test ./wasm/beacon -run '^$$' -fuzz '^FuzzDecodeBatch$$' -fuzztime $(FUZZTIME)
+
+clean:
+	rm -rf bin $(WASM_OUT)/itl.wasm* $(WASM_OUT)/wasm_exec.js

@@ -1,0 +1,58 @@
+// Package collector holds the domain types of the itlmon collector. The
+// technology packages around it (store: ClickHouse and the spool; chdb: the
+// embedded engine; ingest: WebSocket and beacon HTTP; enrich: User-Agent and
+// geo; cmd/itlmon: wiring) depend on these, never on each other's internals.
+package collector
+
+import (
+	"context"
+	"time"
+
+	"github.com/itlmon/itlmon/wasm/beacon"
+)
+
+// Stream is one stored stream: a browser record plus what the collector adds.
+// It never holds a client IP, a query string, or prompt/answer text.
+type Stream struct {
+	beacon.Record
+
+	Site       string    // site key the record was sent for
+	ReceivedAt time.Time // when the collector accepted the batch
+
+	// From the batch's client facts.
+	Release       string
+	ModuleVersion string
+	ConnType      string // navigator.connection.effectiveType, "unknown" if absent
+	ConnRTTMs     uint16
+	TimerFloorUs  uint32
+
+	// Enrichment.
+	Country      string // ISO 3166-1 alpha-2, "unknown" if not known
+	Region       string // ISO 3166-2 subdivision code or continent, "unknown" if not known
+	Browser      string // family: "Chrome", "Firefox", "Safari", "Edge", ...
+	BrowserMajor uint16
+	OS           string // "Windows", "macOS", "Android", "iOS", "Linux", ...
+	Device       string // "desktop", "mobile", "tablet", "bot", "unknown"
+}
+
+// Sink takes enriched streams and reports when they are durable.
+type Sink interface {
+	// Submit queues streams for storage. It blocks while the queue is full
+	// (backpressure: the caller stops reading its socket) until ctx ends.
+	// done is called exactly once, never from the calling goroutine, when
+	// every stream is durable (inserted into ClickHouse, or appended and
+	// fsynced to the local spool) or with the error that kept them from it.
+	Submit(ctx context.Context, streams []Stream, done func(error)) error
+}
+
+// StreamFilter selects streams for reading back.
+type StreamFilter struct {
+	Site  string
+	Since time.Time
+	Limit int
+}
+
+// StreamReader reads stored streams back, newest first.
+type StreamReader interface {
+	LatestStreams(ctx context.Context, f StreamFilter) ([]Stream, error)
+}

@@ -1,0 +1,114 @@
+package meter
+
+import (
+	"time"
+
+	"github.com/itlmon/itlmon/wasm/hist"
+)
+
+// Format is the streaming API format recognised for a response.
+type Format uint8
+
+const (
+	FormatUnknown         Format = iota
+	FormatOpenAIChat             // OpenAI Chat Completions SSE (choices[].delta)
+	FormatOpenAIResponses        // OpenAI Responses SSE (response.output_text.delta)
+	FormatAnthropic              // Anthropic Messages SSE (content_block_delta)
+	FormatVercelAI               // Vercel AI SDK UI message stream (text-delta)
+	FormatOllama                 // Ollama NDJSON (message.content / response)
+	FormatSSE                    // any other SSE: one data event = one token event
+	FormatNDJSON                 // any other NDJSON: one line = one token event
+	FormatText                   // plain chunked text: one read = one event
+)
+
+// Status is how a stream ended.
+type Status uint8
+
+const (
+	StatusOpen         Status = iota // not ended yet
+	StatusComplete                   // body ended normally
+	StatusAborted                    // the page (or user) aborted the request
+	StatusNetworkError               // the body errored
+	StatusHTTPError                  // the response status was >= 400
+)
+
+// Cause says why a stall (or the wait for the first token) happened.
+type Cause uint8
+
+const (
+	CauseNone    Cause = iota // no stall / not applicable
+	CauseUnknown              // a stall with no evidence for any cause
+	CauseNetwork              // the next read carried several events (coalesced delivery)
+	CausePage                 // the gap overlaps a busy main thread (long task / LoAF)
+	CauseOrigin               // the origin's own emit times show the same gap
+)
+
+// NumCauses is the number of Cause values, for per-cause arrays.
+const NumCauses = 5
+
+// StallThreshold: a gap longer than this is a stall.
+const StallThreshold = 200 * time.Millisecond
+
+// Stamp is one entry of the sampled raw timeline: an event's arrival time
+// since t0 and the index of the network read that carried it.
+type Stamp struct {
+	At      time.Duration
+	Read    uint32 // index of the network read (0-based)
+	Content bool   // the event carried output content
+}
+
+// Stall is one gap over StallThreshold between consecutive content events.
+type Stall struct {
+	Start, End     time.Duration // arrival times of the two content events, since t0
+	Cause          Cause
+	NextReadEvents uint32 // how many events the read that ended the stall carried
+}
+
+// Summary is a finished (or current) stream's metrics, exactly as DESIGN.md
+// defines them. Durations are since t0 (just before the page issued fetch);
+// -1 means "did not happen" (no body byte, no event, no content).
+type Summary struct {
+	Format     Format
+	Status     Status
+	HTTPStatus int
+
+	TTFB, TTFC, TTFT time.Duration // first body byte, first event, first content event
+	Duration         time.Duration // t0 to end of body (or abort/error)
+
+	Events         int   // all stream events (SSE events, NDJSON lines, text reads)
+	ContentEvents  int   // events that carried output content
+	Tokens         int   // output tokens: usage count when reported, else ContentEvents
+	TokensReported bool  // Tokens came from the API's usage field
+	Reads          int   // network reads (chunks)
+	Bytes          int64 // body bytes
+
+	// ITL: one sample per gap between consecutive content events, microseconds.
+	ITL hist.Histogram
+	// ITLTokens: token-normalised ITL (a gap of an event carrying k tokens is
+	// k samples of gap/k). Empty when tokens per event are unknown.
+	ITLTokens hist.Histogram
+
+	GapP50, GapP95, GapP99, GapMax time.Duration // of ITL (exact on the raw gaps)
+	TPOT                           time.Duration // (t_last - t_first_content)/(N-1)
+	TokensPerSec                   float64       // 1/TPOT, 0 when N < 2
+
+	Stalls     int           // gaps > StallThreshold
+	StalledFor time.Duration // sum of stalled gaps
+	Jank       float64       // p99/p50 (max/median below 100 gaps), median floored at 1 ms
+	Smooth     bool          // Jank < 4 && TokensPerSec > 7
+
+	// Re-chunking signals.
+	EventsPerRead    float64 // events / reads that carried any event
+	MaxEventsPerRead int
+	BytesPerRead     float64
+	SubFloorShare    float64 // share of ITL gaps below the timer floor
+
+	// Attribution (client side; the collector may refine a cause to origin).
+	StallsByCause  [NumCauses]int
+	StalledByCause [NumCauses]time.Duration
+	TTFTCause      Cause
+	StallList      []Stall // at most Options.MaxStalls, the longest kept
+
+	Timeline        []Stamp // sampled raw timeline (first N events and stall neighbourhoods)
+	TimelineDropped int     // events not in Timeline
+}
