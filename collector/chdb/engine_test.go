@@ -1,0 +1,151 @@
+package chdb_test
+
+import (
+	"context"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/ClickHouse/clickhouse-go/v2"
+	"github.com/rs/zerolog"
+
+	"github.com/itlmon/itlmon/collector/chdb"
+)
+
+func TestMain(m *testing.M) {
+	chdb.MaybeRunChild()
+	os.Exit(m.Run())
+}
+
+// libPath returns the engine library, skipping the test when it is missing
+// unless ITLMON_REQUIRE_REAL=1.
+func libPath(t *testing.T) string {
+	t.Helper()
+	p := os.Getenv("CHDB_LIB_PATH")
+	if _, err := os.Stat(p); p == "" || err != nil {
+		if os.Getenv("ITLMON_REQUIRE_REAL") == "1" {
+			t.Fatalf("CHDB_LIB_PATH=%q: real ClickHouse engine required", p)
+		}
+		t.Skip("CHDB_LIB_PATH not set or missing; skipping real-engine test")
+	}
+	return p
+}
+
+func connect(t *testing.T, e *chdb.Engine) clickhouse.Conn {
+	t.Helper()
+	conn, err := clickhouse.Open(&clickhouse.Options{
+		Addr:        []string{e.NativeAddr()},
+		DialContext: e.DialContext,
+		DialTimeout: 2 * time.Second,
+	})
+	if err != nil {
+		t.Fatalf("open: %v", err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return conn
+}
+
+func count(t *testing.T, ctx context.Context, conn clickhouse.Conn) uint64 {
+	t.Helper()
+	var n uint64
+	if err := conn.QueryRow(ctx, "SELECT count() FROM persist_test").Scan(&n); err != nil {
+		t.Fatalf("count: %v", err)
+	}
+	return n
+}
+
+// waitCount polls until the table answers (the engine may be restarting).
+func waitCount(t *testing.T, ctx context.Context, conn clickhouse.Conn) uint64 {
+	t.Helper()
+	var n uint64
+	var err error
+	for ctx.Err() == nil {
+		if err = conn.QueryRow(ctx, "SELECT count() FROM persist_test").Scan(&n); err == nil {
+			return n
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("count after restart: %v", err)
+	return 0
+}
+
+func TestEngineLifecycle(t *testing.T) {
+	lib := libPath(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	log := zerolog.New(zerolog.NewTestWriter(t))
+
+	began := time.Now()
+	e, err := chdb.Start(ctx, chdb.Options{LibPath: lib, Dir: dir, Logger: log})
+	if err != nil {
+		t.Fatalf("start: %v", err)
+	}
+	t.Cleanup(func() { e.Close(context.Background()) })
+	t.Logf("engine ready in %v on native %s http %s", time.Since(began), e.NativeAddr(), e.HTTPAddr())
+
+	conn := connect(t, e)
+	for _, q := range []string{
+		"CREATE TABLE IF NOT EXISTS persist_test (x UInt64) ENGINE = MergeTree ORDER BY x",
+		"INSERT INTO persist_test SELECT number FROM numbers(1000)",
+	} {
+		if err := conn.Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	if got, want := count(t, ctx, conn), uint64(1000); got != want {
+		t.Fatalf("count = %d, want %d", got, want)
+	}
+
+	// An outage on purpose: the engine stays down until Restart.
+	if err := e.Stop(ctx); err != nil {
+		t.Fatalf("stop: %v", err)
+	}
+	if err := conn.Ping(ctx); err == nil {
+		t.Fatalf("ping after Stop succeeded, want an error")
+	}
+	began = time.Now()
+	if err := e.Restart(ctx); err != nil {
+		t.Fatalf("restart: %v", err)
+	}
+	t.Logf("restarted in %v", time.Since(began))
+	if got, want := waitCount(t, ctx, conn), uint64(1000); got != want {
+		t.Fatalf("count after restart = %d, want %d", got, want)
+	}
+
+	// A crash: the supervisor brings it back by itself.
+	if err := e.Kill(); err != nil {
+		t.Fatalf("kill: %v", err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	if err := e.Ready(ctx); err != nil {
+		t.Fatalf("ready after kill: %v", err)
+	}
+	if got, want := waitCount(t, ctx, conn), uint64(1000); got != want {
+		t.Fatalf("count after crash = %d, want %d", got, want)
+	}
+
+	if err := e.Close(ctx); err != nil {
+		t.Fatalf("close: %v", err)
+	}
+	if err := e.Ready(ctx); err != chdb.ErrClosed {
+		t.Fatalf("Ready after Close = %v, want ErrClosed", err)
+	}
+}
+
+func TestStartErrors(t *testing.T) {
+	tests := []struct {
+		name string
+		opts chdb.Options
+	}{
+		{"missing library", chdb.Options{LibPath: "/nonexistent/libchdb.so", Dir: t.TempDir()}},
+		{"no data dir", chdb.Options{LibPath: os.Args[0]}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if _, err := chdb.Start(context.Background(), tt.opts); err == nil {
+				t.Fatalf("Start succeeded, want an error")
+			}
+		})
+	}
+}
