@@ -1,0 +1,52 @@
+package schema
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestMigrations(t *testing.T) {
+	migs, err := Migrations()
+	if err != nil {
+		t.Fatalf("Migrations: %v", err)
+	}
+	if len(migs) == 0 {
+		t.Fatalf("no migrations embedded")
+	}
+	for i, m := range migs {
+		if got, want := m.Version, uint32(i+1); got != want {
+			t.Errorf("%s: version = %d, want %d (no gaps)", m.Name, got, want)
+		}
+		if len(m.Statements) == 0 {
+			t.Errorf("%s: no statements", m.Name)
+		}
+		for _, s := range m.Statements {
+			upper := strings.ToUpper(s)
+			if strings.Contains(upper, "CREATE") && !strings.Contains(upper, "IF NOT EXISTS") {
+				t.Errorf("%s: CREATE without IF NOT EXISTS: %.60s", m.Name, s)
+			}
+		}
+	}
+}
+
+func TestSplit(t *testing.T) {
+	tests := []struct {
+		name string
+		in   string
+		want []string
+	}{
+		{"two", "SELECT 1;\nSELECT 2;\n", []string{"SELECT 1", "SELECT 2"}},
+		{"multi-line", "-- head\nCREATE TABLE t\n(x UInt8);\n", []string{"-- head\nCREATE TABLE t\n(x UInt8)"}},
+		{"comment with semicolon", "-- a;\nSELECT 1;", []string{"-- a;\nSELECT 1"}},
+		{"comment only", "-- nothing here;\n\n", nil},
+		{"no trailing semicolon", "SELECT 1", []string{"SELECT 1"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := Split(tt.in)
+			if strings.Join(got, "|") != strings.Join(tt.want, "|") || len(got) != len(tt.want) {
+				t.Fatalf("Split(%q) = %q, want %q", tt.in, got, tt.want)
+			}
+		})
+	}
+}
