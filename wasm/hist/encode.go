@@ -1,0 +1,287 @@
+package hist
+
+import (
+	"errors"
+	"math"
+	"math/bits"
+	"strconv"
+)
+
+// The binary encoding of a Histogram (AppendBinary, DecodeBinary):
+//
+//	uvarint  zero                count of the zero bucket
+//	uvarint  slots               bucket counts that follow; 0 = no buckets
+//	if slots > 0:
+//	  varint   first             index of the first bucket (zig-zag)
+//	  runs, until slots counts are read:
+//	    uvarint  length          >= 1
+//	    length × uvarint count   a run starts and ends with a non-zero count
+//	    uvarint  gap             >= 1 empty indexes before the next run (only
+//	                             when slots remain)
+//	if zero + the bucket counts > 0:
+//	  floatvar sum, min, max
+//
+// A floatvar is the uvarint of the byte-reversed IEEE 754 bits (as in
+// encoding/gob): values with short mantissas, such as whole microseconds,
+// take 2-3 bytes instead of 8. The encoder bridges a single empty bucket with
+// a zero count (1 byte) rather than ending the run (2 bytes). An empty
+// histogram is 2 bytes.
+
+// Sentinel errors wrapped by *DecodeError; match them with errors.Is.
+var (
+	ErrTruncated = errors.New("hist: truncated")
+	ErrLimit     = errors.New("hist: limit exceeded")
+	ErrInvalid   = errors.New("hist: invalid")
+)
+
+// DecodeError says which part of an encoded histogram (or of FromSparse's
+// input) is wrong and why. Err is ErrTruncated, ErrLimit or ErrInvalid.
+type DecodeError struct {
+	Field  string // "zero", "buckets", "index", "count", "sum", "min", "max"
+	Reason string
+	Err    error
+}
+
+func (e *DecodeError) Error() string { return "hist: " + e.Field + ": " + e.Reason }
+
+// Unwrap returns the sentinel error.
+func (e *DecodeError) Unwrap() error { return e.Err }
+
+func invalid(field, reason string) error {
+	return &DecodeError{Field: field, Reason: reason, Err: ErrInvalid}
+}
+
+func truncated(field string) error {
+	return &DecodeError{Field: field, Reason: "truncated", Err: ErrTruncated}
+}
+
+func itoa(i int) string { return strconv.Itoa(i) }
+
+func utoa(u uint64) string { return strconv.FormatUint(u, 10) }
+
+// AppendBinary appends the compact encoding of h to dst.
+func (h *Histogram) AppendBinary(dst []byte) []byte {
+	dst = appendUvarint(dst, h.zero)
+	if h.count == h.zero {
+		dst = appendUvarint(dst, 0)
+	} else {
+		c := h.counts[h.lo-h.first : h.hi-h.first+1]
+		// Slots: every non-empty bucket plus the single empty buckets bridged.
+		slots := 0
+		for k := 0; k < len(c); {
+			if c[k] != 0 {
+				slots++
+				k++
+				continue
+			}
+			e := k
+			for e < len(c) && c[e] == 0 {
+				e++
+			}
+			if e-k == 1 {
+				slots++
+			}
+			k = e
+		}
+		dst = appendUvarint(dst, uint64(slots))
+		dst = appendVarint(dst, int64(h.lo))
+		for k := 0; k < len(c); {
+			// c[k] != 0: a run starts here and goes on over single empty buckets.
+			e := k + 1
+			for e < len(c) && (c[e] != 0 || (e+1 < len(c) && c[e+1] != 0)) {
+				e++
+			}
+			dst = appendUvarint(dst, uint64(e-k))
+			for _, v := range c[k:e] {
+				dst = appendUvarint(dst, v)
+			}
+			if e == len(c) {
+				break
+			}
+			next := e
+			for c[next] == 0 {
+				next++
+			}
+			dst = appendUvarint(dst, uint64(next-e))
+			k = next
+		}
+	}
+	if h.count > 0 {
+		dst = appendFloat(dst, h.sum)
+		dst = appendFloat(dst, h.min)
+		dst = appendFloat(dst, h.max)
+	}
+	return dst
+}
+
+// DecodeBinary decodes a histogram encoded by AppendBinary from the start of
+// src and returns it with the number of bytes consumed. It rejects more than
+// maxBuckets non-empty buckets (maxBuckets <= 0: only the index range
+// limits them), indexes outside [MinIndex, MaxIndex], counts whose total
+// overflows uint64, and sum/min/max that FromSparse would reject. Errors are
+// *DecodeError wrapping ErrTruncated, ErrLimit or ErrInvalid.
+func DecodeBinary(src []byte, maxBuckets int) (Histogram, int, error) {
+	var h Histogram
+	p := 0
+	zero, err := readUvarint(src, &p, "zero")
+	if err != nil {
+		return Histogram{}, 0, err
+	}
+	h.zero, h.count = zero, zero
+	slots, err := readUvarint(src, &p, "buckets")
+	if err != nil {
+		return Histogram{}, 0, err
+	}
+	if slots > uint64(NumIndexes) {
+		return Histogram{}, 0, invalid("buckets", utoa(slots)+" slots exceed the "+itoa(NumIndexes)+" indexes")
+	}
+	if slots > uint64(len(src)-p) {
+		// Every slot takes at least one byte.
+		return Histogram{}, 0, truncated("buckets")
+	}
+	if slots > 0 {
+		first, err := readVarint(src, &p, "index")
+		if err != nil {
+			return Histogram{}, 0, err
+		}
+		if first < int64(MinIndex) || first > int64(MaxIndex) {
+			return Histogram{}, 0, invalid("index", "first index "+strconv.FormatInt(first, 10)+" outside ["+itoa(int(MinIndex))+", "+itoa(int(MaxIndex))+"]")
+		}
+		// Pass 1: validate and find the span; pass 2 fills one allocation.
+		runs := p
+		last, total, err := walkRuns(src, &p, int32(first), int(slots), maxBuckets, nil)
+		if err != nil {
+			return Histogram{}, 0, err
+		}
+		if h.count+total < h.count {
+			return Histogram{}, 0, invalid("count", "total count overflows uint64")
+		}
+		h.count += total
+		h.first, h.lo, h.hi = int32(first), int32(first), last
+		h.counts = make([]uint64, last-int32(first)+1)
+		walkRuns(src, &runs, int32(first), int(slots), maxBuckets, h.counts)
+	}
+	if h.count > 0 {
+		var sum, min, max float64
+		for _, f := range [...]struct {
+			name string
+			v    *float64
+		}{{"sum", &sum}, {"min", &min}, {"max", &max}} {
+			u, err := readUvarint(src, &p, f.name)
+			if err != nil {
+				return Histogram{}, 0, err
+			}
+			*f.v = math.Float64frombits(bits.ReverseBytes64(u))
+		}
+		if err := h.setStats(sum, min, max); err != nil {
+			return Histogram{}, 0, err
+		}
+	}
+	return h, p, nil
+}
+
+// walkRuns reads the runs of slots bucket counts starting at index first and
+// returns the last index and the total count. With fill != nil (a second pass over validated input) it also
+// stores the counts at fill[index-first].
+func walkRuns(src []byte, p *int, first int32, slots, maxBuckets int, fill []uint64) (last int32, total uint64, err error) {
+	idx := int64(first)
+	nonEmpty := 0
+	for slots > 0 {
+		n, err := readUvarint(src, p, "buckets")
+		if err != nil {
+			return 0, 0, err
+		}
+		if n == 0 {
+			return 0, 0, invalid("buckets", "empty run")
+		}
+		if n > uint64(slots) {
+			return 0, 0, invalid("buckets", "run of "+utoa(n)+" exceeds the "+itoa(slots)+" slots left")
+		}
+		if idx+int64(n)-1 > int64(MaxIndex) {
+			return 0, 0, invalid("index", "run ends at "+strconv.FormatInt(idx+int64(n)-1, 10)+" beyond "+itoa(int(MaxIndex)))
+		}
+		for k := uint64(0); k < n; k++ {
+			var c uint64
+			if *p < len(src) && src[*p] < 0x80 { // the common one-byte count
+				c = uint64(src[*p])
+				*p++
+			} else if c, err = readUvarint(src, p, "count"); err != nil {
+				return 0, 0, err
+			}
+			if c == 0 && (k == 0 || k == n-1) {
+				return 0, 0, invalid("count", "run at index "+strconv.FormatInt(idx, 10)+" starts or ends with an empty bucket")
+			}
+			if c != 0 {
+				nonEmpty++
+				if maxBuckets > 0 && nonEmpty > maxBuckets {
+					return 0, 0, &DecodeError{Field: "buckets", Reason: "more than " + itoa(maxBuckets) + " non-empty buckets", Err: ErrLimit}
+				}
+				if total+c < total {
+					return 0, 0, invalid("count", "total count overflows uint64")
+				}
+				total += c
+				if fill != nil {
+					fill[idx-int64(first)] = c
+				}
+			}
+			idx++
+		}
+		slots -= int(n)
+		if slots == 0 {
+			break
+		}
+		gap, err := readUvarint(src, p, "buckets")
+		if err != nil {
+			return 0, 0, err
+		}
+		if gap == 0 {
+			return 0, 0, invalid("buckets", "gap of 0 between runs")
+		}
+		if gap > uint64(MaxIndex) || idx+int64(gap) > int64(MaxIndex) {
+			return 0, 0, invalid("index", "gap of "+utoa(gap)+" after index "+strconv.FormatInt(idx-1, 10)+" goes beyond "+itoa(int(MaxIndex)))
+		}
+		idx += int64(gap)
+	}
+	return int32(idx - 1), total, nil
+}
+
+func appendUvarint(dst []byte, v uint64) []byte {
+	for v >= 0x80 {
+		dst = append(dst, byte(v)|0x80)
+		v >>= 7
+	}
+	return append(dst, byte(v))
+}
+
+func appendVarint(dst []byte, v int64) []byte {
+	return appendUvarint(dst, uint64(v<<1)^uint64(v>>63))
+}
+
+func appendFloat(dst []byte, f float64) []byte {
+	return appendUvarint(dst, bits.ReverseBytes64(math.Float64bits(f)))
+}
+
+// readUvarint reads a uvarint at src[*p:] and advances *p.
+func readUvarint(src []byte, p *int, field string) (uint64, error) {
+	var v uint64
+	for i, s := 0, uint(0); i < 10; i, s = i+1, s+7 {
+		if *p+i >= len(src) {
+			return 0, truncated(field)
+		}
+		b := src[*p+i]
+		if b < 0x80 {
+			if i == 9 && b > 1 {
+				break
+			}
+			*p += i + 1
+			return v | uint64(b)<<s, nil
+		}
+		v |= uint64(b&0x7f) << s
+	}
+	return 0, invalid(field, "varint overflows 64 bits")
+}
+
+func readVarint(src []byte, p *int, field string) (int64, error) {
+	u, err := readUvarint(src, p, field)
+	return int64(u>>1) ^ -int64(u&1), err
+}
