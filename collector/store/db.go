@@ -1,0 +1,195 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"time"
+
+	"github.com/ClickHouse/clickhouse-go/v2"
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+	"github.com/rs/zerolog"
+
+	"github.com/itlmon/itlmon/schema"
+)
+
+// DefaultStreamsTTL is how long raw rows (itl_streams, itl_timelines) are kept.
+const DefaultStreamsTTL = 90 * 24 * time.Hour
+
+// Options say which ClickHouse to use. Either DSN, or Addr (with Database and
+// optionally Dial) must be set.
+type Options struct {
+	DSN            string // clickhouse://user:pass@host:9000/db?dial_timeout=2s
+	Addr           string // host:port of the native protocol (embedded engine)
+	Database       string // with Addr; default "default"
+	Dial           func(ctx context.Context, addr string) (net.Conn, error)
+	CreateDatabase bool          // CREATE DATABASE IF NOT EXISTS at Open (embedded engine, tests)
+	StreamsTTL     time.Duration // raw rows' TTL applied by Migrate; default 90 days
+	Logger         zerolog.Logger
+}
+
+// DB is a ClickHouse connection pool with itlmon's schema. Safe for
+// concurrent use.
+type DB struct {
+	conn driver.Conn
+	opts Options
+	log  zerolog.Logger
+}
+
+// Open connects and pings. It does not migrate.
+func Open(ctx context.Context, opts Options) (*DB, error) {
+	if opts.StreamsTTL <= 0 {
+		opts.StreamsTTL = DefaultStreamsTTL
+	}
+	if opts.StreamsTTL < 24*time.Hour {
+		return nil, errors.New("store: streams TTL must be at least one day")
+	}
+	chOpts, err := clickhouseOptions(opts)
+	if err != nil {
+		return nil, err
+	}
+	if opts.CreateDatabase && chOpts.Auth.Database != "default" {
+		if err := createDatabase(ctx, *chOpts); err != nil {
+			return nil, err
+		}
+	}
+	conn, err := clickhouse.Open(chOpts)
+	if err != nil {
+		return nil, fmt.Errorf("store: open: %w", err)
+	}
+	if err := conn.Ping(ctx); err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("store: ping: %w", err)
+	}
+	return &DB{conn: conn, opts: opts, log: opts.Logger.With().Str("component", "store").Logger()}, nil
+}
+
+func clickhouseOptions(opts Options) (*clickhouse.Options, error) {
+	var o *clickhouse.Options
+	switch {
+	case opts.DSN != "":
+		var err error
+		if o, err = clickhouse.ParseDSN(opts.DSN); err != nil {
+			return nil, fmt.Errorf("store: clickhouse DSN: %w", err)
+		}
+	case opts.Addr != "":
+		o = &clickhouse.Options{Addr: []string{opts.Addr}}
+		o.Auth.Database = opts.Database
+	default:
+		return nil, errors.New("store: no ClickHouse DSN or address")
+	}
+	if o.Auth.Database == "" {
+		o.Auth.Database = "default"
+	}
+	if opts.Dial != nil {
+		o.DialContext = opts.Dial
+	}
+	if o.DialTimeout == 0 || o.DialTimeout > 5*time.Second {
+		o.DialTimeout = 2 * time.Second // fail fast to the spool
+	}
+	o.Compression = &clickhouse.Compression{Method: clickhouse.CompressionLZ4}
+	return o, nil
+}
+
+// createDatabase creates o's database through a connection to "default".
+func createDatabase(ctx context.Context, o clickhouse.Options) error {
+	db := o.Auth.Database
+	o.Auth.Database = "default"
+	conn, err := clickhouse.Open(&o)
+	if err != nil {
+		return fmt.Errorf("store: open: %w", err)
+	}
+	defer conn.Close()
+	if err := conn.Exec(ctx, "CREATE DATABASE IF NOT EXISTS "+quoteIdent(db)); err != nil {
+		return fmt.Errorf("store: create database %s: %w", db, err)
+	}
+	return nil
+}
+
+func quoteIdent(s string) string { return "`" + strings.ReplaceAll(s, "`", "\\`") + "`" }
+
+// Conn is the underlying clickhouse-go connection.
+func (db *DB) Conn() driver.Conn { return db.conn }
+
+// Close closes the connection pool.
+func (db *DB) Close() error { return db.conn.Close() }
+
+// Migrate applies the embedded schema/*.sql files not yet recorded in
+// schema_migrations, in order, then sets the raw tables' TTL. Every statement
+// is idempotent, so a migration interrupted half-way is simply applied again.
+func (db *DB) Migrate(ctx context.Context) error {
+	migs, err := schema.Migrations()
+	if err != nil {
+		return err
+	}
+	if err := db.conn.Exec(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations
+		(version UInt32, name String, applied_at DateTime DEFAULT now())
+		ENGINE = ReplacingMergeTree ORDER BY version`); err != nil {
+		return fmt.Errorf("store: create schema_migrations: %w", err)
+	}
+	applied, err := db.appliedVersions(ctx)
+	if err != nil {
+		return err
+	}
+	for _, m := range migs {
+		if applied[m.Version] {
+			continue
+		}
+		for _, stmt := range m.Statements {
+			if err := db.conn.Exec(ctx, stmt); err != nil {
+				return fmt.Errorf("store: migration %s: %w", m.Name, err)
+			}
+		}
+		if err := db.conn.Exec(ctx, "INSERT INTO schema_migrations (version, name) VALUES (?, ?)", m.Version, m.Name); err != nil {
+			return fmt.Errorf("store: record migration %s: %w", m.Name, err)
+		}
+		db.log.Info().Str("migration", m.Name).Msg("schema migration applied")
+	}
+	return db.applyTTL(ctx)
+}
+
+func (db *DB) appliedVersions(ctx context.Context) (map[uint32]bool, error) {
+	rows, err := db.conn.Query(ctx, "SELECT version FROM schema_migrations")
+	if err != nil {
+		return nil, fmt.Errorf("store: read schema_migrations: %w", err)
+	}
+	defer rows.Close()
+	applied := map[uint32]bool{}
+	for rows.Next() {
+		var v uint32
+		if err := rows.Scan(&v); err != nil {
+			return nil, fmt.Errorf("store: read schema_migrations: %w", err)
+		}
+		applied[v] = true
+	}
+	return applied, rows.Err()
+}
+
+// applyTTL sets the raw tables' TTL when it differs from the configured one.
+// materialize_ttl_after_modify = 0: old parts expire as they merge, nothing
+// is rewritten at start-up.
+func (db *DB) applyTTL(ctx context.Context) error {
+	days := int(db.opts.StreamsTTL / (24 * time.Hour))
+	want := fmt.Sprintf("toDateTime(received_at) + toIntervalDay(%d)", days)
+	for _, table := range []string{"itl_streams", "itl_timelines"} {
+		var engine string
+		err := db.conn.QueryRow(ctx,
+			"SELECT engine_full FROM system.tables WHERE database = currentDatabase() AND name = ?", table).Scan(&engine)
+		if err != nil {
+			return fmt.Errorf("store: read %s TTL: %w", table, err)
+		}
+		if strings.Contains(engine, "TTL "+want) {
+			continue
+		}
+		stmt := fmt.Sprintf("ALTER TABLE %s MODIFY TTL toDateTime(received_at) + INTERVAL %d DAY", table, days)
+		if err := db.conn.Exec(clickhouse.Context(ctx, clickhouse.WithSettings(clickhouse.Settings{
+			"materialize_ttl_after_modify": 0,
+		})), stmt); err != nil {
+			return fmt.Errorf("store: set %s TTL: %w", table, err)
+		}
+		db.log.Info().Str("table", table).Int("days", days).Msg("TTL set")
+	}
+	return nil
+}

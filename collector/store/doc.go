@@ -1,0 +1,33 @@
+// Package store keeps itlmon streams in ClickHouse (native protocol,
+// clickhouse-go v2), with a local spool for when ClickHouse is unreachable.
+//
+// API summary:
+//
+//	db, err := store.Open(ctx, store.Options{DSN: "clickhouse://u:p@host:9000/db"})
+//	db, err := store.Open(ctx, store.Options{Addr: e.NativeAddr(), Dial: e.DialContext,
+//	                                         Database: "itlmon", CreateDatabase: true}) // embedded chdb engine
+//	err = db.Migrate(ctx)                      // schema/*.sql in order, recorded in schema_migrations; idempotent
+//	w, err := store.NewWriter(db, store.WriterOptions{SpoolDir: filepath.Join(data, "spool")})
+//	w.Submit(ctx, streams, done)               // collector.Sink: blocks while the queue is full
+//	w.Stats()                                  // counters/gauges for Prometheus (CounterFunc/GaugeFunc)
+//	w.Shutdown(ctx)                            // drains the queue into ClickHouse or the spool
+//	db.LatestStreams(ctx, collector.StreamFilter{...}) // collector.StreamReader, newest first
+//	store.InsertDirect(ctx, db.Conn(), streams)  // one plain batch insert: the benchmark baseline
+//	db.Close()
+//
+// Durability: done(nil) is called only once every row of a Submit is
+// inserted into ClickHouse, or appended to the spool and fsynced. Spool
+// segments are replayed when ClickHouse answers again (and at start, after a
+// crash) and deleted only after their rows were inserted. A torn last frame
+// (a crash mid-write) is detected by its length and CRC and dropped with a log
+// line.
+//
+// Deduplication (a record resent after a lost ack must count once, in
+// itl_streams and in the rollup, whose materialized view fires per insert):
+// the writer drops stream ids already in itl_stream_ids (one primary-key
+// lookup per batch, which also covers replays and resends minutes or days
+// later) and duplicates within the batch, and sends every insert with an
+// insert_deduplication_token derived from its rows, so retrying an insert
+// whose first try landed but whose answer was lost inserts nothing, views
+// included. See schema/002_stream_ids.sql.
+package store
