@@ -1,0 +1,378 @@
+/*! itlmon loader: real-user monitoring of streamed LLM responses.
+ *
+ * Install:  <script src="https://COLLECTOR/itl.js" data-site="KEY" async></script>
+ * Options:  itlmon.init({ collector, site, sampleRate, match: {contentTypes, urls}, release,
+ *                         optOut, modelField })
+ * Results:  const off = itlmon.onStream(summary => ...)   // one plain object per finished stream
+ *
+ * What it does: loads wasm_exec.js and itl.wasm from the collector, and once the module is ready
+ * replaces window.fetch with a thin shim. The shim calls the page's ORIGINAL fetch first, and only
+ * for responses matching the config (default: text/event-stream and application/x-ndjson, plus
+ * URL patterns) hands the page a Response whose body is the original body piped through a
+ * TransformStream that stamps every network read with performance.now() and copies it to the
+ * module. The bytes, status, headers, url, redirected, type and errors the page sees are the
+ * original ones. Any error in the module or the shim turns measuring off and the page keeps its
+ * own fetch. Privacy: no body text leaves the page; the request body is scanned only for its
+ * top-level "model" field; URLs lose their query and fragment.
+ */
+(function () {
+  'use strict';
+  var g = globalThis;
+  if (g.itlmon && g.itlmon.__itlmon) return; // loaded twice
+  var loaderStart = performance.now();
+  var script = document.currentScript;
+  var origFetch = g.fetch;
+  var api = null; // globalThis.__itlmon_go once the module is ready
+  var broken = false;
+  var warned = false;
+  var loading = false;
+  var listeners = [];
+  var open = 0; // streams being measured
+  var cfg = {
+    collector: '',
+    site: '',
+    sampleRate: 1,
+    match: { contentTypes: ['text/event-stream', 'application/x-ndjson'], urls: [] },
+    release: '',
+    optOut: false,
+    modelField: 'model',
+    flushMs: 0,
+    testHooks: false,
+  };
+  var readyResolve;
+  var ready = new Promise(function (r) { readyResolve = r; });
+  var timing = { loaderStart: loaderStart, readyAt: -1, error: '' };
+
+  function warn(msg, e) {
+    if (warned) return;
+    warned = true;
+    try { console.warn('itlmon: ' + msg + (e ? ': ' + (e && e.message || e) : '') + ' (page fetch untouched)'); } catch (_) {}
+  }
+
+  // fail turns measuring off for good: the page gets its own fetch back.
+  function fail(msg, e) {
+    if (broken) return;
+    broken = true;
+    timing.error = msg;
+    warn(msg, e);
+    try { if (g.fetch === shimFetch) g.fetch = origFetch; } catch (_) {}
+    readyResolve(false);
+  }
+
+  function optedOut() {
+    try { return typeof cfg.optOut === 'function' ? !!cfg.optOut() : !!cfg.optOut; } catch (_) { return true; }
+  }
+
+  // ---- request facts (before fetch; nothing kept but these few fields) ----
+
+  // topLevelString returns the string value of key at the top level of a JSON
+  // object text, or '' (a tiny scanner: nothing else of the body is kept).
+  function topLevelString(s, key) {
+    var depth = 0, i = 0, n = s.length, want = false;
+    while (i < n) {
+      var c = s.charCodeAt(i);
+      if (c === 34) { // string
+        var j = i + 1, esc = false;
+        while (j < n) {
+          var d = s.charCodeAt(j);
+          if (esc) esc = false; else if (d === 92) esc = true; else if (d === 34) break;
+          j++;
+        }
+        if (want) {
+          var v = s.slice(i + 1, j);
+          try { return v.indexOf('\\') >= 0 ? JSON.parse('"' + v + '"') : v; } catch (_) { return ''; }
+        }
+        if (depth === 1) {
+          var k = j + 1;
+          while (k < n && (s.charCodeAt(k) <= 32)) k++;
+          if (s.charCodeAt(k) === 58 && s.slice(i + 1, j) === key) { // "key":
+            i = k + 1;
+            while (i < n && s.charCodeAt(i) <= 32) i++;
+            if (s.charCodeAt(i) !== 34) return '';
+            want = true;
+            continue;
+          }
+        }
+        i = j + 1;
+        continue;
+      }
+      if (c === 123 || c === 91) depth++;
+      else if (c === 125 || c === 93) depth--;
+      i++;
+    }
+    return '';
+  }
+
+  function urlMatches(href) {
+    var u = cfg.match.urls || [];
+    for (var i = 0; i < u.length; i++) {
+      var p = u[i];
+      if (p instanceof RegExp ? p.test(href) : href.indexOf(String(p)) >= 0) return true;
+    }
+    return false;
+  }
+
+  function requestFacts(input, init) {
+    var href = typeof input === 'string' ? input : input instanceof URL ? input.href : input && input.url;
+    var u = new URL(String(href), location.href);
+    if (u.protocol !== 'http:' && u.protocol !== 'https:') return null;
+    var method = (init && init.method) || (input && input.method) || 'GET';
+    var model = '';
+    var body = init && init.body;
+    if (typeof body === 'string' && cfg.modelField && body.length <= (1 << 20)) {
+      model = topLevelString(body, cfg.modelField).slice(0, 128);
+    }
+    return {
+      origin: u.origin,
+      path: u.pathname, // never the query or fragment
+      href: u.origin + u.pathname,
+      method: String(method).toUpperCase(),
+      model: model,
+      signal: (init && init.signal) || (input && input.signal) || null,
+      urlMatch: urlMatches(u.href),
+    };
+  }
+
+  function typeMatches(ct) {
+    var mt = ct.split(';')[0].trim().toLowerCase();
+    var list = cfg.match.contentTypes || [];
+    for (var i = 0; i < list.length; i++) if (mt === list[i]) return true;
+    return false;
+  }
+
+  function proto(href) {
+    try {
+      var e = performance.getEntriesByName(href, 'resource');
+      return e.length ? e[e.length - 1].nextHopProtocol || '' : '';
+    } catch (_) { return ''; }
+  }
+
+  function emit(summary) {
+    for (var i = 0; i < listeners.length; i++) {
+      try { listeners[i](summary); } catch (e) { setTimeout(function () { throw e; }); }
+    }
+  }
+
+  // ---- the fetch shim ----
+
+  var readableStrategy = { highWaterMark: 16 }; // > 0: transform runs at network pace
+
+  function wrap(resp, facts, t0) {
+    try {
+      if (broken || !api || !resp.body || resp.status < 200 || resp.status > 599) return resp;
+      var ct = resp.headers.get('content-type') || '';
+      if (!facts.urlMatch && !typeMatches(ct)) return resp;
+      if (cfg.sampleRate < 1 && Math.random() >= cfg.sampleRate) return resp;
+      var id = -1;
+      var ts = new TransformStream({
+        transform: function (chunk, c) {
+          var at = performance.now();
+          c.enqueue(chunk);
+          if (id >= 0 && !broken) {
+            try { api.feed(id, chunk, chunk.byteLength, at); } catch (e) { fail('module failed', e); }
+          }
+        },
+      }, undefined, readableStrategy);
+      var out = new Response(ts.readable, { status: resp.status, statusText: resp.statusText, headers: resp.headers });
+      Object.defineProperty(out, 'url', { value: resp.url });
+      Object.defineProperty(out, 'redirected', { value: resp.redirected });
+      Object.defineProperty(out, 'type', { value: resp.type });
+      var origin = resp.headers.get('x-itlmon-stream') || resp.headers.get('x-request-id') || '';
+      id = api.start(t0, performance.timeOrigin + t0, facts.origin, facts.path, facts.method, facts.model, ct,
+        resp.status, origin, '');
+      if (typeof id !== 'number' || id < 0) return resp; // not measured (out is dropped, body untouched)
+      open++;
+      var done = false;
+      var finish = function (kind) {
+        if (done) return;
+        done = true;
+        open--;
+        if (broken) return;
+        try {
+          var s = api.end(id, performance.now(), kind, resp.status, proto(facts.href));
+          if (s) emit(s);
+        } catch (e) { fail('module failed', e); }
+      };
+      resp.body.pipeTo(ts.writable).then(function () { finish(1); }, function (err) {
+        var aborted = (facts.signal && facts.signal.aborted) || !(err instanceof TypeError);
+        finish(aborted ? 2 : 3);
+      });
+      return out;
+    } catch (e) {
+      fail('shim failed', e);
+      return resp;
+    }
+  }
+
+  function shimFetch(input, init) {
+    if (broken || !api || optedOut()) return origFetch.apply(this, arguments);
+    var facts = null;
+    try { facts = requestFacts(input, init); } catch (_) { facts = null; }
+    var t0 = performance.now();
+    var p = origFetch.apply(this, arguments);
+    if (!facts) return p;
+    return p.then(function (resp) { return wrap(resp, facts, t0); });
+  }
+
+  // ---- the module ----
+
+  function timerFloorUs() {
+    var min = Infinity, last = performance.now(), start = last, seen = 0;
+    while (seen < 5 && last - start < 5) {
+      var t = performance.now();
+      if (t !== last) { min = Math.min(min, t - last); seen++; last = t; }
+    }
+    return isFinite(min) ? Math.max(1, Math.round(min * 1000)) : 100;
+  }
+
+  function moduleConfig() {
+    var nav = navigator, uad = nav.userAgentData, conn = nav.connection;
+    var col = cfg.collector.replace(/\/+$/, '');
+    var site = encodeURIComponent(cfg.site);
+    return {
+      site: cfg.site,
+      wsURL: col.replace(/^http/, 'ws') + '/v1/ws?site=' + site,
+      beaconURL: col + '/v1/beacon?site=' + site,
+      release: String(cfg.release || ''),
+      flushMs: +cfg.flushMs || 0,
+      testHooks: !!cfg.testHooks,
+      pageOrigin: location.origin,
+      pagePath: location.pathname,
+      userAgent: nav.userAgent,
+      uaBrands: uad && uad.brands ? uad.brands.map(function (b) { return b.brand + ';' + b.version; }).join(',') : '',
+      uaPlatform: uad ? uad.platform || '' : '',
+      uaMobile: !!(uad && uad.mobile),
+      connType: conn && conn.effectiveType || '',
+      connRTTMs: conn && +conn.rtt || 0,
+      timerFloorUs: timerFloorUs(),
+      crossOriginIsolated: !!g.crossOriginIsolated,
+    };
+  }
+
+  function loadScript(src) {
+    return new Promise(function (resolve, reject) {
+      var s = document.createElement('script');
+      s.src = src;
+      s.async = true;
+      s.onload = resolve;
+      s.onerror = function () { reject(new Error('load ' + src)); };
+      (document.head || document.documentElement).appendChild(s);
+    });
+  }
+
+  function instantiate(url, imports) {
+    var get = function () {
+      return origFetch(url, { credentials: 'omit' }).then(function (r) {
+        if (!r.ok) throw new Error('GET ' + url + ': ' + r.status);
+        return r;
+      });
+    };
+    if (WebAssembly.instantiateStreaming) {
+      return WebAssembly.instantiateStreaming(get(), imports).catch(function () {
+        return get().then(function (r) { return r.arrayBuffer(); })
+          .then(function (b) { return WebAssembly.instantiate(b, imports); });
+      });
+    }
+    return get().then(function (r) { return r.arrayBuffer(); })
+      .then(function (b) { return WebAssembly.instantiate(b, imports); });
+  }
+
+  function load() {
+    if (loading || broken) return;
+    loading = true;
+    var col = cfg.collector.replace(/\/+$/, '');
+    var prevGo = g.Go; // a page may run its own Go program: keep its wasm_exec.js
+    loadScript(col + '/wasm_exec.js').then(function () {
+      var Go = g.Go;
+      if (prevGo) g.Go = prevGo; else delete g.Go;
+      if (typeof Go !== 'function') throw new Error('wasm_exec.js defined no Go');
+      var go = new Go();
+      return instantiate(col + '/itl.wasm', go.importObject).then(function (res) {
+        return new Promise(function (resolve, reject) {
+          g.__itlmon_ready = function (a) { delete g.__itlmon_ready; resolve(a); };
+          go.run(res.instance).then(function () { fail('module exited'); }, function (e) { fail('module exited', e); });
+          setTimeout(function () { reject(new Error('module not ready')); }, 10000);
+        });
+      });
+    }).then(function (a) {
+      if (broken) return;
+      var r = a.configure(moduleConfig());
+      if (r !== true) throw new Error(String(r));
+      api = a;
+      observeBusy();
+      addEventListener('pagehide', function () { try { if (api && !broken) api.pagehide(); } catch (e) { fail('module failed', e); } });
+      addEventListener('pageshow', function (e) { try { if (e.persisted && api && !broken) api.pageshow(); } catch (x) { fail('module failed', x); } });
+      if (g.fetch === origFetch) g.fetch = shimFetch;
+      timing.readyAt = performance.now();
+      readyResolve(true);
+    }).catch(function (e) { fail('not loaded', e); });
+  }
+
+  function observeBusy() {
+    try {
+      var types = PerformanceObserver.supportedEntryTypes || [];
+      var type = types.indexOf('long-animation-frame') >= 0 ? 'long-animation-frame' : types.indexOf('longtask') >= 0 ? 'longtask' : '';
+      if (!type) return;
+      new PerformanceObserver(function (list) {
+        if (!open || broken) return;
+        var es = list.getEntries();
+        try {
+          for (var i = 0; i < es.length; i++) api.busy(es[i].startTime, es[i].startTime + es[i].duration);
+        } catch (e) { fail('module failed', e); }
+      }).observe({ type: type });
+    } catch (_) {}
+  }
+
+  // ---- public API ----
+
+  function init(opts) {
+    try {
+      opts = opts || {};
+      for (var k in opts) {
+        if (!Object.prototype.hasOwnProperty.call(opts, k)) continue;
+        if (k === 'match') {
+          var m = opts.match || {};
+          cfg.match = {
+            contentTypes: (m.contentTypes || cfg.match.contentTypes).map(function (s) { return String(s).toLowerCase(); }),
+            urls: m.urls || cfg.match.urls,
+          };
+        } else cfg[k] = opts[k];
+      }
+      cfg.sampleRate = Math.max(0, Math.min(1, cfg.sampleRate == null ? 1 : +cfg.sampleRate));
+      if (optedOut()) { if (g.fetch === shimFetch) g.fetch = origFetch; return ready; }
+      if (api && !broken) {
+        var r = api.configure(moduleConfig());
+        if (r !== true) fail('configure', r);
+        if (g.fetch === origFetch) g.fetch = shimFetch;
+      }
+      if (!cfg.site) throw new Error('no site key (data-site or itlmon.init({site}))');
+      if (!cfg.collector) throw new Error('no collector URL');
+      load();
+    } catch (e) { fail('init', e); }
+    return ready;
+  }
+
+  function onStream(cb) {
+    if (typeof cb !== 'function') return function () {};
+    listeners.push(cb);
+    return function () { var i = listeners.indexOf(cb); if (i >= 0) listeners.splice(i, 1); };
+  }
+
+  try {
+    if (script && script.src) cfg.collector = new URL(script.src, location.href).origin;
+    else cfg.collector = location.origin;
+  } catch (_) {}
+  var auto = script && script.getAttribute('data-site');
+  if (script && script.getAttribute('data-release')) cfg.release = script.getAttribute('data-release');
+
+  g.itlmon = {
+    __itlmon: true,
+    init: init,
+    onStream: onStream,
+    ready: ready, // resolves true once fetch is wrapped, false if the module is off
+    timing: timing, // loaderStart, readyAt (performance.now() ms), error
+    get active() { return !!api && !broken && g.fetch === shimFetch; },
+    get originalFetch() { return origFetch; },
+  };
+  if (auto) init({ site: auto });
+})();
