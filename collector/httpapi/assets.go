@@ -1,0 +1,149 @@
+package httpapi
+
+import (
+	"bytes"
+	"compress/gzip"
+	"crypto/sha256"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/http"
+	"strings"
+	"time"
+)
+
+// moduleAssets are served to any origin: the pages that embed itlmon live
+// elsewhere. Each is looked up in Dist first, then in Static.
+var moduleAssets = []struct {
+	name, contentType, cacheControl string
+}{
+	// The loader is small and names no version: short cache, revalidated by ETag.
+	{"itl.js", "text/javascript; charset=utf-8", "public, max-age=300"},
+	{"wasm_exec.js", "text/javascript; charset=utf-8", "public, max-age=3600"},
+	{"itl.wasm", "application/wasm", "public, max-age=3600"},
+}
+
+// asset is one file with its encodings, loaded once at start.
+type asset struct {
+	name, contentType, cacheControl string
+	modTime                         time.Time
+	variants                        []variant // preferred first: br, gzip, identity
+}
+
+type variant struct {
+	encoding string // "br", "gzip" or "" (identity)
+	data     []byte
+	etag     string
+}
+
+func mountAssets(mux *http.ServeMux, fsyss ...fs.FS) error {
+	for _, m := range moduleAssets {
+		a, err := loadAsset(m.name, fsyss)
+		if err != nil {
+			return fmt.Errorf("load %s: %w", m.name, err)
+		}
+		if a == nil {
+			continue // not built (make wasm): 404 like any missing file
+		}
+		a.contentType, a.cacheControl = m.contentType, m.cacheControl
+		mux.Handle("GET /"+m.name, a)
+	}
+	return nil
+}
+
+func loadAsset(name string, fsyss []fs.FS) (*asset, error) {
+	for _, fsys := range fsyss {
+		if fsys == nil {
+			continue
+		}
+		raw, err := fs.ReadFile(fsys, name)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		a := &asset{name: name, modTime: time.Now()}
+		if st, err := fs.Stat(fsys, name); err == nil && !st.ModTime().IsZero() {
+			a.modTime = st.ModTime()
+		}
+		if br, err := fs.ReadFile(fsys, name+".br"); err == nil {
+			a.variants = append(a.variants, newVariant("br", br))
+		}
+		gz, err := fs.ReadFile(fsys, name+".gz")
+		if err != nil {
+			if gz, err = gzipBytes(raw); err != nil {
+				return nil, err
+			}
+		}
+		a.variants = append(a.variants, newVariant("gzip", gz), newVariant("", raw))
+		return a, nil
+	}
+	return nil, nil
+}
+
+func newVariant(enc string, data []byte) variant {
+	sum := sha256.Sum256(data)
+	tag := base64.RawURLEncoding.EncodeToString(sum[:12])
+	if enc != "" {
+		tag += "-" + enc
+	}
+	return variant{encoding: enc, data: data, etag: `"` + tag + `"`}
+}
+
+func gzipBytes(b []byte) ([]byte, error) {
+	var buf bytes.Buffer
+	zw, err := gzip.NewWriterLevel(&buf, gzip.BestCompression)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := zw.Write(b); err != nil {
+		return nil, err
+	}
+	if err := zw.Close(); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+func (a *asset) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	v := a.pick(r.Header.Get("Accept-Encoding"))
+	h := w.Header()
+	h.Set("Content-Type", a.contentType)
+	h.Set("Cache-Control", a.cacheControl)
+	h.Set("ETag", v.etag)
+	h.Set("Vary", "Accept-Encoding")
+	h.Set("Access-Control-Allow-Origin", "*")
+	h.Set("Cross-Origin-Resource-Policy", "cross-origin")
+	h.Set("X-Content-Type-Options", "nosniff")
+	if v.encoding != "" {
+		h.Set("Content-Encoding", v.encoding)
+	}
+	http.ServeContent(w, r, a.name, a.modTime, bytes.NewReader(v.data))
+}
+
+// pick returns the first variant the client accepts (q=0 excludes).
+func (a *asset) pick(acceptEncoding string) variant {
+	for _, v := range a.variants {
+		if v.encoding == "" || accepts(acceptEncoding, v.encoding) {
+			return v
+		}
+	}
+	return a.variants[len(a.variants)-1]
+}
+
+func accepts(header, enc string) bool {
+	for _, part := range strings.Split(header, ",") {
+		name, params, _ := strings.Cut(strings.TrimSpace(part), ";")
+		if !strings.EqualFold(strings.TrimSpace(name), enc) && strings.TrimSpace(name) != "*" {
+			continue
+		}
+		params = strings.ReplaceAll(strings.TrimSpace(params), " ", "")
+		if params == "q=0" || params == "q=0.0" || params == "q=0.00" || params == "q=0.000" {
+			return false
+		}
+		return true
+	}
+	return false
+}

@@ -1,0 +1,201 @@
+package httpapi
+
+import (
+	"compress/gzip"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"testing/fstest"
+	"time"
+
+	"github.com/itlmon/itlmon/collector"
+	"github.com/itlmon/itlmon/wasm/beacon"
+)
+
+type fakeReader struct {
+	got     collector.StreamFilter
+	streams []collector.Stream
+	err     error
+}
+
+func (f *fakeReader) LatestStreams(_ context.Context, flt collector.StreamFilter) ([]collector.Stream, error) {
+	f.got = flt
+	return f.streams, f.err
+}
+
+var now = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+
+func mustNew(t *testing.T, cfg Config) http.Handler {
+	t.Helper()
+	cfg.Now = func() time.Time { return now }
+	mux, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return mux
+}
+
+func get(t *testing.T, h http.Handler, url string, hdr ...string) *httptest.ResponseRecorder {
+	t.Helper()
+	req := httptest.NewRequest("GET", url, nil)
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	return rec
+}
+
+func TestStreamsParams(t *testing.T) {
+	fr := &fakeReader{}
+	h := mustNew(t, Config{Streams: fr, HasSite: func(k string) bool { return k == "demo" }})
+	tests := []struct {
+		url       string
+		status    int
+		errSubstr string
+	}{
+		{"/api/streams", 400, "missing site"},
+		{"/api/streams?site=nope", 404, "unknown site"},
+		{"/api/streams?site=demo&since=abc", 400, "bad since"},
+		{"/api/streams?site=demo&since=-5m", 400, "bad since"},
+		{"/api/streams?site=demo&since=400d", 400, "bad since"},
+		{"/api/streams?site=demo&limit=0", 400, "bad limit"},
+		{"/api/streams?site=demo&limit=x", 400, "bad limit"},
+		{"/api/streams?site=demo", 200, ""},
+	}
+	for _, tt := range tests {
+		rec := get(t, h, tt.url)
+		if got, want := rec.Code, tt.status; got != want {
+			t.Errorf("%s: status = %d, want %d (%s)", tt.url, got, want, rec.Body)
+		}
+		if tt.errSubstr != "" && !strings.Contains(rec.Body.String(), tt.errSubstr) {
+			t.Errorf("%s: body %q does not say %q", tt.url, rec.Body, tt.errSubstr)
+		}
+	}
+}
+
+func TestStreamsFilterAndBody(t *testing.T) {
+	s := collector.Stream{Site: "demo", Country: "DE", Browser: "Chrome", BrowserMajor: 142, ReceivedAt: now}
+	s.StreamID[0] = 0xab
+	s.TTFBUs, s.TTFCUs, s.TTFTUs, s.DurationUs = 1500, 2000, beacon.NoTime, 90000
+	s.Model = "gpt-x"
+	fr := &fakeReader{streams: []collector.Stream{s}}
+	h := mustNew(t, Config{Streams: fr})
+	rec := get(t, h, "/api/streams?site=demo&since=10m&limit=5000")
+	if rec.Code != 200 {
+		t.Fatalf("status = %d: %s", rec.Code, rec.Body)
+	}
+	if got, want := fr.got, (collector.StreamFilter{Site: "demo", Since: now.Add(-10 * time.Minute), Limit: MaxStreamsLimit}); got != want {
+		t.Fatalf("filter = %+v, want %+v", got, want)
+	}
+	var body struct {
+		Count   int
+		Streams []map[string]any
+	}
+	if err := json.Unmarshal(rec.Body.Bytes(), &body); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := body.Count, 1; got != want {
+		t.Fatalf("count = %d, want %d", got, want)
+	}
+	st := body.Streams[0]
+	for k, want := range map[string]any{"stream_id": "ab000000000000000000000000000000", "ttfb_ms": 1.5,
+		"ttft_ms": nil, "duration_ms": 90.0, "country": "DE", "browser": "Chrome", "model": "gpt-x"} {
+		if got := st[k]; got != want {
+			t.Errorf("%s = %v, want %v", k, got, want)
+		}
+	}
+}
+
+func TestStreamsStoreError(t *testing.T) {
+	h := mustNew(t, Config{Streams: &fakeReader{err: errors.New("connection refused")}})
+	if got, want := get(t, h, "/api/streams?site=demo").Code, 503; got != want {
+		t.Fatalf("status = %d, want %d", got, want)
+	}
+}
+
+func TestHealthReady(t *testing.T) {
+	var readyErr error
+	h := mustNew(t, Config{Ready: func(context.Context) error { return readyErr }})
+	if got := get(t, h, "/healthz").Code; got != 200 {
+		t.Fatalf("healthz = %d", got)
+	}
+	if got := get(t, h, "/readyz").Code; got != 200 {
+		t.Fatalf("readyz = %d", got)
+	}
+	readyErr = errors.New("clickhouse: dial tcp: refused")
+	rec := get(t, h, "/readyz")
+	if rec.Code != 503 || !strings.Contains(rec.Body.String(), "clickhouse") {
+		t.Fatalf("readyz = %d %q, want 503 with the cause", rec.Code, rec.Body)
+	}
+}
+
+func TestAssets(t *testing.T) {
+	wasm := []byte("\x00asm\x01\x00\x00\x00 module bytes")
+	dist := fstest.MapFS{
+		"itl.wasm":     {Data: wasm},
+		"itl.wasm.br":  {Data: []byte("brotli bytes")},
+		"wasm_exec.js": {Data: []byte("// wasm_exec")},
+	}
+	static := fstest.MapFS{
+		"itl.js":     {Data: []byte("// loader")},
+		"index.html": {Data: []byte("<h1>itlmon</h1>")},
+	}
+	h := mustNew(t, Config{Dist: dist, Static: static})
+
+	tests := []struct {
+		path, accept, wantEnc, wantType string
+	}{
+		{"/itl.wasm", "gzip, deflate, br", "br", "application/wasm"},
+		{"/itl.wasm", "gzip", "gzip", "application/wasm"},
+		{"/itl.wasm", "br;q=0, gzip", "gzip", "application/wasm"},
+		{"/itl.wasm", "", "", "application/wasm"},
+		{"/itl.js", "br, gzip", "gzip", "text/javascript; charset=utf-8"},
+		{"/wasm_exec.js", "", "", "text/javascript; charset=utf-8"},
+	}
+	for _, tt := range tests {
+		rec := get(t, h, tt.path, "Accept-Encoding", tt.accept)
+		if rec.Code != 200 {
+			t.Fatalf("%s: status %d", tt.path, rec.Code)
+		}
+		hd := rec.Header()
+		if got := hd.Get("Content-Encoding"); got != tt.wantEnc {
+			t.Errorf("%s (%s): Content-Encoding = %q, want %q", tt.path, tt.accept, got, tt.wantEnc)
+		}
+		if got := hd.Get("Content-Type"); got != tt.wantType {
+			t.Errorf("%s: Content-Type = %q, want %q", tt.path, got, tt.wantType)
+		}
+		if got := hd.Get("Access-Control-Allow-Origin"); got != "*" {
+			t.Errorf("%s: Access-Control-Allow-Origin = %q, want *", tt.path, got)
+		}
+		if hd.Get("ETag") == "" || hd.Get("Cache-Control") == "" {
+			t.Errorf("%s: no ETag or Cache-Control", tt.path)
+		}
+		if tt.wantEnc == "gzip" {
+			zr, err := gzip.NewReader(rec.Body)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(zr)
+			if tt.path == "/itl.wasm" && string(b) != string(wasm) {
+				t.Errorf("gunzipped itl.wasm = %q, want the module", b)
+			}
+		}
+	}
+	// Revalidation.
+	etag := get(t, h, "/itl.wasm", "Accept-Encoding", "br").Header().Get("ETag")
+	if got := get(t, h, "/itl.wasm", "Accept-Encoding", "br", "If-None-Match", etag).Code; got != 304 {
+		t.Errorf("If-None-Match: status = %d, want 304", got)
+	}
+	if got := get(t, h, "/itl.wasm", "Accept-Encoding", "gzip", "If-None-Match", etag).Code; got != 200 {
+		t.Errorf("If-None-Match with the br tag on a gzip request: status = %d, want 200", got)
+	}
+	if rec := get(t, h, "/"); rec.Code != 200 || !strings.Contains(rec.Body.String(), "itlmon") {
+		t.Errorf("/ = %d %q", rec.Code, rec.Body)
+	}
+}

@@ -1,0 +1,201 @@
+package httpapi
+
+import (
+	"encoding/hex"
+	"fmt"
+	"math"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/itlmon/itlmon/collector"
+	"github.com/itlmon/itlmon/collector/config"
+	"github.com/itlmon/itlmon/wasm/beacon"
+)
+
+type streamsHandler struct{ cfg Config }
+
+// streamsResponse is the body of GET /api/streams.
+type streamsResponse struct {
+	Site    string       `json:"site"`
+	Since   time.Time    `json:"since"`
+	Limit   int          `json:"limit"`
+	Count   int          `json:"count"`
+	Streams []streamJSON `json:"streams"`
+}
+
+// streamJSON is one stream as the API shows it: times in milliseconds (null
+// when the event did not happen), enrichment as stored.
+type streamJSON struct {
+	StreamID    string    `json:"stream_id"`
+	OriginID    string    `json:"origin_id,omitempty"`
+	Start       time.Time `json:"start"`
+	ReceivedAt  time.Time `json:"received_at"`
+	PageOrigin  string    `json:"page_origin"`
+	PagePath    string    `json:"page_path"`
+	URLOrigin   string    `json:"url_origin"`
+	URLPath     string    `json:"url_path"`
+	Model       string    `json:"model"`
+	HTTPProto   string    `json:"http_proto"`
+	ContentType string    `json:"content_type"`
+	Format      uint8     `json:"format"`
+	Status      uint8     `json:"status"`
+	HTTPStatus  uint16    `json:"http_status"`
+
+	TTFBMs     *float64 `json:"ttfb_ms"`
+	TTFCMs     *float64 `json:"ttfc_ms"`
+	TTFTMs     *float64 `json:"ttft_ms"`
+	DurationMs *float64 `json:"duration_ms"`
+
+	Events         uint32  `json:"events"`
+	ContentEvents  uint32  `json:"content_events"`
+	Tokens         uint32  `json:"tokens"`
+	TokensReported bool    `json:"tokens_reported"`
+	Reads          uint32  `json:"reads"`
+	Bytes          uint64  `json:"bytes"`
+	GapP50Ms       float64 `json:"gap_p50_ms"`
+	GapP95Ms       float64 `json:"gap_p95_ms"`
+	GapP99Ms       float64 `json:"gap_p99_ms"`
+	GapMaxMs       float64 `json:"gap_max_ms"`
+	TPOTMs         float64 `json:"tpot_ms"`
+	TokensPerSec   float64 `json:"tokens_per_sec"`
+	Stalls         uint32  `json:"stalls"`
+	StalledMs      float64 `json:"stalled_ms"`
+	Jank           float64 `json:"jank"`
+	Smooth         bool    `json:"smooth"`
+	EventsPerRead  float64 `json:"events_per_read"`
+	BytesPerRead   float64 `json:"bytes_per_read"`
+	SubFloorShare  float64 `json:"sub_floor_share"`
+	TTFTCause      uint8   `json:"ttft_cause"`
+
+	Country       string `json:"country"`
+	Region        string `json:"region"`
+	Browser       string `json:"browser"`
+	BrowserMajor  uint16 `json:"browser_major"`
+	OS            string `json:"os"`
+	Device        string `json:"device"`
+	ConnType      string `json:"conn_type"`
+	Release       string `json:"release,omitempty"`
+	ModuleVersion string `json:"module_version,omitempty"`
+}
+
+func (h *streamsHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	site := q.Get("site")
+	if site == "" {
+		writeError(w, http.StatusBadRequest, "missing site parameter: use ?site=KEY")
+		return
+	}
+	if h.cfg.HasSite != nil && !h.cfg.HasSite(site) {
+		writeError(w, http.StatusNotFound, fmt.Sprintf("unknown site key %q", site))
+		return
+	}
+	since := DefaultSince
+	if s := q.Get("since"); s != "" {
+		d, err := config.ParseDuration(s)
+		if err != nil || d <= 0 || d > MaxSince {
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("bad since %q: want a duration from 1s to 366d, like 10m, 2h or 7d", s))
+			return
+		}
+		since = d
+	}
+	limit := DefaultStreamsLimit
+	if s := q.Get("limit"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 {
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("bad limit %q: want a whole number from 1 to %d", s, MaxStreamsLimit))
+			return
+		}
+		limit = min(n, MaxStreamsLimit)
+	}
+	if h.cfg.Streams == nil {
+		writeError(w, http.StatusServiceUnavailable, "no stream store")
+		return
+	}
+	from := h.cfg.Now().Add(-since).UTC()
+	got, err := h.cfg.Streams.LatestStreams(r.Context(), collector.StreamFilter{Site: site, Since: from, Limit: limit})
+	if err != nil {
+		h.cfg.Logger.Error().Err(err).Str("site", site).Msg("read streams")
+		writeError(w, http.StatusServiceUnavailable, "read streams: storage unavailable")
+		return
+	}
+	resp := streamsResponse{Site: site, Since: from, Limit: limit, Count: len(got), Streams: make([]streamJSON, len(got))}
+	for i := range got {
+		resp.Streams[i] = toJSON(&got[i])
+	}
+	writeJSON(w, http.StatusOK, resp)
+}
+
+func toJSON(s *collector.Stream) streamJSON {
+	return streamJSON{
+		StreamID:    hex.EncodeToString(s.StreamID[:]),
+		OriginID:    s.OriginID,
+		Start:       time.UnixMilli(s.StartUnixMs).UTC(),
+		ReceivedAt:  s.ReceivedAt.UTC(),
+		PageOrigin:  s.PageOrigin,
+		PagePath:    s.PagePath,
+		URLOrigin:   s.URLOrigin,
+		URLPath:     s.URLPath,
+		Model:       s.Model,
+		HTTPProto:   s.HTTPProto,
+		ContentType: s.ContentType,
+		Format:      s.Format,
+		Status:      s.Status,
+		HTTPStatus:  s.HTTPStatus,
+
+		TTFBMs:     optMs(s.TTFBUs),
+		TTFCMs:     optMs(s.TTFCUs),
+		TTFTMs:     optMs(s.TTFTUs),
+		DurationMs: optMs(s.DurationUs),
+
+		Events:         s.Events,
+		ContentEvents:  s.ContentEvents,
+		Tokens:         s.Tokens,
+		TokensReported: s.TokensReported,
+		Reads:          s.Reads,
+		Bytes:          s.Bytes,
+		GapP50Ms:       ms(uint64(s.GapP50Us)),
+		GapP95Ms:       ms(uint64(s.GapP95Us)),
+		GapP99Ms:       ms(uint64(s.GapP99Us)),
+		GapMaxMs:       ms(uint64(s.GapMaxUs)),
+		TPOTMs:         ms(uint64(s.TPOTUs)),
+		TokensPerSec:   finite(s.TokensPerSec),
+		Stalls:         s.Stalls,
+		StalledMs:      ms(s.StalledUs),
+		Jank:           finite(s.Jank),
+		Smooth:         s.Smooth,
+		EventsPerRead:  finite(s.EventsPerRead),
+		BytesPerRead:   finite(s.BytesPerRead),
+		SubFloorShare:  finite(s.SubFloorShare),
+		TTFTCause:      s.TTFTCause,
+
+		Country:       s.Country,
+		Region:        s.Region,
+		Browser:       s.Browser,
+		BrowserMajor:  s.BrowserMajor,
+		OS:            s.OS,
+		Device:        s.Device,
+		ConnType:      s.ConnType,
+		Release:       s.Release,
+		ModuleVersion: s.ModuleVersion,
+	}
+}
+
+func ms(us uint64) float64 { return float64(us) / 1000 }
+
+func optMs(us uint32) *float64 {
+	if us == beacon.NoTime {
+		return nil
+	}
+	v := ms(uint64(us))
+	return &v
+}
+
+// finite keeps NaN and Inf (which encoding/json refuses) out of the answer.
+func finite(f float32) float64 {
+	v := float64(f)
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		return 0
+	}
+	return math.Round(v*1000) / 1000
+}
