@@ -1,0 +1,82 @@
+package query
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+)
+
+// Conn is the part of a clickhouse-go connection the read side uses;
+// clickhouse.Conn satisfies it.
+type Conn interface {
+	Query(ctx context.Context, query string, args ...any) (driver.Rows, error)
+}
+
+// Filter selects rollup rows. Site and Since are required; Until defaults to
+// now. Where keys must be Dimensions; values match exactly.
+type Filter struct {
+	Site         string
+	Since, Until time.Time
+	Where        map[string]string
+}
+
+// ErrBadFilter is wrapped by every Filter.Validate error.
+var ErrBadFilter = errors.New("bad filter")
+
+// Validate checks the filter before any SQL is built.
+func (f *Filter) Validate() error {
+	if f.Site == "" {
+		return fmt.Errorf("%w: site is required", ErrBadFilter)
+	}
+	if f.Since.IsZero() {
+		return fmt.Errorf("%w: since is required", ErrBadFilter)
+	}
+	if !f.Until.IsZero() && !f.Until.After(f.Since) {
+		return fmt.Errorf("%w: until must be after since", ErrBadFilter)
+	}
+	for k := range f.Where {
+		if _, ok := dimColumn[k]; !ok {
+			return fmt.Errorf("%w: unknown dimension %q: allowed are %s", ErrBadFilter, k, strings.Join(Dimensions(), ", "))
+		}
+	}
+	return nil
+}
+
+// Dimensions are the keys of Filter.Where and Breakdown, sorted.
+func Dimensions() []string {
+	ks := make([]string, 0, len(dimColumn))
+	for k := range dimColumn {
+		ks = append(ks, k)
+	}
+	sort.Strings(ks)
+	return ks
+}
+
+// where builds the WHERE clause with positional parameters: only column names
+// from dimColumn (never user text) enter the SQL; every value is an argument.
+func (f *Filter) where() (string, []any) {
+	until := f.Until
+	if until.IsZero() {
+		until = time.Now()
+	}
+	var b strings.Builder
+	b.WriteString(colSite + " = ? AND " + colMinute + " >= ? AND " + colMinute + " < ?")
+	// The rollup is per minute: a window starting mid-minute includes that
+	// minute, one ending mid-minute includes the minute it ends in.
+	args := []any{f.Site, f.Since.UTC().Truncate(time.Minute), until.UTC().Truncate(time.Minute).Add(time.Minute)}
+	keys := make([]string, 0, len(f.Where))
+	for k := range f.Where {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		b.WriteString(" AND " + dimColumn[k] + " = ?")
+		args = append(args, f.Where[k])
+	}
+	return b.String(), args
+}

@@ -1,0 +1,344 @@
+package query
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/itlmon/itlmon/wasm/hist"
+)
+
+// Tables and columns of schema/003_rollup.sql and 001_streams.sql.
+const (
+	rollupTable  = "itl_rollup_1m"
+	streamsTable = "itl_streams"
+	colSite      = "site"
+	colMinute    = "minute"
+)
+
+// dimColumn maps a dimension key to its column. Both the rollup and
+// itl_streams have these columns under the same names. Only these names ever
+// enter SQL text; values are always query arguments.
+var dimColumn = map[string]string{
+	"country": "country",
+	"region":  "region",
+	"browser": "browser",
+	"os":      "os",
+	"device":  "device",
+	"model":   "model",
+	"release": "release",
+}
+
+// MaxGroups bounds a Breakdown (largest groups by streams first).
+const MaxGroups = 200
+
+// aggSelect reads one Report's worth of rollup columns.
+const aggSelect = `sum(streams), sum(completed), sum(smooth), sum(with_ttft), sum(tokens), sum(stalls), max(max_gap_us),
+	tupleElement(sumMap(itl), 1), tupleElement(sumMap(itl), 2), sum(itl_zero),
+	tupleElement(sumMap(itl_tok), 1), tupleElement(sumMap(itl_tok), 2), sum(itl_tok_zero),
+	tupleElement(sumMap(ttft), 1), tupleElement(sumMap(ttft), 2), sum(ttft_zero)`
+
+// aggRow is one row of aggSelect.
+type aggRow struct {
+	streams, completed, smooth, withTTFT, tokens, stalls uint64
+	maxGap                                               uint32
+	itlIdx                                               []int32
+	itlCnt                                               []uint64
+	itlZero                                              uint64
+	tokIdx                                               []int32
+	tokCnt                                               []uint64
+	tokZero                                              uint64
+	ttftIdx                                              []int32
+	ttftCnt                                              []uint64
+	ttftZero                                             uint64
+}
+
+func (a *aggRow) dest() []any {
+	return []any{&a.streams, &a.completed, &a.smooth, &a.withTTFT, &a.tokens, &a.stalls, &a.maxGap,
+		&a.itlIdx, &a.itlCnt, &a.itlZero, &a.tokIdx, &a.tokCnt, &a.tokZero, &a.ttftIdx, &a.ttftCnt, &a.ttftZero}
+}
+
+func (a *aggRow) report() (Report, error) {
+	itl, err := FromRollup(a.itlZero, a.itlIdx, a.itlCnt, float64(a.maxGap))
+	if err != nil {
+		return Report{}, fmt.Errorf("itl histogram: %w", err)
+	}
+	tok, err := FromRollup(a.tokZero, a.tokIdx, a.tokCnt, 0)
+	if err != nil {
+		return Report{}, fmt.Errorf("token itl histogram: %w", err)
+	}
+	ttft, err := FromRollup(a.ttftZero, a.ttftIdx, a.ttftCnt, 0)
+	if err != nil {
+		return Report{}, fmt.Errorf("ttft histogram: %w", err)
+	}
+	r := Report{
+		Streams:   int64(a.streams),
+		Errors:    int64(a.streams - min(a.completed, a.streams)),
+		Tokens:    int64(a.tokens),
+		Stalls:    int64(a.stalls),
+		Smooth:    int64(a.smooth),
+		ITL:       DistOf(&itl),
+		ITLTokens: DistOf(&tok),
+		TTFT:      DistOf(&ttft),
+	}
+	return r, nil
+}
+
+// FromRollup rebuilds a histogram from merged rollup buckets, which keep
+// counts but not sum, min and max. Min and the sum are taken from the
+// buckets' representative values (min is 0 when the zero bucket is used);
+// max is maxUs when it lies in the highest bucket (the exact largest gap the
+// rollup keeps for ITL), else the highest bucket's representative. Quantiles
+// stay within hist.RelativeError of the exact ones; the mean is an estimate
+// within the same bound.
+func FromRollup(zero uint64, idx []int32, cnt []uint64, maxUs float64) (hist.Histogram, error) {
+	lo, hi := int32(0), int32(0)
+	var sum float64
+	n := 0
+	for k, i := range idx {
+		if cnt[k] == 0 {
+			continue
+		}
+		if n == 0 {
+			lo = i
+		}
+		hi = i
+		n++
+		sum += hist.BucketValue(i) * float64(cnt[k])
+	}
+	if len(idx) != len(cnt) {
+		return hist.Histogram{}, fmt.Errorf("%d indexes, %d counts", len(idx), len(cnt))
+	}
+	var mn, mx float64
+	if n > 0 {
+		mn, mx = hist.BucketValue(lo), hist.BucketValue(hi)
+		if maxUs > hist.ZeroThresholdMicros && hist.BucketIndex(maxUs) == hi {
+			mx = maxUs
+		}
+	}
+	if zero > 0 {
+		mn = 0
+		if n == 0 {
+			mx = 0
+		}
+	}
+	return hist.FromSparse(zero, idx, cnt, sum, mn, mx)
+}
+
+// Summary is the report over every rollup row matching f. Tokens/s and TPOT
+// medians are per-stream values, which the rollup does not keep: they come
+// from itl_streams (two Float32/UInt32 columns over the same filter).
+func Summary(ctx context.Context, conn Conn, f Filter) (Report, error) {
+	if err := f.Validate(); err != nil {
+		return Report{}, err
+	}
+	where, args := f.where()
+	rows, err := conn.Query(ctx, "SELECT "+aggSelect+" FROM "+rollupTable+" WHERE "+where, args...)
+	if err != nil {
+		return Report{}, fmt.Errorf("query rollup: %w", err)
+	}
+	defer rows.Close()
+	var a aggRow
+	if rows.Next() {
+		if err := rows.Scan(a.dest()...); err != nil {
+			return Report{}, fmt.Errorf("scan rollup: %w", err)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return Report{}, fmt.Errorf("read rollup: %w", err)
+	}
+	r, err := a.report()
+	if err != nil {
+		return Report{}, err
+	}
+	speeds, err := speeds(ctx, conn, f, "")
+	if err != nil {
+		return Report{}, err
+	}
+	s := speeds[""]
+	r.TokensPerSecP50, r.TPOTP50 = s.tps, s.tpot
+	r.Finish()
+	return r, nil
+}
+
+type speed struct {
+	tps  float64
+	tpot time.Duration
+}
+
+// speeds reads the per-stream tokens/s and TPOT medians from itl_streams,
+// grouped by dim ("" for one group keyed "").
+func speeds(ctx context.Context, conn Conn, f Filter, dim string) (map[string]speed, error) {
+	where, args := f.streamsWhere()
+	key, group := "''", ""
+	if dim != "" {
+		key, group = dimColumn[dim], " GROUP BY key"
+	}
+	q := "SELECT toString(" + key + ") AS key, quantileExact(0.5)(tokens_per_sec), quantileExact(0.5)(tpot_us) FROM " +
+		streamsTable + " WHERE " + where + " AND tokens_per_sec > 0" + group
+	rows, err := conn.Query(ctx, q, args...)
+	if err != nil {
+		return nil, fmt.Errorf("query stream speeds: %w", err)
+	}
+	defer rows.Close()
+	out := make(map[string]speed)
+	for rows.Next() {
+		var (
+			k    string
+			tps  float32
+			tpot uint32
+		)
+		if err := rows.Scan(&k, &tps, &tpot); err != nil {
+			return nil, fmt.Errorf("scan stream speeds: %w", err)
+		}
+		out[k] = speed{float64(tps), time.Duration(tpot) * time.Microsecond}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read stream speeds: %w", err)
+	}
+	return out, nil
+}
+
+// streamsWhere is where() for itl_streams: the same minutes, by received_at.
+func (f *Filter) streamsWhere() (string, []any) {
+	w, args := f.where()
+	return strings.ReplaceAll(w, colMinute+" ", "received_at "), args
+}
+
+// Group is one value of a Breakdown dimension.
+type Group struct {
+	Key    string `json:"key"`
+	Report Report `json:"report"`
+}
+
+// Breakdown is Summary per value of dim (a Dimensions key), largest groups
+// first, at most MaxGroups.
+func Breakdown(ctx context.Context, conn Conn, f Filter, dim string) ([]Group, error) {
+	if err := f.Validate(); err != nil {
+		return nil, err
+	}
+	col, ok := dimColumn[dim]
+	if !ok {
+		return nil, fmt.Errorf("%w: unknown dimension %q: allowed are %s", ErrBadFilter, dim, strings.Join(Dimensions(), ", "))
+	}
+	where, args := f.where()
+	q := "SELECT toString(" + col + ") AS key, " + aggSelect + " FROM " + rollupTable + " WHERE " + where +
+		" GROUP BY key ORDER BY sum(streams) DESC, key LIMIT " + strconv.Itoa(MaxGroups)
+	rows, err := conn.Query(ctx, q, args...)
+	if err != nil {
+		return nil, fmt.Errorf("query rollup by %s: %w", dim, err)
+	}
+	defer rows.Close()
+	var out []Group
+	for rows.Next() {
+		var (
+			g Group
+			a aggRow
+		)
+		if err := rows.Scan(append([]any{&g.Key}, a.dest()...)...); err != nil {
+			return nil, fmt.Errorf("scan rollup by %s: %w", dim, err)
+		}
+		if g.Report, err = a.report(); err != nil {
+			return nil, fmt.Errorf("%s=%s: %w", dim, g.Key, err)
+		}
+		out = append(out, g)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read rollup by %s: %w", dim, err)
+	}
+	sp, err := speeds(ctx, conn, f, dim)
+	if err != nil {
+		return nil, err
+	}
+	for i := range out {
+		s := sp[out[i].Key]
+		out[i].Report.TokensPerSecP50, out[i].Report.TPOTP50 = s.tps, s.tpot
+		out[i].Report.Finish()
+	}
+	return out, nil
+}
+
+// Point is one step of a Timeseries.
+type Point struct {
+	T          time.Time     `json:"t"`
+	Streams    int64         `json:"streams"`
+	TTFTP50    time.Duration `json:"-"`
+	TTFTP95    time.Duration `json:"-"`
+	ITLP50     time.Duration `json:"-"`
+	ITLP95     time.Duration `json:"-"`
+	ITLP99     time.Duration `json:"-"`
+	StallShare float64       `json:"stall_share"`
+	Jank       float64       `json:"jank"`
+}
+
+// StepFor picks a timeseries step giving at most about 300 points.
+func StepFor(window time.Duration) time.Duration {
+	for _, s := range []time.Duration{time.Minute, 5 * time.Minute, 15 * time.Minute, time.Hour, 6 * time.Hour} {
+		if window/s <= 300 {
+			return s
+		}
+	}
+	return 24 * time.Hour
+}
+
+// Timeseries is the report per step (a whole number of minutes) over f,
+// oldest first; steps without streams are absent.
+func Timeseries(ctx context.Context, conn Conn, f Filter, step time.Duration) ([]Point, error) {
+	if err := f.Validate(); err != nil {
+		return nil, err
+	}
+	if step < time.Minute || step%time.Minute != 0 || step > 31*24*time.Hour {
+		return nil, fmt.Errorf("%w: step %v: want whole minutes, at most 31 days", ErrBadFilter, step)
+	}
+	where, args := f.where()
+	// The step is an integer we formatted, never user text.
+	q := "SELECT toStartOfInterval(" + colMinute + ", INTERVAL " + strconv.Itoa(int(step/time.Minute)) + " MINUTE) AS t, " +
+		aggSelect + " FROM " + rollupTable + " WHERE " + where + " GROUP BY t ORDER BY t"
+	rows, err := conn.Query(ctx, q, args...)
+	if err != nil {
+		return nil, fmt.Errorf("query rollup timeseries: %w", err)
+	}
+	defer rows.Close()
+	var out []Point
+	for rows.Next() {
+		var (
+			t time.Time
+			a aggRow
+		)
+		if err := rows.Scan(append([]any{&t}, a.dest()...)...); err != nil {
+			return nil, fmt.Errorf("scan rollup timeseries: %w", err)
+		}
+		r, err := a.report()
+		if err != nil {
+			return nil, fmt.Errorf("%v: %w", t, err)
+		}
+		r.Finish()
+		out = append(out, Point{T: t.UTC(), Streams: r.Streams, TTFTP50: r.TTFT.P50, TTFTP95: r.TTFT.P95,
+			ITLP50: r.ITL.P50, ITLP95: r.ITL.P95, ITLP99: r.ITL.P99, StallShare: r.StallShare, Jank: r.Jank})
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read rollup timeseries: %w", err)
+	}
+	return out, nil
+}
+
+// Sites lists the site keys with rollup rows since t, sorted.
+func Sites(ctx context.Context, conn Conn, since time.Time) ([]string, error) {
+	rows, err := conn.Query(ctx, "SELECT DISTINCT toString("+colSite+") AS s FROM "+rollupTable+" WHERE "+colMinute+" >= ? ORDER BY s LIMIT 1000",
+		since.UTC().Truncate(time.Minute))
+	if err != nil {
+		return nil, fmt.Errorf("query sites: %w", err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var s string
+		if err := rows.Scan(&s); err != nil {
+			return nil, fmt.Errorf("scan sites: %w", err)
+		}
+		out = append(out, s)
+	}
+	return out, rows.Err()
+}
