@@ -1,0 +1,429 @@
+// Package e2e runs itlmon end to end: real headless Chromium (chromedp), the
+// real collector in-process with its embedded ClickHouse engine, and an origin
+// server on another port, so the page is cross-origin to the collector as in
+// production.
+//
+// The harness (this file) is shared by every e2e test in the package:
+//
+//	Browser(t)                       the package's one Chromium (started in TestMain); skips or fails
+//	                                 (ITLMON_REQUIRE_REAL=1) when Chromium is missing
+//	NewTab(t) context.Context        a fresh tab, closed at cleanup
+//	StartOrigin(t) *Origin           the page's server: /, /v1/chat/completions (collector/demo's
+//	                                 cadence-controlled SSE), /plain; Origin.Handle adds routes,
+//	                                 Origin.SetCollector points the page's tag at a collector
+//	StartAssets(t, opts) *Assets     a bare server for itl.js / wasm_exec.js / itl.wasm with CORS
+//	                                 (404 or replaced files on demand), no ingest
+//	StartCollector(t, sites...)      the real collector (`itlmon serve`) in-process on 127.0.0.1:0
+//	OpenPage(t, ctx, url)            navigate and wait until itlmon is ready (or definitely off)
+//	RunStream(t, ctx, StreamOpts)    make the page fetch and read a stream; what the page saw
+//	WaitStreams(t, c, site, n)       poll /api/streams until n streams are stored, with a deadline
+//	PageSummaries(t, ctx)            what itlmon.onStream gave the page
+//
+// The page (Origin "/") loads `<script src="{collector}/itl.js" data-site="{site}" async>`
+// and exposes window.e2e.stream(query, opts), which fetches /v1/chat/completions?{query},
+// reads the body (reader loop, text(), for await, or clone), and returns its own t0-based
+// TTFT, the byte count and the SHA-256 of every byte it read.
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"html/template"
+	"io/fs"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"path"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/itlmon/itlmon/collector/demo"
+	"github.com/itlmon/itlmon/web"
+)
+
+const chromiumPath = "/usr/lib/chromium/chromium"
+
+var (
+	browserCtx context.Context // the shared browser; nil when it could not start
+	browserErr error
+)
+
+func TestMain(m *testing.M) {
+	code := func() int {
+		if _, err := os.Stat(chromiumPath); err != nil {
+			browserErr = errors.New("chromium not installed at " + chromiumPath)
+			return m.Run()
+		}
+		opts := []chromedp.ExecAllocatorOption{
+			chromedp.ExecPath(chromiumPath),
+			chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun,
+			chromedp.Flag("disable-quic", true),
+			chromedp.Flag("disable-background-networking", true),
+			chromedp.Flag("disable-component-update", true),
+			chromedp.Flag("disable-sync", true),
+			chromedp.Flag("no-default-browser-check", true),
+			chromedp.Flag("disable-renderer-backgrounding", true),
+			chromedp.Flag("disable-background-timer-throttling", true),
+			chromedp.Flag("disable-backgrounding-occluded-windows", true),
+		}
+		allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+		defer cancelAlloc()
+		ctx, cancel := chromedp.NewContext(allocCtx)
+		defer cancel()
+		// The first Run starts the browser; never give its context a timeout.
+		if err := chromedp.Do(ctx); err != nil {
+			browserErr = err
+			return m.Run()
+		}
+		browserCtx = ctx
+		return m.Run()
+	}()
+	os.Exit(code)
+}
+
+// requireReal skips t when a real part is missing, or fails it when
+// ITLMON_REQUIRE_REAL=1 (make test).
+func requireReal(t testing.TB, what string, err error) {
+	t.Helper()
+	if os.Getenv("ITLMON_REQUIRE_REAL") == "1" {
+		t.Fatalf("%s: %v (ITLMON_REQUIRE_REAL=1)", what, err)
+	}
+	t.Skipf("%s: %v", what, err)
+}
+
+// Browser returns the package's shared browser context.
+func Browser(t testing.TB) context.Context {
+	t.Helper()
+	if browserCtx == nil {
+		requireReal(t, "browser", browserErr)
+	}
+	return browserCtx
+}
+
+// NewTab opens a new tab in the shared browser, closed when t ends. The
+// returned context has no deadline; derive one per step.
+func NewTab(t testing.TB) context.Context {
+	t.Helper()
+	ctx, cancel := chromedp.NewContext(Browser(t))
+	t.Cleanup(cancel)
+	if err := chromedp.Do(ctx); err != nil {
+		t.Fatalf("new tab: %v", err)
+	}
+	return ctx
+}
+
+// serve starts h on 127.0.0.1:0 and returns its base URL.
+func serve(t testing.TB, h http.Handler) (string, *http.Server) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("listen: %v", err)
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	return "http://" + ln.Addr().String(), srv
+}
+
+// Origin is the page's own server (the chat app being monitored).
+type Origin struct {
+	URL string
+	mux *http.ServeMux
+
+	mu        sync.Mutex
+	collector string // where the page's tag loads itl.js from and sends to
+	site      string
+}
+
+// StartOrigin starts the page's server on its own port. Routes: "/" the test
+// page, "/v1/chat/completions" the demo SSE endpoint (cadence from the query;
+// see collector/demo), "/plain" a JSON response itlmon must not wrap.
+func StartOrigin(t testing.TB) *Origin {
+	t.Helper()
+	o := &Origin{mux: http.NewServeMux(), site: "e2e"}
+	o.mux.HandleFunc("GET /{$}", o.page)
+	o.mux.Handle("/v1/chat/completions", demo.Completions())
+	o.mux.HandleFunc("/plain", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Write([]byte(`{"ok":true}`))
+	})
+	o.URL, _ = serve(t, o.mux)
+	return o
+}
+
+// Handle adds a route to the origin (for scenarios beyond the demo stream).
+func (o *Origin) Handle(pattern string, h http.Handler) { o.mux.Handle(pattern, h) }
+
+// SetCollector sets the base URL the page's <script> tag loads itl.js from
+// (and so the collector it reports to), and the site key.
+func (o *Origin) SetCollector(base, site string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.collector, o.site = base, site
+}
+
+// PageURL returns the test page's URL. init, when not nil, is passed to
+// itlmon.init (JSON-encoded) once itl.js has loaded. noModule leaves out the
+// <script> tag: the same page without itlmon.
+func (o *Origin) PageURL(init map[string]any, noModule bool) string {
+	q := url.Values{}
+	if init != nil {
+		b, _ := json.Marshal(init)
+		q.Set("init", string(b))
+	}
+	if noModule {
+		q.Set("nomodule", "1")
+	}
+	if len(q) == 0 {
+		return o.URL + "/"
+	}
+	return o.URL + "/?" + q.Encode()
+}
+
+func (o *Origin) page(w http.ResponseWriter, r *http.Request) {
+	o.mu.Lock()
+	data := struct {
+		Src, Site, Init string
+		NoModule        bool
+	}{Src: o.collector + "/itl.js", Site: o.site, Init: r.URL.Query().Get("init"), NoModule: r.URL.Query().Get("nomodule") == "1" || o.collector == ""}
+	o.mu.Unlock()
+	if data.Init == "" {
+		data.Init = "null"
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	if err := pageTmpl.Execute(w, data); err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+	}
+}
+
+var pageTmpl = template.Must(template.New("page").Parse(`<!doctype html>
+<html><head><meta charset="utf-8"><title>itlmon e2e</title>
+<script>
+window.e2e = { summaries: [], loaded: false };
+window.e2eInit = JSON.parse({{.Init}});
+function e2eLoaded() {
+  e2e.loaded = true;
+  if (window.e2eInit) itlmon.init(window.e2eInit);
+  itlmon.onStream(function (s) { e2e.summaries.push(s); });
+}
+</script>
+{{if not .NoModule}}<script src="{{.Src}}" data-site="{{.Site}}" async onload="e2eLoaded()" onerror="e2e.loaded = 'error'"></script>{{end}}
+<script>
+function hex(buf) { return Array.from(new Uint8Array(buf), function (b) { return b.toString(16).padStart(2, '0'); }).join(''); }
+// e2e.stream fetches /v1/chat/completions?query and reads the body the way
+// opts.mode says: "reader" (default), "text", "forawait", "clone" (reads a
+// clone, then the original). opts.abortAfterMs aborts through an AbortController.
+e2e.stream = async function (query, opts) {
+  opts = opts || {};
+  var ctrl = new AbortController();
+  var out = { ttftMs: -1, bytes: 0, sha256: '', error: '', errorName: '', status: 0, reads: 0, url: '', type: '', redirected: false, ctype: '' };
+  var parts = [], text = '', dec = new TextDecoder();
+  var t0 = performance.now();
+  var seen = function (u8) {
+    parts.push(u8); out.bytes += u8.byteLength; out.reads++;
+    if (out.ttftMs < 0) { text += dec.decode(u8, { stream: true }); if (text.indexOf('"delta":{"content":') >= 0) out.ttftMs = performance.now() - t0; }
+  };
+  if (opts.abortAfterMs) setTimeout(function () { ctrl.abort(); }, opts.abortAfterMs);
+  try {
+    var resp = await fetch((opts.path || '/v1/chat/completions') + '?' + query, {
+      method: 'POST', signal: ctrl.signal, headers: { 'Content-Type': 'application/json' },
+      body: JSON.stringify({ model: opts.model || 'e2e-model', stream: true, messages: [{ role: 'user', content: 'hi' }] }),
+    });
+    out.status = resp.status; out.url = resp.url; out.type = resp.type; out.redirected = resp.redirected;
+    out.ctype = resp.headers.get('content-type') || '';
+    var mode = opts.mode || 'reader';
+    if (mode === 'text') {
+      var s = await resp.text(); out.ttftMs = performance.now() - t0;
+      seen(new TextEncoder().encode(s)); out.reads = -1;
+    } else if (mode === 'forawait') {
+      for await (var c of resp.body) seen(c);
+    } else {
+      if (mode === 'clone') {
+        var copy = resp.clone();
+        var b2 = new Uint8Array(await copy.arrayBuffer());
+        out.cloneBytes = b2.byteLength;
+        out.cloneSha256 = hex(await crypto.subtle.digest('SHA-256', b2));
+      }
+      var reader = resp.body.getReader();
+      for (;;) { var r = await reader.read(); if (r.done) break; seen(r.value); }
+    }
+  } catch (e) { out.error = String(e && e.message || e); out.errorName = e && e.name || ''; }
+  var all = new Uint8Array(out.bytes), off = 0;
+  parts.forEach(function (p) { all.set(p, off); off += p.byteLength; });
+  out.sha256 = hex(await crypto.subtle.digest('SHA-256', all));
+  return out;
+};
+</script></head><body><p>itlmon e2e page</p></body></html>`))
+
+// Assets serves the browser module (itl.js, wasm_exec.js, itl.wasm) with
+// CORS and no ingest, for tests about loading rather than storing.
+type Assets struct {
+	URL      string
+	Missing  map[string]bool   // names answered with 404
+	Override map[string][]byte // names served with these bytes instead
+}
+
+// StartAssets starts an assets server. Files come from web.Static() (itl.js)
+// and the built module: $ITLMON_E2E_DIST if set, else web.Dist() (make wasm).
+func StartAssets(t testing.TB, missing ...string) *Assets {
+	t.Helper()
+	a := &Assets{Missing: map[string]bool{}, Override: map[string][]byte{}}
+	for _, m := range missing {
+		a.Missing[m] = true
+	}
+	dist := moduleDist(t)
+	a.URL, _ = serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Access-Control-Allow-Origin", "*")
+		name := strings.TrimPrefix(path.Clean(r.URL.Path), "/")
+		if a.Missing[name] {
+			http.NotFound(w, r)
+			return
+		}
+		var b []byte
+		var err error
+		if o, ok := a.Override[name]; ok {
+			b = o
+		} else if name == "itl.js" {
+			b, err = fs.ReadFile(web.Static(), name)
+		} else {
+			b, err = fs.ReadFile(dist, name)
+		}
+		if err != nil {
+			http.NotFound(w, r)
+			return
+		}
+		switch path.Ext(name) {
+		case ".js":
+			w.Header().Set("Content-Type", "text/javascript; charset=utf-8")
+		case ".wasm":
+			w.Header().Set("Content-Type", "application/wasm")
+		}
+		w.Write(b)
+	}))
+	return a
+}
+
+// moduleDist returns where the built module lives; it fails t when itl.wasm
+// is missing (run make wasm).
+func moduleDist(t testing.TB) fs.FS {
+	t.Helper()
+	dist := web.Dist()
+	if d := os.Getenv("ITLMON_E2E_DIST"); d != "" {
+		dist = os.DirFS(d)
+	}
+	if _, err := fs.Stat(dist, "itl.wasm"); err != nil {
+		t.Fatalf("browser module not built: %v (run make wasm, then rebuild the test)", err)
+	}
+	return dist
+}
+
+// OpenPage navigates ctx's tab to pageURL and waits until itlmon is ready
+// (true) or has definitely turned itself off (false). Pages without the
+// module return false at once.
+func OpenPage(t testing.TB, ctx context.Context, pageURL string) bool {
+	t.Helper()
+	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := chromedp.Do(sctx, chromedp.Navigate(pageURL)); err != nil {
+		t.Fatalf("navigate %s: %v", pageURL, err)
+	}
+	ok, err := chromedp.Run(sctx, chromedp.Evaluate[bool](`(async () => {
+		if (!document.querySelector('script[src$="/itl.js"]')) return false;
+		while (!window.itlmon && window.e2e.loaded !== 'error') await new Promise(r => setTimeout(r, 5));
+		if (!window.itlmon) return false;
+		return await itlmon.ready;
+	})()`, chromedp.EvalAwaitPromise))
+	if err != nil {
+		t.Fatalf("wait for itlmon: %v", err)
+	}
+	return ok
+}
+
+// StreamOpts asks the page for one stream.
+type StreamOpts struct {
+	Query        string // cadence, see collector/demo (tokens=200&interval_ms=20...)
+	Mode         string // reader (default), text, forawait, clone
+	AbortAfterMs int
+	Model        string
+	Path         string // default /v1/chat/completions
+}
+
+// PageRead is what the page saw of one stream, measured by the page itself.
+type PageRead struct {
+	TTFTMs      float64 `json:"ttftMs"` // before fetch -> the read holding the first content delta
+	Bytes       int     `json:"bytes"`
+	SHA256      string  `json:"sha256"`
+	Error       string  `json:"error"`
+	ErrorName   string  `json:"errorName"`
+	Status      int     `json:"status"`
+	Reads       int     `json:"reads"`
+	URL         string  `json:"url"`
+	Type        string  `json:"type"`
+	Redirected  bool    `json:"redirected"`
+	ContentType string  `json:"ctype"`
+	CloneBytes  int     `json:"cloneBytes"`
+	CloneSHA256 string  `json:"cloneSha256"`
+}
+
+// RunStream makes the page fetch and read one stream and returns what it saw.
+func RunStream(t testing.TB, ctx context.Context, o StreamOpts) PageRead {
+	t.Helper()
+	sctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	opts, _ := json.Marshal(map[string]any{"mode": o.Mode, "abortAfterMs": o.AbortAfterMs, "model": o.Model, "path": o.Path})
+	q, _ := json.Marshal(o.Query)
+	got, err := chromedp.Run(sctx, chromedp.Evaluate[PageRead](`e2e.stream(`+string(q)+`, `+string(opts)+`)`, chromedp.EvalAwaitPromise))
+	if err != nil {
+		t.Fatalf("page stream %q: %v", o.Query, err)
+	}
+	return got
+}
+
+// Summary is what itlmon.onStream gave the page for one stream.
+type Summary struct {
+	ID            string  `json:"id"`
+	URL           string  `json:"url"`
+	Model         string  `json:"model"`
+	Status        string  `json:"status"`
+	TTFTMs        float64 `json:"ttftMs"`
+	ContentEvents int     `json:"contentEvents"`
+	Reads         int     `json:"reads"`
+	Bytes         float64 `json:"bytes"`
+	ITLP50Ms      float64 `json:"itlP50Ms"`
+	ITLP99Ms      float64 `json:"itlP99Ms"`
+	Stalls        int     `json:"stalls"`
+	StalledMs     float64 `json:"stalledMs"`
+	TokensPerSec  float64 `json:"tokensPerSec"`
+	Smooth        bool    `json:"smooth"`
+}
+
+// PageSummaries returns the summaries itlmon.onStream delivered so far.
+func PageSummaries(t testing.TB, ctx context.Context) []Summary {
+	t.Helper()
+	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	got, err := chromedp.Run(sctx, chromedp.Evaluate[[]Summary](`e2e.summaries`))
+	if err != nil {
+		t.Fatalf("page summaries: %v", err)
+	}
+	return got
+}
+
+// Eval evaluates a JS expression (awaiting a promise) in the tab.
+func Eval[T any](t testing.TB, ctx context.Context, expr string) T {
+	t.Helper()
+	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	v, err := chromedp.Run(sctx, chromedp.Evaluate[T](expr, chromedp.EvalAwaitPromise))
+	if err != nil {
+		t.Fatalf("eval %q: %v", expr, err)
+	}
+	return v
+}

@@ -1,0 +1,154 @@
+package e2e
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"net/url"
+	"testing"
+
+	"github.com/itlmon/itlmon/collector/demo"
+)
+
+// wantBody returns the exact bytes the demo endpoint sends for query q.
+func wantBody(t *testing.T, q string) (n int, sum string) {
+	t.Helper()
+	vals, err := url.ParseQuery(q)
+	if err != nil {
+		t.Fatalf("query %q: %v", q, err)
+	}
+	p, err := demo.ParseParams(vals, "", []byte(`{"model":"e2e-model"}`))
+	if err != nil {
+		t.Fatalf("params %q: %v", q, err)
+	}
+	b := p.Body()
+	h := sha256.Sum256(b)
+	return len(b), hex.EncodeToString(h[:])
+}
+
+// TestByteIdentity: what the page reads through the wrapped fetch is exactly
+// what the server sent, for awkward framings and every way of reading a body.
+func TestByteIdentity(t *testing.T) {
+	o := StartOrigin(t)
+	a := StartAssets(t)
+	o.SetCollector(a.URL, "e2e")
+	ctx := NewTab(t)
+	if !OpenPage(t, ctx, o.PageURL(nil, false)) {
+		t.Fatal("itlmon did not become ready")
+	}
+	cases := []struct{ name, query, mode string }{
+		{"crlf", "tokens=30&interval_ms=5&crlf=1", "reader"},
+		{"multibyte split across writes", "tokens=40&interval_ms=5&split=1", "reader"},
+		{"comments and DONE", "tokens=30&interval_ms=5&comments=1", "reader"},
+		{"all at once, text()", "tokens=30&interval_ms=2&crlf=1&comments=1&split=1", "text"},
+		{"for await", "tokens=30&interval_ms=5&split=1&comments=1", "forawait"},
+		{"clone", "tokens=30&interval_ms=5&crlf=1&split=1", "clone"},
+		{"bursts", "tokens=48&interval_ms=10&burst=8&split=1", "reader"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			wantN, wantSum := wantBody(t, tc.query)
+			got := RunStream(t, ctx, StreamOpts{Query: tc.query, Mode: tc.mode})
+			if got.Error != "" {
+				t.Fatalf("page error: %s", got.Error)
+			}
+			if got.Bytes != wantN || got.SHA256 != wantSum {
+				t.Fatalf("page read %d bytes sha256 %s, server sent %d bytes sha256 %s", got.Bytes, got.SHA256, wantN, wantSum)
+			}
+			if tc.mode == "clone" && (got.CloneBytes != wantN || got.CloneSHA256 != wantSum) {
+				t.Fatalf("clone read %d bytes sha256 %s, want %d %s", got.CloneBytes, got.CloneSHA256, wantN, wantSum)
+			}
+			if got.Status != 200 || got.URL != o.URL+"/v1/chat/completions?"+tc.query || got.Type != "basic" || got.Redirected {
+				t.Fatalf("response facts: status %d url %q type %q redirected %v", got.Status, got.URL, got.Type, got.Redirected)
+			}
+		})
+	}
+	sums := PageSummaries(t, ctx)
+	if got, want := len(sums), len(cases); got != want {
+		t.Fatalf("itlmon.onStream summaries = %d, want %d (one per measured stream)", got, want)
+	}
+}
+
+// TestPassThroughUnmatched: responses that do not match are not wrapped (the
+// page gets the original Response object's behaviour, including json()).
+func TestPassThroughUnmatched(t *testing.T) {
+	o := StartOrigin(t)
+	a := StartAssets(t)
+	o.SetCollector(a.URL, "e2e")
+	ctx := NewTab(t)
+	if !OpenPage(t, ctx, o.PageURL(nil, false)) {
+		t.Fatal("itlmon did not become ready")
+	}
+	got := Eval[map[string]any](t, ctx, `(async () => {
+		const r = await fetch('/plain?x=1');
+		return { ok: (await r.json()).ok, wrapped: !(r instanceof Response) || Object.getOwnPropertyNames(r).includes('url') };
+	})()`)
+	if got["ok"] != true || got["wrapped"] != false {
+		t.Fatalf("plain fetch = %v, want ok and not wrapped", got)
+	}
+	if n := len(PageSummaries(t, ctx)); n != 0 {
+		t.Fatalf("summaries = %d, want 0 (nothing measured)", n)
+	}
+	// Errors are the page's own: a refused connection rejects with TypeError.
+	name := Eval[string](t, ctx, `fetch('http://127.0.0.1:1/x').then(() => 'resolved', e => e.name)`)
+	if name != "TypeError" {
+		t.Fatalf("fetch to a closed port rejected with %q, want TypeError", name)
+	}
+}
+
+// TestModuleMissingOrCrashing: when /itl.wasm is a 404, or the module panics
+// or exits, the page's fetch keeps working and bodies stay intact.
+func TestModuleMissingOrCrashing(t *testing.T) {
+	o := StartOrigin(t)
+	const q = "tokens=20&interval_ms=5"
+	wantN, wantSum := wantBody(t, q)
+	check := func(t *testing.T, ctx context.Context) {
+		t.Helper()
+		got := RunStream(t, ctx, StreamOpts{Query: q})
+		if got.Error != "" || got.Bytes != wantN || got.SHA256 != wantSum {
+			t.Fatalf("page read %d bytes sha %s err %q, want %d %s", got.Bytes, got.SHA256, got.Error, wantN, wantSum)
+		}
+	}
+
+	t.Run("itl.wasm 404", func(t *testing.T) {
+		a := StartAssets(t, "itl.wasm")
+		o.SetCollector(a.URL, "e2e")
+		ctx := NewTab(t)
+		if OpenPage(t, ctx, o.PageURL(nil, false)) {
+			t.Fatal("itlmon ready without itl.wasm")
+		}
+		if Eval[bool](t, ctx, `window.fetch !== itlmon.originalFetch`) {
+			t.Fatal("fetch replaced although the module failed to load")
+		}
+		check(t, ctx)
+	})
+	t.Run("panic in callback", func(t *testing.T) {
+		a := StartAssets(t)
+		o.SetCollector(a.URL, "e2e")
+		ctx := NewTab(t)
+		if !OpenPage(t, ctx, o.PageURL(map[string]any{"testHooks": true}, false)) {
+			t.Fatal("itlmon did not become ready")
+		}
+		if r := Eval[any](t, ctx, `__itlmon_go._crash('callback')`); r != nil {
+			t.Fatalf("_crash('callback') = %v, want null (recovered)", r)
+		}
+		check(t, ctx)
+		if !Eval[bool](t, ctx, `itlmon.active`) {
+			t.Fatal("module off after a recovered panic")
+		}
+	})
+	t.Run("module exits", func(t *testing.T) {
+		a := StartAssets(t)
+		o.SetCollector(a.URL, "e2e")
+		ctx := NewTab(t)
+		if !OpenPage(t, ctx, o.PageURL(map[string]any{"testHooks": true}, false)) {
+			t.Fatal("itlmon did not become ready")
+		}
+		Eval[bool](t, ctx, `(async () => { __itlmon_go._crash('exit'); await new Promise(r => setTimeout(r, 50)); return true; })()`)
+		check(t, ctx)
+		if Eval[bool](t, ctx, `itlmon.active`) {
+			t.Fatal("module still active after the Go program exited")
+		}
+		check(t, ctx)
+	})
+}
