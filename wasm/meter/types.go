@@ -90,7 +90,10 @@ type Summary struct {
 
 	GapP50, GapP95, GapP99, GapMax time.Duration // of ITL (exact on the raw gaps)
 	TPOT                           time.Duration // (t_last - t_first_content)/(N-1)
-	TokensPerSec                   float64       // 1/TPOT, 0 when N < 2
+	// TPOTToken: (t_last - t_first_content)/(Tokens-1) when tokens are known
+	// (usage or Options.TokensPerEvent), as vLLM computes TPOT; else 0.
+	TPOTToken    time.Duration
+	TokensPerSec float64 // 1/TPOTToken when tokens are known, else 1/TPOT; 0 when N < 2
 
 	Stalls     int           // gaps > StallThreshold
 	StalledFor time.Duration // sum of stalled gaps
