@@ -1,0 +1,202 @@
+package store
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/gob"
+	"encoding/hex"
+	"errors"
+	"fmt"
+
+	"github.com/ClickHouse/clickhouse-go/v2"
+	"github.com/ClickHouse/clickhouse-go/v2/ext"
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+
+	"github.com/itlmon/itlmon/collector"
+)
+
+// rowBatch is the unit of one flush, of one spool frame and of one replay.
+type rowBatch struct {
+	Streams   []streamRow
+	Timelines []timelineRow
+}
+
+// newRowBatch turns streams into rows.
+func newRowBatch(streams []collector.Stream) rowBatch {
+	b := rowBatch{Streams: make([]streamRow, len(streams))}
+	for i := range streams {
+		b.Streams[i] = newStreamRow(&streams[i])
+		if tl, ok := newTimelineRow(&streams[i]); ok {
+			b.Timelines = append(b.Timelines, tl)
+		}
+	}
+	return b
+}
+
+func (b *rowBatch) append(o rowBatch) {
+	b.Streams = append(b.Streams, o.Streams...)
+	b.Timelines = append(b.Timelines, o.Timelines...)
+}
+
+// spoolVersion is the first byte of every spool frame. Version 1: gob of a
+// rowBatch. A frame of an unknown version is kept on disk, never dropped.
+const spoolVersion = 1
+
+var errSpoolVersion = errors.New("unknown spool frame version")
+
+func encodeBatch(b *rowBatch) ([]byte, error) {
+	var buf bytes.Buffer
+	buf.WriteByte(spoolVersion)
+	if err := gob.NewEncoder(&buf).Encode(b); err != nil {
+		return nil, fmt.Errorf("encode spool frame: %w", err)
+	}
+	return buf.Bytes(), nil
+}
+
+func decodeBatch(p []byte) (rowBatch, error) {
+	var b rowBatch
+	if len(p) == 0 || p[0] != spoolVersion {
+		return b, errSpoolVersion
+	}
+	if err := gob.NewDecoder(bytes.NewReader(p[1:])).Decode(&b); err != nil {
+		return b, fmt.Errorf("decode spool frame: %w", err)
+	}
+	return b, nil
+}
+
+// dedupToken identifies a set of rows for insert_deduplication_token: the
+// same rows retried get the same token, and ClickHouse drops the retry (and
+// its materialized views' rows) if the first try landed.
+func dedupToken(ids []string) string {
+	h := sha256.New()
+	for _, id := range ids {
+		h.Write([]byte(id))
+	}
+	return hex.EncodeToString(h.Sum(nil)[:16])
+}
+
+// insertResult says what insertBatch did.
+type insertResult struct {
+	Inserted, Duplicates int
+}
+
+// insertBatch stores b: drops streams whose id is already stored or appears
+// earlier in b, inserts the rest into itl_streams, then their timelines into
+// itl_timelines, each with a deduplication token. A failed insert may be
+// retried with the same b: nothing is counted twice.
+func insertBatch(ctx context.Context, conn driver.Conn, b rowBatch) (insertResult, error) {
+	fresh, err := freshStreams(ctx, conn, b.Streams)
+	if err != nil {
+		return insertResult{}, err
+	}
+	res := insertResult{Inserted: len(fresh), Duplicates: len(b.Streams) - len(fresh)}
+	keep := make(map[string]bool, len(fresh))
+	ids := make([]string, len(fresh))
+	for i := range fresh {
+		keep[fresh[i].StreamID] = true
+		ids[i] = fresh[i].StreamID
+	}
+	if err := insertRows(ctx, conn, "itl_streams", streamColumns, dedupToken(ids), fresh); err != nil {
+		return insertResult{}, err
+	}
+	var tls []timelineRow
+	var tlIDs []string
+	for _, tl := range b.Timelines {
+		if keep[tl.StreamID] {
+			tls = append(tls, tl)
+			tlIDs = append(tlIDs, tl.StreamID)
+			delete(keep, tl.StreamID) // one timeline per stream
+		}
+	}
+	if err := insertRows(ctx, conn, "itl_timelines", timelineColumns, dedupToken(tlIDs), tls); err != nil {
+		return insertResult{}, err
+	}
+	return res, nil
+}
+
+// freshStreams returns the rows of streams whose id is not yet stored and
+// not repeated earlier in rows.
+func freshStreams(ctx context.Context, conn driver.Conn, rows []streamRow) ([]streamRow, error) {
+	if len(rows) == 0 {
+		return nil, nil
+	}
+	ids, err := ext.NewTable("batch_ids", ext.Column("id", "FixedString(16)"))
+	if err != nil {
+		return nil, fmt.Errorf("dedup table: %w", err)
+	}
+	seen := make(map[string]bool, len(rows))
+	for i := range rows {
+		if err := ids.Append(rows[i].StreamID); err != nil {
+			return nil, fmt.Errorf("dedup table: %w", err)
+		}
+	}
+	q, err := conn.Query(clickhouse.Context(ctx, clickhouse.WithExternalTable(ids)),
+		"SELECT DISTINCT stream_id FROM itl_stream_ids WHERE stream_id IN (SELECT id FROM batch_ids)")
+	if err != nil {
+		return nil, fmt.Errorf("dedup lookup: %w", err)
+	}
+	defer q.Close()
+	for q.Next() {
+		var id string
+		if err := q.Scan(&id); err != nil {
+			return nil, fmt.Errorf("dedup lookup: %w", err)
+		}
+		seen[id] = true
+	}
+	if err := q.Err(); err != nil {
+		return nil, fmt.Errorf("dedup lookup: %w", err)
+	}
+	fresh := make([]streamRow, 0, len(rows))
+	for i := range rows {
+		if !seen[rows[i].StreamID] {
+			seen[rows[i].StreamID] = true
+			fresh = append(fresh, rows[i])
+		}
+	}
+	return fresh, nil
+}
+
+// insertRows sends rows as one batch: PrepareBatch with an explicit column
+// list, Append, Send.
+func insertRows[R any](ctx context.Context, conn driver.Conn, table, columns, token string, rows []R) error {
+	if len(rows) == 0 {
+		return nil
+	}
+	ctx = clickhouse.Context(ctx, clickhouse.WithSettings(clickhouse.Settings{
+		"insert_deduplication_token": token,
+	}))
+	batch, err := conn.PrepareBatch(ctx, "INSERT INTO "+table+" ("+columns+")")
+	if err != nil {
+		return fmt.Errorf("prepare %s insert: %w", table, err)
+	}
+	defer batch.Close()
+	for i := range rows {
+		if err := batch.AppendStruct(&rows[i]); err != nil {
+			return fmt.Errorf("append %s row: %w", table, err)
+		}
+	}
+	if err := batch.Send(); err != nil {
+		return fmt.Errorf("insert %s: %w", table, err)
+	}
+	return nil
+}
+
+// InsertDirect inserts streams with one plain batch per table: no queue, no
+// dedup check, no spool. It is the baseline the ingest benchmarks compare the
+// Writer with, and a tool for back-fills of rows known to be new.
+func InsertDirect(ctx context.Context, conn driver.Conn, streams []collector.Stream) error {
+	b := newRowBatch(streams)
+	ids := make([]string, len(b.Streams))
+	for i := range b.Streams {
+		ids[i] = b.Streams[i].StreamID
+	}
+	if err := insertRows(ctx, conn, "itl_streams", streamColumns, dedupToken(ids), b.Streams); err != nil {
+		return err
+	}
+	tlIDs := make([]string, len(b.Timelines))
+	for i := range b.Timelines {
+		tlIDs[i] = b.Timelines[i].StreamID
+	}
+	return insertRows(ctx, conn, "itl_timelines", timelineColumns, dedupToken(tlIDs), b.Timelines)
+}

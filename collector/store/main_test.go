@@ -1,0 +1,169 @@
+package store_test
+
+import (
+	"context"
+	"crypto/rand"
+	"fmt"
+	"os"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/itlmon/itlmon/collector"
+	"github.com/itlmon/itlmon/collector/chdb"
+	"github.com/itlmon/itlmon/collector/store"
+	"github.com/itlmon/itlmon/wasm/beacon"
+	"github.com/itlmon/itlmon/wasm/hist"
+)
+
+// engine is the one real ClickHouse engine shared by the package's tests;
+// nil when CHDB_LIB_PATH is missing.
+var engine *chdb.Engine
+
+func TestMain(m *testing.M) {
+	chdb.MaybeRunChild()
+	os.Exit(runTests(m))
+}
+
+func runTests(m *testing.M) int {
+	lib := os.Getenv("CHDB_LIB_PATH")
+	if _, err := os.Stat(lib); lib != "" && err == nil {
+		dir, err := os.MkdirTemp("", "itlmon-store-test-")
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		defer os.RemoveAll(dir)
+		e, err := chdb.Start(context.Background(), chdb.Options{LibPath: lib, Dir: dir,
+			Logger: zerolog.New(os.Stderr).Level(zerolog.WarnLevel)})
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "start engine:", err)
+			return 1
+		}
+		engine = e
+		defer e.Close(context.Background())
+	}
+	return m.Run()
+}
+
+// needEngine skips without the real engine unless ITLMON_REQUIRE_REAL=1.
+func needEngine(tb testing.TB) *chdb.Engine {
+	tb.Helper()
+	if engine == nil {
+		if os.Getenv("ITLMON_REQUIRE_REAL") == "1" {
+			tb.Fatalf("CHDB_LIB_PATH=%q: real ClickHouse engine required", os.Getenv("CHDB_LIB_PATH"))
+		}
+		tb.Skip("CHDB_LIB_PATH not set or missing; skipping real-engine test")
+	}
+	return engine
+}
+
+var dbSeq atomic.Int64
+
+// newDB opens a fresh, migrated database for one test.
+func newDB(tb testing.TB, opts store.Options) *store.DB {
+	tb.Helper()
+	e := needEngine(tb)
+	ctx := context.Background()
+	opts.Addr, opts.Dial, opts.CreateDatabase = e.NativeAddr(), e.DialContext, true
+	opts.Database = fmt.Sprintf("t%d_%d", time.Now().UnixNano()%1e9, dbSeq.Add(1))
+	opts.Logger = zerolog.New(zerolog.NewTestWriter(tb)).Level(zerolog.InfoLevel)
+	db, err := store.Open(ctx, opts)
+	if err != nil {
+		tb.Fatalf("open: %v", err)
+	}
+	tb.Cleanup(func() { db.Close() })
+	if err := db.Migrate(ctx); err != nil {
+		tb.Fatalf("migrate: %v", err)
+	}
+	return db
+}
+
+func newWriter(tb testing.TB, db *store.DB, opts store.WriterOptions) *store.Writer {
+	tb.Helper()
+	if opts.SpoolDir == "" {
+		opts.SpoolDir = tb.TempDir()
+	}
+	if opts.FlushInterval == 0 {
+		opts.FlushInterval = 100 * time.Millisecond
+	}
+	opts.Logger = zerolog.New(zerolog.NewTestWriter(tb)).Level(zerolog.InfoLevel)
+	w, err := store.NewWriter(db, opts)
+	if err != nil {
+		tb.Fatalf("new writer: %v", err)
+	}
+	tb.Cleanup(func() { w.Shutdown(context.Background()) })
+	return w
+}
+
+// makeStream returns a typical enriched stream; i varies its values.
+func makeStream(i int, site string, at time.Time) collector.Stream {
+	var r beacon.Record
+	rand.Read(r.StreamID[:])
+	r.StartUnixMs = at.UnixMilli() - 3000
+	r.PageOrigin, r.PagePath = "https://chat.example.com", "/c"
+	r.URLOrigin, r.URLPath = "https://api.example.com", "/v1/chat/completions"
+	r.Model, r.HTTPProto, r.ContentType = []string{"gpt-x", "llama-3"}[i%2], "h2", "text/event-stream"
+	r.Format, r.Status, r.HTTPStatus = 1, 1, 200
+	r.TTFBUs, r.TTFCUs, r.TTFTUs, r.DurationUs = 90_000, 120_000, uint32(150_000+i*1000), 2_500_000
+	if i%5 == 4 {
+		r.TTFTUs = beacon.NoTime
+	}
+	r.Events, r.ContentEvents, r.Tokens, r.Reads, r.Bytes = 120, 100+uint32(i%7), 130, 60, 24_000
+	r.GapP50Us, r.GapP95Us, r.GapP99Us, r.GapMaxUs = 20_000, 45_000, 240_000, 260_000
+	r.TPOTUs, r.TokensPerSec, r.Stalls, r.StalledUs = 21_000, 47.6, 1, 260_000
+	r.Jank, r.Smooth = 12, i%3 == 0
+	r.EventsPerRead, r.MaxEventsPerRead, r.BytesPerRead, r.SubFloorShare = 2, 5, 400, 0.1
+	r.StallsByCause[2], r.StalledByCause[2] = 1, 260_000
+	r.TTFTCause = 1
+	for k := 0; k < 100; k++ {
+		r.ITL.Record(float64(15_000 + (k*7919+i*31)%30_000))
+	}
+	r.ITL.Record(0.5) // zero bucket
+	r.ITLTokens.RecordN(9_000, uint64(50+i%10))
+	r.StallList = []beacon.Stall{{StartUs: 1_000_000, EndUs: 1_260_000, Cause: 2, NextReadEvents: 4}}
+	if i%4 == 0 {
+		for k := 0; k < 10; k++ {
+			r.Timeline = append(r.Timeline, beacon.Stamp{AtUs: uint32(100_000 + k*20_000), Read: uint32(k / 2), Content: k > 0})
+		}
+	}
+	return collector.Stream{
+		Record: r, Site: site, ReceivedAt: at,
+		Release: "r1", ModuleVersion: "0.1.0", ConnType: "4g", ConnRTTMs: 50, TimerFloorUs: 100,
+		Country: []string{"DE", "US"}[i%2], Region: []string{"DE-BE", "US-CA"}[i%2],
+		Browser: "Chrome", BrowserMajor: 130, OS: "Linux", Device: "desktop",
+	}
+}
+
+func makeStreams(n int, site string, at time.Time) []collector.Stream {
+	s := make([]collector.Stream, n)
+	for i := range s {
+		s[i] = makeStream(i, site, at)
+	}
+	return s
+}
+
+// submit queues streams and waits for their done.
+func submit(tb testing.TB, w *store.Writer, streams []collector.Stream) {
+	tb.Helper()
+	done := make(chan error, 1)
+	if err := w.Submit(context.Background(), streams, func(err error) { done <- err }); err != nil {
+		tb.Fatalf("submit: %v", err)
+	}
+	if err := <-done; err != nil {
+		tb.Fatalf("done: %v", err)
+	}
+}
+
+func queryUint(tb testing.TB, db *store.DB, q string, args ...any) uint64 {
+	tb.Helper()
+	var n uint64
+	if err := db.Conn().QueryRow(context.Background(), q, args...).Scan(&n); err != nil {
+		tb.Fatalf("%s: %v", q, err)
+	}
+	return n
+}
+
+var _ = hist.Scale

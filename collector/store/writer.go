@@ -1,0 +1,364 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/itlmon/itlmon/collector"
+)
+
+const (
+	defaultMaxRows       = 10_000
+	defaultFlushInterval = time.Second
+	defaultQueueSize     = 4096
+	insertTimeout        = 30 * time.Second
+	minRetry             = time.Second
+	maxRetry             = 30 * time.Second
+	errorLogInterval     = 30 * time.Second
+	replayBudget         = 2 * time.Second // replay work per tick, so live rows keep flowing
+)
+
+// ErrClosed is returned by Submit after Shutdown.
+var ErrClosed = errors.New("store: writer shut down")
+
+// WriterOptions configure NewWriter. SpoolDir is required.
+type WriterOptions struct {
+	SpoolDir      string        // local spool for when ClickHouse is unreachable (DATA/spool)
+	MaxRows       int           // flush at this many streams; default 10,000
+	FlushInterval time.Duration // flush at least this often; default 1 s
+	QueueSize     int           // Submit calls queued before Submit blocks; default 4096
+	Logger        zerolog.Logger
+}
+
+// Stats are the Writer's counters and gauges, for Prometheus
+// (CounterFunc/GaugeFunc over Writer.Stats). Counters only grow.
+type Stats struct {
+	QueueDepth    int // Submit calls waiting for the writer (gauge)
+	QueueCapacity int
+
+	RowsInserted     uint64 // streams inserted into ClickHouse, replays included
+	RowsSpooled      uint64 // streams appended to the spool
+	RowsReplayed     uint64 // streams moved from the spool to ClickHouse
+	RowsDeduplicated uint64 // streams dropped because their id was already stored
+	RowsFailed       uint64 // streams whose done got an error (neither inserted nor spooled)
+
+	Inserts       uint64  // successful batch inserts (live and replay)
+	InsertErrors  uint64  // failed batch inserts
+	InsertSeconds float64 // total time of successful inserts
+	LastBatchRows int     // streams in the last flushed batch (gauge)
+
+	SpoolSegments int   // gauge
+	SpoolBytes    int64 // gauge
+}
+
+// Writer is the collector.Sink for ClickHouse: one goroutine batches the
+// queued streams and their timelines (one insert per table per flush), and
+// spools a batch it cannot insert. Safe for concurrent use.
+type Writer struct {
+	db    *DB
+	opts  WriterOptions
+	log   zerolog.Logger
+	queue chan job
+	spool *spool // owned by run's goroutine
+
+	mu      sync.RWMutex // held (read) by Submit while it sends to queue
+	closed  bool
+	closing chan struct{} // closed by Shutdown: wakes blocked Submits
+	drain   chan struct{} // closed by Shutdown after Submits are fenced off
+	done    chan struct{} // closed when run returns
+
+	// state of run's goroutine
+	retryAt  time.Time // no insert attempts before this (ClickHouse down)
+	retry    time.Duration
+	lastErr  string
+	lastLog  time.Time
+	repeated int
+
+	st struct {
+		inserted, spooled, replayed, dedup, failed atomic.Uint64
+		inserts, insertErrors, insertNanos         atomic.Uint64
+		lastBatch, spoolSegments, spoolBytes       atomic.Int64
+	}
+}
+
+// job is one Submit call.
+type job struct {
+	rows rowBatch
+	done func(error)
+}
+
+var _ collector.Sink = (*Writer)(nil)
+
+// NewWriter opens the spool and starts the writer. Spool segments left by an
+// earlier run are replayed once ClickHouse answers.
+func NewWriter(db *DB, opts WriterOptions) (*Writer, error) {
+	if opts.SpoolDir == "" {
+		return nil, errors.New("store: no spool directory")
+	}
+	if opts.MaxRows <= 0 {
+		opts.MaxRows = defaultMaxRows
+	}
+	if opts.FlushInterval <= 0 {
+		opts.FlushInterval = defaultFlushInterval
+	}
+	if opts.QueueSize <= 0 {
+		opts.QueueSize = defaultQueueSize
+	}
+	log := opts.Logger.With().Str("component", "writer").Logger()
+	sp, err := openSpool(opts.SpoolDir, log)
+	if err != nil {
+		return nil, err
+	}
+	w := &Writer{
+		db: db, opts: opts, log: log, spool: sp,
+		queue:   make(chan job, opts.QueueSize),
+		closing: make(chan struct{}),
+		drain:   make(chan struct{}),
+		done:    make(chan struct{}),
+		retry:   minRetry,
+	}
+	w.updateSpoolStats()
+	if n := sp.Segments(); n > 0 {
+		log.Info().Int("segments", n).Int64("bytes", sp.Bytes()).Msg("spool from an earlier run; replaying")
+	}
+	go w.run()
+	return w, nil
+}
+
+// Submit queues streams. It blocks while the queue is full until ctx ends.
+// If it returns an error nothing was queued and done is never called;
+// otherwise done is called exactly once, from the writer's goroutine, with
+// nil when every stream is inserted or spooled and fsynced.
+func (w *Writer) Submit(ctx context.Context, streams []collector.Stream, done func(error)) error {
+	j := job{rows: newRowBatch(streams), done: done}
+	w.mu.RLock()
+	defer w.mu.RUnlock()
+	if w.closed {
+		return ErrClosed
+	}
+	select {
+	case w.queue <- j:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-w.closing:
+		return ErrClosed
+	}
+}
+
+// Shutdown stops taking streams, flushes what is queued (to ClickHouse, or to
+// the spool) and returns when done or when ctx ends.
+func (w *Writer) Shutdown(ctx context.Context) error {
+	w.mu.Lock() // RLock holders leave when closing is closed
+	if !w.closed {
+		w.closed = true
+		close(w.closing)
+		close(w.drain)
+	}
+	w.mu.Unlock()
+	select {
+	case <-w.done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Stats returns the current counters.
+func (w *Writer) Stats() Stats {
+	return Stats{
+		QueueDepth:       len(w.queue),
+		QueueCapacity:    cap(w.queue),
+		RowsInserted:     w.st.inserted.Load(),
+		RowsSpooled:      w.st.spooled.Load(),
+		RowsReplayed:     w.st.replayed.Load(),
+		RowsDeduplicated: w.st.dedup.Load(),
+		RowsFailed:       w.st.failed.Load(),
+		Inserts:          w.st.inserts.Load(),
+		InsertErrors:     w.st.insertErrors.Load(),
+		InsertSeconds:    time.Duration(w.st.insertNanos.Load()).Seconds(),
+		LastBatchRows:    int(w.st.lastBatch.Load()),
+		SpoolSegments:    int(w.st.spoolSegments.Load()),
+		SpoolBytes:       w.st.spoolBytes.Load(),
+	}
+}
+
+// run is the writer's goroutine: it owns the pending batch and the spool.
+func (w *Writer) run() {
+	defer close(w.done)
+	defer w.spool.Close()
+	tick := time.NewTicker(w.opts.FlushInterval)
+	defer tick.Stop()
+	var pending []job
+	rows := 0
+	for {
+		select {
+		case j := <-w.queue:
+			pending = append(pending, j)
+			if rows += len(j.rows.Streams); rows >= w.opts.MaxRows {
+				w.flush(pending)
+				pending, rows = nil, 0
+			}
+		case <-tick.C:
+			if len(pending) > 0 {
+				w.flush(pending)
+				pending, rows = nil, 0
+			}
+			w.replay()
+		case <-w.drain:
+			w.flush(append(pending, w.queued()...))
+			return
+		}
+	}
+}
+
+// queued takes every job left in the queue without waiting.
+func (w *Writer) queued() []job {
+	var jobs []job
+	for {
+		select {
+		case j := <-w.queue:
+			jobs = append(jobs, j)
+		default:
+			return jobs
+		}
+	}
+}
+
+// flush stores the jobs' rows in ClickHouse, or in the spool when ClickHouse
+// is down, and then calls every job's done.
+func (w *Writer) flush(jobs []job) {
+	if len(jobs) == 0 {
+		return
+	}
+	var b rowBatch
+	for _, j := range jobs {
+		b.append(j.rows)
+	}
+	w.st.lastBatch.Store(int64(len(b.Streams)))
+	err := w.insert(b)
+	inserted := err == nil
+	if !inserted {
+		err = w.toSpool(b)
+	}
+	if err != nil {
+		w.st.failed.Add(uint64(len(b.Streams)))
+	}
+	for _, j := range jobs {
+		j.done(err)
+	}
+	if inserted && w.spool.Segments() > 0 {
+		w.replay() // ClickHouse is up: a good moment to empty the spool
+	}
+}
+
+// insert inserts b unless ClickHouse is known to be down, and keeps the
+// retry state and counters.
+func (w *Writer) insert(b rowBatch) error {
+	if time.Now().Before(w.retryAt) {
+		return errors.New("clickhouse down: waiting to retry")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), insertTimeout)
+	defer cancel()
+	began := time.Now()
+	res, err := insertBatch(ctx, w.db.conn, b)
+	if err != nil {
+		w.st.insertErrors.Add(1)
+		w.failed(err)
+		return err
+	}
+	w.st.inserts.Add(1)
+	w.st.insertNanos.Add(uint64(time.Since(began)))
+	w.st.inserted.Add(uint64(res.Inserted))
+	w.st.dedup.Add(uint64(res.Duplicates))
+	w.recovered()
+	return nil
+}
+
+// toSpool appends b to the spool and fsyncs it.
+func (w *Writer) toSpool(b rowBatch) error {
+	p, err := encodeBatch(&b)
+	if err == nil {
+		err = w.spool.Append(p)
+	}
+	w.updateSpoolStats()
+	if err != nil {
+		w.log.Error().Err(err).Int("rows", len(b.Streams)).Msg("spool append failed: batch not stored")
+		return err
+	}
+	w.st.spooled.Add(uint64(len(b.Streams)))
+	return nil
+}
+
+// replay moves spool segments into ClickHouse, oldest first, for up to
+// replayBudget. A segment is deleted only after all its frames were
+// inserted; a segment cut short by a failure is replayed again from its
+// start later, which the insert deduplication makes harmless.
+func (w *Writer) replay() {
+	began := time.Now()
+	for time.Since(began) < replayBudget && !time.Now().Before(w.retryAt) {
+		num, ok := w.spool.Oldest()
+		if !ok {
+			return
+		}
+		frames, err := w.spool.Read(num)
+		if err != nil {
+			w.failed(err)
+			return
+		}
+		for _, f := range frames {
+			b, err := decodeBatch(f)
+			if err != nil {
+				w.log.Error().Err(err).Uint64("segment", num).Msg("spool segment unreadable; kept on disk, skipped")
+				w.spool.sealed = w.spool.sealed[1:] // leave it for a newer version to read
+				return
+			}
+			before := w.st.inserted.Load()
+			if err := w.insert(b); err != nil {
+				return
+			}
+			w.st.replayed.Add(w.st.inserted.Load() - before)
+		}
+		if err := w.spool.Remove(num); err != nil {
+			w.failed(err)
+			return
+		}
+		w.updateSpoolStats()
+		w.log.Info().Uint64("segment", num).Int("frames", len(frames)).Msg("spool segment replayed")
+	}
+}
+
+func (w *Writer) updateSpoolStats() {
+	w.st.spoolSegments.Store(int64(w.spool.Segments()))
+	w.st.spoolBytes.Store(w.spool.Bytes())
+}
+
+// failed backs off further inserts with jitter and logs err, a repeating
+// error once per errorLogInterval (logtail style).
+func (w *Writer) failed(err error) {
+	jitter := time.Duration(rand.Int64N(int64(w.retry) / 2))
+	w.retryAt = time.Now().Add(w.retry/2 + jitter + w.retry/4)
+	w.retry = min(2*w.retry, maxRetry)
+	msg := err.Error()
+	if msg == w.lastErr && time.Since(w.lastLog) < errorLogInterval {
+		w.repeated++
+		return
+	}
+	w.log.Error().Err(err).Int("repeated", w.repeated).Time("retry_at", w.retryAt).
+		Msg("clickhouse insert failed; spooling")
+	w.lastErr, w.lastLog, w.repeated = msg, time.Now(), 0
+}
+
+// recovered resets the backoff after a successful insert.
+func (w *Writer) recovered() {
+	if w.lastErr != "" {
+		w.log.Info().Int("repeated", w.repeated).Msg("clickhouse inserts work again")
+	}
+	w.retry, w.retryAt, w.lastErr, w.repeated = minRetry, time.Time{}, "", 0
+}
