@@ -1,0 +1,141 @@
+package store_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/itlmon/itlmon/collector"
+	"github.com/itlmon/itlmon/collector/store"
+	"github.com/itlmon/itlmon/wasm/hist"
+)
+
+// counts returns the streams in itl_streams (FINAL) and in the rollup.
+func counts(t *testing.T, db *store.DB) (raw, rollup uint64) {
+	t.Helper()
+	return queryUint(t, db, "SELECT count() FROM itl_streams FINAL"),
+		queryUint(t, db, "SELECT sum(streams) FROM itl_rollup_1m")
+}
+
+func TestDedupResend(t *testing.T) {
+	db := newDB(t, store.Options{})
+	w := newWriter(t, db, store.WriterOptions{})
+	at := time.Now().UTC()
+	in := makeStreams(10, "demo", at)
+	submit(t, w, in)
+
+	// A resend after a lost ack, minutes later: new ReceivedAt, same ids,
+	// plus a duplicate within one batch and two new streams.
+	resent := append([]collector.Stream(nil), in...)
+	for i := range resent {
+		resent[i].ReceivedAt = at.Add(3 * time.Minute)
+	}
+	fresh := makeStreams(2, "demo", at.Add(3*time.Minute))
+	submit(t, w, append(append(resent, fresh...), fresh[0]))
+
+	raw, rollup := counts(t, db)
+	if got, want := raw, uint64(12); got != want {
+		t.Fatalf("itl_streams FINAL rows = %d, want %d", got, want)
+	}
+	if got, want := queryUint(t, db, "SELECT count() FROM itl_streams"), uint64(12); got != want {
+		t.Fatalf("itl_streams rows without FINAL = %d, want %d", got, want)
+	}
+	if got, want := rollup, uint64(12); got != want {
+		t.Fatalf("rollup streams = %d, want %d", got, want)
+	}
+	if got, want := w.Stats().RowsDeduplicated, uint64(11); got != want {
+		t.Fatalf("Stats.RowsDeduplicated = %d, want %d", got, want)
+	}
+}
+
+// TestRetriedInsertCountsOnce is the lost-response case: the same rows sent
+// again as the same insert (no id check in InsertDirect) are dropped by the
+// deduplication token, in the table and in the views.
+func TestRetriedInsertCountsOnce(t *testing.T) {
+	db := newDB(t, store.Options{})
+	in := makeStreams(8, "demo", time.Now().UTC())
+	for try := 0; try < 2; try++ {
+		if err := store.InsertDirect(context.Background(), db.Conn(), in); err != nil {
+			t.Fatalf("insert %d: %v", try, err)
+		}
+	}
+	raw, rollup := counts(t, db)
+	if raw != 8 || rollup != 8 {
+		t.Fatalf("raw = %d, rollup = %d; want 8 and 8", raw, rollup)
+	}
+	if got, want := queryUint(t, db, "SELECT count() FROM itl_timelines"), uint64(2); got != want {
+		t.Fatalf("timelines = %d, want %d", got, want)
+	}
+}
+
+// TestRollupMatchesRaw checks the rollup's merged histograms and counters
+// against a Go merge of the records written.
+func TestRollupMatchesRaw(t *testing.T) {
+	db := newDB(t, store.Options{})
+	w := newWriter(t, db, store.WriterOptions{})
+	at := time.Now().UTC()
+	in := makeStreams(50, "demo", at)
+	submit(t, w, in[:25])
+	submit(t, w, in[25:])
+
+	var wantITL, wantTok, wantTTFT hist.Histogram
+	var wantStalls, wantTokens uint64
+	for i := range in {
+		wantITL.Merge(&in[i].ITL)
+		wantTok.Merge(&in[i].ITLTokens)
+		if in[i].TTFTUs != ^uint32(0) {
+			wantTTFT.Record(float64(in[i].TTFTUs))
+		}
+		wantStalls += uint64(in[i].Stalls)
+		wantTokens += uint64(in[i].Tokens)
+	}
+	var (
+		itlIdx, tokIdx, ttftIdx           []int32
+		itlCnt, tokCnt, ttftCnt           []uint64
+		itlZero, tokZero, ttftZero        uint64
+		streams, stalls, tokens, withTTFT uint64
+	)
+	err := db.Conn().QueryRow(context.Background(), `
+		SELECT sumMap(itl).1, sumMap(itl).2, sum(itl_zero),
+		       sumMap(itl_tok).1, sumMap(itl_tok).2, sum(itl_tok_zero),
+		       sumMap(ttft).1, sumMap(ttft).2, sum(ttft_zero),
+		       sum(streams), sum(stalls), sum(tokens), sum(with_ttft)
+		FROM itl_rollup_1m WHERE site = 'demo'`).Scan(
+		&itlIdx, &itlCnt, &itlZero, &tokIdx, &tokCnt, &tokZero, &ttftIdx, &ttftCnt, &ttftZero,
+		&streams, &stalls, &tokens, &withTTFT)
+	if err != nil {
+		t.Fatalf("rollup query: %v", err)
+	}
+	checkSparse(t, "itl", &wantITL, itlZero, itlIdx, itlCnt)
+	checkSparse(t, "itl_tok", &wantTok, tokZero, tokIdx, tokCnt)
+	checkSparse(t, "ttft", &wantTTFT, ttftZero, ttftIdx, ttftCnt)
+	if streams != 50 || stalls != wantStalls || tokens != wantTokens || withTTFT != wantTTFT.Count() {
+		t.Fatalf("rollup counters streams=%d stalls=%d tokens=%d with_ttft=%d, want 50 %d %d %d",
+			streams, stalls, tokens, withTTFT, wantStalls, wantTokens, wantTTFT.Count())
+	}
+	// A quantile from the rollup equals the Go merge's, up to the bucket
+	// representative (min and max are not in the rollup).
+	got, err := hist.FromSparse(itlZero, itlIdx, itlCnt, wantITL.Sum(), wantITL.Min(), wantITL.Max())
+	if err != nil {
+		t.Fatalf("FromSparse: %v", err)
+	}
+	if g, w := got.Quantile(0.95), wantITL.Quantile(0.95); g != w {
+		t.Fatalf("p95 from rollup = %v, from Go merge = %v", g, w)
+	}
+}
+
+func checkSparse(t *testing.T, name string, want *hist.Histogram, zero uint64, idx []int32, cnt []uint64) {
+	t.Helper()
+	wi, wc := want.Sparse()
+	if zero != want.ZeroCount() {
+		t.Errorf("%s zero = %d, want %d", name, zero, want.ZeroCount())
+	}
+	if len(idx) != len(wi) {
+		t.Fatalf("%s: %d buckets, want %d", name, len(idx), len(wi))
+	}
+	for k := range wi {
+		if idx[k] != wi[k] || cnt[k] != wc[k] {
+			t.Fatalf("%s bucket %d: (%d, %d), want (%d, %d)", name, k, idx[k], cnt[k], wi[k], wc[k])
+		}
+	}
+}
