@@ -357,7 +357,7 @@ func mainRUM(ctx context.Context, args []string, env Env) int {
 	fs.DurationVar(&since, "since", time.Hour, "look back this far")
 	fs.DurationVar(&until, "until", 0, "stop this long before now (default now)")
 	fs.Var(&where, "where", "`dim=value` filter, repeatable ("+strings.Join(query.Dimensions(), ", ")+")")
-	fs.StringVar(&dsn, "clickhouse", "", "ClickHouse DSN, e.g. clickhouse://default@127.0.0.1:9000/default (default $ITLMON_CLICKHOUSE)")
+	fs.StringVar(&dsn, "clickhouse", "", "ClickHouse DSN, e.g. clickhouse://default@127.0.0.1:9000/itlmon (default $ITLMON_CLICKHOUSE)")
 	fs.Int64Var(&minStr, "min-streams", 1, "fail with exit 2 when fewer streams match (too little data to judge)")
 	fs.Usage = func() {
 		fmt.Fprintf(env.Stderr, "usage: itlmon gate rum --site KEY [--since 1h] [--where country=DE ...] [flags]\n\nThe same report from real-user streams in ClickHouse (the per-minute rollup).\n\nFlags:\n")
@@ -396,7 +396,7 @@ func mainRUM(ctx context.Context, args []string, env Env) int {
 		dsn = env.Getenv("ITLMON_CLICKHOUSE")
 	}
 	if dsn == "" {
-		return usageError(env, fs, "no ClickHouse to read: pass --clickhouse DSN or set ITLMON_CLICKHOUSE (\"itlmon serve\" logs its embedded engine's native port: clickhouse://default@127.0.0.1:PORT/default)")
+		return usageError(env, fs, "no ClickHouse to read: pass --clickhouse DSN or set ITLMON_CLICKHOUSE (\"itlmon serve\" logs its embedded engine's native port: clickhouse://default@127.0.0.1:PORT/itlmon)")
 	}
 	var red redactor
 	if u, err := url.Parse(dsn); err == nil && u.User != nil {
