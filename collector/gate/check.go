@@ -102,6 +102,9 @@ func relative(diff, limit float64) string {
 
 // formatValue prints v in its unit, for tables and messages.
 func formatValue(v float64, unit string) string {
+	if v == 0 {
+		v = 0 // no "-0.00"
+	}
 	switch unit {
 	case "ms":
 		return formatMs(v)

@@ -81,8 +81,10 @@ func (r *Result) WriteText(w io.Writer) error {
 			fmt.Fprintf(tw, "  %s\t—\t\t\t\t%s\n", name, "no data")
 			return
 		}
-		fmt.Fprintf(tw, "  %s\tp50 %s\tp95 %s\tp99 %s\tmean %s\t%s %s\n", name,
-			formatDur(d.P50), formatDur(d.P95), formatDur(d.P99), formatDur(d.Mean), group(int64(d.Count)), unit)
+		// Measured zeros are real (events delivered in one read): print them.
+		f := func(d time.Duration) string { return formatMs(ms(d)) }
+		fmt.Fprintf(tw, "  %s\tp50 %s\tp95 %s\tp99 %s\tmax %s\t%s %s\n", name,
+			f(d.P50), f(d.P95), f(d.P99), f(d.Max), group(int64(d.Count)), unit)
 	}
 	dist("TTFT", rep.TTFT, "streams")
 	dist("ITL (per chunk)", rep.ITL, "gaps")
@@ -168,6 +170,7 @@ func group(n int64) string {
 func (r *Result) WriteJSON(w io.Writer) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
+	enc.SetEscapeHTML(false)
 	return enc.Encode(r)
 }
 
