@@ -1,0 +1,168 @@
+package store
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/itlmon/itlmon/collector"
+)
+
+func testSpool(t *testing.T, dir string) *spool {
+	t.Helper()
+	s, err := openSpool(dir, zerolog.New(zerolog.NewTestWriter(t)))
+	if err != nil {
+		t.Fatalf("open spool: %v", err)
+	}
+	return s
+}
+
+func TestSpoolAppendReadRemove(t *testing.T) {
+	dir := t.TempDir()
+	s := testSpool(t, dir)
+	s.segBytes = 100 // rotate after every couple of frames
+	var want [][]byte
+	for i := 0; i < 7; i++ {
+		p := bytes.Repeat([]byte{byte('a' + i)}, 10+i*10)
+		want = append(want, p)
+		if err := s.Append(p); err != nil {
+			t.Fatalf("append %d: %v", i, err)
+		}
+	}
+	s.Close()
+
+	// A new spool on the same directory sees everything, oldest first.
+	s = testSpool(t, dir)
+	var got [][]byte
+	for {
+		num, ok := s.Oldest()
+		if !ok {
+			break
+		}
+		frames, err := s.Read(num)
+		if err != nil {
+			t.Fatalf("read %d: %v", num, err)
+		}
+		got = append(got, frames...)
+		if err := s.Remove(num); err != nil {
+			t.Fatalf("remove %d: %v", num, err)
+		}
+	}
+	if len(got) != len(want) {
+		t.Fatalf("read %d frames, want %d", len(got), len(want))
+	}
+	for i := range want {
+		if !bytes.Equal(got[i], want[i]) {
+			t.Fatalf("frame %d = %q, want %q", i, got[i], want[i])
+		}
+	}
+	if got, want := s.Bytes(), int64(0); got != want {
+		t.Fatalf("Bytes after removing all = %d, want %d", got, want)
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 0 {
+		t.Fatalf("%d files left in the spool directory", len(entries))
+	}
+}
+
+// TestReadFramesEveryPrefix cuts a segment at every length, as a crash could:
+// never a panic, exactly the complete frames back, a torn error otherwise.
+func TestReadFramesEveryPrefix(t *testing.T) {
+	dir := t.TempDir()
+	s := testSpool(t, dir)
+	payloads := [][]byte{[]byte("first"), []byte("second frame"), {}, []byte("fourth")}
+	var ends []int // offset after each frame
+	off := 0
+	for _, p := range payloads {
+		if err := s.Append(p); err != nil {
+			t.Fatal(err)
+		}
+		off += frameHeader + len(p)
+		ends = append(ends, off)
+	}
+	s.Close()
+	seg, err := os.ReadFile(s.path(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for n := 0; n <= len(seg); n++ {
+		frames, _, err := readFrames(bytes.NewReader(seg[:n]))
+		complete := 0
+		for _, e := range ends {
+			if e <= n {
+				complete++
+			}
+		}
+		if got, want := len(frames), complete; got != want {
+			t.Fatalf("prefix %d: %d frames, want %d", n, got, want)
+		}
+		atBoundary := n == 0 || (complete > 0 && ends[complete-1] == n)
+		if got, want := err == nil, atBoundary; got != want {
+			t.Fatalf("prefix %d: err = %v, want error %v", n, err, !want)
+		}
+		if err != nil && !errors.Is(err, errTorn) {
+			t.Fatalf("prefix %d: err = %v, want errTorn", n, err)
+		}
+	}
+}
+
+func TestReadFramesCorrupt(t *testing.T) {
+	dir := t.TempDir()
+	s := testSpool(t, dir)
+	for _, p := range []string{"one", "two", "three"} {
+		if err := s.Append([]byte(p)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.Close()
+	seg, _ := os.ReadFile(s.path(1))
+	tests := []struct {
+		name   string
+		mutate func([]byte)
+		want   int
+	}{
+		{"bad CRC in second frame", func(b []byte) { b[frameHeader+3+frameHeader] ^= 1 }, 1},
+		{"huge length in first frame", func(b []byte) { b[3] = 0xff }, 0},
+		{"intact", func([]byte) {}, 3},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b := bytes.Clone(seg)
+			tt.mutate(b)
+			frames, _, _ := readFrames(bytes.NewReader(b))
+			if got := len(frames); got != tt.want {
+				t.Fatalf("%d frames, want %d", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestBatchEncodingRoundTrip(t *testing.T) {
+	var st collector.Stream
+	st.Site, st.ReceivedAt = "demo", time.UnixMilli(1_700_000_000_123).UTC()
+	st.StreamID[0] = 7
+	st.TTFTUs = 123_456
+	st.ITL.Record(20_000)
+	st.ITL.Record(0.5)
+	b := newRowBatch([]collector.Stream{st, st})
+	p, err := encodeBatch(&b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := decodeBatch(p)
+	if err != nil {
+		t.Fatalf("decode: %v", err)
+	}
+	if len(got.Streams) != 2 || got.Streams[0].StreamID != b.Streams[0].StreamID ||
+		*got.Streams[0].TTFTUs != 123_456 || got.Streams[1].ITLZero != 1 ||
+		!got.Streams[0].ReceivedAt.Equal(st.ReceivedAt) {
+		t.Fatalf("round trip: got %+v", got.Streams)
+	}
+	p[0] = 99
+	if _, err := decodeBatch(p); !errors.Is(err, errSpoolVersion) {
+		t.Fatalf("decode of version 99: err = %v, want errSpoolVersion", err)
+	}
+}
