@@ -424,7 +424,6 @@ func mainRUM(ctx context.Context, args []string, env Env) int {
 		return ExitUsage
 	}
 	result := newResult("rum", describeFilter(f, since, until), rep, out.th)
-	result.Elapsed = f.Until.Sub(f.Since)
 	return finish(env, &out, &result, &red)
 }
 

@@ -60,8 +60,11 @@ func (r *Result) WriteText(w io.Writer) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "itlmon gate %s · %s\n", r.Source, r.Target)
 	fmt.Fprintf(&b, "%s streams", group(rep.Streams))
-	if rep.Errors > 0 || r.Source == "probe" {
+	switch {
+	case r.Source == "probe":
 		fmt.Fprintf(&b, " (%s failed)", group(rep.Errors))
+	case rep.Errors > 0:
+		fmt.Fprintf(&b, " (%s not completed: aborted or failed)", group(rep.Errors))
 	}
 	if r.Concurrency > 0 {
 		fmt.Fprintf(&b, ", concurrency %d", r.Concurrency)
