@@ -8,6 +8,7 @@
 //	chdb.MaybeRunChild()                 // first line of main and of TestMain
 //	e, err := chdb.Start(ctx, chdb.Options{LibPath: ..., Dir: ..., Logger: log})
 //	e.NativeAddr(), e.HTTPAddr()         // "127.0.0.1:port" of the current child
+//	e.PID(); e.Ready(ctx)                // child's pid (0 while down); wait until it answers
 //	e.DialContext(ctx, addr)             // for clickhouse.Options.DialContext: dials the current native port
 //	e.Kill()                             // SIGKILL (simulated crash): the supervisor restarts it
 //	e.Stop(ctx); e.Restart(ctx)          // outage on purpose: stays down until Restart
@@ -68,6 +69,8 @@ type Options struct {
 	Dir          string         // data directory (--path), created if missing
 	Exe          string         // executable to re-exec as the child; default os.Executable()
 	Logger       zerolog.Logger // ports, restarts and the child's stderr go here
+	NativePort   int            // first port to try for the native protocol; 0 picks a free one
+	HTTPPort     int            // first port to try for HTTP; 0 picks a free one
 	ReadyTimeout time.Duration  // per launch attempt, until /ping answers; default 60 s
 	StopTimeout  time.Duration  // SIGTERM grace before SIGKILL; default 10 s
 }
@@ -106,6 +109,8 @@ func Start(ctx context.Context, opts Options) (*Engine, error) {
 	e := &Engine{
 		opts:    opts,
 		log:     opts.Logger.With().Str("component", "chdb").Logger(),
+		native:  opts.NativePort,
+		http:    opts.HTTPPort,
 		up:      make(chan struct{}),
 		wake:    make(chan struct{}, 1),
 		closing: make(chan struct{}),
@@ -170,6 +175,16 @@ func (e *Engine) HTTPAddr() string {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return net.JoinHostPort("127.0.0.1", strconv.Itoa(e.http))
+}
+
+// PID is the process id of the current child, 0 while it is down.
+func (e *Engine) PID() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.proc == nil {
+		return 0
+	}
+	return e.proc.cmd.Process.Pid
 }
 
 // DialContext dials the engine's current native address whatever addr says,
@@ -374,7 +389,7 @@ func (e *Engine) launch(ctx context.Context) (*child, error) {
 	e.mu.Unlock()
 	var lastErr error
 	for attempt := 0; attempt < launchAttempts; attempt++ {
-		if attempt > 0 || native == 0 {
+		if attempt > 0 || native == 0 || httpPort == 0 {
 			var err error
 			if native, httpPort, err = freePorts(); err != nil {
 				return nil, err

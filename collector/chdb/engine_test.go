@@ -2,7 +2,10 @@ package chdb_test
 
 import (
 	"context"
+	"fmt"
+	"net"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -83,6 +86,13 @@ func TestEngineLifecycle(t *testing.T) {
 	}
 	t.Cleanup(func() { e.Close(context.Background()) })
 	t.Logf("engine ready in %v on native %s http %s", time.Since(began), e.NativeAddr(), e.HTTPAddr())
+	if status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", e.PID())); err == nil {
+		for _, line := range strings.Split(string(status), "\n") {
+			if strings.HasPrefix(line, "VmRSS") {
+				t.Logf("engine %s", line)
+			}
+		}
+	}
 
 	conn := connect(t, e)
 	for _, q := range []string{
@@ -147,5 +157,31 @@ func TestStartErrors(t *testing.T) {
 				t.Fatalf("Start succeeded, want an error")
 			}
 		})
+	}
+}
+
+// TestBusyPort: a taken port makes the engine print an error and exit 0; Start
+// notices it never answered and retries on fresh ports.
+func TestBusyPort(t *testing.T) {
+	lib := libPath(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	port := taken.Addr().(*net.TCPAddr).Port
+	e, err := chdb.Start(ctx, chdb.Options{LibPath: lib, Dir: t.TempDir(), NativePort: port, HTTPPort: port,
+		Logger: zerolog.New(zerolog.NewTestWriter(t))})
+	if err != nil {
+		t.Fatalf("start with a busy port: %v", err)
+	}
+	defer e.Close(ctx)
+	if got := e.NativeAddr(); got == taken.Addr().String() {
+		t.Fatalf("NativeAddr = %s, the busy port", got)
+	}
+	if err := connect(t, e).Ping(ctx); err != nil {
+		t.Fatalf("ping: %v", err)
 	}
 }
