@@ -87,6 +87,7 @@ test: deps vet depscheck wasm
 ## bench: benchmarks and the size/cost reports
 bench: deps wasm
 	$(GO) test -run '^$$' -bench . -benchmem -count=1 ./wasm/... | tee /tmp/itlmon-bench.txt
+	$(GO) test -run '^$$' -bench . -benchmem -benchtime 5x -count=1 ./collector/store | tee -a /tmp/itlmon-bench.txt
 
 ## fuzz: FUZZTIME per target (default 30s)
 FUZZTIME ?= 30s
