@@ -162,17 +162,15 @@ func DecodeBinary(src []byte, maxBuckets int) (Histogram, int, error) {
 		walkRuns(src, &runs, int32(first), int(slots), maxBuckets, h.counts)
 	}
 	if h.count > 0 {
-		var sum, min, max float64
-		for _, f := range [...]struct {
-			name string
-			v    *float64
-		}{{"sum", &sum}, {"min", &min}, {"max", &max}} {
-			u, err := readUvarint(src, &p, f.name)
+		var f [3]float64
+		for k, name := range [3]string{"sum", "min", "max"} {
+			u, err := readUvarint(src, &p, name)
 			if err != nil {
 				return Histogram{}, 0, err
 			}
-			*f.v = math.Float64frombits(bits.ReverseBytes64(u))
+			f[k] = math.Float64frombits(bits.ReverseBytes64(u))
 		}
+		sum, min, max := f[0], f[1], f[2]
 		if err := h.setStats(sum, min, max); err != nil {
 			return Histogram{}, 0, err
 		}
