@@ -40,11 +40,22 @@ func TestSubmitBackpressure(t *testing.T) {
 	if got, want := w.Stats().QueueDepth, 1; got != want {
 		t.Fatalf("QueueDepth = %d, want %d", got, want)
 	}
+	// A Submit blocked on the full queue is released by Shutdown.
+	blocked := make(chan error, 1)
+	go func() {
+		blocked <- w.Submit(context.Background(), makeStreams(1, "demo", at), func(error) { t.Errorf("done of a rejected Submit called") })
+	}()
+	time.Sleep(50 * time.Millisecond)
+	shut := make(chan error, 1)
+	go func() { shut <- w.Shutdown(context.Background()) }()
+	if err := <-blocked; !errors.Is(err, store.ErrClosed) {
+		t.Fatalf("blocked submit during shutdown: err = %v, want ErrClosed", err)
+	}
 	close(release)
 	if err := <-second; err != nil {
 		t.Fatalf("submit 2 done: %v", err)
 	}
-	if err := w.Shutdown(context.Background()); err != nil {
+	if err := <-shut; err != nil {
 		t.Fatalf("shutdown: %v", err)
 	}
 	if err := w.Submit(context.Background(), makeStreams(1, "demo", at), func(error) {}); !errors.Is(err, store.ErrClosed) {

@@ -47,6 +47,7 @@ type spool struct {
 	curSize int64
 	next    uint64 // number of the next segment
 	bytes   int64  // total bytes of all segments
+	skipped int    // segments left on disk by Skip
 }
 
 // openSpool opens dir (creating it) and lists its segments; every existing
@@ -226,9 +227,21 @@ func (s *spool) Remove(num uint64) error {
 	return syncDir(s.dir)
 }
 
+// Skip leaves segment num on disk but stops returning it from Oldest (a
+// frame this version cannot decode: never deleted, never retried in a loop).
+func (s *spool) Skip(num uint64) {
+	for i, n := range s.sealed {
+		if n == num {
+			s.sealed = append(s.sealed[:i], s.sealed[i+1:]...)
+			s.skipped++
+			return
+		}
+	}
+}
+
 // Segments is the number of segments on disk, the open one included.
 func (s *spool) Segments() int {
-	n := len(s.sealed)
+	n := len(s.sealed) + s.skipped
 	if s.cur != nil {
 		n++
 	}

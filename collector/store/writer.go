@@ -67,11 +67,12 @@ type Writer struct {
 	queue chan job
 	spool *spool // owned by run's goroutine
 
-	mu      sync.RWMutex // held (read) by Submit while it sends to queue
-	closed  bool
-	closing chan struct{} // closed by Shutdown: wakes blocked Submits
-	drain   chan struct{} // closed by Shutdown after Submits are fenced off
-	done    chan struct{} // closed when run returns
+	mu        sync.RWMutex // held (read) by Submit while it sends to queue
+	closed    bool
+	closeOnce sync.Once
+	closing   chan struct{} // closed by Shutdown: wakes blocked Submits
+	drain     chan struct{} // closed by Shutdown after Submits are fenced off
+	done      chan struct{} // closed when run returns
 
 	// state of run's goroutine
 	retryAt  time.Time // no insert attempts before this (ClickHouse down)
@@ -155,13 +156,13 @@ func (w *Writer) Submit(ctx context.Context, streams []collector.Stream, done fu
 // Shutdown stops taking streams, flushes what is queued (to ClickHouse, or to
 // the spool) and returns when done or when ctx ends.
 func (w *Writer) Shutdown(ctx context.Context) error {
-	w.mu.Lock() // RLock holders leave when closing is closed
-	if !w.closed {
+	w.closeOnce.Do(func() {
+		close(w.closing) // wakes Submits blocked on a full queue
+		w.mu.Lock()      // waits until no Submit is between its check and its send
 		w.closed = true
-		close(w.closing)
-		close(w.drain)
-	}
-	w.mu.Unlock()
+		w.mu.Unlock()
+		close(w.drain) // everything queued is now seen by run's last flush
+	})
 	select {
 	case <-w.done:
 		return nil
@@ -315,8 +316,8 @@ func (w *Writer) replay() {
 		for _, f := range frames {
 			b, err := decodeBatch(f)
 			if err != nil {
-				w.log.Error().Err(err).Uint64("segment", num).Msg("spool segment unreadable; kept on disk, skipped")
-				w.spool.sealed = w.spool.sealed[1:] // leave it for a newer version to read
+				w.log.Error().Err(err).Uint64("segment", num).Msg("spool segment unreadable; kept on disk, skipped until restart")
+				w.spool.Skip(num)
 				return
 			}
 			before := w.st.inserted.Load()
