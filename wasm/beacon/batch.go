@@ -1,0 +1,560 @@
+package beacon
+
+import (
+	"strconv"
+
+	"github.com/itlmon/itlmon/wasm/hist"
+)
+
+// Batch is a KindBatch message: the records one page sends in one go.
+type Batch struct {
+	Seq     uint64 // per page, increasing; the Ack echoes it
+	Site    string // site key
+	Client  Client
+	Dropped uint32 // records the page dropped so far (queue full, never sent)
+	Records []Record
+}
+
+// Limits bound what a decoder accepts. A zero field takes its value from
+// DefaultLimits.
+type Limits struct {
+	MaxBytes    int // whole message
+	MaxRecords  int // records per batch
+	MaxBuckets  int // non-empty buckets per histogram
+	MaxTimeline int // timeline entries per record
+	MaxStalls   int // stall list entries per record
+	MaxString   int // bytes per string
+}
+
+// DefaultLimits fit what the browser module sends with a wide margin: a
+// record with two full histograms, a 256-entry timeline and 64 stalls is
+// about 3 KB.
+var DefaultLimits = Limits{
+	MaxBytes:    1 << 20,
+	MaxRecords:  1000,
+	MaxBuckets:  hist.NumIndexes / 2, // 20 octaves, 100 µs .. 100 s
+	MaxTimeline: 4096,
+	MaxStalls:   1024,
+	MaxString:   2048,
+}
+
+func (l Limits) withDefaults() Limits {
+	d := DefaultLimits
+	for _, f := range [...]struct{ v, def *int }{
+		{&l.MaxBytes, &d.MaxBytes}, {&l.MaxRecords, &d.MaxRecords}, {&l.MaxBuckets, &d.MaxBuckets},
+		{&l.MaxTimeline, &d.MaxTimeline}, {&l.MaxStalls, &d.MaxStalls}, {&l.MaxString, &d.MaxString},
+	} {
+		if *f.v <= 0 {
+			*f.v = *f.def
+		}
+	}
+	return l
+}
+
+// Record flags: booleans and the presence of optional sections.
+const (
+	flagTokensReported = 1 << iota
+	flagSmooth
+	flagStats     // gap quantiles, rates, stalls, jank, re-chunking
+	flagITL       // ITL histogram
+	flagTimeline  // raw timeline
+	flagStalls    // stall list
+	flagCauses    // per-cause stall counts and times, TTFT cause
+	flagITLTokens // token-normalised ITL histogram
+	knownFlags    = 1<<iota - 1
+)
+
+// Client flags.
+const (
+	clientUAMobile = 1 << iota
+	clientCrossOriginIso
+	knownClientFlags = 1<<iota - 1
+)
+
+// numCauses is the number of meter.Cause values (the per-cause arrays' length).
+const numCauses = 5
+
+var _ [numCauses]uint32 = Record{}.StallsByCause
+
+// minRecordSize: length prefix, stream id and flags.
+const minRecordSize = 1 + 16 + 1
+
+// AppendBinary appends the encoding of b to dst. It fails, with a
+// *DecodeError wrapping ErrInvalid, for values no decoder accepts: strings
+// that are not UTF-8, paths or origins with a query or fragment, NaN,
+// infinite or negative rates, cause codes out of range. Limits are the
+// receiver's business and are not checked here.
+func (b *Batch) AppendBinary(dst []byte) ([]byte, error) {
+	return encoder{minor: Minor}.appendBatch(dst, b)
+}
+
+// encoder writes one minor version; tests use extra to play a newer sender
+// that appends fields to every section.
+type encoder struct {
+	minor uint8
+	extra []byte
+}
+
+func (e encoder) appendBatch(dst []byte, b *Batch) ([]byte, error) {
+	if err := b.check(); err != nil {
+		return dst, err
+	}
+	dst = appendHeader(dst, KindBatch, e.minor)
+	dst = appendUvarint(dst, b.Seq)
+	dst = appendString(dst, b.Site)
+	dst, start := beginSection(dst)
+	dst = e.appendClient(dst, &b.Client)
+	dst = endSection(dst, start)
+	dst = appendUvarint(dst, uint64(b.Dropped))
+	dst = appendUvarint(dst, uint64(len(b.Records)))
+	var prev *Record = &emptyRecord
+	for i := range b.Records {
+		rec := &b.Records[i]
+		dst, start = beginSection(dst)
+		dst = e.appendRecord(dst, rec, prev)
+		dst = endSection(dst, start)
+		prev = rec
+	}
+	return append(dst, e.extra...), nil
+}
+
+var emptyRecord Record
+
+func (e encoder) appendClient(dst []byte, c *Client) []byte {
+	dst = appendString(dst, c.UserAgent)
+	dst = appendString(dst, c.UABrands)
+	dst = appendString(dst, c.UAPlatform)
+	dst = appendString(dst, c.ConnType)
+	dst = appendString(dst, c.ModuleVersion)
+	dst = appendString(dst, c.Release)
+	var flags uint64
+	if c.UAMobile {
+		flags |= clientUAMobile
+	}
+	if c.CrossOriginIso {
+		flags |= clientCrossOriginIso
+	}
+	dst = appendUvarint(dst, flags)
+	dst = appendUvarint(dst, uint64(c.ConnRTTMs))
+	dst = appendUvarint(dst, uint64(c.TimerFloorUs))
+	return append(dst, e.extra...)
+}
+
+// appendRepString writes s, or the 0 marker when it equals the previous
+// record's value (origins, paths, model and protocol rarely change within a
+// batch).
+func appendRepString(dst []byte, s, prev string) []byte {
+	if s == prev {
+		return append(dst, 0)
+	}
+	dst = appendUvarint(dst, uint64(len(s))+1)
+	return append(dst, s...)
+}
+
+func (r *Record) hasStats() bool {
+	return r.GapP50Us|r.GapP95Us|r.GapP99Us|r.GapMaxUs|r.TPOTUs|r.Stalls|r.MaxEventsPerRead != 0 ||
+		r.StalledUs != 0 || r.TokensPerSec != 0 || r.Jank != 0 || r.EventsPerRead != 0 ||
+		r.BytesPerRead != 0 || r.SubFloorShare != 0
+}
+
+func (r *Record) hasCauses() bool {
+	return r.StallsByCause != [numCauses]uint32{} || r.StalledByCause != [numCauses]uint64{} || r.TTFTCause != 0
+}
+
+func (e encoder) appendRecord(dst []byte, r, prev *Record) []byte {
+	var flags uint64
+	if r.TokensReported {
+		flags |= flagTokensReported
+	}
+	if r.Smooth {
+		flags |= flagSmooth
+	}
+	if r.hasStats() {
+		flags |= flagStats
+	}
+	if r.ITL.Count() > 0 {
+		flags |= flagITL
+	}
+	if len(r.Timeline) > 0 || r.TimelineDropped > 0 {
+		flags |= flagTimeline
+	}
+	if len(r.StallList) > 0 {
+		flags |= flagStalls
+	}
+	if r.hasCauses() {
+		flags |= flagCauses
+	}
+	if r.ITLTokens.Count() > 0 {
+		flags |= flagITLTokens
+	}
+	dst = append(dst, r.StreamID[:]...)
+	dst = appendUvarint(dst, flags)
+	dst = appendRepString(dst, r.OriginID, prev.OriginID)
+	dst = appendRepString(dst, r.PageOrigin, prev.PageOrigin)
+	dst = appendRepString(dst, r.PagePath, prev.PagePath)
+	dst = appendRepString(dst, r.URLOrigin, prev.URLOrigin)
+	dst = appendRepString(dst, r.URLPath, prev.URLPath)
+	dst = appendRepString(dst, r.Model, prev.Model)
+	dst = appendRepString(dst, r.HTTPProto, prev.HTTPProto)
+	dst = appendRepString(dst, r.ContentType, prev.ContentType)
+	dst = appendVarint(dst, r.StartUnixMs)
+	dst = append(dst, r.Format, r.Status)
+	dst = appendUvarint(dst, uint64(r.HTTPStatus))
+	dst = appendOptTime(dst, r.TTFBUs)
+	dst = appendOptTime(dst, r.TTFCUs)
+	dst = appendOptTime(dst, r.TTFTUs)
+	dst = appendOptTime(dst, r.DurationUs)
+	dst = appendUvarint(dst, uint64(r.Events))
+	dst = appendUvarint(dst, uint64(r.ContentEvents))
+	dst = appendUvarint(dst, uint64(r.Tokens))
+	dst = appendUvarint(dst, uint64(r.Reads))
+	dst = appendUvarint(dst, r.Bytes)
+	if flags&flagStats != 0 {
+		dst = appendUvarint(dst, uint64(r.GapP50Us))
+		dst = appendUvarint(dst, uint64(r.GapP95Us))
+		dst = appendUvarint(dst, uint64(r.GapP99Us))
+		dst = appendUvarint(dst, uint64(r.GapMaxUs))
+		dst = appendUvarint(dst, uint64(r.TPOTUs))
+		dst = appendFloat32(dst, r.TokensPerSec)
+		dst = appendUvarint(dst, uint64(r.Stalls))
+		dst = appendUvarint(dst, r.StalledUs)
+		dst = appendFloat32(dst, r.Jank)
+		dst = appendFloat32(dst, r.EventsPerRead)
+		dst = appendUvarint(dst, uint64(r.MaxEventsPerRead))
+		dst = appendFloat32(dst, r.BytesPerRead)
+		dst = appendFloat32(dst, r.SubFloorShare)
+	}
+	if flags&flagITL != 0 {
+		dst = r.ITL.AppendBinary(dst)
+	}
+	if flags&flagTimeline != 0 {
+		dst = appendUvarint(dst, uint64(len(r.Timeline)))
+		dst = appendUvarint(dst, uint64(r.TimelineDropped))
+		// Arrival times are often multiples of the timer's resolution (100 µs
+		// in Chromium): send them in units of their greatest common divisor.
+		var unit uint32
+		for _, s := range r.Timeline {
+			unit = gcd(unit, s.AtUs)
+		}
+		unit = max(unit, 1)
+		dst = appendUvarint(dst, uint64(unit))
+		var at, read int64
+		for _, s := range r.Timeline {
+			// One uvarint: zigzag(Δat/unit)<<3 | read code<<1 | content, where
+			// the read code is 0 (same read), 1 (the next read) or 2 (a
+			// varint Δread follows).
+			da := (int64(s.AtUs) - at) / int64(unit)
+			v := (uint64(da<<1) ^ uint64(da>>63)) << 3
+			dr := int64(s.Read) - read
+			switch dr {
+			case 0:
+			case 1:
+				v |= 1 << 1
+			default:
+				v |= 2 << 1
+			}
+			if s.Content {
+				v |= 1
+			}
+			dst = appendUvarint(dst, v)
+			if dr != 0 && dr != 1 {
+				dst = appendVarint(dst, dr)
+			}
+			at, read = int64(s.AtUs), int64(s.Read)
+		}
+	}
+	if flags&flagStalls != 0 {
+		dst = appendUvarint(dst, uint64(len(r.StallList)))
+		var start int64
+		for _, s := range r.StallList {
+			dst = appendVarint(dst, int64(s.StartUs)-start)
+			dst = appendVarint(dst, int64(s.EndUs)-int64(s.StartUs))
+			dst = append(dst, s.Cause)
+			dst = appendUvarint(dst, uint64(s.NextReadEvents))
+			start = int64(s.StartUs)
+		}
+	}
+	if flags&flagCauses != 0 {
+		dst = append(dst, r.TTFTCause)
+		for _, n := range r.StallsByCause {
+			dst = appendUvarint(dst, uint64(n))
+		}
+		for _, us := range r.StalledByCause {
+			dst = appendUvarint(dst, us)
+		}
+	}
+	if flags&flagITLTokens != 0 {
+		dst = r.ITLTokens.AppendBinary(dst)
+	}
+	return append(dst, e.extra...)
+}
+
+// check finds what a decoder would reject regardless of its limits.
+func (b *Batch) check() error {
+	fail := func(rec int, field, reason string) error {
+		return &DecodeError{Record: rec, Field: field, Reason: reason, Err: ErrInvalid}
+	}
+	for _, s := range [...]struct{ field, v string }{
+		{"site", b.Site},
+		{"client.user_agent", b.Client.UserAgent}, {"client.ua_brands", b.Client.UABrands},
+		{"client.ua_platform", b.Client.UAPlatform}, {"client.conn_type", b.Client.ConnType},
+		{"client.module_version", b.Client.ModuleVersion}, {"client.release", b.Client.Release},
+	} {
+		if reason := checkString(s.field, []byte(s.v)); reason != "" {
+			return fail(-1, s.field, reason)
+		}
+	}
+	for i := range b.Records {
+		r := &b.Records[i]
+		for _, s := range [...]struct{ field, v string }{
+			{"origin_id", r.OriginID}, {"page_origin", r.PageOrigin}, {"page_path", r.PagePath},
+			{"url_origin", r.URLOrigin}, {"url_path", r.URLPath}, {"model", r.Model},
+			{"http_proto", r.HTTPProto}, {"content_type", r.ContentType},
+		} {
+			if reason := checkString(s.field, []byte(s.v)); reason != "" {
+				return fail(i, s.field, reason)
+			}
+		}
+		for _, f := range [...]struct {
+			field string
+			v     float32
+		}{
+			{"tokens_per_sec", r.TokensPerSec}, {"jank", r.Jank}, {"events_per_read", r.EventsPerRead},
+			{"bytes_per_read", r.BytesPerRead}, {"sub_floor_share", r.SubFloorShare},
+		} {
+			if reason := checkFloat(f.v); reason != "" {
+				return fail(i, f.field, reason)
+			}
+		}
+		if r.TTFTCause >= numCauses {
+			return fail(i, "ttft_cause", causeRange(r.TTFTCause))
+		}
+		for k, s := range r.StallList {
+			if s.Cause >= numCauses {
+				return fail(i, "stall_list["+strconv.Itoa(k)+"].cause", causeRange(s.Cause))
+			}
+		}
+	}
+	return nil
+}
+
+func causeRange(c uint8) string {
+	return strconv.Itoa(int(c)) + " out of range [0, " + strconv.Itoa(numCauses-1) + "]"
+}
+
+// DecodeBatch decodes a KindBatch message, enforcing lim (zero fields:
+// DefaultLimits). Errors are *DecodeError values naming the field and why.
+func DecodeBatch(src []byte, lim Limits) (*Batch, error) {
+	lim = lim.withDefaults()
+	if len(src) > lim.MaxBytes {
+		return nil, &DecodeError{Record: -1, Field: "message", Reason: "length " + strconv.Itoa(len(src)) + " exceeds limit " + strconv.Itoa(lim.MaxBytes), Err: ErrTooBig}
+	}
+	minor, err := readHeader(src, KindBatch)
+	if err != nil {
+		return nil, err
+	}
+	r := reader{src: src, p: headerLen, rec: -1, lim: lim, minor: minor}
+	b := new(Batch)
+	b.Seq = r.uvarint("seq")
+	b.Site = r.str("site")
+	c := r.section("client")
+	c.prefix = "client."
+	c.client(&b.Client)
+	c.prefix = ""
+	c.end("client")
+	r.err = c.err
+	b.Dropped = r.u32("dropped")
+	n := r.length("records", lim.MaxRecords, minRecordSize)
+	if r.err != nil {
+		return nil, r.err
+	}
+	if n > 0 {
+		b.Records = make([]Record, n)
+	}
+	prev := &emptyRecord
+	for i := range b.Records {
+		r.rec = i
+		s := r.section("length")
+		s.record(&b.Records[i], prev)
+		s.end("length")
+		if s.err != nil {
+			return nil, s.err
+		}
+		prev = &b.Records[i]
+	}
+	r.rec = -1
+	r.end("records")
+	if r.err != nil {
+		return nil, r.err
+	}
+	return b, nil
+}
+
+func (r *reader) client(c *Client) {
+	c.UserAgent = r.str("user_agent")
+	c.UABrands = r.str("ua_brands")
+	c.UAPlatform = r.str("ua_platform")
+	c.ConnType = r.str("conn_type")
+	c.ModuleVersion = r.str("module_version")
+	c.Release = r.str("release")
+	flags := r.uvarint("flags")
+	if flags&^knownClientFlags != 0 && r.minor <= Minor {
+		r.fail("flags", "unknown bits 0x"+strconv.FormatUint(flags&^knownClientFlags, 16), ErrInvalid)
+	}
+	c.UAMobile = flags&clientUAMobile != 0
+	c.CrossOriginIso = flags&clientCrossOriginIso != 0
+	c.ConnRTTMs = uint16(r.uint("conn_rtt_ms", 1<<16-1))
+	c.TimerFloorUs = r.u32("timer_floor_us")
+}
+
+func (r *reader) record(rec *Record, prev *Record) {
+	copy(rec.StreamID[:], r.bytes("stream_id", 16))
+	flags := r.uvarint("flags")
+	if flags&^knownFlags != 0 && r.minor <= Minor {
+		r.fail("flags", "unknown bits 0x"+strconv.FormatUint(flags&^knownFlags, 16), ErrInvalid)
+	}
+	rec.TokensReported = flags&flagTokensReported != 0
+	rec.Smooth = flags&flagSmooth != 0
+	rec.OriginID = r.repStr("origin_id", prev.OriginID)
+	rec.PageOrigin = r.repStr("page_origin", prev.PageOrigin)
+	rec.PagePath = r.repStr("page_path", prev.PagePath)
+	rec.URLOrigin = r.repStr("url_origin", prev.URLOrigin)
+	rec.URLPath = r.repStr("url_path", prev.URLPath)
+	rec.Model = r.repStr("model", prev.Model)
+	rec.HTTPProto = r.repStr("http_proto", prev.HTTPProto)
+	rec.ContentType = r.repStr("content_type", prev.ContentType)
+	rec.StartUnixMs = r.varint("start_unix_ms")
+	rec.Format = r.byte("format")
+	rec.Status = r.byte("status")
+	rec.HTTPStatus = uint16(r.uint("http_status", 1<<16-1))
+	rec.TTFBUs = r.optTime("ttfb_us")
+	rec.TTFCUs = r.optTime("ttfc_us")
+	rec.TTFTUs = r.optTime("ttft_us")
+	rec.DurationUs = r.optTime("duration_us")
+	rec.Events = r.u32("events")
+	rec.ContentEvents = r.u32("content_events")
+	rec.Tokens = r.u32("tokens")
+	rec.Reads = r.u32("reads")
+	rec.Bytes = r.uvarint("bytes")
+	if flags&flagStats != 0 {
+		rec.GapP50Us = r.u32("gap_p50_us")
+		rec.GapP95Us = r.u32("gap_p95_us")
+		rec.GapP99Us = r.u32("gap_p99_us")
+		rec.GapMaxUs = r.u32("gap_max_us")
+		rec.TPOTUs = r.u32("tpot_us")
+		rec.TokensPerSec = r.float32("tokens_per_sec")
+		rec.Stalls = r.u32("stalls")
+		rec.StalledUs = r.uvarint("stalled_us")
+		rec.Jank = r.float32("jank")
+		rec.EventsPerRead = r.float32("events_per_read")
+		rec.MaxEventsPerRead = r.u32("max_events_per_read")
+		rec.BytesPerRead = r.float32("bytes_per_read")
+		rec.SubFloorShare = r.float32("sub_floor_share")
+	}
+	if flags&flagITL != 0 {
+		rec.ITL = r.hist("itl")
+	}
+	if flags&flagTimeline != 0 {
+		n := r.length("timeline", r.lim.MaxTimeline, 2)
+		rec.TimelineDropped = r.u32("timeline_dropped")
+		unit := int64(r.u32("timeline_unit"))
+		if r.err == nil && unit == 0 {
+			r.fail("timeline_unit", "0", ErrInvalid)
+		}
+		if r.err == nil && n > 0 {
+			rec.Timeline = make([]Stamp, n)
+		}
+		var at, read int64
+		for i := range rec.Timeline {
+			v := r.uvarint("timeline.at_us")
+			z := v >> 3
+			d := int64(z>>1) ^ -int64(z&1)
+			var dr int64
+			switch v >> 1 & 3 {
+			case 1:
+				dr = 1
+			case 2:
+				dr = r.varint("timeline.read")
+			case 3:
+				r.fail("timeline["+strconv.Itoa(i)+"].read", "bad read code 3", ErrInvalid)
+			}
+			if r.err != nil {
+				r.indexField("timeline", i)
+				break
+			}
+			// |d| < 2^32 keeps d*unit from overflowing.
+			if at += d * unit; d >= 1<<32 || d <= -1<<32 || uint64(at) > 1<<32-1 {
+				r.fail("timeline["+strconv.Itoa(i)+"].at_us", "out of the uint32 range", ErrInvalid)
+				break
+			}
+			if read += dr; uint64(read) > 1<<32-1 {
+				r.fail("timeline["+strconv.Itoa(i)+"].read", "out of the uint32 range", ErrInvalid)
+				break
+			}
+			rec.Timeline[i] = Stamp{AtUs: uint32(at), Read: uint32(read), Content: v&1 != 0}
+		}
+	}
+	if flags&flagStalls != 0 {
+		n := r.length("stall_list", r.lim.MaxStalls, 4)
+		if r.err == nil && n > 0 {
+			rec.StallList = make([]Stall, n)
+		}
+		var start int64
+		for i := range rec.StallList {
+			start += r.varint("stall_list.start_us")
+			end := start + r.varint("stall_list.end_us")
+			cause := r.byte("stall_list.cause")
+			next := r.u32("stall_list.next_read_events")
+			if r.err != nil {
+				r.indexField("stall_list", i)
+				break
+			}
+			switch {
+			case uint64(start) > 1<<32-1:
+				r.fail("stall_list["+strconv.Itoa(i)+"].start_us", "out of the uint32 range", ErrInvalid)
+			case uint64(end) > 1<<32-1:
+				r.fail("stall_list["+strconv.Itoa(i)+"].end_us", "out of the uint32 range", ErrInvalid)
+			case cause >= numCauses:
+				r.fail("stall_list["+strconv.Itoa(i)+"].cause", causeRange(cause), ErrInvalid)
+			}
+			if r.err != nil {
+				break
+			}
+			rec.StallList[i] = Stall{StartUs: uint32(start), EndUs: uint32(end), Cause: cause, NextReadEvents: next}
+		}
+	}
+	if flags&flagCauses != 0 {
+		rec.TTFTCause = r.byte("ttft_cause")
+		if r.err == nil && rec.TTFTCause >= numCauses {
+			r.fail("ttft_cause", causeRange(rec.TTFTCause), ErrInvalid)
+		}
+		for i := range rec.StallsByCause {
+			rec.StallsByCause[i] = r.u32("stalls_by_cause")
+		}
+		for i := range rec.StalledByCause {
+			rec.StalledByCause[i] = r.uvarint("stalled_by_cause")
+		}
+	}
+	if flags&flagITLTokens != 0 {
+		rec.ITLTokens = r.hist("itl_tokens")
+	}
+}
+
+// indexField puts the entry index into the field of an error just raised
+// while reading list entry i: "timeline.at_us" becomes "timeline[i].at_us".
+func (r *reader) indexField(list string, i int) {
+	de, ok := r.err.(*DecodeError)
+	if !ok {
+		return
+	}
+	if p := r.prefix + list; len(de.Field) > len(p) && de.Field[:len(p)] == p && de.Field[len(p)] == '.' {
+		de.Field = p + "[" + strconv.Itoa(i) + "]" + de.Field[len(p):]
+	}
+}
+
+func gcd(a, b uint32) uint32 {
+	for b != 0 {
+		a, b = b, a%b
+	}
+	return a
+}

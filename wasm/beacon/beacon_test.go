@@ -1,0 +1,675 @@
+package beacon
+
+import (
+	"bytes"
+	"encoding/hex"
+	"errors"
+	"flag"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/itlmon/itlmon/wasm/hist"
+	"pgregory.net/rapid"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files and the fuzz seed corpus in testdata")
+
+// bigLimits accept anything the generators make.
+var bigLimits = Limits{MaxBytes: 1 << 30, MaxRecords: 1 << 20, MaxBuckets: hist.NumIndexes, MaxTimeline: 1 << 20, MaxStalls: 1 << 20, MaxString: 1 << 20}
+
+// tb is what testing.TB and *rapid.T share.
+type tb interface {
+	Helper()
+	Fatalf(format string, args ...any)
+}
+
+func mustEncode(tb tb, b *Batch) []byte {
+	tb.Helper()
+	enc, err := b.AppendBinary(nil)
+	if err != nil {
+		tb.Fatalf("encode: %v", err)
+	}
+	return enc
+}
+
+func mustDecode(tb tb, src []byte, lim Limits) *Batch {
+	tb.Helper()
+	b, err := DecodeBatch(src, lim)
+	if err != nil {
+		tb.Fatalf("decode: %v", err)
+	}
+	return b
+}
+
+// golden compares data with testdata/name.bin and keeps testdata/name.hex (a
+// hex dump) beside it so diffs read; -update rewrites both.
+func golden(t *testing.T, name string, data []byte) {
+	t.Helper()
+	bin := filepath.Join("testdata", name+".bin")
+	dump := filepath.Join("testdata", name+".hex")
+	if *update {
+		if err := os.MkdirAll("testdata", 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(bin, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(dump, []byte(hex.Dump(data)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(bin)
+	if err != nil {
+		t.Fatalf("%v (run go test ./wasm/beacon -update)", err)
+	}
+	if !bytes.Equal(data, want) {
+		t.Fatalf("%s differs from the golden file (run with -update if intended):\ngot:\n%swant:\n%s", bin, hex.Dump(data), hex.Dump(want))
+	}
+	wantDump, err := os.ReadFile(dump)
+	if err != nil || string(wantDump) != hex.Dump(want) {
+		t.Fatalf("%s is stale (run go test ./wasm/beacon -update)", dump)
+	}
+}
+
+func TestGolden(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		batch *Batch
+	}{
+		{"batch-minimal", minimalBatch()},
+		{"batch-typical", typicalBatch()},
+		{"batch-empty", &Batch{Seq: 0}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			enc := mustEncode(t, tc.batch)
+			golden(t, tc.name, enc)
+			if got := mustDecode(t, enc, Limits{}); !batchesEqual(got, tc.batch) {
+				t.Fatalf("decoded golden differs from the fixture")
+			}
+		})
+	}
+	for _, tc := range []struct {
+		name string
+		ack  Ack
+	}{
+		{"ack", Ack{Seq: 17}},
+		{"ack-reject", Ack{Seq: 300, Reject: RejectLimit}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			enc := tc.ack.AppendBinary(nil)
+			golden(t, tc.name, enc)
+			got, err := DecodeAck(enc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != tc.ack {
+				t.Fatalf("DecodeAck = %+v, want %+v", got, tc.ack)
+			}
+		})
+	}
+}
+
+func TestSizes(t *testing.T) {
+	minimal := mustEncode(t, minimalBatch())
+	typical := mustEncode(t, typicalBatch())
+	empty := mustEncode(t, &Batch{Seq: 1, Site: "pk_demo"})
+	perRecord := float64(len(typical)-len(empty)) / 10
+	t.Logf("minimal batch (1 record): %d bytes; typical batch (10 records): %d bytes, %.0f bytes/record", len(minimal), len(typical), perRecord)
+	b := typicalBatch()
+	var itl int
+	for _, r := range b.Records {
+		itl += len(r.ITL.AppendBinary(nil))
+	}
+	t.Logf("typical ITL histogram: %d buckets, %d bytes", b.Records[0].ITL.NumBuckets(), itl/len(b.Records))
+	r := minimalBatch().Records[0]
+	strs := len(r.PageOrigin + r.PagePath + r.URLOrigin + r.URLPath)
+	if n := len(minimal) - len(empty) - strs; n > 46 {
+		t.Fatalf("minimal record takes %d bytes besides its strings", n)
+	}
+	if perRecord > 1000 {
+		t.Fatalf("typical record takes %.0f bytes", perRecord)
+	}
+}
+
+func TestRoundTrip(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		b := genBatch(t)
+		enc := mustEncode(t, b)
+		got := mustDecode(t, enc, bigLimits)
+		if !batchesEqual(got, b) {
+			t.Fatalf("round trip differs:\n got %+v\nwant %+v", normalized(got), normalized(b))
+		}
+		// Canonical: re-encoding the decoded batch gives the same bytes.
+		if again := mustEncode(t, got); !bytes.Equal(again, enc) {
+			t.Fatalf("re-encoding differs")
+		}
+		// Every strict prefix is rejected.
+		for i := range len(enc) {
+			if _, err := DecodeBatch(enc[:i], bigLimits); err == nil {
+				t.Fatalf("prefix %d of %d decoded without error", i, len(enc))
+			}
+		}
+	})
+}
+
+// TestTruncated decodes every strict prefix of the golden encodings and
+// expects an error (ErrTruncated, or for the shortest ErrMagic-free header
+// check, ErrTruncated too).
+func TestTruncated(t *testing.T) {
+	for _, b := range []*Batch{minimalBatch(), typicalBatch(), {Seq: 0}} {
+		enc := mustEncode(t, b)
+		for i := range len(enc) {
+			_, err := DecodeBatch(enc[:i], Limits{})
+			if !errors.Is(err, ErrTruncated) {
+				t.Fatalf("prefix %d of %d: err = %v, want ErrTruncated", i, len(enc), err)
+			}
+			var de *DecodeError
+			if !errors.As(err, &de) {
+				t.Fatalf("prefix %d: %T is not *DecodeError", i, err)
+			}
+		}
+	}
+	ack := Ack{Seq: 1 << 40, Reject: RejectRetry}.AppendBinary(nil)
+	for i := range len(ack) {
+		if _, err := DecodeAck(ack[:i]); !errors.Is(err, ErrTruncated) {
+			t.Fatalf("ack prefix %d of %d: err = %v, want ErrTruncated", i, len(ack), err)
+		}
+	}
+}
+
+func TestHeader(t *testing.T) {
+	valid := mustEncode(t, minimalBatch())
+	with := func(i int, v byte) []byte {
+		b := bytes.Clone(valid)
+		b[i] = v
+		return b
+	}
+	for _, tc := range []struct {
+		name string
+		in   []byte
+		is   error
+		msg  string
+	}{
+		{"empty", nil, ErrTruncated, "beacon: header: truncated"},
+		{"json", []byte(`{"seq":1}`), ErrMagic, "beacon: magic: got 7b 22 73, want 89 49 54"},
+		{"short wrong", []byte{0x89, 'X'}, ErrMagic, "beacon: magic: got 89 58, want 89 49 54"},
+		{"magic", with(2, 'X'), ErrMagic, "beacon: magic: got 89 49 58, want 89 49 54"},
+		{"version 0", with(3, 0), ErrVersion, "beacon: version: 0, this decoder reads 1"},
+		{"version 2", with(3, 2), ErrVersion, "beacon: version: 2, this decoder reads 1"},
+		{"kind 0", with(5, 0), ErrKind, "beacon: kind: unknown kind 0"},
+		{"kind 9", with(5, 9), ErrKind, "beacon: kind: unknown kind 9"},
+		{"ack as batch", Ack{Seq: 1}.AppendBinary(nil), ErrKind, "beacon: kind: ack, want batch"},
+		{"origin as batch", with(5, byte(KindOrigin)), ErrKind, "beacon: kind: origin, want batch"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := DecodeBatch(tc.in, Limits{})
+			if !errors.Is(err, tc.is) {
+				t.Fatalf("err = %v, want %v", err, tc.is)
+			}
+			if got := err.Error(); got != tc.msg {
+				t.Fatalf("err = %q, want %q", got, tc.msg)
+			}
+		})
+	}
+	k, v, err := PeekKind(valid)
+	if k != KindBatch || v != Version || err != nil {
+		t.Fatalf("PeekKind = %v %v %v", k, v, err)
+	}
+	k, v, err = PeekKind(with(3, 7))
+	if k != KindBatch || v != 7 || !errors.Is(err, ErrVersion) {
+		t.Fatalf("PeekKind(version 7) = %v %v %v", k, v, err)
+	}
+	if _, err := DecodeAck(valid); !errors.Is(err, ErrKind) {
+		t.Fatalf("DecodeAck(batch) err = %v, want ErrKind", err)
+	}
+}
+
+// reencode decodes a batch and encodes it with enc (as a different sender).
+func reencode(t *testing.T, b *Batch, e encoder) []byte {
+	t.Helper()
+	out, err := e.appendBatch(nil, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func TestMinorVersions(t *testing.T) {
+	b := typicalBatch()
+	// A newer minor appends fields to the client part, every record and the
+	// message: this decoder skips them.
+	newer := reencode(t, b, encoder{minor: Minor + 1, extra: []byte{0xde, 0xad, 0xbe, 0xef}})
+	if got := mustDecode(t, newer, Limits{}); !batchesEqual(got, b) {
+		t.Fatal("newer minor: decoded batch differs")
+	}
+	// The same bytes from a sender of this minor are an error.
+	same := reencode(t, b, encoder{minor: Minor, extra: []byte{0xde, 0xad, 0xbe, 0xef}})
+	_, err := DecodeBatch(same, Limits{})
+	if got, want := fmt.Sprint(err), "beacon: client: 4 bytes after the last field"; got != want || !errors.Is(err, ErrInvalid) {
+		t.Fatalf("err = %v, want %q", err, want)
+	}
+	// Unknown flag bits: an error from this minor, ignored from a newer one.
+	rec := mustEncode(t, minimalBatch())
+	flagsAt := bytes.Index(rec, minimalBatch().Records[0].StreamID[:]) + 16
+	rec[flagsAt] |= 0x40 // a flag bit, here causes: reading it needs more bytes
+	if _, err := DecodeBatch(rec, Limits{}); err == nil {
+		t.Fatal("flag with missing section decoded")
+	}
+	rec = patchRecord(t, minimalBatch(), func(body []byte) []byte {
+		flags := appendUvarint(nil, uint64(body[16])|0x100) // 0x100: not a known flag
+		return append(append(body[:16:16], flags...), body[17:]...)
+	})
+	_, err = DecodeBatch(rec, Limits{})
+	if got, want := fmt.Sprint(err), "beacon: record 0: flags: unknown bits 0x100"; got != want {
+		t.Fatalf("err = %v, want %q", err, want)
+	}
+	rec[4] = Minor + 1
+	if _, err := DecodeBatch(rec, Limits{}); err != nil {
+		t.Fatalf("unknown flag bit from a newer minor: %v", err)
+	}
+	// Acks too.
+	ack := append(Ack{Seq: 5}.AppendBinary(nil), 1, 2)
+	if _, err := DecodeAck(ack); err == nil {
+		t.Fatal("ack with trailing bytes from this minor decoded")
+	}
+	ack[4] = Minor + 1
+	if a, err := DecodeAck(ack); err != nil || a.Seq != 5 {
+		t.Fatalf("DecodeAck(newer minor) = %v, %v", a, err)
+	}
+}
+
+func TestLimits(t *testing.T) {
+	typical := mustEncode(t, typicalBatch())
+	long := minimalBatch()
+	long.Records[0].PagePath = "/" + strings.Repeat("a", 4999)
+	longEnc := mustEncode(t, long)
+	many := &Batch{Records: make([]Record, 4)}
+	manyEnc := mustEncode(t, many)
+	for _, tc := range []struct {
+		name string
+		in   []byte
+		lim  Limits
+		is   error
+		msg  string
+	}{
+		{"bytes", typical, Limits{MaxBytes: 1000}, ErrTooBig, fmt.Sprintf("beacon: message: length %d exceeds limit 1000", len(typical))},
+		{"records", manyEnc, Limits{MaxRecords: 3}, ErrLimit, "beacon: records: length 4 exceeds limit 3"},
+		{"string", longEnc, Limits{}, ErrLimit, "beacon: record 0: page_path: length 5000 exceeds limit 2048"},
+		{"site", typical, Limits{MaxString: 10}, ErrLimit, "beacon: site: length 14 exceeds limit 10"},
+		{"buckets", typical, Limits{MaxBuckets: 10}, ErrLimit, "beacon: record 0: itl.buckets: more than 10 non-empty buckets"},
+		{"timeline", typical, Limits{MaxTimeline: 63}, ErrLimit, "beacon: record 0: timeline: length 64 exceeds limit 63"},
+		{"stalls", typical, Limits{MaxStalls: 1}, ErrLimit, fmt.Sprintf("beacon: record 0: stall_list: length %d exceeds limit 1", len(typicalBatch().Records[0].StallList))},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := DecodeBatch(tc.in, tc.lim)
+			if !errors.Is(err, tc.is) || !errors.Is(err, ErrLimit) {
+				t.Fatalf("err = %v, want %v and ErrLimit", err, tc.is)
+			}
+			if got := err.Error(); got != tc.msg {
+				t.Fatalf("err = %q, want %q", got, tc.msg)
+			}
+			if got, want := RejectFor(err), RejectLimit; got != want {
+				t.Fatalf("RejectFor = %v, want %v", got, want)
+			}
+		})
+	}
+	// At the limits, the same inputs pass.
+	b := typicalBatch()
+	var stalls, buckets int
+	for _, r := range b.Records {
+		stalls = max(stalls, len(r.StallList))
+		buckets = max(buckets, r.ITL.NumBuckets(), r.ITLTokens.NumBuckets())
+	}
+	if _, err := DecodeBatch(typical, Limits{MaxBytes: len(typical), MaxRecords: 10, MaxBuckets: buckets, MaxTimeline: 64, MaxStalls: stalls, MaxString: 104}); err != nil {
+		t.Fatalf("at the limits: %v", err)
+	}
+}
+
+// patchRecord encodes a one-record batch, lets edit change the record's
+// body, and fixes the record's length prefix.
+func patchRecord(t *testing.T, b *Batch, edit func(body []byte) []byte) []byte {
+	t.Helper()
+	enc := mustEncode(t, b)
+	id := b.Records[0].StreamID[:]
+	at := bytes.Index(enc, id)
+	// The record length is the uvarint right before the stream id.
+	lenStart := at - 1
+	for lenStart > 0 && enc[lenStart-1]&0x80 != 0 {
+		lenStart--
+	}
+	body := edit(bytes.Clone(enc[at:]))
+	out := appendUvarint(bytes.Clone(enc[:lenStart]), uint64(len(body)))
+	return append(out, body...)
+}
+
+func TestInvalidValues(t *testing.T) {
+	base := minimalBatch()
+	base.Records[0].Timeline = []Stamp{{AtUs: 10, Read: 1}}
+	base.Records[0].StallList = []Stall{{StartUs: 5, EndUs: 300005, Cause: 1}}
+	base.Records[0].TTFTCause = 2
+	base.Records[0].TokensPerSec = 42
+	enc := mustEncode(t, base)
+	if got := mustDecode(t, enc, Limits{}); !batchesEqual(got, base) {
+		t.Fatal("base differs")
+	}
+	strAt := 16 + 1 // after stream id and flags: origin_id
+	replaceStr := func(b []byte, idx int, s string) []byte {
+		// walk idx rstrings from strAt
+		p := strAt
+		for range idx {
+			h := int(b[p])
+			p++
+			if h > 0 {
+				p += h - 1
+			}
+		}
+		h := int(b[p])
+		old := 1
+		if h > 0 {
+			old += h - 1
+		}
+		return append(append(append(b[:p:p], byte(len(s)+1)), s...), b[p+old:]...)
+	}
+	for _, tc := range []struct {
+		name string
+		edit func([]byte) []byte
+		msg  string
+	}{
+		{"utf8", func(b []byte) []byte { return replaceStr(b, 5, "gpt\xff") }, "beacon: record 0: model: invalid UTF-8"},
+		{"query in path", func(b []byte) []byte { return replaceStr(b, 2, "/c?id=1") }, "beacon: record 0: page_path: contains a query or fragment"},
+		{"fragment in url path", func(b []byte) []byte { return replaceStr(b, 4, "/a#b") }, "beacon: record 0: url_path: contains a query or fragment"},
+		{"varint overflow", func(b []byte) []byte {
+			return append(b[:16:16], 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f)
+		}, "beacon: record 0: flags: varint overflows 64 bits"},
+		{"trailing", func(b []byte) []byte { return append(b, 0) }, "beacon: record 0: length: 1 bytes after the last field"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := DecodeBatch(patchRecord(t, base, tc.edit), Limits{})
+			if err == nil || err.Error() != tc.msg {
+				t.Fatalf("err = %v, want %q", err, tc.msg)
+			}
+			if got := RejectFor(err); got != RejectMalformed {
+				t.Fatalf("RejectFor = %v, want malformed", got)
+			}
+		})
+	}
+	// Values that only a hand-made encoding can carry: build the record body
+	// from scratch.
+	head := func(flags byte) []byte {
+		b := append(bytes.Clone(base.Records[0].StreamID[:]), flags)
+		b = append(b, 0, 0, 0, 0, 0, 0, 0, 0) // eight empty rstrings (same as "")
+		b = appendVarint(b, 0)
+		b = append(b, 0, 0) // format, status
+		b = appendUvarint(b, 200)
+		return b
+	}
+	tail := func(b []byte) []byte { // times, events, tokens, reads, bytes
+		b = append(b, 0, 0, 0, 0)
+		return append(b, 0, 0, 0, 0, 0)
+	}
+	for _, tc := range []struct {
+		name string
+		body []byte
+		msg  string
+	}{
+		{"http status", append(append(bytes.Clone(base.Records[0].StreamID[:]), 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), appendUvarint(nil, 70000)...), "beacon: record 0: http_status: 70000 exceeds 65535"},
+		{"time overflow", append(head(0), appendUvarint(nil, 1<<32+1)...), "beacon: record 0: ttfb_us: 4294967297 exceeds 4294967295"},
+		{"nan rate", append(append(tail(head(flagStats)), 0, 0, 0, 0, 0), appendFloat32(nil, float32(math.NaN()))...), "beacon: record 0: tokens_per_sec: not a finite non-negative number"},
+		{"negative jank", append(append(append(append(tail(head(flagStats)), 0, 0, 0, 0, 0), appendFloat32(nil, 1)...), 0, 0), appendFloat32(nil, -1)...), "beacon: record 0: jank: not a finite non-negative number"},
+		{"ttft cause", append(tail(head(flagCauses)), 7), "beacon: record 0: ttft_cause: 7 out of range [0, 4]"},
+		{"stall cause", append(tail(head(flagStalls)), 1, 2, 2, 9, 0), "beacon: record 0: stall_list[0].cause: 9 out of range [0, 4]"},
+		{"stall start", append(tail(head(flagStalls)), 1, 1, 0, 0, 0), "beacon: record 0: stall_list[0].start_us: out of the uint32 range"},
+		{"stall truncated", append(tail(head(flagStalls)), 2, 2, 2, 1, 0, 4, 0x80, 0x80, 0x80), "beacon: record 0: stall_list[1].end_us: truncated"},
+		{"timeline at", append(tail(head(flagTimeline)), 2, 0, 1, 4<<3, 5<<3), "beacon: record 0: timeline[1].at_us: out of the uint32 range"},
+		{"timeline read", append(tail(head(flagTimeline)), 1, 0, 1, 2<<1, 1), "beacon: record 0: timeline[0].read: out of the uint32 range"},
+		{"timeline read code", append(tail(head(flagTimeline)), 1, 0, 1, 3<<1), "beacon: record 0: timeline[0].read: bad read code 3"},
+		{"timeline read truncated", append(tail(head(flagTimeline)), 2, 0, 1, 1<<1, 2<<1), "beacon: record 0: timeline[1].read: truncated"},
+		{"timeline count vs bytes", append(tail(head(flagTimeline)), 100, 0, 1, 0), "beacon: record 0: timeline: length 100 exceeds the 3 bytes left"},
+		{"timeline unit", append(tail(head(flagTimeline)), 1, 0, 0, 0, 0), "beacon: record 0: timeline_unit: 0"},
+		{"timeline unit overflow", append(append(tail(head(flagTimeline)), 1, 0), append(appendUvarint(nil, 1<<32-1), 4<<3)...), "beacon: record 0: timeline[0].at_us: out of the uint32 range"},
+		{"histogram", append(tail(head(flagITL)), 0, 1, 0, 1, 0), "beacon: record 0: itl.count: run at index 0 starts or ends with an empty bucket"},
+		{"histogram truncated", append(tail(head(flagITL)), 0, 1, 0, 1, 1), "beacon: record 0: itl.sum: truncated"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := DecodeBatch(patchRecord(t, base, func([]byte) []byte { return tc.body }), Limits{})
+			if err == nil || err.Error() != tc.msg {
+				t.Fatalf("err = %v, want %q", err, tc.msg)
+			}
+			var de *DecodeError
+			if !errors.As(err, &de) || de.Record != 0 {
+				t.Fatalf("err %#v: want a *DecodeError for record 0", err)
+			}
+		})
+	}
+	// A record length beyond the message.
+	enc2 := bytes.Clone(enc)
+	enc2 = enc2[:len(enc2)-1]
+	if _, err := DecodeBatch(enc2, Limits{}); !errors.Is(err, ErrTruncated) || !strings.Contains(err.Error(), "record 0: length") {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+func TestEncodeErrors(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		edit func(*Batch)
+		msg  string
+	}{
+		{"query", func(b *Batch) { b.Records[0].URLPath = "/v1?key=secret" }, "beacon: record 0: url_path: contains a query or fragment"},
+		{"utf8", func(b *Batch) { b.Client.UserAgent = "\xc0" }, "beacon: client.user_agent: invalid UTF-8"},
+		{"nan", func(b *Batch) { b.Records[0].Jank = float32(math.Inf(1)) }, "beacon: record 0: jank: not a finite non-negative number"},
+		{"cause", func(b *Batch) { b.Records[0].StallList = []Stall{{Cause: 5}} }, "beacon: record 0: stall_list[0].cause: 5 out of range [0, 4]"},
+		{"ttft cause", func(b *Batch) { b.Records[0].TTFTCause = 200 }, "beacon: record 0: ttft_cause: 200 out of range [0, 4]"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := minimalBatch()
+			tc.edit(b)
+			dst := []byte("keep")
+			out, err := b.AppendBinary(dst)
+			if err == nil || err.Error() != tc.msg || !errors.Is(err, ErrInvalid) {
+				t.Fatalf("err = %v, want %q", err, tc.msg)
+			}
+			if string(out) != "keep" {
+				t.Fatalf("dst changed on error: %q", out)
+			}
+		})
+	}
+}
+
+func TestRecordStringsRepeat(t *testing.T) {
+	b := typicalBatch()
+	dec := mustDecode(t, mustEncode(t, b), Limits{})
+	if got, want := dec.Records[9].URLPath, b.Records[0].URLPath; got != want {
+		t.Fatalf("repeated url_path = %q, want %q", got, want)
+	}
+	// Switching a value back and forth works.
+	b.Records[1].Model = "other"
+	b.Records[3].Model = ""
+	if got := mustDecode(t, mustEncode(t, b), Limits{}); !batchesEqual(got, b) {
+		t.Fatal("round trip with changing strings differs")
+	}
+}
+
+func TestStripQuery(t *testing.T) {
+	for _, tc := range []struct{ in, origin, path string }{
+		{"https://chat.example.com/c/42?q=secret#x", "https://chat.example.com", "/c/42"},
+		{"https://u:p@Chat.Example.COM:443/c/42", "https://chat.example.com", "/c/42"},
+		{"HTTPS://chat.example.com", "https://chat.example.com", "/"},
+		{"http://127.0.0.1:8080?x=1", "http://127.0.0.1:8080", "/"},
+		{"http://example.com:80/a/b/", "http://example.com", "/a/b/"},
+		{"https://example.com:80/", "https://example.com:80", "/"},
+		{"wss://example.com:443/ws", "wss://example.com", "/ws"},
+		{"http://[::1]:3000/api#frag", "http://[::1]:3000", "/api"},
+		{"http://[::1]/api", "http://[::1]", "/api"},
+		{"https://example.com#a?b", "https://example.com", "/"},
+		{"https://example.com/p;x=1", "https://example.com", "/p;x=1"},
+		{"https://user@example.com:8443/a@b", "https://example.com:8443", "/a@b"},
+		{"https://example.com:/x", "https://example.com", "/x"},
+		{"/api/chat?stream=1", "", "/api/chat"},
+		{"api/chat", "", "api/chat"},
+		{"//cdn.example.com/x?y", "//cdn.example.com", "/x"},
+		{"data:text/plain,hello", "data:", ""},
+		{"blob:https://example.com/uuid", "blob:", ""},
+		{"about:blank", "about:", ""},
+		{"", "", ""},
+		{"?only=query", "", ""},
+		{"1http://x/", "", "1http://x/"},
+	} {
+		o, p := StripQuery(tc.in)
+		if o != tc.origin || p != tc.path {
+			t.Errorf("StripQuery(%q) = %q, %q, want %q, %q", tc.in, o, p, tc.origin, tc.path)
+		}
+		if strings.ContainsAny(o+p, "?#") {
+			t.Errorf("StripQuery(%q) kept a query or fragment", tc.in)
+		}
+	}
+	if n := testing.AllocsPerRun(100, func() { StripQuery("https://chat.example.com/c/42?q=1") }); n > 1 {
+		t.Errorf("StripQuery allocates %v times", n)
+	}
+}
+
+func TestNames(t *testing.T) {
+	if got := fmt.Sprint(KindBatch, KindAck, KindOrigin, Kind(9)); got != "batch ack origin kind(9)" {
+		t.Fatalf("kinds: %s", got)
+	}
+	if got := fmt.Sprint(RejectNone, RejectMalformed, RejectVersion, RejectLimit, RejectSite, RejectOverload, RejectRetry, Reject(99)); got != "none malformed version limit site overload retry reject(99)" {
+		t.Fatalf("rejects: %s", got)
+	}
+	for _, tc := range []struct {
+		err  error
+		want Reject
+	}{
+		{nil, RejectNone},
+		{&DecodeError{Err: ErrTruncated}, RejectMalformed},
+		{&DecodeError{Err: ErrMagic}, RejectMalformed},
+		{&DecodeError{Err: ErrKind}, RejectMalformed},
+		{&DecodeError{Err: ErrVersion}, RejectVersion},
+		{&DecodeError{Err: ErrTooBig}, RejectLimit},
+		{&DecodeError{Err: ErrLimit}, RejectLimit},
+	} {
+		if got := RejectFor(tc.err); got != tc.want {
+			t.Errorf("RejectFor(%v) = %v, want %v", tc.err, got, tc.want)
+		}
+	}
+}
+
+// FuzzDecodeBatch: no input panics; whatever decodes re-encodes, and
+// decode(encode(decode(x))) == decode(x) with the canonical encoding stable.
+func FuzzDecodeBatch(f *testing.F) {
+	for _, b := range []*Batch{minimalBatch(), typicalBatch(), {}} {
+		f.Add(mustEncode(f, b))
+	}
+	f.Add(Ack{Seq: 1}.AppendBinary(nil))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		b, err := DecodeBatch(data, Limits{})
+		if err != nil {
+			var de *DecodeError
+			if !errors.As(err, &de) || de.Err == nil || !strings.HasPrefix(err.Error(), "beacon: ") {
+				t.Fatalf("error %#v is not a *DecodeError with a sentinel", err)
+			}
+			return
+		}
+		enc, err := b.AppendBinary(nil)
+		if err != nil {
+			t.Fatalf("decoded batch does not encode: %v", err)
+		}
+		b2, err := DecodeBatch(enc, bigLimits)
+		if err != nil {
+			t.Fatalf("re-encoded batch does not decode: %v", err)
+		}
+		if !batchesEqual(b, b2) {
+			t.Fatalf("decode(encode(decode(x))) != decode(x)")
+		}
+		enc2, err := b2.AppendBinary(nil)
+		if err != nil || !bytes.Equal(enc, enc2) {
+			t.Fatalf("canonical encoding not stable: %v", err)
+		}
+	})
+}
+
+// TestFuzzCorpus writes the committed seed corpus with -update (the seeds
+// in FuzzDecodeBatch plus edge cases); without it, checks it is present.
+func TestFuzzCorpus(t *testing.T) {
+	dir := filepath.Join("testdata", "fuzz", "FuzzDecodeBatch")
+	newer, err := encoder{minor: Minor + 1, extra: []byte{1, 2, 3}}.appendBatch(nil, typicalBatch())
+	if err != nil {
+		t.Fatal(err)
+	}
+	typical := mustEncode(t, typicalBatch())
+	seeds := map[string][]byte{
+		"minimal":         mustEncode(t, minimalBatch()),
+		"typical":         typical,
+		"typical-cut":     typical[:len(typical)/2],
+		"newer-minor":     newer,
+		"empty-batch":     mustEncode(t, &Batch{}),
+		"ack":             Ack{Seq: 9, Reject: RejectSite}.AppendBinary(nil),
+		"header-only":     typical[:headerLen],
+		"records-1000":    append(bytes.Clone(mustEncode(t, &Batch{})[:len(mustEncode(t, &Batch{}))-1]), 0xe8, 0x07),
+		"version-2":       append([]byte{magic0, magic1, magic2, 2, 0, 1}, typical[headerLen:]...),
+		"not-a-beacon":    []byte(`{"seq":1,"records":[]}`),
+		"varint-overflow": append(typical[:headerLen:headerLen], 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01),
+	}
+	for name, data := range seeds {
+		path := filepath.Join(dir, name)
+		content := fmt.Sprintf("go test fuzz v1\n[]byte(%q)\n", data)
+		if *update {
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		got, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatalf("%v (run go test ./wasm/beacon -update)", err)
+		}
+		if string(got) != content {
+			t.Fatalf("%s is stale (run go test ./wasm/beacon -update)", path)
+		}
+	}
+}
+
+func BenchmarkEncodeBatch(b *testing.B) {
+	batch := typicalBatch()
+	buf := mustEncode(b, batch)
+	b.SetBytes(int64(len(buf)))
+	b.ReportAllocs()
+	for b.Loop() {
+		var err error
+		if buf, err = batch.AppendBinary(buf[:0]); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(len(buf))/float64(len(batch.Records)), "bytes/record")
+}
+
+func BenchmarkDecodeBatch(b *testing.B) {
+	batch := typicalBatch()
+	buf := mustEncode(b, batch)
+	b.SetBytes(int64(len(buf)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := DecodeBatch(buf, Limits{}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(len(buf))/float64(len(batch.Records)), "bytes/record")
+}
+
+func BenchmarkAck(b *testing.B) {
+	buf := Ack{Seq: 12345}.AppendBinary(nil)
+	b.ReportAllocs()
+	for b.Loop() {
+		buf = Ack{Seq: 12345}.AppendBinary(buf[:0])
+		if _, err := DecodeAck(buf); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
