@@ -45,6 +45,13 @@
     if (v >= 10) return v.toFixed(1) + " ms";
     return v.toFixed(2) + " ms";
   }
+  // pair prints "p50 / p99" sharing the unit when both have the same one.
+  function pair(a, b) {
+    const x = ms(a), y = ms(b);
+    const ux = x.split(" ")[1], uy = y.split(" ")[1];
+    const first = (ux && ux === uy) ? x.split(" ")[0] : x;
+    return `${first} <small>/ ${y}</small>`;
+  }
   const pct = v => (v == null || !isFinite(v)) ? "—" : (v * 100 < 10 ? (v * 100).toFixed(2) : (v * 100).toFixed(1)) + " %";
   const num = v => (v == null) ? "—" : Number(v).toLocaleString("en-US");
   const fix = (v, d) => (v == null || !isFinite(v) || v === 0) ? "—" : v.toFixed(d);
@@ -117,8 +124,8 @@
   function renderTiles(r) {
     const ttft = r.ttft || {}, itl = r.itl || {};
     tile("streams", num(r.streams), "", r.errors ? num(r.errors) + " failed" : (r.tokens ? num(r.tokens) + " tokens" : ""));
-    tile("ttft", `${ms(ttft.p50_ms)} <small>/ ${ms(ttft.p95_ms)}</small>`, ttft.p95_ms > 3000 ? "warn" : "");
-    tile("itl", `${ms(itl.p50_ms)} <small>/ ${ms(itl.p99_ms)}</small>`,
+    tile("ttft", pair(ttft.p50_ms, ttft.p95_ms), ttft.p95_ms > 3000 ? "warn" : "");
+    tile("itl", pair(itl.p50_ms, itl.p99_ms),
       !itl.count ? "" : itl.p99_ms > GATE_ITL_P99_MS ? "bad" : "good",
       itl.count ? `jank ${fix(r.jank, 1)} · ${num(itl.count)} gaps` : "gap between content events");
     const tps = r.tokens_per_sec_p50;
