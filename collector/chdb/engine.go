@@ -91,6 +91,8 @@ type Engine struct {
 	wake    chan struct{} // nudges the supervisor (Restart, Close)
 	closing chan struct{} // closed by Close
 	done    chan struct{} // closed when the supervisor has returned
+	life    context.Context
+	cancel  context.CancelFunc // ends life: aborts a launch in progress at Close
 }
 
 // child is one engine process.
@@ -116,9 +118,11 @@ func Start(ctx context.Context, opts Options) (*Engine, error) {
 		closing: make(chan struct{}),
 		done:    make(chan struct{}),
 	}
+	e.life, e.cancel = context.WithCancel(context.Background())
 	began := time.Now()
 	c, err := e.launch(ctx)
 	if err != nil {
+		e.cancel()
 		return nil, err
 	}
 	e.log.Info().Str("native", e.NativeAddr()).Str("http", e.HTTPAddr()).
@@ -262,6 +266,7 @@ func (e *Engine) Close(ctx context.Context) error {
 	e.closed = true
 	c := e.proc
 	close(e.closing)
+	e.cancel()
 	e.mu.Unlock()
 	err := e.terminate(ctx, c)
 	<-e.done
@@ -324,7 +329,11 @@ func (e *Engine) supervise(c *child) {
 			return
 		}
 		var err error
-		if c, err = e.launch(context.Background()); err != nil {
+		if c, err = e.launch(e.life); errors.Is(err, errUnwanted) {
+			continue // Stop or Close came during the launch
+		} else if err != nil && e.life.Err() != nil {
+			return // Close aborted the launch
+		} else if err != nil {
 			e.log.Error().Err(err).Dur("retry_in", backoff).Msg("clickhouse engine start failed")
 			if !e.sleep(backoff) {
 				return
@@ -403,7 +412,7 @@ func (e *Engine) launch(ctx context.Context) (*child, error) {
 		if err == nil {
 			if !e.publish(c, native, httpPort) {
 				_ = e.terminate(ctx, c)
-				return nil, ErrClosed
+				return nil, errUnwanted
 			}
 			return c, nil
 		}
@@ -431,7 +440,10 @@ func (e *Engine) publish(c *child, native, httpPort int) bool {
 	return true
 }
 
-var errExitedEarly = errors.New("engine exited before it was ready")
+var (
+	errExitedEarly = errors.New("engine exited before it was ready")
+	errUnwanted    = errors.New("engine stopped or closed during its launch")
+)
 
 // spawn starts the child process with its stderr copied to the log.
 func (e *Engine) spawn(native, httpPort int) (*child, error) {
