@@ -111,11 +111,10 @@ func (m *Meter) classifySSE(data, evType []byte) bool {
 // array (or a legacy completions "text"). A role-only delta or an empty
 // content does not count. usage.completion_tokens reports the output tokens.
 func (m *Meter) openAIChat(data []byte) bool {
-	if !validJSON(data) {
-		return false
-	}
 	content := false
-	for it := jobject(data); it.next(); {
+	var usage []byte
+	it := jobject(data)
+	for it.next() {
 		switch {
 		case jstrEqual(it.key, "choices"):
 			for ch := jarray(it.val); ch.next(); {
@@ -133,10 +132,14 @@ func (m *Meter) openAIChat(data []byte) bool {
 				}
 			}
 		case jstrEqual(it.key, "usage"):
-			if v, ok := jfield(it.val, "completion_tokens"); ok {
-				m.setTokens(v)
-			}
+			usage = it.val
 		}
+	}
+	if !it.valid() {
+		return false
+	}
+	if v, ok := jfield(usage, "completion_tokens"); ok {
+		m.setTokens(v)
 	}
 	return content
 }
@@ -170,19 +173,26 @@ func chatDeltaContent(delta []byte) bool {
 // function_call_arguments, refusal, ...). response.completed (or incomplete /
 // failed) reports response.usage.output_tokens.
 func (m *Meter) openAIResponses(data []byte) bool {
-	if !validJSON(data) {
-		return false
+	var t, delta, resp []byte
+	it := jobject(data)
+	for it.next() {
+		switch {
+		case jstrEqual(it.key, "type"):
+			t = it.val
+		case jstrEqual(it.key, "delta"):
+			delta = it.val
+		case jstrEqual(it.key, "response"):
+			resp = it.val
+		}
 	}
-	t, ok := jfield(data, "type")
-	if !ok {
+	if !it.valid() || t == nil {
 		return false
 	}
 	if jstrHasPrefix(t, "response.") && jstrHasSuffix(t, ".delta") {
-		d, ok := jfield(data, "delta")
-		return ok && jnonEmptyString(d)
+		return jnonEmptyString(delta)
 	}
 	if jstrEqual(t, "response.completed") || jstrEqual(t, "response.incomplete") || jstrEqual(t, "response.failed") {
-		if v, ok := jget(data, "response", "usage", "output_tokens"); ok {
+		if v, ok := jget(resp, "usage", "output_tokens"); ok {
 			m.setTokens(v)
 		}
 	}
@@ -195,19 +205,23 @@ func (m *Meter) openAIResponses(data []byte) bool {
 // are not content. message_delta's usage.output_tokens (cumulative) reports
 // the output tokens.
 func (m *Meter) anthropic(data []byte) bool {
-	if !validJSON(data) {
-		return false
+	var t, delta, usage []byte
+	it := jobject(data)
+	for it.next() {
+		switch {
+		case jstrEqual(it.key, "type"):
+			t = it.val
+		case jstrEqual(it.key, "delta"):
+			delta = it.val
+		case jstrEqual(it.key, "usage"):
+			usage = it.val
+		}
 	}
-	t, ok := jfield(data, "type")
-	if !ok {
+	if !it.valid() || t == nil {
 		return false
 	}
 	switch {
 	case jstrEqual(t, "content_block_delta"):
-		delta, ok := jfield(data, "delta")
-		if !ok {
-			return false
-		}
 		for d := jobject(delta); d.next(); {
 			if (jstrEqual(d.key, "text") || jstrEqual(d.key, "thinking") || jstrEqual(d.key, "partial_json")) &&
 				jnonEmptyString(d.val) {
@@ -215,7 +229,7 @@ func (m *Meter) anthropic(data []byte) bool {
 			}
 		}
 	case jstrEqual(t, "message_delta"):
-		if v, ok := jget(data, "usage", "output_tokens"); ok {
+		if v, ok := jfield(usage, "output_tokens"); ok {
 			m.setTokens(v)
 		}
 	}
@@ -226,20 +240,21 @@ func (m *Meter) anthropic(data []byte) bool {
 // with a non-empty delta (v5: "delta"; tool input: "inputTextDelta"; older:
 // "textDelta"). The UI message stream carries no token usage.
 func vercelAI(data []byte) bool {
-	if !validJSON(data) {
-		return false
-	}
-	t, ok := jfield(data, "type")
-	if !ok || !(jstrEqual(t, "text-delta") || jstrEqual(t, "reasoning-delta") || jstrEqual(t, "tool-input-delta")) {
-		return false
-	}
-	for it := jobject(data); it.next(); {
-		if (jstrEqual(it.key, "delta") || jstrEqual(it.key, "inputTextDelta") || jstrEqual(it.key, "textDelta")) &&
-			jnonEmptyString(it.val) {
-			return true
+	var t []byte
+	nonEmpty := false
+	it := jobject(data)
+	for it.next() {
+		switch {
+		case jstrEqual(it.key, "type"):
+			t = it.val
+		case jstrEqual(it.key, "delta"), jstrEqual(it.key, "inputTextDelta"), jstrEqual(it.key, "textDelta"):
+			if jnonEmptyString(it.val) {
+				nonEmpty = true
+			}
 		}
 	}
-	return false
+	return it.valid() && nonEmpty &&
+		(jstrEqual(t, "text-delta") || jstrEqual(t, "reasoning-delta") || jstrEqual(t, "tool-input-delta"))
 }
 
 // detectNDJSON: Ollama when the first line is an object with "done" and a
@@ -267,13 +282,10 @@ func (m *Meter) classifyNDJSON(line []byte) bool {
 	if m.format == FormatUnknown {
 		m.format = detectNDJSON(line)
 	}
-	if !validJSON(line) {
-		return false
-	}
 	if m.format == FormatOllama {
 		return m.ollama(line)
 	}
-	return true
+	return validJSON(line)
 }
 
 // ollama: content when message.content, message.thinking (chat) or response,
@@ -282,7 +294,8 @@ func (m *Meter) classifyNDJSON(line []byte) bool {
 func (m *Meter) ollama(line []byte) bool {
 	content, done := false, false
 	var evalCount []byte
-	for it := jobject(line); it.next(); {
+	it := jobject(line)
+	for it.next() {
 		switch {
 		case jstrEqual(it.key, "message"):
 			for msg := jobject(it.val); msg.next(); {
@@ -306,6 +319,9 @@ func (m *Meter) ollama(line []byte) bool {
 		case jstrEqual(it.key, "eval_count"):
 			evalCount = it.val
 		}
+	}
+	if !it.valid() {
+		return false
 	}
 	if done && evalCount != nil {
 		m.setTokens(evalCount)

@@ -117,9 +117,25 @@ func skipLiteral(b []byte, i int, lit string) (int, bool) {
 	return i + len(lit), true
 }
 
+// strStop marks the bytes a string scan must look at: the closing quote, an
+// escape, and control characters (invalid inside a string).
+var strStop = func() (t [256]bool) {
+	for c := 0; c < 0x20; c++ {
+		t[c] = true
+	}
+	t['"'], t['\\'] = true, true
+	return t
+}()
+
 // skipString returns the index just past the string starting at b[i] == '"'.
 func skipString(b []byte, i int) (int, bool) {
 	for i++; i < len(b); i++ {
+		for i < len(b) && !strStop[b[i]] {
+			i++
+		}
+		if i >= len(b) {
+			break
+		}
 		switch c := b[i]; {
 		case c == '"':
 			return i + 1, true
@@ -143,7 +159,7 @@ func skipString(b []byte, i int) (int, bool) {
 			default:
 				return i, false
 			}
-		case c < 0x20:
+		default: // a control character
 			return i, false
 		}
 	}
@@ -419,6 +435,13 @@ type jobjectIter struct {
 	key, val []byte
 	started  bool
 	done     bool
+	closed   bool // the iteration ended at the object's closing brace
+}
+
+// valid reports, once next has returned false, whether the whole of b was
+// one well-formed object (members are validated as they are skipped).
+func (it *jobjectIter) valid() bool {
+	return it.closed && skipWS(it.b, it.i) == len(it.b)
 }
 
 func jobject(b []byte) jobjectIter {
@@ -436,13 +459,17 @@ func (it *jobjectIter) next() bool {
 	b := it.b
 	i := skipWS(b, it.i)
 	if it.started {
+		if i < len(b) && b[i] == '}' {
+			it.done, it.closed, it.i = true, true, i+1
+			return false
+		}
 		if i >= len(b) || b[i] != ',' {
 			it.done = true
 			return false
 		}
 		i = skipWS(b, i+1)
 	} else if i < len(b) && b[i] == '}' {
-		it.done = true
+		it.done, it.closed, it.i = true, true, i+1
 		return false
 	}
 	it.started = true

@@ -1,0 +1,169 @@
+package meter
+
+import (
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// chatStream returns an OpenAI chat stream of n content chunks (role chunk
+// first, usage chunk and [DONE] last) cut into reads of 1-3 events, as a
+// browser sees a streaming response.
+func chatStream(n int) (reads [][]byte, events int) {
+	var evs []string
+	base := `{"id":"chatcmpl-B9MHDbslfkBeAs8l4bebGdFOJ6PeG","object":"chat.completion.chunk","created":1741569952,"model":"gpt-4o-mini-2024-07-18","system_fingerprint":"fp_06737a9306","choices":[{"index":0,"delta":`
+	evs = append(evs, base+`{"role":"assistant","content":"","refusal":null},"logprobs":null,"finish_reason":null}],"usage":null}`)
+	for i := range n {
+		evs = append(evs, base+`{"content":" tok`+strconv.Itoa(i%100)+`"},"logprobs":null,"finish_reason":null}],"usage":null}`)
+	}
+	evs = append(evs, `{"id":"chatcmpl-B9MHDbslfkBeAs8l4bebGdFOJ6PeG","object":"chat.completion.chunk","choices":[],"usage":{"prompt_tokens":19,"completion_tokens":`+strconv.Itoa(n)+`,"total_tokens":`+strconv.Itoa(n+19)+`}}`, "[DONE]")
+	for i := 0; i < len(evs); {
+		k := min(1+i%3, len(evs)-i)
+		var b strings.Builder
+		for _, e := range evs[i : i+k] {
+			b.WriteString("data: " + e + "\n\n")
+		}
+		reads = append(reads, []byte(b.String()))
+		i += k
+	}
+	return reads, len(evs)
+}
+
+// BenchmarkFeed is the cost of one network read (1-3 OpenAI chat events),
+// including the share of Reset/End of a 500-token stream.
+func BenchmarkFeed(b *testing.B) {
+	for _, f := range []struct {
+		name  string
+		reads func() ([][]byte, int)
+		ct    string
+	}{
+		{"openai-chat", func() ([][]byte, int) { return chatStream(500) }, "text/event-stream"},
+		{"anthropic", func() ([][]byte, int) { return fixtureReads(b, "anthropic.sse", 60) }, "text/event-stream"},
+		{"ollama", func() ([][]byte, int) { return fixtureReads(b, "ollama_chat.ndjson", 60) }, "application/x-ndjson"},
+	} {
+		b.Run(f.name, func(b *testing.B) {
+			reads, events := f.reads()
+			var total int
+			for _, r := range reads {
+				total += len(r)
+			}
+			b.SetBytes(int64(total / len(reads)))
+			opts := Options{ContentType: f.ct}
+			m := New(opts)
+			b.ReportAllocs()
+			b.ResetTimer()
+			cpu0 := processCPU()
+			k := 0
+			for i := 0; i < b.N; i++ {
+				if k == len(reads) {
+					m.End(time.Duration(i)*time.Millisecond, StatusComplete, 200)
+					m.Reset(opts)
+					k = 0
+				}
+				m.Feed(reads[k], time.Duration(i)*time.Millisecond)
+				k++
+			}
+			b.StopTimer()
+			readsPerEvent := float64(len(reads)) / float64(events)
+			reportCPU(b, cpu0, 1)
+			if d := processCPU() - cpu0; d > 0 {
+				b.ReportMetric(float64(d.Nanoseconds())/float64(b.N)*readsPerEvent, "cpu-ns/event")
+			}
+		})
+	}
+}
+
+// fixtureReads repeats a fixture's events (the stream between its first and
+// last events) so a long stream exercises the steady state, cut in reads of
+// 1-3 events.
+func fixtureReads(b *testing.B, name string, repeat int) ([][]byte, int) {
+	b.Helper()
+	var f fixture
+	for _, fx := range loadFixtures(b) {
+		if fx.name == name {
+			f = fx
+		}
+	}
+	evs := discover(b, f)
+	var chunks [][]byte
+	prev := 0
+	for _, e := range evs {
+		if e.off+1 > prev && e.off < len(f.body) {
+			chunks = append(chunks, f.body[prev:e.off+1])
+			prev = e.off + 1
+		}
+	}
+	var all [][]byte
+	for range repeat {
+		all = append(all, chunks...)
+	}
+	var reads [][]byte
+	for i := 0; i < len(all); {
+		k := min(1+i%3, len(all)-i)
+		var r []byte
+		for _, c := range all[i : i+k] {
+			r = append(r, c...)
+		}
+		reads = append(reads, r)
+		i += k
+	}
+	return reads, len(all)
+}
+
+// BenchmarkFeedByteByByte is the worst case for the carry-over buffer.
+func BenchmarkFeedByteByByte(b *testing.B) {
+	reads, _ := chatStream(50)
+	var body []byte
+	for _, r := range reads {
+		body = append(body, r...)
+	}
+	opts := Options{ContentType: "text/event-stream"}
+	m := New(opts)
+	b.SetBytes(int64(len(body)))
+	b.ReportAllocs()
+	cpu0 := processCPU()
+	defer func() { reportCPU(b, cpu0, 1) }()
+	for i := 0; i < b.N; i++ {
+		m.Reset(opts)
+		for j := range body {
+			m.Feed(body[j:j+1], time.Duration(j)*time.Microsecond)
+		}
+		m.End(time.Second, StatusComplete, 200)
+	}
+}
+
+// BenchmarkSummary is SummaryInto (reused) and Summary (fresh) of a finished
+// 1000-token stream with a few stalls and busy intervals.
+func BenchmarkSummary(b *testing.B) {
+	reads, _ := chatStream(1000)
+	m := New(Options{ContentType: "text/event-stream"})
+	at := time.Duration(0)
+	for i, r := range reads {
+		at += 20 * time.Millisecond
+		if i%97 == 0 {
+			at += 300 * time.Millisecond
+			m.MarkBusy(at-250*time.Millisecond, at-50*time.Millisecond)
+		}
+		m.Feed(r, at)
+	}
+	m.End(at+time.Millisecond, StatusComplete, 200)
+	b.Run("into", func(b *testing.B) {
+		var s Summary
+		m.SummaryInto(&s)
+		b.ReportAllocs()
+		cpu0 := processCPU()
+		for i := 0; i < b.N; i++ {
+			m.SummaryInto(&s)
+		}
+		reportCPU(b, cpu0, 1)
+	})
+	b.Run("fresh", func(b *testing.B) {
+		b.ReportAllocs()
+		cpu0 := processCPU()
+		for i := 0; i < b.N; i++ {
+			_ = m.Summary()
+		}
+		reportCPU(b, cpu0, 1)
+	})
+}
