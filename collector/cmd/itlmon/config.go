@@ -1,0 +1,253 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/itlmon/itlmon/collector/config"
+	"github.com/itlmon/itlmon/collector/ingest"
+)
+
+// Config is the configuration of serve (and, in part, migrate): defaults,
+// then ITLMON_* environment variables, then flags.
+type Config struct {
+	Addr            string
+	Data            string        // data root: clickhouse/ (embedded engine), spool/
+	ClickHouse      string        // DSN; "" starts the embedded engine
+	ChdbLib         string        // libchdb.so for the embedded engine
+	Sites           []ingest.Site // from --site and --sites-file
+	SitesFile       string
+	TrustProxy      bool
+	GeoIP           string
+	TTL             time.Duration
+	Demo            bool
+	LogFormat       string // auto, json, console
+	LogLevel        string
+	ConnRate        float64 // records/s per connection, 0 = unlimited
+	SiteRate        float64 // records/s per site, 0 = unlimited
+	ShutdownTimeout time.Duration
+}
+
+// DefaultConfig returns the defaults.
+func DefaultConfig() Config {
+	return Config{
+		Addr:            "127.0.0.1:8080",
+		Data:            "./data",
+		ChdbLib:         os.Getenv("CHDB_LIB_PATH"),
+		TTL:             90 * 24 * time.Hour,
+		LogFormat:       "auto",
+		LogLevel:        "info",
+		ConnRate:        ingest.DefaultConnRate,
+		SiteRate:        ingest.DefaultSiteRate,
+		ShutdownTimeout: 30 * time.Second,
+	}
+}
+
+// Configuration errors, wrapped with the offending value.
+var (
+	ErrNoSites   = errors.New("no sites configured: pass --site KEY=ORIGIN[,ORIGIN...], --sites-file FILE or --demo")
+	ErrNoChdbLib = errors.New("no ClickHouse engine library: run `make deps-chdb` (it sets CHDB_LIB_PATH), pass --chdb-lib PATH, or --clickhouse DSN for a ClickHouse server")
+	ErrLogFormat = errors.New("log format must be auto, json or console")
+	ErrLogLevel  = errors.New("log level must be debug, info, warn or error")
+	ErrTTL       = errors.New("ttl must be at least 1d")
+	ErrDSN       = errors.New("clickhouse DSN must look like clickhouse://user:pass@host:9000/db")
+)
+
+// siteFlags collects repeatable --site values.
+type siteFlags struct{ sites *[]ingest.Site }
+
+func (s siteFlags) String() string {
+	if s.sites == nil {
+		return ""
+	}
+	var parts []string
+	for _, x := range *s.sites {
+		parts = append(parts, x.Key+"="+strings.Join(x.Origins, ","))
+	}
+	return strings.Join(parts, " ")
+}
+
+func (s siteFlags) Set(v string) error {
+	site, err := ingest.ParseSite(v)
+	if err != nil {
+		return err
+	}
+	*s.sites = append(*s.sites, site)
+	return nil
+}
+
+// durationFlag accepts Go durations and whole days ("90d").
+type durationFlag struct{ d *time.Duration }
+
+func (f durationFlag) String() string {
+	if f.d == nil {
+		return ""
+	}
+	if *f.d%(24*time.Hour) == 0 && *f.d > 0 {
+		return strconv.Itoa(int(*f.d/(24*time.Hour))) + "d"
+	}
+	return f.d.String()
+}
+
+func (f durationFlag) Set(v string) error {
+	d, err := config.ParseDuration(v)
+	if err != nil {
+		return err
+	}
+	*f.d = d
+	return nil
+}
+
+// storageFlags registers the flags serve and migrate share.
+func (c *Config) storageFlags(fs *flag.FlagSet) {
+	fs.StringVar(&c.Data, "data", c.Data, "data root: the embedded ClickHouse's files (DATA/clickhouse) and the spool (DATA/spool)")
+	fs.StringVar(&c.ClickHouse, "clickhouse", c.ClickHouse, "ClickHouse DSN (clickhouse://user:pass@host:9000/db); empty starts the embedded engine")
+	fs.StringVar(&c.ChdbLib, "chdb-lib", c.ChdbLib, "libchdb.so of the embedded engine (default $CHDB_LIB_PATH; `make deps-chdb` installs it)")
+	fs.Var(durationFlag{&c.TTL}, "ttl", "how long raw stream rows are kept (e.g. 90d)")
+	fs.StringVar(&c.LogFormat, "log-format", c.LogFormat, "auto (console on a terminal, else JSON), json or console")
+	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "debug, info, warn or error")
+}
+
+func (c *Config) serveFlags(fs *flag.FlagSet) {
+	fs.StringVar(&c.Addr, "addr", c.Addr, "listen address")
+	c.storageFlags(fs)
+	fs.Var(siteFlags{&c.Sites}, "site", "site key and allowed page origins, KEY=ORIGIN[,ORIGIN...] (repeatable; env ITLMON_SITES separates sites with ';')")
+	fs.StringVar(&c.SitesFile, "sites-file", c.SitesFile, "file with one KEY=ORIGIN[,ORIGIN...] per line")
+	fs.BoolVar(&c.TrustProxy, "trust-proxy", c.TrustProxy, "trust CDN country headers (CF-IPCountry, CloudFront-Viewer-Country, X-Vercel-IP-Country) and X-Forwarded-For")
+	fs.StringVar(&c.GeoIP, "geoip", c.GeoIP, "MaxMind-format country/city database (.mmdb) for country and region")
+	fs.BoolVar(&c.Demo, "demo", c.Demo, "serve the demo chat at /demo/ and accept site \"demo\" from the collector's own origin")
+	fs.Float64Var(&c.ConnRate, "conn-rate", c.ConnRate, "records/s allowed per WebSocket connection (0: unlimited)")
+	fs.Float64Var(&c.SiteRate, "site-rate", c.SiteRate, "records/s allowed per site, all connections together (0: unlimited)")
+	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", c.ShutdownTimeout, "how long a graceful shutdown may take to drain connections, queue and spool writes")
+}
+
+// envName is the environment variable of a flag: --log-level is ITLMON_LOG_LEVEL.
+func envName(flagName string) string {
+	if flagName == "site" {
+		return "ITLMON_SITES"
+	}
+	return "ITLMON_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+}
+
+// parseWithEnv applies ITLMON_* variables, then parses args over them.
+func parseWithEnv(fs *flag.FlagSet, args []string, getenv func(string) string) error {
+	var err error
+	fs.VisitAll(func(f *flag.Flag) {
+		v := getenv(envName(f.Name))
+		if v == "" || err != nil {
+			return
+		}
+		vals := []string{v}
+		if f.Name == "site" {
+			vals = strings.Split(v, ";")
+		}
+		for _, x := range vals {
+			if x = strings.TrimSpace(x); x == "" {
+				continue
+			}
+			if e := fs.Set(f.Name, x); e != nil {
+				err = fmt.Errorf("%s: %w", envName(f.Name), e)
+				return
+			}
+		}
+	})
+	if err != nil {
+		return err
+	}
+	return fs.Parse(args)
+}
+
+// Validate checks the configuration and loads the sites file.
+func (c *Config) Validate() error {
+	if err := c.validateStorage(); err != nil {
+		return err
+	}
+	if c.SitesFile != "" {
+		sites, err := ingest.LoadSitesFile(c.SitesFile)
+		if err != nil {
+			return fmt.Errorf("sites file: %w", err)
+		}
+		c.Sites = append(c.Sites, sites...)
+		c.SitesFile = "" // loaded
+	}
+	seen := map[string]bool{}
+	for _, s := range c.Sites {
+		if seen[s.Key] {
+			return fmt.Errorf("site %s configured twice", s.Key)
+		}
+		seen[s.Key] = true
+	}
+	if c.Demo && seen["demo"] {
+		return errors.New("--demo configures site demo itself: remove --site demo=... or --demo")
+	}
+	if len(c.Sites) == 0 && !c.Demo {
+		return ErrNoSites
+	}
+	if c.GeoIP != "" {
+		if _, err := os.Stat(c.GeoIP); err != nil {
+			return fmt.Errorf("geoip: %w", err)
+		}
+	}
+	if c.ConnRate < 0 || c.SiteRate < 0 {
+		return errors.New("rates must be >= 0 (0 is unlimited)")
+	}
+	if c.ShutdownTimeout <= 0 {
+		return errors.New("shutdown timeout must be > 0")
+	}
+	return nil
+}
+
+func (c *Config) validateStorage() error {
+	switch c.LogFormat {
+	case "auto", "json", "console":
+	default:
+		return fmt.Errorf("%q: %w", c.LogFormat, ErrLogFormat)
+	}
+	if _, err := zerolog.ParseLevel(c.LogLevel); err != nil || c.LogLevel == "" {
+		return fmt.Errorf("%q: %w", c.LogLevel, ErrLogLevel)
+	}
+	if c.TTL < 24*time.Hour {
+		return fmt.Errorf("%v: %w", c.TTL, ErrTTL)
+	}
+	if c.Data == "" {
+		return errors.New("data directory must not be empty")
+	}
+	if c.ClickHouse != "" {
+		if !strings.HasPrefix(c.ClickHouse, "clickhouse://") && !strings.HasPrefix(c.ClickHouse, "tcp://") {
+			return fmt.Errorf("%q: %w", redactDSN(c.ClickHouse), ErrDSN)
+		}
+		return nil
+	}
+	if c.ChdbLib == "" {
+		return ErrNoChdbLib
+	}
+	if _, err := os.Stat(c.ChdbLib); err != nil {
+		return fmt.Errorf("%s: %w", c.ChdbLib, ErrNoChdbLib)
+	}
+	return nil
+}
+
+func (c *Config) chdbDir() string  { return filepath.Join(c.Data, "clickhouse") }
+func (c *Config) spoolDir() string { return filepath.Join(c.Data, "spool") }
+
+// redactDSN hides a DSN's password for logs and errors.
+func redactDSN(dsn string) string {
+	scheme, rest, ok := strings.Cut(dsn, "://")
+	if !ok {
+		return dsn
+	}
+	at := strings.LastIndex(rest, "@")
+	if at < 0 {
+		return dsn
+	}
+	user, _, _ := strings.Cut(rest[:at], ":")
+	return scheme + "://" + user + ":***" + rest[at:]
+}

@@ -1,0 +1,118 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestParseFlags(t *testing.T) {
+	lib := filepath.Join(t.TempDir(), "libchdb.so")
+	if err := os.WriteFile(lib, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sites := filepath.Join(t.TempDir(), "sites")
+	os.WriteFile(sites, []byte("# comment\nshop=https://shop.example.com\n\nblog=https://blog.example.com,https://www.blog.example.com\n"), 0o644)
+
+	tests := []struct {
+		name    string
+		args    []string
+		env     map[string]string
+		wantErr string // substring; "" = ok
+		check   func(t *testing.T, c Config)
+	}{
+		{"defaults need a site", []string{"--chdb-lib", lib}, nil, "no sites configured", nil},
+		{"demo alone", []string{"--chdb-lib", lib, "--demo"}, nil, "", func(t *testing.T, c Config) {
+			if c.Addr != "127.0.0.1:8080" || c.Data != "./data" || c.TTL != 90*24*time.Hour || !c.Demo {
+				t.Errorf("config = %+v", c)
+			}
+		}},
+		{"no engine library", []string{"--chdb-lib", "", "--demo"}, nil, "make deps-chdb", nil},
+		{"missing engine library", []string{"--chdb-lib", "/nonexistent/libchdb.so", "--demo"}, nil, "make deps-chdb", nil},
+		{"dsn needs no library", []string{"--chdb-lib", "", "--clickhouse", "clickhouse://u:p@db:9000/itlmon", "--demo"}, nil, "", nil},
+		{"bad dsn", []string{"--clickhouse", "mysql://u:secret@db", "--demo"}, nil, "clickhouse://", func(t *testing.T, c Config) {}},
+		{"sites", []string{"--chdb-lib", lib, "--site", "a=https://a.example.com", "--site", "b=https://b.example.com,http://localhost:3000"}, nil, "", func(t *testing.T, c Config) {
+			if len(c.Sites) != 2 || c.Sites[1].Origins[1] != "http://localhost:3000" {
+				t.Errorf("sites = %+v", c.Sites)
+			}
+		}},
+		{"bad site", []string{"--chdb-lib", lib, "--site", "a=https://a.example.com/path"}, nil, "origin", nil},
+		{"sites file", []string{"--chdb-lib", lib, "--sites-file", sites}, nil, "", func(t *testing.T, c Config) {
+			if len(c.Sites) != 2 || c.Sites[1].Key != "blog" || len(c.Sites[1].Origins) != 2 {
+				t.Errorf("sites = %+v", c.Sites)
+			}
+		}},
+		{"duplicate site", []string{"--chdb-lib", lib, "--sites-file", sites, "--site", "shop=https://x.example.com"}, nil, "twice", nil},
+		{"demo site twice", []string{"--chdb-lib", lib, "--demo", "--site", "demo=https://x.example.com"}, nil, "--demo", nil},
+		{"ttl days", []string{"--chdb-lib", lib, "--demo", "--ttl", "30d"}, nil, "", func(t *testing.T, c Config) {
+			if c.TTL != 30*24*time.Hour {
+				t.Errorf("ttl = %v", c.TTL)
+			}
+		}},
+		{"ttl too short", []string{"--chdb-lib", lib, "--demo", "--ttl", "1h"}, nil, "at least 1d", nil},
+		{"ttl garbage", []string{"--chdb-lib", lib, "--demo", "--ttl", "forever"}, nil, "duration", nil},
+		{"log format", []string{"--chdb-lib", lib, "--demo", "--log-format", "xml"}, nil, "log format", nil},
+		{"log level", []string{"--chdb-lib", lib, "--demo", "--log-level", "loud"}, nil, "log level", nil},
+		{"geoip missing", []string{"--chdb-lib", lib, "--demo", "--geoip", "/nonexistent.mmdb"}, nil, "geoip", nil},
+		{"env", []string{"--chdb-lib", lib}, map[string]string{
+			"ITLMON_ADDR": "127.0.0.1:9999", "ITLMON_SITES": "a=https://a.example.com; b=https://b.example.com",
+			"ITLMON_TRUST_PROXY": "true", "ITLMON_TTL": "7d",
+		}, "", func(t *testing.T, c Config) {
+			if c.Addr != "127.0.0.1:9999" || len(c.Sites) != 2 || !c.TrustProxy || c.TTL != 7*24*time.Hour {
+				t.Errorf("config = %+v", c)
+			}
+		}},
+		{"flag beats env", []string{"--chdb-lib", lib, "--demo", "--addr", "127.0.0.1:1"}, map[string]string{"ITLMON_ADDR": "127.0.0.1:9999"}, "", func(t *testing.T, c Config) {
+			if c.Addr != "127.0.0.1:1" {
+				t.Errorf("addr = %s, want the flag's", c.Addr)
+			}
+		}},
+		{"bad env", []string{"--chdb-lib", lib, "--demo"}, map[string]string{"ITLMON_TRUST_PROXY": "maybe"}, "ITLMON_TRUST_PROXY", nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			m := NewMain()
+			m.Stderr = &strings.Builder{}
+			err := m.ParseFlags(tt.args, func(k string) string { return tt.env[k] })
+			if tt.wantErr == "" {
+				if err != nil {
+					t.Fatalf("ParseFlags: %v", err)
+				}
+			} else if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Fatalf("ParseFlags err = %v, want one containing %q", err, tt.wantErr)
+			}
+			if tt.check != nil && err == nil {
+				tt.check(t, m.Config)
+			}
+			if err != nil && strings.Contains(err.Error(), "secret") {
+				t.Fatalf("error leaks the DSN password: %v", err)
+			}
+		})
+	}
+}
+
+func TestDispatch(t *testing.T) {
+	var out, errOut strings.Builder
+	if got := dispatch(t.Context(), []string{"frobnicate"}, &out, &errOut); got != 2 {
+		t.Fatalf("unknown command: exit %d, want 2", got)
+	}
+	if !strings.Contains(errOut.String(), "serve") || !strings.Contains(errOut.String(), "migrate") {
+		t.Fatalf("usage does not list the commands: %s", errOut.String())
+	}
+	out.Reset()
+	if got := dispatch(t.Context(), []string{"help"}, &out, &errOut); got != 0 || !strings.Contains(out.String(), "migrate") {
+		t.Fatalf("help: exit %d, %q", got, out.String())
+	}
+	errOut.Reset()
+	if got := dispatch(t.Context(), []string{"--site", "nokey"}, &out, &errOut); got != 2 || !strings.Contains(errOut.String(), "KEY=ORIGIN") {
+		t.Fatalf("serve with a bad flag: exit %d, %q", got, errOut.String())
+	}
+}
+
+func TestRedactDSN(t *testing.T) {
+	if got, want := redactDSN("clickhouse://user:secret@db:9000/itlmon"), "clickhouse://user:***@db:9000/itlmon"; got != want {
+		t.Fatalf("redactDSN = %q, want %q", got, want)
+	}
+}

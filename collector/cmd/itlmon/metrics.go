@@ -1,0 +1,45 @@
+package main
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/itlmon/itlmon/collector/store"
+)
+
+// registerStoreMetrics exports the writer's counters and gauges.
+func registerStoreMetrics(reg prometheus.Registerer, w *store.Writer) {
+	counter := func(name, help string, f func(store.Stats) float64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, func() float64 { return f(w.Stats()) })
+	}
+	gauge := func(name, help string, f func(store.Stats) float64) prometheus.Collector {
+		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, func() float64 { return f(w.Stats()) })
+	}
+	reg.MustRegister(
+		gauge("itlmon_store_queue_depth", "Batches waiting for the ClickHouse writer.",
+			func(s store.Stats) float64 { return float64(s.QueueDepth) }),
+		gauge("itlmon_store_queue_capacity", "Batches the writer queue holds before ingest blocks (backpressure).",
+			func(s store.Stats) float64 { return float64(s.QueueCapacity) }),
+		counter("itlmon_store_rows_inserted_total", "Streams inserted into ClickHouse, spool replays included.",
+			func(s store.Stats) float64 { return float64(s.RowsInserted) }),
+		counter("itlmon_store_rows_spooled_total", "Streams appended to the local spool while ClickHouse was unreachable.",
+			func(s store.Stats) float64 { return float64(s.RowsSpooled) }),
+		counter("itlmon_store_rows_replayed_total", "Streams moved from the spool into ClickHouse.",
+			func(s store.Stats) float64 { return float64(s.RowsReplayed) }),
+		counter("itlmon_store_rows_deduplicated_total", "Streams dropped because their id was already stored (resends).",
+			func(s store.Stats) float64 { return float64(s.RowsDeduplicated) }),
+		counter("itlmon_store_rows_failed_total", "Streams neither inserted nor spooled (their batch was not acked).",
+			func(s store.Stats) float64 { return float64(s.RowsFailed) }),
+		counter("itlmon_store_inserts_total", "Successful batch inserts into ClickHouse.",
+			func(s store.Stats) float64 { return float64(s.Inserts) }),
+		counter("itlmon_store_insert_errors_total", "Failed batch inserts into ClickHouse.",
+			func(s store.Stats) float64 { return float64(s.InsertErrors) }),
+		counter("itlmon_store_insert_seconds_total", "Time spent in successful inserts; divide by itlmon_store_inserts_total for the mean latency.",
+			func(s store.Stats) float64 { return s.InsertSeconds }),
+		gauge("itlmon_store_last_batch_rows", "Streams in the last flushed batch.",
+			func(s store.Stats) float64 { return float64(s.LastBatchRows) }),
+		gauge("itlmon_store_spool_segments", "Spool segments waiting for replay.",
+			func(s store.Stats) float64 { return float64(s.SpoolSegments) }),
+		gauge("itlmon_store_spool_bytes", "Bytes in the spool waiting for replay.",
+			func(s store.Stats) float64 { return float64(s.SpoolBytes) }),
+	)
+}

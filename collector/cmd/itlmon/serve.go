@@ -1,0 +1,296 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/rs/zerolog"
+
+	"github.com/itlmon/itlmon/collector/chdb"
+	"github.com/itlmon/itlmon/collector/demo"
+	"github.com/itlmon/itlmon/collector/enrich"
+	"github.com/itlmon/itlmon/collector/httpapi"
+	"github.com/itlmon/itlmon/collector/ingest"
+	"github.com/itlmon/itlmon/collector/store"
+	"github.com/itlmon/itlmon/web"
+)
+
+func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	m := NewMain()
+	m.Stderr = stderr
+	m.Logger = newLogger("auto", "info", stderr)
+	if err := m.ParseFlags(args, os.Getenv); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		fmt.Fprintf(stderr, "itlmon serve: %v\n", err)
+		return 2
+	}
+	if err := m.Run(ctx); err != nil {
+		m.Logger.Error().Err(err).Msg("start")
+		m.Close()
+		return 1
+	}
+	<-ctx.Done()
+	if err := m.Close(); err != nil {
+		m.Logger.Error().Err(err).Msg("shutdown")
+		return 1
+	}
+	return 0
+}
+
+// Main is the serve program: ParseFlags, Run (returns once serving), Close
+// (graceful). Tests run it in-process with Addr "127.0.0.1:0" and a
+// temporary Data directory.
+type Main struct {
+	Config Config
+	Log    *zerolog.Logger // optional; default: built from Config.LogFormat/LogLevel on Stderr
+	Stderr io.Writer
+	Logger zerolog.Logger // the logger in use, set by Run
+
+	// Set by Run.
+	Engine   *chdb.Engine // nil with a DSN
+	DB       *store.DB
+	Writer   *store.Writer
+	Ingest   *ingest.Handler
+	Registry *prometheus.Registry
+
+	enricher *enrich.Enricher
+	ln       net.Listener
+	server   *http.Server
+	serveErr chan error
+	closeMu  sync.Mutex
+	closed   bool
+}
+
+// NewMain returns a Main with the default configuration.
+func NewMain() *Main {
+	return &Main{Config: DefaultConfig(), Logger: zerolog.Nop(), Stderr: os.Stderr}
+}
+
+// ParseFlags reads the environment (through getenv) and then args, and
+// validates the result.
+func (m *Main) ParseFlags(args []string, getenv func(string) string) error {
+	fs := flag.NewFlagSet("itlmon serve", flag.ContinueOnError)
+	fs.SetOutput(m.Stderr)
+	m.Config.serveFlags(fs)
+	if err := parseWithEnv(fs, args, getenv); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	return m.Config.Validate()
+}
+
+// URL is the collector's base URL, valid after Run.
+func (m *Main) URL() string { return "http://" + m.ln.Addr().String() }
+
+// Addr is the listening address, valid after Run.
+func (m *Main) Addr() string { return m.ln.Addr().String() }
+
+// Run starts storage, the ingest pipeline and the HTTP server, and returns
+// once it serves. On error, call Close to release what was started.
+func (m *Main) Run(ctx context.Context) (err error) {
+	c := &m.Config
+	if err := c.Validate(); err != nil {
+		return err
+	}
+	if m.Log != nil {
+		m.Logger = *m.Log
+	} else {
+		m.Logger = newLogger(c.LogFormat, c.LogLevel, m.Stderr)
+	}
+	log := m.Logger
+
+	if m.DB, m.Engine, err = openStorage(ctx, c, log); err != nil {
+		return err
+	}
+	if err := m.DB.Migrate(ctx); err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	if m.Writer, err = store.NewWriter(m.DB, store.WriterOptions{SpoolDir: c.spoolDir(), Logger: log}); err != nil {
+		return fmt.Errorf("writer: %w", err)
+	}
+	if m.enricher, err = enrich.New(enrich.Options{TrustProxy: c.TrustProxy, GeoIPPath: c.GeoIP}); err != nil {
+		return err
+	}
+
+	// Listen before building the sites: the demo site allows our own origin.
+	if m.ln, err = net.Listen("tcp", c.Addr); err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	sites := append([]ingest.Site(nil), c.Sites...)
+	if c.Demo {
+		sites = append(sites, ingest.Site{Key: "demo", Origins: ownOrigins(m.ln.Addr().(*net.TCPAddr))})
+	}
+
+	m.Registry = prometheus.NewRegistry()
+	m.Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	registerStoreMetrics(m.Registry, m.Writer)
+	m.Ingest, err = ingest.New(ingest.Config{
+		Sites:      sites,
+		Sink:       m.Writer,
+		Enricher:   m.enricher,
+		ConnRate:   c.ConnRate,
+		ConnBurst:  max(ingest.DefaultConnBurst, int(c.ConnRate*10)),
+		SiteRate:   c.SiteRate,
+		SiteBurst:  max(ingest.DefaultSiteBurst, int(c.SiteRate*5)),
+		Logger:     log.With().Str("component", "ingest").Logger(),
+		Registerer: m.Registry,
+	})
+	if err != nil {
+		return err
+	}
+	var demoHandler http.Handler
+	if c.Demo {
+		demoHandler = demo.Handler()
+	}
+	mux, err := httpapi.New(httpapi.Config{
+		Streams:  m.DB,
+		HasSite:  m.Ingest.HasSite,
+		Ready:    m.ready,
+		Gatherer: m.Registry,
+		Demo:     demoHandler,
+		Static:   web.Static(),
+		Dist:     web.Dist(),
+		Logger:   log.With().Str("component", "http").Logger(),
+	})
+	if err != nil {
+		return err
+	}
+	httpapi.RegisterDashboard(mux, httpapi.DashboardConfig{Conn: m.DB.Conn(), HasSite: m.Ingest.HasSite,
+		Logger: log.With().Str("component", "dashboard").Logger()})
+	m.Ingest.Register(mux)
+
+	m.server = &http.Server{
+		Handler:           mux,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          newStdLogger(log.With().Str("component", "http").Logger()),
+	}
+	m.serveErr = make(chan error, 1)
+	go func() { m.serveErr <- m.server.Serve(m.ln) }()
+
+	ev := log.Info().Str("url", m.URL()).Int("sites", len(sites)).Bool("demo", c.Demo).Str("data", c.Data)
+	if m.Engine != nil {
+		ev = ev.Str("clickhouse_native", m.Engine.NativeAddr()).Str("clickhouse_http", m.Engine.HTTPAddr())
+	} else {
+		ev = ev.Str("clickhouse", redactDSN(c.ClickHouse))
+	}
+	ev.Msg("itlmon serving")
+	if c.Demo {
+		log.Info().Msgf("demo chat: %s/demo/  dashboard: %s/dashboard/", m.URL(), m.URL())
+	}
+	return nil
+}
+
+// openStorage connects to the DSN, or starts the embedded engine and
+// connects to it.
+func openStorage(ctx context.Context, c *Config, log zerolog.Logger) (*store.DB, *chdb.Engine, error) {
+	if c.ClickHouse != "" {
+		db, err := store.Open(ctx, store.Options{DSN: c.ClickHouse, StreamsTTL: c.TTL, Logger: log})
+		if err != nil {
+			return nil, nil, fmt.Errorf("clickhouse %s: %w", redactDSN(c.ClickHouse), err)
+		}
+		return db, nil, nil
+	}
+	eng, err := chdb.Start(ctx, chdb.Options{LibPath: c.ChdbLib, Dir: c.chdbDir(), Logger: log})
+	if err != nil {
+		return nil, nil, fmt.Errorf("start embedded clickhouse: %w", err)
+	}
+	db, err := store.Open(ctx, store.Options{Addr: eng.NativeAddr(), Dial: eng.DialContext, Database: "itlmon",
+		CreateDatabase: true, StreamsTTL: c.TTL, Logger: log})
+	if err != nil {
+		cctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+		defer cancel()
+		eng.Close(cctx)
+		return nil, nil, fmt.Errorf("embedded clickhouse: %w", err)
+	}
+	return db, eng, nil
+}
+
+// ownOrigins are the origins a browser uses for pages this collector serves.
+func ownOrigins(a *net.TCPAddr) []string {
+	port := fmt.Sprint(a.Port)
+	origins := []string{"http://127.0.0.1:" + port, "http://localhost:" + port}
+	if !a.IP.IsUnspecified() && !a.IP.IsLoopback() {
+		origins = append(origins, "http://"+a.String())
+	}
+	if a.IP.To4() == nil && a.IP.IsLoopback() {
+		origins = append(origins, "http://[::1]:"+port)
+	}
+	return origins
+}
+
+// ready is /readyz: ClickHouse answers (the schema was applied before the
+// server started) and the writer is not failing batches.
+func (m *Main) ready(ctx context.Context) error {
+	if err := m.DB.Conn().Ping(ctx); err != nil {
+		st := m.Writer.Stats()
+		return fmt.Errorf("clickhouse unreachable (%d spool segments waiting): %w", st.SpoolSegments, err)
+	}
+	return nil
+}
+
+// Close shuts down gracefully within Config.ShutdownTimeout: stop accepting,
+// let open WebSocket connections receive their pending acks, drain the write
+// queue into ClickHouse or the spool, stop the engine. Safe to call after a
+// failed Run and more than once.
+func (m *Main) Close() error {
+	m.closeMu.Lock()
+	defer m.closeMu.Unlock()
+	if m.closed {
+		return nil
+	}
+	m.closed = true
+	ctx, cancel := context.WithTimeout(context.Background(), m.Config.ShutdownTimeout)
+	defer cancel()
+	began := time.Now()
+	var errs []error
+	if m.server != nil {
+		// Both stop accepting at once; WebSocket connections are hijacked,
+		// so http.Server.Shutdown does not wait for them: ingest does.
+		var ingestErr, httpErr error
+		var wg sync.WaitGroup
+		wg.Add(2)
+		go func() { defer wg.Done(); ingestErr = m.Ingest.Shutdown(ctx) }()
+		go func() { defer wg.Done(); httpErr = m.server.Shutdown(ctx) }()
+		wg.Wait()
+		errs = append(errs, wrapErr("ingest", ingestErr), wrapErr("http", httpErr))
+	} else if m.ln != nil {
+		m.ln.Close()
+	}
+	if m.Writer != nil {
+		errs = append(errs, wrapErr("writer", m.Writer.Shutdown(ctx)))
+	}
+	if m.DB != nil {
+		errs = append(errs, wrapErr("db", m.DB.Close()))
+	}
+	if m.Engine != nil {
+		errs = append(errs, wrapErr("engine", m.Engine.Close(ctx)))
+	}
+	if m.enricher != nil {
+		m.enricher.Close()
+	}
+	err := errors.Join(errs...)
+	m.Logger.Info().Dur("took", time.Since(began)).AnErr("err", err).Msg("itlmon stopped")
+	return err
+}
+
+func wrapErr(what string, err error) error {
+	if err == nil || errors.Is(err, http.ErrServerClosed) {
+		return nil
+	}
+	return fmt.Errorf("%s: %w", what, err)
+}

@@ -1,0 +1,132 @@
+package ingest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/itlmon/itlmon/wasm/beacon"
+)
+
+// ServeBeacon is the POST /v1/beacon handler: the same batch bytes as a
+// WebSocket frame, sent by navigator.sendBeacon when the page goes away. It
+// answers 204 only once the batch is durable; any other status carries the
+// reason as text.
+func (h *Handler) ServeBeacon(w http.ResponseWriter, r *http.Request) {
+	s, status, reason, text := h.admit(r)
+	if s == nil {
+		h.reject(reason, text)
+		http.Error(w, text, status)
+		return
+	}
+	h.corsHeaders(w, r)
+	body, err := readLimited(nil, http.MaxBytesReader(w, r.Body, int64(h.limits.MaxBytes)+1), h.limits.MaxBytes)
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.Is(err, errTooBig) || errors.As(err, &mbe) {
+			text := fmt.Sprintf("batch too big: over %d bytes", h.limits.MaxBytes)
+			h.reject(ReasonTooBig, text)
+			http.Error(w, text, http.StatusRequestEntityTooLarge)
+			return
+		}
+		http.Error(w, "read body: "+err.Error(), http.StatusBadRequest)
+		return
+	}
+	b, err := beacon.DecodeBatch(body, h.limits)
+	if err != nil {
+		reason, _ := classifyDecode(err)
+		text := "bad batch: " + err.Error()
+		h.reject(reason, text)
+		status := http.StatusBadRequest
+		if reason == ReasonTooBig {
+			status = http.StatusRequestEntityTooLarge
+		}
+		http.Error(w, text, status)
+		return
+	}
+	h.m.batches.WithLabelValues("beacon").Inc()
+	if b.Site != "" && b.Site != s.key {
+		text := "batch is for site " + quoteShort(b.Site) + ", request for " + s.key
+		h.reject(ReasonSiteMismatch, text)
+		http.Error(w, text, http.StatusForbidden)
+		return
+	}
+	n := len(b.Records)
+	h.m.batchRecords.Observe(float64(n))
+	if b.Dropped > 0 {
+		h.m.clientDropped.Add(float64(b.Dropped))
+	}
+	if n == 0 {
+		w.WriteHeader(http.StatusNoContent)
+		return
+	}
+	now := h.now()
+	// A beacon has no connection bucket; the site bucket alone applies.
+	wait, ok, text := h.rateLimit(s, nil, n, now)
+	if !ok {
+		h.reject(ReasonRateLimit, text)
+		w.Header().Set("Retry-After", strconv.Itoa(int(h.maxWait/time.Second)+1))
+		http.Error(w, text, http.StatusTooManyRequests)
+		return
+	}
+	if wait > 0 {
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-r.Context().Done():
+			t.Stop()
+			return
+		}
+	}
+	streams := h.streams(b, s, r.Header, r.RemoteAddr, now)
+	done := make(chan error, 1)
+	began := time.Now()
+	// The request's context bounds the wait for queue space; once queued,
+	// the batch is stored even if the client goes away.
+	if err := h.sink.Submit(r.Context(), streams, func(err error) { done <- err }); err != nil {
+		if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+			return // client gone
+		}
+		h.reject(ReasonStore, err.Error())
+		http.Error(w, "storage unavailable: resend later", http.StatusServiceUnavailable)
+		return
+	}
+	h.m.accepted.Add(float64(n))
+	if err := <-done; err != nil {
+		h.reject(ReasonStore, err.Error())
+		http.Error(w, "storage failed, batch not stored: resend it", http.StatusServiceUnavailable)
+		return
+	}
+	h.m.ackLatency.Observe(time.Since(began).Seconds())
+	h.m.acked.Add(float64(n))
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// serveBeaconPreflight answers the CORS preflight a browser sends before a
+// cross-origin POST with a non-simple Content-Type.
+func (h *Handler) serveBeaconPreflight(w http.ResponseWriter, r *http.Request) {
+	s, status, reason, text := h.admit(r)
+	if s == nil {
+		h.reject(reason, text)
+		http.Error(w, text, status)
+		return
+	}
+	h.corsHeaders(w, r)
+	w.Header().Set("Access-Control-Allow-Methods", "POST")
+	w.Header().Set("Access-Control-Allow-Headers", "Content-Type")
+	w.Header().Set("Access-Control-Max-Age", "86400")
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// corsHeaders allows the (already admitted) Origin; sendBeacon sends
+// credentials, so the origin is echoed, never "*".
+func (h *Handler) corsHeaders(w http.ResponseWriter, r *http.Request) {
+	if o := r.Header.Get("Origin"); o != "" {
+		w.Header().Set("Access-Control-Allow-Origin", o)
+		w.Header().Set("Access-Control-Allow-Credentials", "true")
+		w.Header().Add("Vary", "Origin")
+	}
+}

@@ -1,0 +1,318 @@
+// Package ingest receives beacon batches from browsers: WebSocket at
+// /v1/ws?site=KEY (binary frames, acks back on the same socket) and HTTP
+// POST at /v1/beacon?site=KEY (the page's sendBeacon fallback, same bytes).
+//
+// Per request: the site key must be known and the Origin allowed for it
+// (checked before any WebSocket upgrade: cross-site WebSocket hijacking).
+// Per frame: decode with limits, rate-limit (records/s per connection and per
+// site), enrich, hand to the collector.Sink, and acknowledge the batch's
+// sequence number only when the Sink reports the rows durable. A reader
+// blocked in Sink.Submit stops reading its socket: backpressure, not memory.
+//
+// Every rejection gets a reason the client can read (WebSocket close code
+// and text, or HTTP status and body), increments
+// itlmon_ingest_rejected_total{reason} and is logged at most once per reason
+// per LogInterval.
+package ingest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gorilla/websocket"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+
+	"github.com/itlmon/itlmon/collector"
+	"github.com/itlmon/itlmon/collector/enrich"
+	"github.com/itlmon/itlmon/wasm/beacon"
+)
+
+// Defaults for Config.
+const (
+	DefaultConnRate    = 100    // records/s per connection
+	DefaultConnBurst   = 1000   // records
+	DefaultSiteRate    = 20000  // records/s per site, all connections together
+	DefaultSiteBurst   = 100000 // records
+	DefaultLogInterval = time.Minute
+)
+
+// Config configures a Handler. Sink and Sites are required.
+type Config struct {
+	Sites    []Site
+	Sink     collector.Sink
+	Enricher *enrich.Enricher // nil: everything "unknown"
+	Limits   beacon.Limits    // zero: beacon.DefaultLimits
+
+	// Token buckets in records per second; a rate <= 0 means unlimited.
+	// A batch that would have to wait longer than MaxRateWait for tokens is
+	// rejected (close 1013 / HTTP 429); shorter waits just delay the read.
+	ConnRate, SiteRate   float64
+	ConnBurst, SiteBurst int
+	MaxRateWait          time.Duration
+
+	Logger      zerolog.Logger
+	LogInterval time.Duration         // one log line per rejection reason per interval
+	Registerer  prometheus.Registerer // nil: a private registry
+	Now         func() time.Time
+}
+
+// Handler serves the ingest endpoints. Create it with New.
+type Handler struct {
+	sites     map[string]*site
+	sink      collector.Sink
+	enricher  *enrich.Enricher
+	limits    beacon.Limits
+	connRate  float64
+	connBurst int
+	maxWait   time.Duration
+	log       zerolog.Logger
+	rejLog    *onceLog
+	m         *metrics
+	now       func() time.Time
+	upgrader  websocket.Upgrader
+
+	// base is the context of every Submit; cancelled when Shutdown gives up.
+	base       context.Context
+	cancelBase context.CancelFunc
+
+	mu      sync.Mutex
+	conns   map[*conn]struct{}
+	closing bool
+	connsWG sync.WaitGroup
+}
+
+type site struct {
+	key     string
+	any     bool
+	origins map[string]bool
+	bucket  *bucket
+}
+
+// New returns a Handler.
+func New(cfg Config) (*Handler, error) {
+	if cfg.Sink == nil {
+		return nil, errors.New("ingest: no sink")
+	}
+	if cfg.Limits == (beacon.Limits{}) {
+		cfg.Limits = beacon.DefaultLimits
+	}
+	if cfg.MaxRateWait <= 0 {
+		cfg.MaxRateWait = 2 * time.Second
+	}
+	if cfg.LogInterval <= 0 {
+		cfg.LogInterval = DefaultLogInterval
+	}
+	if cfg.Registerer == nil {
+		cfg.Registerer = prometheus.NewRegistry()
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	h := &Handler{
+		sites:     make(map[string]*site, len(cfg.Sites)),
+		sink:      cfg.Sink,
+		enricher:  cfg.Enricher,
+		limits:    cfg.Limits,
+		connRate:  cfg.ConnRate,
+		connBurst: cfg.ConnBurst,
+		maxWait:   cfg.MaxRateWait,
+		log:       cfg.Logger,
+		m:         newMetrics(cfg.Registerer),
+		now:       cfg.Now,
+		conns:     make(map[*conn]struct{}),
+	}
+	h.rejLog = &onceLog{log: cfg.Logger, interval: cfg.LogInterval, now: cfg.Now, last: map[string]*logState{}}
+	h.base, h.cancelBase = context.WithCancel(context.Background())
+	h.upgrader = websocket.Upgrader{
+		ReadBufferSize:  4096,
+		WriteBufferSize: 256, // acks are a few bytes
+		// The Origin was checked against the site before Upgrade is called.
+		CheckOrigin: func(*http.Request) bool { return true },
+		Error: func(w http.ResponseWriter, r *http.Request, status int, reason error) {
+			h.reject(ReasonBadRequest, reason.Error())
+			http.Error(w, "websocket: "+reason.Error(), status)
+		},
+	}
+	for _, s := range cfg.Sites {
+		if _, dup := h.sites[s.Key]; dup {
+			return nil, fmt.Errorf("ingest: site %s configured twice", s.Key)
+		}
+		st := &site{key: s.Key, origins: map[string]bool{}, bucket: newBucket(cfg.SiteRate, cfg.SiteBurst)}
+		for _, o := range s.Origins {
+			if o == "*" {
+				st.any = true
+			}
+			st.origins[o] = true
+		}
+		h.sites[s.Key] = st
+	}
+	return h, nil
+}
+
+// Register mounts the endpoints on mux.
+func (h *Handler) Register(mux *http.ServeMux) {
+	mux.HandleFunc("GET /v1/ws", h.ServeWS)
+	mux.HandleFunc("POST /v1/beacon", h.ServeBeacon)
+	mux.HandleFunc("OPTIONS /v1/beacon", h.serveBeaconPreflight)
+}
+
+// Connections returns the number of open WebSocket connections.
+func (h *Handler) Connections() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.conns)
+}
+
+// reject counts a rejection and logs it (at most once per reason and interval).
+func (h *Handler) reject(reason, detail string) {
+	h.m.rejected.WithLabelValues(reason).Inc()
+	h.rejLog.warn(reason, detail)
+}
+
+// admit checks the site key and the Origin of a request. On failure it
+// returns the HTTP status and a reason text for the client.
+func (h *Handler) admit(r *http.Request) (*site, int, string, string) {
+	key := r.URL.Query().Get("site")
+	if key == "" {
+		return nil, http.StatusBadRequest, ReasonBadRequest, "missing site parameter: use ?site=KEY"
+	}
+	s := h.sites[key]
+	if s == nil {
+		return nil, http.StatusNotFound, ReasonSite, "unknown site key " + quoteShort(key)
+	}
+	origin := r.Header.Get("Origin")
+	if s.any {
+		return s, 0, "", ""
+	}
+	if origin == "" {
+		return nil, http.StatusForbidden, ReasonOrigin, "missing Origin header: site " + key + " takes browser requests only"
+	}
+	if norm, err := NormalizeOrigin(origin); err != nil || !s.origins[norm] {
+		return nil, http.StatusForbidden, ReasonOrigin, "origin " + quoteShort(origin) + " is not allowed for site " + key
+	}
+	return s, 0, "", ""
+}
+
+// classifyDecode maps a DecodeBatch error onto a rejection reason and a
+// WebSocket close code.
+func classifyDecode(err error) (reason string, code int) {
+	switch {
+	case errors.Is(err, beacon.ErrTooBig):
+		return ReasonTooBig, websocket.CloseMessageTooBig
+	case errors.Is(err, beacon.ErrLimit):
+		return ReasonDecodeLimit, websocket.CloseMessageTooBig
+	case errors.Is(err, beacon.ErrVersion):
+		return ReasonVersion, websocket.CloseUnsupportedData
+	case errors.Is(err, beacon.ErrKind):
+		return ReasonKind, websocket.CloseUnsupportedData
+	case errors.Is(err, beacon.ErrMagic):
+		return ReasonDecodeMagic, websocket.CloseUnsupportedData
+	case errors.Is(err, beacon.ErrTruncated):
+		return ReasonDecodeTruncated, websocket.CloseUnsupportedData
+	case errors.Is(err, beacon.ErrInvalid):
+		return ReasonDecodeInvalid, websocket.CloseUnsupportedData
+	}
+	return ReasonDecode, websocket.CloseUnsupportedData
+}
+
+// streams turns a decoded batch into enriched streams.
+func (h *Handler) streams(b *beacon.Batch, s *site, hdr http.Header, remoteAddr string, now time.Time) []collector.Stream {
+	var info enrich.Info
+	if h.enricher != nil {
+		info = h.enricher.Lookup(hdr, remoteAddr, &b.Client)
+	} else {
+		info = enrich.Info{Country: enrich.Unknown, Region: enrich.Unknown, Browser: enrich.Unknown, OS: enrich.Unknown, Device: enrich.Unknown}
+	}
+	conn := b.Client.ConnType
+	if conn == "" {
+		conn = "unknown"
+	}
+	out := make([]collector.Stream, len(b.Records))
+	for i := range b.Records {
+		st := &out[i]
+		st.Record = b.Records[i]
+		// The module never sends a query or fragment; make sure of it.
+		st.PagePath = stripQuery(st.PagePath)
+		st.URLPath = stripQuery(st.URLPath)
+		st.Site = s.key
+		st.ReceivedAt = now
+		st.Release = b.Client.Release
+		st.ModuleVersion = b.Client.ModuleVersion
+		st.ConnType = conn
+		st.ConnRTTMs = b.Client.ConnRTTMs
+		st.TimerFloorUs = b.Client.TimerFloorUs
+		info.Apply(st)
+	}
+	return out
+}
+
+// rateLimit reserves n records on the site's and the connection's buckets.
+// It returns how long to wait, or ok=false and a reason text.
+func (h *Handler) rateLimit(s *site, cb *bucket, n int, now time.Time) (time.Duration, bool, string) {
+	w1, ok := s.bucket.reserve(now, n, h.maxWait)
+	if !ok {
+		return 0, false, fmt.Sprintf("rate limit: site %s is over %.0f records/s", s.key, s.bucket.rate)
+	}
+	w2, ok := cb.reserve(now, n, h.maxWait)
+	if !ok {
+		s.bucket.refund(n)
+		return 0, false, fmt.Sprintf("rate limit: connection is over %.0f records/s", cb.rate)
+	}
+	return max(w1, w2), true, ""
+}
+
+func stripQuery(p string) string {
+	if i := strings.IndexAny(p, "?#"); i >= 0 {
+		return p[:i]
+	}
+	return p
+}
+
+// quoteShort quotes s for a reason text, cut to keep close frames under 125 bytes.
+func quoteShort(s string) string {
+	if len(s) > 48 {
+		s = s[:48] + "..."
+	}
+	return fmt.Sprintf("%q", s)
+}
+
+// Shutdown stops accepting connections, stops reading the open ones, waits
+// until the batches already handed to the sink are acknowledged, closes each
+// connection with 1001 "going away", and returns when all are closed or ctx
+// ends (then it closes what is left at once).
+func (h *Handler) Shutdown(ctx context.Context) error {
+	h.mu.Lock()
+	h.closing = true
+	conns := make([]*conn, 0, len(h.conns))
+	for c := range h.conns {
+		conns = append(conns, c)
+	}
+	h.mu.Unlock()
+	for _, c := range conns {
+		c.stop("", websocket.CloseGoingAway, "collector shutting down; reconnect and resend unacked batches")
+	}
+	done := make(chan struct{})
+	go func() { h.connsWG.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+	}
+	h.cancelBase()
+	h.mu.Lock()
+	for c := range h.conns {
+		c.ws.Close()
+	}
+	h.mu.Unlock()
+	<-done
+	return ctx.Err()
+}
+
+// HasSite reports whether key is a configured site.
+func (h *Handler) HasSite(key string) bool { return h.sites[key] != nil }

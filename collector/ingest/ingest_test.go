@@ -1,0 +1,533 @@
+package ingest
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gorilla/websocket"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/rs/zerolog"
+
+	"github.com/itlmon/itlmon/collector"
+	"github.com/itlmon/itlmon/collector/enrich"
+	"github.com/itlmon/itlmon/wasm/beacon"
+)
+
+const (
+	pageOrigin = "https://chat.example.com"
+	firefoxUA  = "Mozilla/5.0 (X11; Ubuntu; Linux x86_64; rv:133.0) Gecko/20100101 Firefox/133.0"
+)
+
+// fakeSink is a unit-test collector.Sink: it records submissions and calls
+// done from another goroutine, at once or when released.
+type fakeSink struct {
+	mu      sync.Mutex
+	got     [][]collector.Stream
+	hold    bool
+	held    []func(error)
+	failErr error // done(failErr)
+	block   chan struct{}
+}
+
+func (f *fakeSink) Submit(ctx context.Context, streams []collector.Stream, done func(error)) error {
+	if f.block != nil {
+		select {
+		case <-f.block:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.got = append(f.got, streams)
+	if f.hold {
+		f.held = append(f.held, done)
+		return nil
+	}
+	err := f.failErr
+	go done(err)
+	return nil
+}
+
+func (f *fakeSink) release() {
+	f.mu.Lock()
+	held := f.held
+	f.held, f.hold = nil, false
+	f.mu.Unlock()
+	for _, d := range held {
+		go d(nil)
+	}
+}
+
+func (f *fakeSink) submitted() [][]collector.Stream {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([][]collector.Stream(nil), f.got...)
+}
+
+type fixture struct {
+	h    *Handler
+	srv  *httptest.Server
+	sink *fakeSink
+	reg  *prometheus.Registry
+}
+
+func newFixture(t *testing.T, mod func(*Config)) *fixture {
+	t.Helper()
+	e, err := enrich.New(enrich.Options{TrustProxy: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fixture{sink: &fakeSink{}, reg: prometheus.NewRegistry()}
+	cfg := Config{
+		Sites:      []Site{{Key: "chat", Origins: []string{pageOrigin}}, {Key: "open", Origins: []string{"*"}}},
+		Sink:       f.sink,
+		Enricher:   e,
+		Registerer: f.reg,
+		Logger:     zerolog.Nop(),
+	}
+	if mod != nil {
+		mod(&cfg)
+	}
+	if f.h, err = New(cfg); err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	f.h.Register(mux)
+	f.srv = httptest.NewServer(mux)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		f.h.Shutdown(ctx)
+		f.srv.Close()
+	})
+	return f
+}
+
+func (f *fixture) wsURL(site string) string {
+	return "ws" + strings.TrimPrefix(f.srv.URL, "http") + "/v1/ws?site=" + site
+}
+
+func (f *fixture) dial(t *testing.T, site, origin string) (*websocket.Conn, *http.Response, error) {
+	t.Helper()
+	h := http.Header{}
+	if origin != "" {
+		h.Set("Origin", origin)
+	}
+	h.Set("User-Agent", firefoxUA)
+	h.Set("CF-IPCountry", "DE")
+	c, resp, err := websocket.DefaultDialer.Dial(f.wsURL(site), h)
+	if err == nil {
+		t.Cleanup(func() { c.Close() })
+	}
+	return c, resp, err
+}
+
+func (f *fixture) rejected(reason string) float64 {
+	return value(f.h.m.rejected.WithLabelValues(reason))
+}
+
+func testRecord(i byte) beacon.Record {
+	r := beacon.Record{
+		StartUnixMs: 1_790_000_000_000 + int64(i),
+		PageOrigin:  pageOrigin,
+		PagePath:    "/chat",
+		URLOrigin:   "https://api.example.com",
+		URLPath:     "/v1/chat/completions",
+		Model:       "gpt-test",
+		HTTPProto:   "h2",
+		ContentType: "text/event-stream",
+		HTTPStatus:  200,
+		TTFBUs:      12_000, TTFCUs: 15_000, TTFTUs: 20_000, DurationUs: 900_000,
+		Events: 42, ContentEvents: 40, Tokens: 40, Reads: 40, Bytes: 4096,
+	}
+	r.StreamID[0], r.StreamID[15] = 0xa0, i
+	return r
+}
+
+func mustBatch(t testing.TB, seq uint64, site string, n int) []byte {
+	t.Helper()
+	b := beacon.Batch{Seq: seq, Site: site, Client: beacon.Client{ConnType: "4g", Release: "v1"}}
+	for i := 0; i < n; i++ {
+		b.Records = append(b.Records, testRecord(byte(i)))
+	}
+	p, err := b.AppendBinary(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func readAck(t *testing.T, c *websocket.Conn) beacon.Ack {
+	t.Helper()
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	mt, p, err := c.ReadMessage()
+	if err != nil {
+		t.Fatalf("read ack: %v", err)
+	}
+	if mt != websocket.BinaryMessage {
+		t.Fatalf("ack message type = %d, want binary", mt)
+	}
+	a, err := beacon.DecodeAck(p)
+	if err != nil {
+		t.Fatalf("decode ack: %v", err)
+	}
+	return a
+}
+
+// readClose reads until the server's close frame and returns it.
+func readClose(t *testing.T, c *websocket.Conn) *websocket.CloseError {
+	t.Helper()
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	for {
+		_, _, err := c.ReadMessage()
+		if err == nil {
+			continue
+		}
+		var ce *websocket.CloseError
+		if !errors.As(err, &ce) {
+			t.Fatalf("read: %v, want a close frame", err)
+		}
+		return ce
+	}
+}
+
+func TestAdmission(t *testing.T) {
+	f := newFixture(t, nil)
+	tests := []struct {
+		name, site, origin string
+		status             int
+		reason             string
+	}{
+		{"missing site", "", pageOrigin, 400, ReasonBadRequest},
+		{"unknown site", "nope", pageOrigin, 404, ReasonSite},
+		{"wrong origin", "chat", "https://evil.example.net", 403, ReasonOrigin},
+		{"missing origin", "chat", "", 403, ReasonOrigin},
+		{"origin with other port", "chat", "https://chat.example.com:8443", 403, ReasonOrigin},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			before := f.rejected(tt.reason)
+			_, resp, err := f.dial(t, tt.site, tt.origin)
+			if err == nil {
+				t.Fatal("dial succeeded, want a refused upgrade")
+			}
+			if resp == nil || resp.StatusCode != tt.status {
+				t.Fatalf("status = %v, want %d", resp, tt.status)
+			}
+			if got := f.rejected(tt.reason) - before; got != 1 {
+				t.Errorf("rejected{%s} grew by %v, want 1", tt.reason, got)
+			}
+		})
+	}
+	// Allowed: exact origin, default port spelled out, any origin for "*".
+	for _, tc := range []struct{ site, origin string }{{"chat", pageOrigin}, {"chat", "https://CHAT.example.com:443"}, {"open", ""}} {
+		if _, _, err := f.dial(t, tc.site, tc.origin); err != nil {
+			t.Errorf("dial %s from %q: %v", tc.site, tc.origin, err)
+		}
+	}
+}
+
+func TestAckAfterDurable(t *testing.T) {
+	f := newFixture(t, nil)
+	f.sink.hold = true
+	c, _, err := f.dial(t, "chat", pageOrigin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.WriteMessage(websocket.BinaryMessage, mustBatch(t, 7, "chat", 3)); err != nil {
+		t.Fatal(err)
+	}
+	for len(f.sink.submitted()) < 1 {
+		time.Sleep(5 * time.Millisecond)
+	}
+	// The sink holds the batch: nothing may be acked yet.
+	if got := value(f.h.m.acked); got != 0 {
+		t.Fatalf("acked = %v before the batch was durable", got)
+	}
+	f.sink.release()
+	if got, want := readAck(t, c).Seq, uint64(7); got != want {
+		t.Fatalf("ack seq = %d, want %d", got, want)
+	}
+	if got, want := value(f.h.m.acked), 3.0; got != want {
+		t.Fatalf("acked = %v, want %v", got, want)
+	}
+
+	subs := f.sink.submitted()
+	s := subs[0][0]
+	if s.Site != "chat" || s.Browser != "Firefox" || s.BrowserMajor != 133 || s.OS != "Linux" || s.Device != "desktop" ||
+		s.Country != "DE" || s.ConnType != "4g" || s.Release != "v1" || s.Model != "gpt-test" || s.ReceivedAt.IsZero() {
+		t.Fatalf("stream = %+v, want enriched chat/Firefox 133/Linux/desktop/DE/4g/v1", s)
+	}
+}
+
+func TestPipelinedAcks(t *testing.T) {
+	f := newFixture(t, nil)
+	c, _, err := f.dial(t, "chat", pageOrigin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for seq := uint64(1); seq <= 20; seq++ {
+		if err := c.WriteMessage(websocket.BinaryMessage, mustBatch(t, seq, "", 2)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	seen := map[uint64]bool{}
+	for len(seen) < 20 {
+		seen[readAck(t, c).Seq] = true
+	}
+	if got, want := value(f.h.m.accepted), 40.0; got != want {
+		t.Fatalf("accepted = %v, want %v", got, want)
+	}
+}
+
+func TestRejectedFrames(t *testing.T) {
+	f := newFixture(t, nil)
+	good := mustBatch(t, 1, "chat", 1)
+	random := bytes.Repeat([]byte{0xde, 0xad, 0xbe, 0xef}, 16)
+	tests := []struct {
+		name   string
+		mt     int
+		frame  []byte
+		code   int
+		reason string
+		text   string
+	}{
+		{"text frame", websocket.TextMessage, []byte("hello"), websocket.CloseUnsupportedData, ReasonTextFrame, "text frame"},
+		{"oversized", websocket.BinaryMessage, make([]byte, beacon.DefaultLimits.MaxBytes+1), websocket.CloseMessageTooBig, ReasonTooBig, "too big"},
+		{"random bytes", websocket.BinaryMessage, random, websocket.CloseUnsupportedData, ReasonDecodeMagic, "bad batch"},
+		{"unknown version", websocket.BinaryMessage, withVersion(t, good, 99), websocket.CloseUnsupportedData, ReasonVersion, "version"},
+		{"truncated", websocket.BinaryMessage, good[:len(good)/2], websocket.CloseUnsupportedData, ReasonDecodeTruncated, "bad batch"},
+		{"other site", websocket.BinaryMessage, mustBatch(t, 2, "open", 1), websocket.ClosePolicyViolation, ReasonSiteMismatch, "site"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			before := f.rejected(tt.reason)
+			c, _, err := f.dial(t, "chat", pageOrigin)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := c.WriteMessage(tt.mt, tt.frame); err != nil {
+				t.Fatal(err)
+			}
+			ce := readClose(t, c)
+			if ce.Code != tt.code || !strings.Contains(ce.Text, tt.text) {
+				t.Fatalf("close = %d %q, want %d with %q", ce.Code, ce.Text, tt.code, tt.text)
+			}
+			if got := f.rejected(tt.reason) - before; got != 1 {
+				t.Fatalf("rejected{%s} grew by %v, want 1", tt.reason, got)
+			}
+		})
+	}
+}
+
+func TestRateLimit(t *testing.T) {
+	f := newFixture(t, func(c *Config) {
+		c.ConnRate, c.ConnBurst, c.MaxRateWait = 1, 5, 10*time.Millisecond
+	})
+	c, _, err := f.dial(t, "chat", pageOrigin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.WriteMessage(websocket.BinaryMessage, mustBatch(t, 1, "chat", 5))
+	if got := readAck(t, c).Seq; got != 1 {
+		t.Fatalf("ack = %d, want 1", got)
+	}
+	c.WriteMessage(websocket.BinaryMessage, mustBatch(t, 2, "chat", 5))
+	ce := readClose(t, c)
+	if ce.Code != websocket.CloseTryAgainLater || !strings.Contains(ce.Text, "rate limit") {
+		t.Fatalf("close = %d %q, want 1013 rate limit", ce.Code, ce.Text)
+	}
+	if got := f.rejected(ReasonRateLimit); got != 1 {
+		t.Fatalf("rejected{rate_limit} = %v, want 1", got)
+	}
+}
+
+func TestStoreFailureClosesWithoutAck(t *testing.T) {
+	f := newFixture(t, nil)
+	f.sink.failErr = errors.New("disk full")
+	c, _, err := f.dial(t, "chat", pageOrigin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.WriteMessage(websocket.BinaryMessage, mustBatch(t, 1, "chat", 1))
+	ce := readClose(t, c) // readClose fails on an ack: none may come
+	if ce.Code != websocket.CloseInternalServerErr {
+		t.Fatalf("close = %d %q, want 1011", ce.Code, ce.Text)
+	}
+}
+
+func TestShutdownAcksPendingThenCloses(t *testing.T) {
+	f := newFixture(t, nil)
+	f.sink.hold = true
+	c, _, err := f.dial(t, "chat", pageOrigin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.WriteMessage(websocket.BinaryMessage, mustBatch(t, 3, "chat", 1))
+	for len(f.sink.submitted()) < 1 {
+		time.Sleep(5 * time.Millisecond)
+	}
+	done := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		done <- f.h.Shutdown(ctx)
+	}()
+	time.Sleep(20 * time.Millisecond)
+	f.sink.release()
+	if got := readAck(t, c).Seq; got != 3 {
+		t.Fatalf("ack = %d, want 3", got)
+	}
+	if ce := readClose(t, c); ce.Code != websocket.CloseGoingAway {
+		t.Fatalf("close = %d %q, want 1001", ce.Code, ce.Text)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("Shutdown: %v", err)
+	}
+	if n := f.h.Connections(); n != 0 {
+		t.Fatalf("connections after Shutdown = %d", n)
+	}
+	if _, resp, err := f.dial(t, "chat", pageOrigin); err == nil || resp.StatusCode != 503 {
+		t.Fatalf("dial after Shutdown: %v %v, want 503", resp, err)
+	}
+}
+
+func TestBeaconPost(t *testing.T) {
+	f := newFixture(t, nil)
+	post := func(site, origin string, body []byte) *http.Response {
+		req, _ := http.NewRequest("POST", f.srv.URL+"/v1/beacon?site="+site, bytes.NewReader(body))
+		if origin != "" {
+			req.Header.Set("Origin", origin)
+		}
+		req.Header.Set("User-Agent", firefoxUA)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp
+	}
+	tests := []struct {
+		name, site, origin string
+		body               []byte
+		status             int
+	}{
+		{"ok", "chat", pageOrigin, mustBatch(t, 1, "chat", 2), 204},
+		{"wrong origin", "chat", "https://evil.example.net", mustBatch(t, 1, "chat", 2), 403},
+		{"unknown site", "nope", pageOrigin, mustBatch(t, 1, "chat", 2), 404},
+		{"garbage", "chat", pageOrigin, []byte("garbage"), 400},
+		{"too big", "chat", pageOrigin, make([]byte, beacon.DefaultLimits.MaxBytes+10), 413},
+	}
+	for _, tt := range tests {
+		if got := post(tt.site, tt.origin, tt.body).StatusCode; got != tt.status {
+			t.Errorf("%s: status = %d, want %d", tt.name, got, tt.status)
+		}
+	}
+	if got, want := len(f.sink.submitted()), 1; got != want {
+		t.Fatalf("submitted = %d, want %d", got, want)
+	}
+	resp := post("chat", pageOrigin, mustBatch(t, 2, "chat", 1))
+	if got := resp.Header.Get("Access-Control-Allow-Origin"); got != pageOrigin {
+		t.Fatalf("Access-Control-Allow-Origin = %q, want %q", got, pageOrigin)
+	}
+}
+
+func TestParseSite(t *testing.T) {
+	tests := []struct {
+		in   string
+		want []string
+		ok   bool
+	}{
+		{"demo=http://127.0.0.1:8080", []string{"http://127.0.0.1:8080"}, true},
+		{"chat=https://a.example.com,https://B.example.com:443/", []string{"https://a.example.com", "https://b.example.com"}, true},
+		{"any=*", []string{"*"}, true},
+		{"chat", nil, false},
+		{"=https://a.example.com", nil, false},
+		{"chat=ftp://a.example.com", nil, false},
+		{"chat=https://a.example.com/path", nil, false},
+		{"bad key=https://a.example.com", nil, false},
+	}
+	for _, tt := range tests {
+		s, err := ParseSite(tt.in)
+		if (err == nil) != tt.ok {
+			t.Errorf("ParseSite(%q) err = %v, want ok=%v", tt.in, err, tt.ok)
+			continue
+		}
+		if tt.ok && strings.Join(s.Origins, " ") != strings.Join(tt.want, " ") {
+			t.Errorf("ParseSite(%q) origins = %q, want %q", tt.in, s.Origins, tt.want)
+		}
+	}
+}
+
+func TestBucket(t *testing.T) {
+	t0 := time.Unix(0, 0)
+	b := newBucket(10, 20)
+	if w, ok := b.reserve(t0, 20, time.Second); !ok || w != 0 {
+		t.Fatalf("burst: wait %v ok %v", w, ok)
+	}
+	if w, ok := b.reserve(t0, 5, time.Second); !ok || w != 500*time.Millisecond {
+		t.Fatalf("over burst: wait %v ok %v, want 500ms", w, ok)
+	}
+	if _, ok := b.reserve(t0, 50, time.Second); ok {
+		t.Fatal("reserve beyond maxWait succeeded")
+	}
+	if w, ok := b.reserve(t0.Add(2*time.Second), 10, time.Second); !ok || w != 0 {
+		t.Fatalf("after refill: wait %v ok %v", w, ok)
+	}
+	var nilBucket *bucket
+	if _, ok := nilBucket.reserve(t0, 1e6, 0); !ok {
+		t.Fatal("nil bucket limited")
+	}
+}
+
+func TestOnceLog(t *testing.T) {
+	var buf bytes.Buffer
+	now := time.Unix(0, 0)
+	l := &onceLog{log: zerolog.New(&buf), interval: time.Minute, now: func() time.Time { return now }, last: map[string]*logState{}}
+	for i := 0; i < 100; i++ {
+		l.warn(ReasonOrigin, "x")
+	}
+	l.warn(ReasonTooBig, "y")
+	now = now.Add(2 * time.Minute)
+	l.warn(ReasonOrigin, "x")
+	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	if got, want := len(lines), 3; got != want {
+		t.Fatalf("log lines = %d, want %d:\n%s", got, want, buf.String())
+	}
+	if !strings.Contains(lines[2], `"suppressed":99`) {
+		t.Fatalf("third line %s does not count the 99 suppressed", lines[2])
+	}
+}
+
+// withVersion returns a copy of a frame with its version byte set to v,
+// checked through PeekKind so a change of the header layout fails here.
+func withVersion(t testing.TB, frame []byte, v uint8) []byte {
+	t.Helper()
+	out := append([]byte(nil), frame...)
+	out[3] = v
+	if _, got, err := beacon.PeekKind(out); got != v {
+		t.Fatalf("PeekKind of the patched frame: version %d (%v), want %d: header layout changed", got, err, v)
+	}
+	return out
+}
+
+// value reads a counter or gauge.
+func value(c prometheus.Metric) float64 {
+	var m dto.Metric
+	if err := c.Write(&m); err != nil {
+		panic("BUG: " + err.Error())
+	}
+	if m.Counter != nil {
+		return m.Counter.GetValue()
+	}
+	return m.Gauge.GetValue()
+}

@@ -1,0 +1,68 @@
+package ingest
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics are the ingest side's Prometheus metrics. The store reports its
+// own (queue depth, insert latency, spool depth, deduplicated rows).
+type metrics struct {
+	connections      prometheus.Gauge
+	connectionsTotal prometheus.Counter
+	batches          *prometheus.CounterVec // transport
+	accepted         prometheus.Counter     // records decoded and handed to the store
+	acked            prometheus.Counter     // records acknowledged as durable
+	rejected         *prometheus.CounterVec // reason
+	clientDropped    prometheus.Counter
+	batchRecords     prometheus.Histogram
+	ackLatency       prometheus.Histogram
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		connections: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "itlmon_ingest_connections",
+			Help: "Open WebSocket connections.",
+		}),
+		connectionsTotal: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "itlmon_ingest_connections_total",
+			Help: "WebSocket connections accepted (upgraded).",
+		}),
+		batches: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "itlmon_ingest_batches_total",
+			Help: "Beacon batches decoded, by transport (ws, beacon).",
+		}, []string{"transport"}),
+		accepted: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "itlmon_ingest_records_accepted_total",
+			Help: "Stream records decoded, enriched and handed to the store.",
+		}),
+		acked: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "itlmon_ingest_records_acked_total",
+			Help: "Stream records acknowledged to the client after they were durable.",
+		}),
+		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "itlmon_ingest_rejected_total",
+			Help: "Requests, connections and frames rejected, by reason.",
+		}, []string{"reason"}),
+		clientDropped: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "itlmon_ingest_client_dropped_records_total",
+			Help: "Records the browser module reported it dropped before sending (its queue was full).",
+		}),
+		batchRecords: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "itlmon_ingest_batch_records",
+			Help:    "Records per received beacon batch.",
+			Buckets: []float64{0, 1, 2, 5, 10, 20, 50, 100, 200, 500},
+		}),
+		ackLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "itlmon_ingest_ack_latency_seconds",
+			Help:    "Time from handing a batch to the store until it was durable.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 14),
+		}),
+	}
+	reg.MustRegister(m.connections, m.connectionsTotal, m.batches, m.accepted, m.acked,
+		m.rejected, m.clientDropped, m.batchRecords, m.ackLatency)
+	for _, r := range allReasons {
+		m.rejected.WithLabelValues(r) // export zeros so rate() works from the start
+	}
+	return m
+}

@@ -1,0 +1,354 @@
+package ingest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/gorilla/websocket"
+
+	"github.com/itlmon/itlmon/wasm/beacon"
+)
+
+// WebSocket timing and sizes, as in gorilla's chat example.
+const (
+	writeWait  = 10 * time.Second  // time allowed to write a message
+	pongWait   = 60 * time.Second  // time allowed to read the next pong (or frame)
+	pingPeriod = pongWait * 9 / 10 // pings go out this often; must be < pongWait
+	sendBuffer = 256               // acks queued per connection before it is a slow consumer
+	lingerWait = 2 * time.Second   // after our close frame, wait this long for the client's
+)
+
+// conn is one WebSocket connection: one reader (the handler goroutine) and
+// one writer goroutine.
+type conn struct {
+	h      *Handler
+	ws     *websocket.Conn
+	site   *site
+	hdr    http.Header
+	remote string
+	bucket *bucket
+	send   chan []byte // acks; closed by the reader when it is done and no ack is pending
+
+	pending sync.WaitGroup // batches handed to the sink, not yet done
+
+	mu        sync.Mutex
+	stopped   bool
+	closeCode int
+	closeText string
+	stopCh    chan struct{} // closed by stop
+}
+
+// ServeWS is the /v1/ws handler.
+func (h *Handler) ServeWS(w http.ResponseWriter, r *http.Request) {
+	s, status, reason, text := h.admit(r)
+	if s == nil {
+		h.reject(reason, text)
+		http.Error(w, text, status)
+		return
+	}
+	h.mu.Lock()
+	closing := h.closing
+	h.mu.Unlock()
+	if closing {
+		h.reject(ReasonShutdown, "connection during shutdown")
+		http.Error(w, "collector shutting down", http.StatusServiceUnavailable)
+		return
+	}
+	ws, err := h.upgrader.Upgrade(w, r, nil)
+	if err != nil {
+		return // Upgrade answered the client and the Error hook counted it
+	}
+	c := &conn{
+		h:      h,
+		ws:     ws,
+		site:   s,
+		hdr:    r.Header,
+		remote: r.RemoteAddr,
+		bucket: newBucket(h.connRate, h.connBurst),
+		send:   make(chan []byte, sendBuffer),
+		stopCh: make(chan struct{}),
+	}
+	if !h.track(c) {
+		ws.WriteControl(websocket.CloseMessage,
+			websocket.FormatCloseMessage(websocket.CloseGoingAway, "collector shutting down"), time.Now().Add(writeWait))
+		ws.Close()
+		return
+	}
+	defer h.untrack(c)
+	writerDone := make(chan struct{})
+	go func() { defer close(writerDone); c.writeLoop() }()
+	c.readLoop()
+	<-writerDone
+}
+
+func (h *Handler) track(c *conn) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closing {
+		return false
+	}
+	h.conns[c] = struct{}{}
+	h.connsWG.Add(1)
+	h.m.connections.Inc()
+	h.m.connectionsTotal.Inc()
+	return true
+}
+
+func (h *Handler) untrack(c *conn) {
+	h.mu.Lock()
+	delete(h.conns, c)
+	h.mu.Unlock()
+	h.m.connections.Dec()
+	h.connsWG.Done()
+}
+
+// stop makes the reader stop reading and records the close frame to send
+// once pending acks are out. The first call wins.
+func (c *conn) stop(reason string, code int, text string) {
+	c.mu.Lock()
+	if c.stopped {
+		c.mu.Unlock()
+		return
+	}
+	c.stopped, c.closeCode, c.closeText = true, code, text
+	close(c.stopCh)
+	c.mu.Unlock()
+	if reason != "" {
+		c.h.reject(reason, text)
+	}
+	c.ws.SetReadDeadline(time.Now()) // wakes a blocked read
+}
+
+func (c *conn) readLoop() {
+	h := c.h
+	// The hard limit is a backstop; frames over Limits.MaxBytes are refused
+	// below with a reason (gorilla's own limit closes without one).
+	c.ws.SetReadLimit(int64(h.limits.MaxBytes)*2 + 1024)
+	c.ws.SetReadDeadline(time.Now().Add(pongWait))
+	c.ws.SetPongHandler(func(string) error {
+		c.ws.SetReadDeadline(time.Now().Add(pongWait))
+		return nil
+	})
+	buf := make([]byte, 0, 4096)
+	for {
+		mt, r, err := c.ws.NextReader()
+		if err != nil {
+			c.stop("", websocket.CloseNormalClosure, "") // client gone or stop called
+			break
+		}
+		c.ws.SetReadDeadline(time.Now().Add(pongWait))
+		if mt != websocket.BinaryMessage {
+			c.stop(ReasonTextFrame, websocket.CloseUnsupportedData, "text frame: beacon batches are binary frames")
+			break
+		}
+		buf, err = readLimited(buf[:0], r, h.limits.MaxBytes)
+		if errors.Is(err, errTooBig) {
+			c.stop(ReasonTooBig, websocket.CloseMessageTooBig, fmt.Sprintf("frame too big: over %d bytes", h.limits.MaxBytes))
+			break
+		}
+		if err != nil {
+			c.stop("", websocket.CloseNormalClosure, "")
+			break
+		}
+		if !c.handleFrame(buf) {
+			break
+		}
+		if cap(buf) > 64<<10 {
+			buf = make([]byte, 0, 4096) // don't pin a large buffer per idle connection
+		}
+	}
+	// No more reads. Let the sink finish what it has, then the writer sends
+	// the close frame after the last ack.
+	waitDone := make(chan struct{})
+	go func() { c.pending.Wait(); close(waitDone) }()
+	select {
+	case <-waitDone:
+		close(c.send)
+	case <-h.base.Done():
+		c.ws.Close()
+	}
+}
+
+var errTooBig = errors.New("too big")
+
+// readLimited appends r to dst and fails with errTooBig past limit bytes.
+func readLimited(dst []byte, r io.Reader, limit int) ([]byte, error) {
+	lr := io.LimitedReader{R: r, N: int64(limit) + 1}
+	for {
+		if len(dst) == cap(dst) {
+			dst = append(dst, 0)[:len(dst)]
+		}
+		n, err := lr.Read(dst[len(dst):cap(dst)])
+		dst = dst[:len(dst)+n]
+		if err == io.EOF {
+			if len(dst) > limit {
+				return dst, errTooBig
+			}
+			return dst, nil
+		}
+		if err != nil {
+			return dst, err
+		}
+	}
+}
+
+// handleFrame decodes, limits, enriches and submits one batch. It returns
+// false when the connection must stop reading.
+func (c *conn) handleFrame(frame []byte) bool {
+	h := c.h
+	b, err := beacon.DecodeBatch(frame, h.limits)
+	if err != nil {
+		reason, code := classifyDecode(err)
+		c.stop(reason, code, truncate("bad batch: "+err.Error()))
+		return false
+	}
+	h.m.batches.WithLabelValues("ws").Inc()
+	if b.Site != "" && b.Site != c.site.key {
+		c.stop(ReasonSiteMismatch, websocket.ClosePolicyViolation,
+			truncate("batch is for site "+quoteShort(b.Site)+", connection for "+c.site.key))
+		return false
+	}
+	n := len(b.Records)
+	h.m.batchRecords.Observe(float64(n))
+	if b.Dropped > 0 {
+		h.m.clientDropped.Add(float64(b.Dropped))
+	}
+	if n == 0 {
+		return c.queueAck(b.Seq)
+	}
+	now := h.now()
+	wait, ok, text := h.rateLimit(c.site, c.bucket, n, now)
+	if !ok {
+		c.stop(ReasonRateLimit, websocket.CloseTryAgainLater, truncate(text))
+		return false
+	}
+	if wait > 0 {
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-c.stopCh:
+			t.Stop()
+			return false
+		}
+	}
+	streams := h.streams(b, c.site, c.hdr, c.remote, now)
+	seq := b.Seq
+	c.pending.Add(1)
+	var once sync.Once
+	finish := func() { once.Do(c.pending.Done) }
+	began := time.Now()
+	err = h.sink.Submit(h.base, streams, func(err error) {
+		defer finish()
+		if err != nil {
+			c.stop(ReasonStore, websocket.CloseInternalServerErr, "storage failed, batch not stored: resend it")
+			return
+		}
+		h.m.ackLatency.Observe(time.Since(began).Seconds())
+		h.m.acked.Add(float64(n))
+		c.queueAck(seq)
+	})
+	if err != nil {
+		finish()
+		if errors.Is(err, context.Canceled) {
+			c.stop("", websocket.CloseGoingAway, "collector shutting down")
+		} else {
+			c.stop(ReasonStore, websocket.CloseInternalServerErr, "storage unavailable: resend later")
+		}
+		return false
+	}
+	h.m.accepted.Add(float64(n))
+	return true
+}
+
+// queueAck hands an ack to the writer without blocking; a client that does
+// not read its acks is dropped (gorilla chat: slow consumers are not waited for).
+func (c *conn) queueAck(seq uint64) bool {
+	msg := beacon.Ack{Seq: seq}.AppendBinary(nil)
+	select {
+	case c.send <- msg:
+		return true
+	default:
+		c.stop(ReasonSlowConsumer, websocket.ClosePolicyViolation, "client does not read its acks")
+		c.ws.Close()
+		return false
+	}
+}
+
+func (c *conn) writeLoop() {
+	ticker := time.NewTicker(pingPeriod)
+	defer func() {
+		ticker.Stop()
+		c.ws.Close()
+	}()
+	for {
+		select {
+		case msg, ok := <-c.send:
+			if !ok {
+				c.writeClose()
+				return
+			}
+			c.ws.SetWriteDeadline(time.Now().Add(writeWait))
+			if err := c.ws.WriteMessage(websocket.BinaryMessage, msg); err != nil {
+				c.stop("", websocket.CloseNormalClosure, "")
+				return
+			}
+		case <-c.h.base.Done():
+			return
+		case <-ticker.C:
+			if err := c.ws.WriteControl(websocket.PingMessage, nil, time.Now().Add(writeWait)); err != nil {
+				c.stop("", websocket.CloseNormalClosure, "")
+				return
+			}
+		}
+	}
+}
+
+// writeClose sends the close frame the reader chose, then waits briefly for
+// the client's close reply so the reason is not lost to a TCP reset.
+func (c *conn) writeClose() {
+	c.mu.Lock()
+	code, text := c.closeCode, c.closeText
+	c.mu.Unlock()
+	if code == 0 {
+		code = websocket.CloseNormalClosure
+	}
+	if err := c.ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(code, text),
+		time.Now().Add(writeWait)); err != nil {
+		return
+	}
+	nc := c.ws.NetConn()
+	if tc, ok := nc.(*net.TCPConn); ok {
+		tc.CloseWrite()
+	}
+	nc.SetReadDeadline(time.Now().Add(lingerWait))
+	// Between frames the client's next bytes are its close reply (a masked
+	// close frame starts 0x88): done. Otherwise (the rest of a refused
+	// frame) drain until the client closes or lingerWait passes.
+	var first [512]byte
+	if n, err := nc.Read(first[:]); err != nil || (n > 0 && first[0] == 0x88) {
+		return
+	}
+	io.Copy(io.Discard, nc)
+}
+
+// truncate keeps a close reason within the 123 bytes a close frame carries.
+func truncate(s string) string {
+	const max = 123
+	if len(s) <= max {
+		return s
+	}
+	s = s[:max-3]
+	for len(s) > 0 && s[len(s)-1]&0xC0 == 0x80 { // don't split a UTF-8 sequence
+		s = s[:len(s)-1]
+	}
+	if len(s) > 0 && s[len(s)-1] >= 0xC0 {
+		s = s[:len(s)-1]
+	}
+	return s + "..."
+}
