@@ -87,12 +87,15 @@ test: deps vet depscheck wasm
 ## bench: benchmarks and the size/cost reports
 bench: deps wasm
 	$(GO) test -run '^$$' -bench . -benchmem -count=1 ./wasm/... | tee /tmp/itlmon-bench.txt
+	@echo "wasm/meter: ns/op is wall time per network read (1-3 events); cpu-ns/op and cpu-ns/event are CPU time, steadier on a shared machine"
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime 5x -count=1 ./collector/store | tee -a /tmp/itlmon-bench.txt
 
 ## fuzz: FUZZTIME per target (default 30s)
 FUZZTIME ?= 30s
 fuzz:
 	$(GO) test ./wasm/beacon -run '^$$' -fuzz '^FuzzDecodeBatch$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./wasm/meter -run '^$$' -fuzz '^FuzzFeed$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./wasm/meter -run '^$$' -fuzz '^FuzzValidJSON$$' -fuzztime $(FUZZTIME)
 
 clean:
 	rm -rf bin $(WASM_OUT)/itl.wasm* $(WASM_OUT)/wasm_exec.js
