@@ -69,7 +69,9 @@ type Result struct {
 // on time becomes `network`: the page was not busy and the server was not
 // late, so the bytes were held on the path. `page` and `network` stand
 // otherwise. The wait for the first token is refined the same way: `origin`
-// when the origin's own TTFT is at least SameGapShare of the client's.
+// when the origin's own TTFT is at least SameGapShare of the client's or the
+// path added at most the stall threshold to it, else an `unknown` becomes
+// `network`.
 func Attribute(c *beacon.Record, o *beacon.Origin) Result {
 	var r Result
 	r.StallsByCause = c.StallsByCause
@@ -119,10 +121,12 @@ func Attribute(c *beacon.Record, o *beacon.Origin) Result {
 		r.AddedP99Us = int64(c.GapP99Us) - int64(r.OriginGapP99Us)
 	}
 
-	// TTFT cause.
+	// TTFT cause. The meter gives every stream with content a TTFT cause;
+	// the wait was the origin's when the origin's own TTFT is most of it or
+	// the path added less than a stall.
 	if meter.Cause(c.TTFTCause) != meter.CauseNone && r.HasAddedTTFT {
 		switch {
-		case float64(r.OriginTTFTUs) >= SameGapShare*float64(c.TTFTUs):
+		case float64(r.OriginTTFTUs) >= SameGapShare*float64(c.TTFTUs) || r.AddedTTFTUs <= int64(OriginStallUs):
 			r.TTFTCause = uint8(meter.CauseOrigin)
 		case meter.Cause(c.TTFTCause) == meter.CauseUnknown:
 			r.TTFTCause = uint8(meter.CauseNetwork)

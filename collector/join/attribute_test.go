@@ -62,7 +62,7 @@ func sortU32(s []uint32) {
 	}
 }
 
-func origin(emits []uint32) *beacon.Origin {
+func originOf(emits []uint32) *beacon.Origin {
 	return &beacon.Origin{
 		EmitUs: emits, TTFTUs: emits[0], ContentEvents: uint32(len(emits)),
 		Events: uint32(len(emits)), Flushes: uint32(len(emits)),
@@ -101,13 +101,13 @@ func TestAttributeStalls(t *testing.T) {
 		want        meter.Cause
 		wantByIndex int
 	}{
-		{"origin pause, client unknown", client(shift(paused, 40*ms), meter.CauseUnknown, meter.CauseNone), origin(paused), false, meter.CauseOrigin, 1},
-		{"origin pause, by time", client(shift(paused, 40*ms), meter.CauseUnknown, meter.CauseNone), origin(paused), true, meter.CauseOrigin, 0},
-		{"origin pause overrides page", client(shift(paused, 40*ms), meter.CausePage, meter.CauseNone), origin(paused), false, meter.CauseOrigin, 1},
-		{"origin pause seen as network", client(shift(paused, 40*ms), meter.CauseNetwork, meter.CauseNone), origin(paused), false, meter.CauseOrigin, 1},
-		{"proxy hold stays network", client(shift(hold(smooth, 300*ms, 400*ms), 40*ms), meter.CauseNetwork, meter.CauseNone), origin(smooth), false, meter.CauseNetwork, 1},
-		{"proxy hold unknown becomes network", client(shift(hold(smooth, 300*ms, 400*ms), 40*ms), meter.CauseUnknown, meter.CauseNone), origin(smooth), true, meter.CauseNetwork, 0},
-		{"busy page stays page", client(shift(hold(smooth, 300*ms, 400*ms), 40*ms), meter.CausePage, meter.CauseNone), origin(smooth), false, meter.CausePage, 1},
+		{"origin pause, client unknown", client(shift(paused, 40*ms), meter.CauseUnknown, meter.CauseNone), originOf(paused), false, meter.CauseOrigin, 1},
+		{"origin pause, by time", client(shift(paused, 40*ms), meter.CauseUnknown, meter.CauseNone), originOf(paused), true, meter.CauseOrigin, 0},
+		{"origin pause overrides page", client(shift(paused, 40*ms), meter.CausePage, meter.CauseNone), originOf(paused), false, meter.CauseOrigin, 1},
+		{"origin pause seen as network", client(shift(paused, 40*ms), meter.CauseNetwork, meter.CauseNone), originOf(paused), false, meter.CauseOrigin, 1},
+		{"proxy hold stays network", client(shift(hold(smooth, 300*ms, 400*ms), 40*ms), meter.CauseNetwork, meter.CauseNone), originOf(smooth), false, meter.CauseNetwork, 1},
+		{"proxy hold unknown becomes network", client(shift(hold(smooth, 300*ms, 400*ms), 40*ms), meter.CauseUnknown, meter.CauseNone), originOf(smooth), true, meter.CauseNetwork, 0},
+		{"busy page stays page", client(shift(hold(smooth, 300*ms, 400*ms), 40*ms), meter.CausePage, meter.CauseNone), originOf(smooth), false, meter.CausePage, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if tc.dropped {
@@ -153,7 +153,7 @@ func TestAttributeSameGapRule(t *testing.T) {
 	} {
 		emits := cadence(20, 50*ms, 20*ms, 10, tc.originPause)
 		arr := cadence(20, 60*ms, 20*ms, 10, tc.originPause+tc.clientExtra)
-		r := Attribute(client(arr, meter.CauseUnknown, meter.CauseNone), origin(emits))
+		r := Attribute(client(arr, meter.CauseUnknown, meter.CauseNone), originOf(emits))
 		if len(r.StallCauses) != 1 || meter.Cause(r.StallCauses[0]) != tc.want {
 			t.Fatalf("origin pause %d ms, path +%d ms: causes %v, want [%d]", tc.originPause/ms, tc.clientExtra/ms, r.StallCauses, tc.want)
 		}
@@ -169,7 +169,7 @@ func TestAttributeBufferingProxy(t *testing.T) {
 		arr[i] = emits[len(emits)-1] + 3*ms
 	}
 	c := client(arr, meter.CauseUnknown, meter.CauseNetwork)
-	r := Attribute(c, origin(emits))
+	r := Attribute(c, originOf(emits))
 	if got, want := meter.Cause(r.TTFTCause), meter.CauseNetwork; got != want {
 		t.Fatalf("TTFTCause = %d, want %d", got, want)
 	}
@@ -199,10 +199,12 @@ func TestAttributeTTFTCause(t *testing.T) {
 		{1000 * ms, 900 * ms, meter.CauseNetwork, meter.CauseOrigin},
 		{1000 * ms, 100 * ms, meter.CauseUnknown, meter.CauseNetwork},
 		{1000 * ms, 100 * ms, meter.CausePage, meter.CausePage},
-		{300 * ms, 280 * ms, meter.CauseNone, meter.CauseNone}, // nothing to explain
+		{300 * ms, 280 * ms, meter.CauseNone, meter.CauseNone},      // nothing to explain
+		{300 * ms, 10 * ms, meter.CauseUnknown, meter.CauseNetwork}, // the path added 290 ms
+		{50 * ms, 10 * ms, meter.CauseUnknown, meter.CauseOrigin},   // the path added 40 ms, less than a stall
 	} {
 		c := client([]uint32{tc.clientTTFT, tc.clientTTFT + 20*ms}, meter.CauseUnknown, tc.in)
-		r := Attribute(c, origin([]uint32{tc.originTTFT, tc.originTTFT + 20*ms}))
+		r := Attribute(c, originOf([]uint32{tc.originTTFT, tc.originTTFT + 20*ms}))
 		if got := meter.Cause(r.TTFTCause); got != tc.want {
 			t.Fatalf("client TTFT %d ms (%d), origin %d ms: cause %d, want %d", tc.clientTTFT/ms, tc.in, tc.originTTFT/ms, got, tc.want)
 		}
@@ -223,7 +225,7 @@ func TestAttributeNoOriginContent(t *testing.T) {
 func BenchmarkAttribute(b *testing.B) {
 	emits := cadence(500, 100*ms, 20*ms, 250, 600*ms)
 	c := client(shift(emits, 30*ms), meter.CauseUnknown, meter.CauseNone)
-	o := origin(emits)
+	o := originOf(emits)
 	b.ReportAllocs()
 	for b.Loop() {
 		Attribute(c, o)

@@ -1,0 +1,232 @@
+package join_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/itlmon/itlmon/collector"
+	"github.com/itlmon/itlmon/collector/join"
+	"github.com/itlmon/itlmon/collector/origin"
+	"github.com/itlmon/itlmon/collector/store"
+	"github.com/itlmon/itlmon/wasm/beacon"
+	"github.com/itlmon/itlmon/wasm/meter"
+)
+
+const ms = 1000
+
+// pausedOrigin emits 30 content events 20 ms apart from 100 ms, pausing
+// 600 ms before event 15.
+func pausedOrigin(id string) beacon.Origin {
+	o := beacon.Origin{ID: id, StartUnixMs: time.Now().UnixMilli(), Route: "/v1/chat", Format: 1, Status: 1,
+		HTTPStatus: 200, TTFBUs: 90 * ms, DurationUs: 1300 * ms, Events: 31, ContentEvents: 30, Flushes: 31,
+		MaxEventsPerFlush: 1, Bytes: 3000}
+	for i := range 30 {
+		e := uint32(100*ms + i*20*ms)
+		if i >= 15 {
+			e += 600 * ms
+		}
+		o.EmitUs = append(o.EmitUs, e)
+		if i > 0 {
+			o.ITL.Record(float64(e - o.EmitUs[i-1]))
+		}
+	}
+	o.TTFTUs = o.EmitUs[0]
+	return o
+}
+
+// clientOf is the browser's record of o, 40 ms later, its one stall
+// attributed `unknown` (the page was idle and the read carried one event).
+func clientOf(o beacon.Origin, site string) collector.Stream {
+	var r beacon.Record
+	rand.Read(r.StreamID[:])
+	r.OriginID = o.ID
+	r.StartUnixMs = o.StartUnixMs
+	r.Format, r.Status, r.HTTPStatus = 1, 1, 200
+	r.TTFBUs, r.TTFCUs, r.DurationUs = o.TTFBUs+40*ms, o.EmitUs[0]+40*ms, o.DurationUs+40*ms
+	r.TTFTUs = o.EmitUs[0] + 40*ms
+	r.Events, r.ContentEvents, r.Tokens, r.Reads = 31, 30, 30, 31
+	r.GapP50Us, r.GapP95Us, r.GapP99Us, r.GapMaxUs = 20*ms, 20*ms, 620*ms, 620*ms
+	for i, e := range o.EmitUs {
+		r.Timeline = append(r.Timeline, beacon.Stamp{AtUs: e + 40*ms, Read: uint32(i), Content: true})
+		if i > 0 {
+			r.ITL.Record(float64(e - o.EmitUs[i-1]))
+		}
+	}
+	r.Stalls, r.StalledUs = 1, 620*ms
+	r.StallsByCause[meter.CauseUnknown], r.StalledByCause[meter.CauseUnknown] = 1, 620*ms
+	r.StallList = []beacon.Stall{{StartUs: o.EmitUs[14] + 40*ms, EndUs: o.EmitUs[15] + 40*ms, Cause: uint8(meter.CauseUnknown), NextReadEvents: 1}}
+	r.TTFTCause = uint8(meter.CauseUnknown)
+	return collector.Stream{Record: r, Site: site, ReceivedAt: time.Now(), Country: "DE", Region: "DE-BE",
+		Browser: "Chrome", OS: "Linux", Device: "desktop", Release: "r1"}
+}
+
+type fixture struct {
+	db *store.DB
+	w  *store.Writer
+	j  *join.Joiner
+}
+
+func newFixture(t *testing.T, hold time.Duration) *fixture {
+	db := newDB(t)
+	log := zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)
+	w, err := store.NewWriter(db, store.WriterOptions{SpoolDir: t.TempDir(), FlushInterval: 50 * time.Millisecond, Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	j := join.New(db.Conn(), join.Config{Hold: hold, FlushInterval: 50 * time.Millisecond, Logger: log})
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		j.Shutdown(ctx)
+		w.Shutdown(ctx)
+	})
+	return &fixture{db, w, j}
+}
+
+func (f *fixture) submit(t *testing.T, s collector.Stream) {
+	t.Helper()
+	done := make(chan error, 1)
+	if err := f.j.Sink(f.w).Submit(context.Background(), []collector.Stream{s}, func(err error) { done <- err }); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("submit not durable within 20s")
+	}
+}
+
+func (f *fixture) addOrigin(t *testing.T, site string, o beacon.Origin) {
+	t.Helper()
+	if err := f.j.AddOrigin(context.Background(), site, &beacon.OriginBatch{Seq: 1, Site: site, Records: []beacon.Origin{o}}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// eventually polls query until it scans want into got or 10 s pass.
+func eventually[T comparable](t *testing.T, db *store.DB, query string, want T, args ...any) {
+	t.Helper()
+	var got T
+	var err error
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if err = db.Conn().QueryRow(context.Background(), query, args...).Scan(&got); err == nil && got == want {
+			return
+		}
+	}
+	t.Fatalf("%s\n= %v (err %v), want %v", query, got, err, want)
+}
+
+// The origin timeline arrives first: the client record is refined at once,
+// in itl_streams (and its rollup) and in itl_origin.
+func TestOriginFirst(t *testing.T) {
+	f := newFixture(t, 3*time.Second)
+	o := pausedOrigin("req-1")
+	f.addOrigin(t, "chat", o)
+	eventually(t, f.db, "SELECT count() FROM itl_origin WHERE origin_id = 'req-1' AND version = 0", uint64(1))
+	f.submit(t, clientOf(o, "chat"))
+
+	eventually(t, f.db, "SELECT stalls_origin FROM itl_streams WHERE origin_id = 'req-1'", uint32(1))
+	eventually(t, f.db, "SELECT stalls_unknown FROM itl_streams WHERE origin_id = 'req-1'", uint32(0))
+	eventually(t, f.db, "SELECT toString(stall_cause) FROM itl_streams WHERE origin_id = 'req-1'", "[4]")
+	eventually(t, f.db, "SELECT ttft_cause FROM itl_streams WHERE origin_id = 'req-1'", uint8(meter.CauseOrigin))
+	eventually(t, f.db, "SELECT toString((version, stalls_origin, stalled_us_origin, added_ttft_us, in_streams)) FROM itl_origin FINAL WHERE origin_id = 'req-1'",
+		"(1,1,620000,40000,true)")
+	eventually(t, f.db, "SELECT toString((gap_p50_us, gap_max_us, stalls, ttft_us, flushes)) FROM itl_origin FINAL WHERE origin_id = 'req-1'",
+		"(20000,620000,1,100000,31)")
+	eventually(t, f.db, "SELECT toString((sum(streams), sum(stalls_origin), sum(stalled_us_origin), sum(ttft_origin))) FROM itl_origin_1m WHERE site = 'chat'",
+		"(1,1,620000,1)")
+	eventually(t, f.db, "SELECT toString((sum(stalls_origin), sum(stalled_us_origin), sum(ttft_origin))) FROM itl_rollup_1m WHERE site = 'chat'",
+		"(1,620000,1)")
+	if st := f.j.Stats(); st.Joined != 1 || st.JoinedInStreams != 1 || st.Held != 0 {
+		t.Fatalf("stats %+v, want joined 1 in streams, none held", st)
+	}
+}
+
+// The client record comes first and waits for the timeline within the hold.
+func TestClientWaitsForOrigin(t *testing.T) {
+	f := newFixture(t, 5*time.Second)
+	o := pausedOrigin("req-2")
+	go func() {
+		time.Sleep(300 * time.Millisecond)
+		f.addOrigin(t, "chat", o)
+	}()
+	f.submit(t, clientOf(o, "chat"))
+	eventually(t, f.db, "SELECT stalls_origin FROM itl_streams WHERE origin_id = 'req-2'", uint32(1))
+	eventually(t, f.db, "SELECT toString((version, in_streams)) FROM itl_origin FINAL WHERE origin_id = 'req-2'", "(1,true)")
+	if st := f.j.Stats(); st.Held != 1 || st.HoldTimeouts != 0 || st.JoinedInStreams != 1 {
+		t.Fatalf("stats %+v, want 1 held, no timeout, joined in streams", st)
+	}
+}
+
+// The timeline comes after the hold: itl_streams keeps the client's causes,
+// the late join is in itl_origin.
+func TestLateOrigin(t *testing.T) {
+	f := newFixture(t, 100*time.Millisecond)
+	o := pausedOrigin("req-3")
+	f.submit(t, clientOf(o, "chat"))
+	eventually(t, f.db, "SELECT stalls_unknown FROM itl_streams WHERE origin_id = 'req-3'", uint32(1))
+	f.addOrigin(t, "chat", o)
+	eventually(t, f.db, "SELECT toString((version, stalls_origin, stalls_unknown, in_streams)) FROM itl_origin FINAL WHERE origin_id = 'req-3'",
+		"(1,1,0,false)")
+	if st := f.j.Stats(); st.JoinedLate != 1 || st.HoldTimeouts != 1 {
+		t.Fatalf("stats %+v, want 1 late join after 1 hold timeout", st)
+	}
+	// A resend of the client record (lost ack) joins nothing twice.
+	f.submit(t, clientOf(o, "chat"))
+	if st := f.j.Stats(); st.Joined != 1 {
+		t.Fatalf("Joined = %d after a resend, want 1", st.Joined)
+	}
+}
+
+func TestHandler(t *testing.T) {
+	f := newFixture(t, 0)
+	srv := httptest.NewServer(f.j.Handler(func(site string) (string, bool) {
+		return "s3cret", site == "chat"
+	}))
+	defer srv.Close()
+	body, err := (&beacon.OriginBatch{Seq: 1, Site: "chat", Dropped: 3, Records: []beacon.Origin{pausedOrigin("req-4")}}).AppendBinary(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	post := func(site, key string, body []byte) int {
+		req, _ := http.NewRequest("POST", srv.URL+origin.Path+"?site="+site, bytes.NewReader(body))
+		if key != "" {
+			req.Header.Set(origin.HeaderKey, key)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	for _, tc := range []struct {
+		name, site, key string
+		body            []byte
+		want            int
+	}{
+		{"unknown site", "other", "s3cret", body, http.StatusForbidden},
+		{"no key", "chat", "", body, http.StatusForbidden},
+		{"wrong key", "chat", "guess", body, http.StatusForbidden},
+		{"garbage", "chat", "s3cret", []byte("{\"json\":1}"), http.StatusBadRequest},
+		{"ok", "chat", "s3cret", body, http.StatusNoContent},
+	} {
+		if got := post(tc.site, tc.key, tc.body); got != tc.want {
+			t.Fatalf("%s: status %d, want %d", tc.name, got, tc.want)
+		}
+	}
+	eventually(t, f.db, "SELECT toString((version, content_events, length(emit_us))) FROM itl_origin FINAL WHERE origin_id = 'req-4'", "(0,30,30)")
+	if st := f.j.Stats(); st.Origins != 1 || st.ReporterDropped != 3 {
+		t.Fatalf("stats %+v, want 1 origin, 3 reporter drops", st)
+	}
+}
