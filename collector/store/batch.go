@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2"
 	"github.com/ClickHouse/clickhouse-go/v2/ext"
@@ -85,8 +86,8 @@ type insertResult struct {
 // earlier in b, inserts the rest into itl_streams, then their timelines into
 // itl_timelines, each with a deduplication token. A failed insert may be
 // retried with the same b: nothing is counted twice.
-func insertBatch(ctx context.Context, conn driver.Conn, b rowBatch) (insertResult, error) {
-	fresh, err := freshStreams(ctx, conn, b.Streams)
+func insertBatch(ctx context.Context, conn driver.Conn, b rowBatch, window time.Duration) (insertResult, error) {
+	fresh, err := freshStreams(ctx, conn, b.Streams, window)
 	if err != nil {
 		return insertResult{}, err
 	}
@@ -115,9 +116,9 @@ func insertBatch(ctx context.Context, conn driver.Conn, b rowBatch) (insertResul
 	return res, nil
 }
 
-// freshStreams returns the rows of streams whose id is not yet stored and
-// not repeated earlier in rows.
-func freshStreams(ctx context.Context, conn driver.Conn, rows []streamRow) ([]streamRow, error) {
+// freshStreams returns the rows of streams whose id is not repeated earlier
+// in rows and not stored since window before the oldest row was received.
+func freshStreams(ctx context.Context, conn driver.Conn, rows []streamRow, window time.Duration) ([]streamRow, error) {
 	if len(rows) == 0 {
 		return nil, nil
 	}
@@ -126,13 +127,18 @@ func freshStreams(ctx context.Context, conn driver.Conn, rows []streamRow) ([]st
 		return nil, fmt.Errorf("dedup table: %w", err)
 	}
 	seen := make(map[string]bool, len(rows))
+	oldest := rows[0].ReceivedAt
 	for i := range rows {
 		if err := ids.Append(rows[i].StreamID); err != nil {
 			return nil, fmt.Errorf("dedup table: %w", err)
 		}
+		if rows[i].ReceivedAt.Before(oldest) {
+			oldest = rows[i].ReceivedAt
+		}
 	}
 	q, err := conn.Query(clickhouse.Context(ctx, clickhouse.WithExternalTable(ids)),
-		"SELECT DISTINCT stream_id FROM itl_stream_ids WHERE stream_id IN (SELECT id FROM batch_ids)")
+		"SELECT DISTINCT stream_id FROM itl_stream_ids"+
+			" WHERE received_at >= ? AND stream_id IN (SELECT id FROM batch_ids)", oldest.Add(-window))
 	if err != nil {
 		return nil, fmt.Errorf("dedup lookup: %w", err)
 	}

@@ -139,3 +139,31 @@ func checkSparse(t *testing.T, name string, want *hist.Histogram, zero uint64, i
 		}
 	}
 }
+
+// TestDedupWindow: the id lookup covers the window before the batch's oldest
+// row, and no further (that bound keeps the lookup cheap).
+func TestDedupWindow(t *testing.T) {
+	db := newDB(t, store.Options{})
+	w := newWriter(t, db, store.WriterOptions{DedupWindow: time.Hour})
+	at := time.Now().UTC().Add(-3 * time.Hour)
+	in := makeStreams(4, "demo", at)
+	submit(t, w, in)
+
+	within := append([]collector.Stream(nil), in[:2]...)
+	for i := range within {
+		within[i].ReceivedAt = at.Add(59 * time.Minute)
+	}
+	submit(t, w, within)
+	if got, want := queryUint(t, db, "SELECT count() FROM itl_streams"), uint64(4); got != want {
+		t.Fatalf("after a resend within the window: %d rows, want %d", got, want)
+	}
+
+	late := append([]collector.Stream(nil), in[2:]...)
+	for i := range late {
+		late[i].ReceivedAt = at.Add(2 * time.Hour)
+	}
+	submit(t, w, late)
+	if got, want := queryUint(t, db, "SELECT count() FROM itl_streams"), uint64(6); got != want {
+		t.Fatalf("after a resend beyond the window: %d rows, want %d", got, want)
+	}
+}

@@ -17,6 +17,7 @@ const (
 	defaultMaxRows       = 10_000
 	defaultFlushInterval = time.Second
 	defaultQueueSize     = 4096
+	defaultDedupWindow   = 24 * time.Hour
 	insertTimeout        = 30 * time.Second
 	minRetry             = time.Second
 	maxRetry             = 30 * time.Second
@@ -33,6 +34,7 @@ type WriterOptions struct {
 	MaxRows       int           // flush at this many streams; default 10,000
 	FlushInterval time.Duration // flush at least this often; default 1 s
 	QueueSize     int           // Submit calls queued before Submit blocks; default 4096
+	DedupWindow   time.Duration // a stream id seen this long before a batch is a duplicate; default 24 h (at most 7 days)
 	Logger        zerolog.Logger
 }
 
@@ -110,6 +112,12 @@ func NewWriter(db *DB, opts WriterOptions) (*Writer, error) {
 	}
 	if opts.QueueSize <= 0 {
 		opts.QueueSize = defaultQueueSize
+	}
+	if opts.DedupWindow <= 0 {
+		opts.DedupWindow = defaultDedupWindow
+	}
+	if opts.DedupWindow > 7*24*time.Hour {
+		return nil, errors.New("store: dedup window longer than itl_stream_ids keeps ids (7 days)")
 	}
 	log := opts.Logger.With().Str("component", "writer").Logger()
 	sp, err := openSpool(opts.SpoolDir, log)
@@ -268,7 +276,7 @@ func (w *Writer) insert(b rowBatch) error {
 	ctx, cancel := context.WithTimeout(context.Background(), insertTimeout)
 	defer cancel()
 	began := time.Now()
-	res, err := insertBatch(ctx, w.db.conn, b)
+	res, err := insertBatch(ctx, w.db.conn, b, w.opts.DedupWindow)
 	if err != nil {
 		w.st.insertErrors.Add(1)
 		w.failed(err)
