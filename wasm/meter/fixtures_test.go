@@ -355,7 +355,25 @@ func TestResplit(t *testing.T) {
 	r := rand.New(rand.NewPCG(2, 25))
 	for _, f := range loadFixtures(t) {
 		if f.text() {
-			continue // plain text: one read = one event, by definition split-dependent
+			// Plain text: one read = one event, so the events depend on the
+			// split by definition; check exactly that.
+			for range 50 {
+				var cuts []int
+				for c := 1 + r.IntN(40); c < len(f.body); c += 1 + r.IntN(40) {
+					cuts = append(cuts, c)
+				}
+				times := randomTimes(r, len(cuts)+1)
+				s := run(f, f.ct, cuts, times, times[len(times)-1], Options{MaxTimeline: 1 << 20})
+				if s.Events != len(cuts)+1 || s.ContentEvents != s.Events || s.Bytes != int64(len(f.body)) {
+					t.Fatalf("%s: %d events (%d content) for %d reads", f.name, s.Events, s.ContentEvents, len(cuts)+1)
+				}
+				for k, st := range s.Timeline {
+					if st.At != times[k] || st.Read != uint32(k) {
+						t.Fatalf("%s: stamp %d = %+v, want read %d at %v", f.name, k, st, k, times[k])
+					}
+				}
+			}
+			continue
 		}
 		t.Run(f.name, func(t *testing.T) {
 			evs := discover(t, f)

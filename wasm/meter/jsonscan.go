@@ -331,6 +331,12 @@ func jnonEmptyArray(v []byte) bool {
 // Escapes are decoded; a \u escape outside ASCII never equals an ASCII s
 // character, which is all the callers need.
 func jstrEqual(v []byte, s string) bool {
+	if len(v) == len(s)+2 && v[0] == '"' && string(v[1:len(v)-1]) == s {
+		return true // the common case: no escapes
+	}
+	if indexByte(v, '\\') < 0 {
+		return false
+	}
 	n, ok := jstrMatch(v, s, false)
 	return ok && n == len(s)
 }

@@ -77,7 +77,7 @@ type Summary struct {
 
 	Events         int   // all stream events (SSE events, NDJSON lines, text reads)
 	ContentEvents  int   // events that carried output content
-	Tokens         int   // output tokens: usage count when reported, else ContentEvents
+	Tokens         int   // output tokens: usage count when reported, else ContentEvents × max(1, Options.TokensPerEvent)
 	TokensReported bool  // Tokens came from the API's usage field
 	Reads          int   // network reads (chunks)
 	Bytes          int64 // body bytes
