@@ -183,20 +183,27 @@ func readAck(t *testing.T, c *websocket.Conn) beacon.Ack {
 	return a
 }
 
-// readClose reads until the server's close frame and returns it.
-func readClose(t *testing.T, c *websocket.Conn) *websocket.CloseError {
+// readClose reads until the server's close frame and returns it with the
+// acks that came before it.
+func readClose(t *testing.T, c *websocket.Conn) (*websocket.CloseError, []beacon.Ack) {
 	t.Helper()
 	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	var acks []beacon.Ack
 	for {
-		_, _, err := c.ReadMessage()
+		_, p, err := c.ReadMessage()
 		if err == nil {
+			a, err := beacon.DecodeAck(p)
+			if err != nil {
+				t.Fatalf("decode ack: %v", err)
+			}
+			acks = append(acks, a)
 			continue
 		}
 		var ce *websocket.CloseError
 		if !errors.As(err, &ce) {
 			t.Fatalf("read: %v, want a close frame", err)
 		}
-		return ce
+		return ce, acks
 	}
 }
 
@@ -254,8 +261,8 @@ func TestAckAfterDurable(t *testing.T) {
 		t.Fatalf("acked = %v before the batch was durable", got)
 	}
 	f.sink.release()
-	if got, want := readAck(t, c).Seq, uint64(7); got != want {
-		t.Fatalf("ack seq = %d, want %d", got, want)
+	if got, want := readAck(t, c), (beacon.Ack{Seq: 7}); got != want {
+		t.Fatalf("ack = %+v, want %+v", got, want)
 	}
 	if got, want := value(f.h.m.acked), 3.0; got != want {
 		t.Fatalf("acked = %v, want %v", got, want)
@@ -293,6 +300,8 @@ func TestRejectedFrames(t *testing.T) {
 	f := newFixture(t, nil)
 	good := mustBatch(t, 1, "chat", 1)
 	random := bytes.Repeat([]byte{0xde, 0xad, 0xbe, 0xef}, 16)
+	oversized := append(mustBatch(t, 5, "chat", 1), make([]byte, beacon.DefaultLimits.MaxBytes)...)
+	const noAck = -1
 	tests := []struct {
 		name   string
 		mt     int
@@ -300,13 +309,14 @@ func TestRejectedFrames(t *testing.T) {
 		code   int
 		reason string
 		text   string
+		ack    int // the Reject acked before the close, noAck for none
 	}{
-		{"text frame", websocket.TextMessage, []byte("hello"), websocket.CloseUnsupportedData, ReasonTextFrame, "text frame"},
-		{"oversized", websocket.BinaryMessage, make([]byte, beacon.DefaultLimits.MaxBytes+1), websocket.CloseMessageTooBig, ReasonTooBig, "too big"},
-		{"random bytes", websocket.BinaryMessage, random, websocket.CloseUnsupportedData, ReasonDecodeMagic, "bad batch"},
-		{"unknown version", websocket.BinaryMessage, withVersion(t, good, 99), websocket.CloseUnsupportedData, ReasonVersion, "version"},
-		{"truncated", websocket.BinaryMessage, good[:len(good)/2], websocket.CloseUnsupportedData, ReasonDecodeTruncated, "bad batch"},
-		{"other site", websocket.BinaryMessage, mustBatch(t, 2, "open", 1), websocket.ClosePolicyViolation, ReasonSiteMismatch, "site"},
+		{"text frame", websocket.TextMessage, []byte("hello"), websocket.CloseUnsupportedData, ReasonTextFrame, "text frame", noAck},
+		{"oversized", websocket.BinaryMessage, oversized, websocket.CloseMessageTooBig, ReasonTooBig, "too big", int(beacon.RejectLimit)},
+		{"random bytes", websocket.BinaryMessage, random, websocket.CloseUnsupportedData, ReasonDecodeMagic, "bad batch", noAck},
+		{"unknown version", websocket.BinaryMessage, withVersion(t, good, 99), websocket.CloseUnsupportedData, ReasonVersion, "version", noAck},
+		{"truncated", websocket.BinaryMessage, good[:len(good)/2], websocket.CloseUnsupportedData, ReasonDecodeTruncated, "bad batch", int(beacon.RejectMalformed)},
+		{"other site", websocket.BinaryMessage, mustBatch(t, 2, "open", 1), websocket.ClosePolicyViolation, ReasonSiteMismatch, "site", int(beacon.RejectSite)},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -318,14 +328,23 @@ func TestRejectedFrames(t *testing.T) {
 			if err := c.WriteMessage(tt.mt, tt.frame); err != nil {
 				t.Fatal(err)
 			}
-			ce := readClose(t, c)
+			ce, acks := readClose(t, c)
 			if ce.Code != tt.code || !strings.Contains(ce.Text, tt.text) {
 				t.Fatalf("close = %d %q, want %d with %q", ce.Code, ce.Text, tt.code, tt.text)
+			}
+			if tt.ack == noAck && len(acks) != 0 {
+				t.Fatalf("acks = %+v, want none", acks)
+			}
+			if tt.ack != noAck && (len(acks) != 1 || int(acks[0].Reject) != tt.ack) {
+				t.Fatalf("acks = %+v, want one with reject %v", acks, beacon.Reject(tt.ack))
 			}
 			if got := f.rejected(tt.reason) - before; got != 1 {
 				t.Fatalf("rejected{%s} grew by %v, want 1", tt.reason, got)
 			}
 		})
+	}
+	if got, want := len(f.sink.submitted()), 0; got != want {
+		t.Fatalf("submitted = %d, want %d", got, want)
 	}
 }
 
@@ -342,9 +361,12 @@ func TestRateLimit(t *testing.T) {
 		t.Fatalf("ack = %d, want 1", got)
 	}
 	c.WriteMessage(websocket.BinaryMessage, mustBatch(t, 2, "chat", 5))
-	ce := readClose(t, c)
+	ce, acks := readClose(t, c)
 	if ce.Code != websocket.CloseTryAgainLater || !strings.Contains(ce.Text, "rate limit") {
 		t.Fatalf("close = %d %q, want 1013 rate limit", ce.Code, ce.Text)
+	}
+	if len(acks) != 1 || acks[0] != (beacon.Ack{Seq: 2, Reject: beacon.RejectOverload}) {
+		t.Fatalf("acks = %+v, want seq 2 RejectOverload", acks)
 	}
 	if got := f.rejected(ReasonRateLimit); got != 1 {
 		t.Fatalf("rejected{rate_limit} = %v, want 1", got)
@@ -359,9 +381,12 @@ func TestStoreFailureClosesWithoutAck(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.WriteMessage(websocket.BinaryMessage, mustBatch(t, 1, "chat", 1))
-	ce := readClose(t, c) // readClose fails on an ack: none may come
+	ce, acks := readClose(t, c)
 	if ce.Code != websocket.CloseInternalServerErr {
 		t.Fatalf("close = %d %q, want 1011", ce.Code, ce.Text)
+	}
+	if len(acks) != 1 || acks[0] != (beacon.Ack{Seq: 1, Reject: beacon.RejectRetry}) {
+		t.Fatalf("acks = %+v, want seq 1 RejectRetry (never RejectNone)", acks)
 	}
 }
 
@@ -384,10 +409,10 @@ func TestShutdownAcksPendingThenCloses(t *testing.T) {
 	}()
 	time.Sleep(20 * time.Millisecond)
 	f.sink.release()
-	if got := readAck(t, c).Seq; got != 3 {
-		t.Fatalf("ack = %d, want 3", got)
+	if got := readAck(t, c); got != (beacon.Ack{Seq: 3}) {
+		t.Fatalf("ack = %+v, want seq 3 accepted", got)
 	}
-	if ce := readClose(t, c); ce.Code != websocket.CloseGoingAway {
+	if ce, _ := readClose(t, c); ce.Code != websocket.CloseGoingAway {
 		t.Fatalf("close = %d %q, want 1001", ce.Code, ce.Text)
 	}
 	if err := <-done; err != nil {
@@ -530,4 +555,16 @@ func value(c prometheus.Metric) float64 {
 		return m.Counter.GetValue()
 	}
 	return m.Gauge.GetValue()
+}
+
+func TestPeekSeq(t *testing.T) {
+	frame := mustBatch(t, 1234567, "chat", 1)
+	if seq, ok := peekSeq(frame); !ok || seq != 1234567 {
+		t.Fatalf("peekSeq = %d %v, want 1234567 (beacon header layout changed?)", seq, ok)
+	}
+	for _, bad := range [][]byte{nil, []byte("garbage"), frame[:beaconHeaderLen], withVersion(t, frame, 9)} {
+		if seq, ok := peekSeq(bad); ok {
+			t.Errorf("peekSeq(%x) = %d, want none", bad, seq)
+		}
+	}
 }

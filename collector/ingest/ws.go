@@ -2,6 +2,7 @@ package ingest
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -149,6 +150,9 @@ func (c *conn) readLoop() {
 		}
 		buf, err = readLimited(buf[:0], r, h.limits.MaxBytes)
 		if errors.Is(err, errTooBig) {
+			if seq, ok := peekSeq(buf); ok {
+				c.queueAck(seq, beacon.RejectLimit)
+			}
 			c.stop(ReasonTooBig, websocket.CloseMessageTooBig, fmt.Sprintf("frame too big: over %d bytes", h.limits.MaxBytes))
 			break
 		}
@@ -204,12 +208,18 @@ func (c *conn) handleFrame(frame []byte) bool {
 	h := c.h
 	b, err := beacon.DecodeBatch(frame, h.limits)
 	if err != nil {
+		// Ack the refusal when the sequence number is readable, so the
+		// module drops a batch that resending cannot fix.
+		if seq, ok := peekSeq(frame); ok {
+			c.queueAck(seq, beacon.RejectFor(err))
+		}
 		reason, code := classifyDecode(err)
 		c.stop(reason, code, truncate("bad batch: "+err.Error()))
 		return false
 	}
 	h.m.batches.WithLabelValues("ws").Inc()
 	if b.Site != "" && b.Site != c.site.key {
+		c.queueAck(b.Seq, beacon.RejectSite)
 		c.stop(ReasonSiteMismatch, websocket.ClosePolicyViolation,
 			truncate("batch is for site "+quoteShort(b.Site)+", connection for "+c.site.key))
 		return false
@@ -220,11 +230,12 @@ func (c *conn) handleFrame(frame []byte) bool {
 		h.m.clientDropped.Add(float64(b.Dropped))
 	}
 	if n == 0 {
-		return c.queueAck(b.Seq)
+		return c.queueAck(b.Seq, beacon.RejectNone)
 	}
 	now := h.now()
 	wait, ok, text := h.rateLimit(c.site, c.bucket, n, now)
 	if !ok {
+		c.queueAck(b.Seq, beacon.RejectOverload) // kept by the module, resent after a backoff
 		c.stop(ReasonRateLimit, websocket.CloseTryAgainLater, truncate(text))
 		return false
 	}
@@ -246,15 +257,17 @@ func (c *conn) handleFrame(frame []byte) bool {
 	err = h.sink.Submit(h.base, streams, func(err error) {
 		defer finish()
 		if err != nil {
+			c.queueAck(seq, beacon.RejectRetry)
 			c.stop(ReasonStore, websocket.CloseInternalServerErr, "storage failed, batch not stored: resend it")
 			return
 		}
 		h.m.ackLatency.Observe(time.Since(began).Seconds())
 		h.m.acked.Add(float64(n))
-		c.queueAck(seq)
+		c.queueAck(seq, beacon.RejectNone)
 	})
 	if err != nil {
 		finish()
+		c.queueAck(seq, beacon.RejectRetry)
 		if errors.Is(err, context.Canceled) {
 			c.stop("", websocket.CloseGoingAway, "collector shutting down")
 		} else {
@@ -268,8 +281,8 @@ func (c *conn) handleFrame(frame []byte) bool {
 
 // queueAck hands an ack to the writer without blocking; a client that does
 // not read its acks is dropped (gorilla chat: slow consumers are not waited for).
-func (c *conn) queueAck(seq uint64) bool {
-	msg := beacon.Ack{Seq: seq}.AppendBinary(nil)
+func (c *conn) queueAck(seq uint64, reject beacon.Reject) bool {
+	msg := beacon.Ack{Seq: seq, Reject: reject}.AppendBinary(nil)
 	select {
 	case c.send <- msg:
 		return true
@@ -335,6 +348,21 @@ func (c *conn) writeClose() {
 		return
 	}
 	io.Copy(io.Discard, nc)
+}
+
+// beaconHeaderLen is the wire header (wasm/beacon/doc.go: magic (3),
+// version, minor, kind); a Batch's uvarint seq follows it.
+const beaconHeaderLen = 6
+
+// peekSeq reads the sequence number of a batch that failed to decode, when
+// its header is sound.
+func peekSeq(frame []byte) (uint64, bool) {
+	k, _, err := beacon.PeekKind(frame)
+	if err != nil || k != beacon.KindBatch || len(frame) <= beaconHeaderLen {
+		return 0, false
+	}
+	seq, n := binary.Uvarint(frame[beaconHeaderLen:])
+	return seq, n > 0
 }
 
 // truncate keeps a close reason within the 123 bytes a close frame carries.
