@@ -1,6 +1,7 @@
 package gate
 
 import (
+	"bytes"
 	"encoding/json"
 	"encoding/xml"
 	"fmt"
@@ -29,10 +30,14 @@ type Result struct {
 // MarshalJSON adds elapsed in seconds.
 func (r Result) MarshalJSON() ([]byte, error) {
 	type plain Result
-	return json.Marshal(struct {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false) // "<=" stays readable
+	err := enc.Encode(struct {
 		plain
 		ElapsedSec float64 `json:"elapsed_s,omitempty"`
 	}{plain(r), r.Elapsed.Seconds()})
+	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), err
 }
 
 func newResult(source, target string, rep query.Report, t Thresholds) Result {

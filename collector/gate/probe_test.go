@@ -14,6 +14,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/itlmon/itlmon/wasm/meter"
 )
 
 // cadence describes a test server's stream: events content events, one every
@@ -134,7 +136,7 @@ func probeJSON(t *testing.T, url string, extra ...string) (run, jsonResult) {
 
 func TestProbeSmoothPasses(t *testing.T) {
 	t.Parallel()
-	srv := streamServer(t, cadence{events: 60, every: 20 * time.Millisecond, usage: true})
+	srv := streamServer(t, cadence{events: 50, every: 25 * time.Millisecond, usage: true})
 	r, res := probeJSON(t, srv.URL+"/v1/chat/completions")
 	if got, want := r.code, ExitPass; got != want {
 		t.Fatalf("exit = %d, want %d\n%s%s", got, want, r.stdout, r.stderr)
@@ -142,14 +144,14 @@ func TestProbeSmoothPasses(t *testing.T) {
 	if got, want := res.Report.Streams, int64(4); got != want {
 		t.Errorf("streams = %d, want %d (warm-up not counted)", got, want)
 	}
-	if got, want := res.Report.ITL.Count, uint64(4*59); got != want {
+	if got, want := res.Report.ITL.Count, uint64(4*49); got != want {
 		t.Errorf("ITL gaps = %d, want %d", got, want)
 	}
-	if got, want := res.Report.Tokens, int64(4*60); got != want {
+	if got, want := res.Report.Tokens, int64(4*50); got != want {
 		t.Errorf("tokens = %d, want %d", got, want)
 	}
-	if p50 := res.Report.ITL.P50; p50 < 19 || p50 > 40 {
-		t.Errorf("ITL p50 = %.2f ms, want about 20", p50)
+	if p50 := res.Report.ITL.P50; p50 < 24 || p50 > 45 {
+		t.Errorf("ITL p50 = %.2f ms, want about 25", p50)
 	}
 	if got, want := res.Report.Verdict, "SMOOTH"; got != want {
 		t.Errorf("verdict = %s, want %s", got, want)
@@ -187,7 +189,9 @@ func TestProbeStutterFailsP99AndJank(t *testing.T) {
 		t.Fatalf("exit = %d, want %d\n%s%s", got, want, r.stdout, r.stderr)
 	}
 	p99 := res.check(t, "--max-itl-p99")
-	if p99.Pass || p99.Value < 390 {
+	// The hitches are 2/149 > 1 % of gaps, so p99 lands on them (~410 ms; a
+	// loaded machine can shift single arrivals by tens of ms).
+	if p99.Pass || p99.Value < 300 {
 		t.Errorf("ITL p99 check = %+v, want a fail at about 410 ms", p99)
 	}
 	if !strings.HasPrefix(p99.Margin, "over by ") {
@@ -310,4 +314,55 @@ func TestJUnitAndText(t *testing.T) {
 			t.Errorf("text lacks %q:\n%s", want, b.String())
 		}
 	}
+}
+
+func TestProbeDurationAndNDJSON(t *testing.T) {
+	t.Parallel()
+	// An Ollama-style NDJSON endpoint: any streaming format the meter knows works.
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/x-ndjson")
+		fl := w.(http.Flusher)
+		for i := range 12 {
+			time.Sleep(5 * time.Millisecond)
+			fmt.Fprintf(w, `{"model":"m","message":{"role":"assistant","content":"w%d "},"done":false}`+"\n", i)
+			fl.Flush()
+		}
+		fmt.Fprint(w, `{"model":"m","message":{"role":"assistant","content":""},"done":true,"eval_count":12}`+"\n")
+	}))
+	t.Cleanup(srv.Close)
+	r := runGate(t, nil, "probe", srv.URL+"/api/chat", "--duration", "400ms", "--concurrency", "2", "--json",
+		"--max-jank", "0", "--max-itl-p99", "0") // 5 ms gaps: only the count matters here
+	var res jsonResult
+	if err := json.Unmarshal([]byte(r.stdout), &res); err != nil {
+		t.Fatalf("exit %d: %v\n%s%s", r.code, err, r.stdout, r.stderr)
+	}
+	if r.code != ExitPass {
+		t.Errorf("exit = %d, want %d\n%s", r.code, ExitPass, r.stdout)
+	}
+	if res.Report.Streams < 2 || res.Report.Errors != 0 {
+		t.Errorf("streams = %d, errors = %d; want >= 2 streams in 400 ms, none failed", res.Report.Streams, res.Report.Errors)
+	}
+	if got, want := res.Report.ITL.Count, uint64(res.Report.Streams*11); got != want {
+		t.Errorf("ITL gaps = %d, want %d (11 per stream)", got, want)
+	}
+}
+
+func BenchmarkAggregatorAdd(b *testing.B) {
+	var sums []meter.Summary
+	for i := range 16 {
+		m := meter.New(meter.Options{ContentType: "text/event-stream"})
+		ev := []byte(`data: {"choices":[{"index":0,"delta":{"content":"tok "}}]}` + "\n\n")
+		for k := range 300 {
+			m.Feed(ev, time.Duration(100+k*20+i)*time.Millisecond)
+		}
+		m.End(7*time.Second, meter.StatusComplete, 200)
+		sums = append(sums, m.Summary())
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	var a Aggregator
+	for i := range b.N {
+		a.Add(&sums[i%len(sums)])
+	}
+	_ = a.Report()
 }
