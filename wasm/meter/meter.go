@@ -146,7 +146,7 @@ type Meter struct {
 	tokensReported  bool
 
 	// Gaps between content events.
-	gaps       []time.Duration // raw, the first MaxExactGaps
+	gaps       []time.Duration // raw, the first MaxExactGaps (order not kept)
 	overflow   hist.Histogram  // gaps beyond MaxExactGaps
 	itl        hist.Histogram
 	gapMax     time.Duration
@@ -165,7 +165,6 @@ type Meter struct {
 	after    int // events still to keep after a stall
 
 	// Summary scratch.
-	sorted  []time.Duration
 	stScrat []stallRec
 
 	// trace, when set (tests), sees every event's payload (SSE data, NDJSON
@@ -198,7 +197,6 @@ func (m *Meter) Reset(opts Options) {
 		stallRecs: old.stallRecs[:0],
 		busy:      old.busy[:0],
 		timeline:  old.timeline[:0],
-		sorted:    old.sorted[:0],
 		stScrat:   old.stScrat[:0],
 		trace:     old.trace,
 		lastTL:    -1,
