@@ -120,6 +120,8 @@ func formatMs(v float64) string {
 	switch a := math.Abs(v); {
 	case a >= 10000:
 		return strconv.FormatFloat(v/1000, 'f', 1, 64) + " s"
+	case a >= 1000:
+		return strconv.FormatFloat(v/1000, 'f', 2, 64) + " s"
 	case a >= 100:
 		return strconv.FormatFloat(v, 'f', 0, 64) + " ms"
 	case a >= 10:

@@ -428,9 +428,9 @@ func mainRUM(ctx context.Context, args []string, env Env) int {
 }
 
 func describeFilter(f query.Filter, since, until time.Duration) string {
-	s := "site=" + f.Site + " since " + since.String()
+	s := "site=" + f.Site + " since " + shortDur(since)
 	if until > 0 {
-		s += " until " + until.String() + " ago"
+		s += " until " + shortDur(until) + " ago"
 	}
 	keys := make([]string, 0, len(f.Where))
 	for k := range f.Where {
@@ -460,4 +460,16 @@ func OpenClickHouse(ctx context.Context, dsn string) (query.Conn, func() error, 
 		return nil, nil, fmt.Errorf("connect to clickhouse at %s: %w", strings.Join(opts.Addr, ","), err)
 	}
 	return conn, conn.Close, nil
+}
+
+// shortDur prints 1h, 90m, 1h30m rather than 1h0m0s.
+func shortDur(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
 }
