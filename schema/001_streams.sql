@@ -10,6 +10,11 @@
 -- ReplacingMergeTree collapses a duplicate that slipped past the writer's
 -- dedup check (see 004_stream_ids.sql).
 --
+-- Durability: the collector acks a record once its insert returns, so parts
+-- are fsynced (fsync_after_insert, fsync_part_directory; about one insert a
+-- second per table, so the cost is small). The same holds for the views'
+-- target tables.
+--
 -- TTL: 90 days by default; store.Migrate applies the configured value with
 -- ALTER TABLE ... MODIFY TTL (materialize_ttl_after_modify = 0, so no rewrite
 -- on start-up).
@@ -114,4 +119,4 @@ ENGINE = ReplacingMergeTree(received_at)
 PARTITION BY toDate(received_at)
 ORDER BY (site, toStartOfHour(received_at), region, browser, model, stream_id)
 TTL toDateTime(received_at) + INTERVAL 90 DAY
-SETTINGS non_replicated_deduplication_window = 1000;
+SETTINGS non_replicated_deduplication_window = 1000, fsync_after_insert = 1, fsync_part_directory = 1;

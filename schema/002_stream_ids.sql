@@ -28,7 +28,7 @@ ENGINE = ReplacingMergeTree(received_at)
 PARTITION BY toDate(received_at)
 ORDER BY (toStartOfHour(received_at), stream_id)
 TTL toDateTime(received_at) + INTERVAL 7 DAY
-SETTINGS non_replicated_deduplication_window = 1000;
+SETTINGS non_replicated_deduplication_window = 1000, fsync_after_insert = 1, fsync_part_directory = 1;
 
 CREATE MATERIALIZED VIEW IF NOT EXISTS itl_stream_ids_mv TO itl_stream_ids AS
 SELECT stream_id, received_at

@@ -49,7 +49,7 @@ ENGINE = AggregatingMergeTree
 PARTITION BY toYYYYMM(minute)
 ORDER BY (site, minute, country, region, browser, os, device, model, release)
 TTL minute + INTERVAL 400 DAY
-SETTINGS non_replicated_deduplication_window = 1000;
+SETTINGS non_replicated_deduplication_window = 1000, fsync_after_insert = 1, fsync_part_directory = 1;
 
 CREATE MATERIALIZED VIEW IF NOT EXISTS itl_rollup_1m_mv TO itl_rollup_1m AS
 SELECT

@@ -16,4 +16,4 @@ ENGINE = ReplacingMergeTree(received_at)
 PARTITION BY toDate(received_at)
 ORDER BY (site, stream_id)
 TTL toDateTime(received_at) + INTERVAL 90 DAY
-SETTINGS non_replicated_deduplication_window = 1000;
+SETTINGS non_replicated_deduplication_window = 1000, fsync_after_insert = 1, fsync_part_directory = 1;
