@@ -94,6 +94,7 @@ bench: deps wasm
 FUZZTIME ?= 30s
 fuzz:
 	$(GO) test ./wasm/beacon -run '^$$' -fuzz '^FuzzDecodeBatch$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./wasm/hist -run '^$$' -fuzz '^FuzzDecodeBinary$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./wasm/meter -run '^$$' -fuzz '^FuzzFeed$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./wasm/meter -run '^$$' -fuzz '^FuzzValidJSON$$' -fuzztime $(FUZZTIME)
 

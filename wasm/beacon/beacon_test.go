@@ -673,3 +673,18 @@ func BenchmarkAck(b *testing.B) {
 		}
 	}
 }
+
+// TestLongSections: section lengths of 1, 2 and 3 varint bytes.
+func TestLongSections(t *testing.T) {
+	for _, n := range []int{0, 100, 5000, 20000, 300000} {
+		b := minimalBatch()
+		b.Records[0].PagePath = "/" + strings.Repeat("p", n)
+		b.Client.UserAgent = strings.Repeat("u", n)
+		b.Records = append(b.Records, b.Records[0])
+		b.Records[1].Model = strings.Repeat("m", n)
+		got := mustDecode(t, mustEncode(t, b), bigLimits)
+		if !batchesEqual(got, b) {
+			t.Fatalf("n=%d: round trip differs", n)
+		}
+	}
+}

@@ -630,3 +630,36 @@ func BenchmarkDecodeBinary(b *testing.B) {
 		}
 	}
 }
+
+// FuzzDecodeBinary: no input panics, and whatever decodes re-encodes to an
+// encoding that decodes to the same histogram.
+func FuzzDecodeBinary(f *testing.F) {
+	for _, n := range []int{0, 1, 500} {
+		h := benchHist(n, 9)
+		f.Add(h.AppendBinary(nil))
+	}
+	f.Add([]byte{1, 0, 0, 0, 0})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		h, n, err := DecodeBinary(data, 0)
+		if err != nil {
+			var de *DecodeError
+			if !errors.As(err, &de) || de.Err == nil {
+				t.Fatalf("error %#v is not a *DecodeError with a sentinel", err)
+			}
+			return
+		}
+		if n < 2 || n > len(data) {
+			t.Fatalf("consumed %d of %d", n, len(data))
+		}
+		enc := h.AppendBinary(nil)
+		h2, n2, err := DecodeBinary(enc, 0)
+		if err != nil || n2 != len(enc) || !h2.Equal(&h) {
+			t.Fatalf("re-encoding does not decode to the same histogram: %v", err)
+		}
+		for _, q := range testQuantiles {
+			if v := h.Quantile(q); v < h.Min() || v > h.Max() {
+				t.Fatalf("Quantile(%v) = %v outside [%v, %v]", q, v, h.Min(), h.Max())
+			}
+		}
+	})
+}
