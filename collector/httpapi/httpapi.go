@@ -89,9 +89,21 @@ func New(cfg Config) (*http.ServeMux, error) {
 		mux.Handle("/demo/", cfg.Demo)
 	}
 	if cfg.Static != nil {
-		mux.Handle("GET /", noSniff(http.FileServerFS(cfg.Static)))
+		// "/" without a method: "GET /" would conflict with "/demo/".
+		mux.Handle("/", getOnly(noSniff(http.FileServerFS(cfg.Static))))
 	}
 	return mux, nil
+}
+
+func getOnly(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			w.Header().Set("Allow", "GET, HEAD")
+			http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
 }
 
 func noSniff(h http.Handler) http.Handler {

@@ -146,7 +146,23 @@ func TestAssets(t *testing.T) {
 		"itl.js":     {Data: []byte("// loader")},
 		"index.html": {Data: []byte("<h1>itlmon</h1>")},
 	}
-	h := mustNew(t, Config{Dist: dist, Static: static})
+	demo := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("demo " + r.Method)) })
+	h := mustNew(t, Config{Dist: dist, Static: static, Demo: demo})
+	if rec := get(t, h, "/demo/x"); rec.Body.String() != "demo GET" {
+		t.Errorf("/demo/x = %q, want the demo handler", rec.Body)
+	}
+	req := httptest.NewRequest("POST", "/demo/v1/chat/completions", nil)
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	if rec.Body.String() != "demo POST" {
+		t.Errorf("POST /demo/... = %q, want the demo handler", rec.Body)
+	}
+	req = httptest.NewRequest("POST", "/index.html", nil)
+	rec = httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	if rec.Code != 405 {
+		t.Errorf("POST /index.html = %d, want 405", rec.Code)
+	}
 
 	tests := []struct {
 		path, accept, wantEnc, wantType string
