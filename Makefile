@@ -89,11 +89,15 @@ bench: deps wasm
 	$(GO) test -run '^$$' -bench . -benchmem -count=1 ./wasm/... | tee /tmp/itlmon-bench.txt
 	@echo "wasm/meter: ns/op is wall time per network read (1-3 events); cpu-ns/op and cpu-ns/event are CPU time, steadier on a shared machine"
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime 5x -count=1 ./collector/store | tee -a /tmp/itlmon-bench.txt
+	$(GO) test -run '^$$' -bench . -benchmem -count=1 ./collector/origin ./collector/join ./e2e/jitterproxy | tee -a /tmp/itlmon-bench.txt
+	@echo "attribution scenarios (issue 5): injected vs measured"
+	ITLMON_REQUIRE_REAL=1 $(GO) test -count=1 -run '^TestAttribution' -v ./e2e 2>&1 | sed -n '/attribution scenario table/,/^[^ ]/p' | tee -a /tmp/itlmon-bench.txt
 
 ## fuzz: FUZZTIME per target (default 30s)
 FUZZTIME ?= 30s
 fuzz:
 	$(GO) test ./wasm/beacon -run '^$$' -fuzz '^FuzzDecodeBatch$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./wasm/beacon -run '^$$' -fuzz '^FuzzDecodeOriginBatch$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./wasm/hist -run '^$$' -fuzz '^FuzzDecodeBinary$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./wasm/meter -run '^$$' -fuzz '^FuzzFeed$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./wasm/meter -run '^$$' -fuzz '^FuzzValidJSON$$' -fuzztime $(FUZZTIME)
