@@ -17,6 +17,7 @@ import (
 
 	"github.com/ClickHouse/clickhouse-go/v2"
 
+	"github.com/itlmon/itlmon/collector/config"
 	"github.com/itlmon/itlmon/collector/query"
 )
 
@@ -263,6 +264,10 @@ func mainProbe(ctx context.Context, args []string, env Env) int {
 	if bar != nil {
 		bar.clear() // Run calls Progress only while it runs
 	}
+	if ctx.Err() != nil {
+		fmt.Fprintf(env.Stderr, "itlmon gate probe: interrupted after %d measured requests; no verdict\n", res.Requests)
+		return ExitUsage
+	}
 	if err != nil {
 		msg := red.String(err.Error())
 		fmt.Fprintf(env.Stderr, "itlmon gate probe: %s: %s\n", safeURL(p.URL), strings.ReplaceAll(msg, "\n", ": "))
@@ -354,8 +359,15 @@ func mainRUM(ctx context.Context, args []string, env Env) int {
 	)
 	out.register(fs)
 	fs.StringVar(&site, "site", "", "site key (required)")
-	fs.DurationVar(&since, "since", time.Hour, "look back this far")
-	fs.DurationVar(&until, "until", 0, "stop this long before now (default now)")
+	since = time.Hour
+	fs.Func("since", "look back this far: 30m, 6h, 7d (default 1h)", func(s string) (err error) {
+		since, err = config.ParseDuration(s)
+		return err
+	})
+	fs.Func("until", "stop this long before now (default now)", func(s string) (err error) {
+		until, err = config.ParseDuration(s)
+		return err
+	})
 	fs.Var(&where, "where", "`dim=value` filter, repeatable ("+strings.Join(query.Dimensions(), ", ")+")")
 	fs.StringVar(&dsn, "clickhouse", "", "ClickHouse DSN, e.g. clickhouse://default@127.0.0.1:9000/itlmon (default $ITLMON_CLICKHOUSE)")
 	fs.Int64Var(&minStr, "min-streams", 1, "fail with exit 2 when fewer streams match (too little data to judge)")

@@ -366,3 +366,19 @@ func BenchmarkAggregatorAdd(b *testing.B) {
 	}
 	_ = a.Report()
 }
+
+func TestProbeInterrupted(t *testing.T) {
+	t.Parallel()
+	srv := streamServer(t, cadence{events: 100, every: 50 * time.Millisecond})
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	var out, errb bytes.Buffer
+	code := Main(ctx, []string{"probe", srv.URL, "-H", "Authorization: Bearer $TEST_KEY"}, Env{Stdout: &out, Stderr: &errb,
+		Getenv: func(k string) string { return keyEnv[k] }})
+	if code != ExitUsage || !strings.Contains(errb.String(), "interrupted") {
+		t.Errorf("exit = %d, stderr %q; want %d and \"interrupted\"", code, errb.String(), ExitUsage)
+	}
+	if out.Len() != 0 {
+		t.Errorf("an interrupted probe printed a verdict:\n%s", out.String())
+	}
+}

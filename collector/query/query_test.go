@@ -313,6 +313,7 @@ func TestGateRUM(t *testing.T) {
 		{"smooth browser passes", []string{"--site", "shop", "--where", "browser=Chrome"}, gate.ExitPass, "PASS: all 3 checks passed"},
 		{"stuttering browser fails", []string{"--site", "shop", "--where", "browser=Firefox", "--where", "country=FR"}, gate.ExitFail, "ITL p99"},
 		{"whole site fails p99", []string{"--site", "shop", "--since", "30m"}, gate.ExitFail, "--max-itl-p99"},
+		{"days", []string{"--site", "shop", "--since", "2d", "--where", "browser=Chrome"}, gate.ExitPass, "site=shop since 48h"},
 		{"ttft gate", []string{"--site", "shop", "--where", "browser=Chrome", "--max-ttft-p95", "200ms"}, gate.ExitFail, "TTFT p95"},
 		{"no data", []string{"--site", "nosuch"}, gate.ExitUsage, "0 streams match"},
 		{"unknown where key", []string{"--site", "shop", "--where", "colour=red"}, gate.ExitUsage, "allowed are browser, country, device, model, os, region, release"},
