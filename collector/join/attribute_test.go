@@ -231,3 +231,29 @@ func BenchmarkAttribute(b *testing.B) {
 		Attribute(c, o)
 	}
 }
+
+func TestParseOriginKey(t *testing.T) {
+	for _, tc := range []struct {
+		in, site, key string
+		ok            bool
+	}{
+		{"chat=0123456789abcdef", "chat", "0123456789abcdef", true},
+		{"chat=short", "", "", false},
+		{"=0123456789abcdef", "", "", false},
+		{"chat", "", "", false},
+	} {
+		site, key, err := ParseOriginKey(tc.in)
+		if (err == nil) != tc.ok || site != tc.site || key != tc.key {
+			t.Fatalf("ParseOriginKey(%q) = %q, %q, %v; want %q, %q, ok %v", tc.in, site, key, err, tc.site, tc.key, tc.ok)
+		}
+	}
+	keys := StaticKeys(map[string]string{"a": "k", "b": ""})
+	if k, ok := keys("a"); !ok || k != "k" {
+		t.Fatalf("keys(a) = %q, %v", k, ok)
+	}
+	for _, s := range []string{"b", "c"} {
+		if _, ok := keys(s); ok {
+			t.Fatalf("keys(%q) ok, want refused", s)
+		}
+	}
+}

@@ -3,9 +3,11 @@ package join
 import (
 	"crypto/subtle"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"strconv"
+	"strings"
 
 	"github.com/itlmon/itlmon/collector/origin"
 	"github.com/itlmon/itlmon/wasm/beacon"
@@ -67,3 +69,33 @@ func (j *Joiner) Handler(keys Keys) http.Handler {
 		w.WriteHeader(http.StatusNoContent)
 	})
 }
+
+// Register mounts Handler(keys) on mux at origin.Path ("POST /v1/origin").
+func (j *Joiner) Register(mux *http.ServeMux, keys Keys) {
+	mux.Handle("POST "+origin.Path, j.Handler(keys))
+}
+
+// StaticKeys serves Keys from a map of site -> shared origin key.
+func StaticKeys(m map[string]string) Keys {
+	return func(site string) (string, bool) {
+		k, ok := m[site]
+		return k, ok && k != ""
+	}
+}
+
+// ParseOriginKey parses a "SITE=KEY" flag value (`--origin-key chat=s3cret`).
+// Keys shorter than 16 bytes are refused: the key is all that authenticates
+// an origin server's reports.
+func ParseOriginKey(s string) (site, key string, err error) {
+	site, key, ok := strings.Cut(s, "=")
+	switch {
+	case !ok || site == "":
+		return "", "", fmt.Errorf("origin key %q: want SITE=KEY", s)
+	case len(key) < MinKeyLen:
+		return "", "", fmt.Errorf("origin key for site %s: %d bytes, want at least %d", site, len(key), MinKeyLen)
+	}
+	return site, key, nil
+}
+
+// MinKeyLen is the shortest shared origin key ParseOriginKey accepts.
+const MinKeyLen = 16
