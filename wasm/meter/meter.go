@@ -187,11 +187,11 @@ func (m *Meter) Reset(opts Options) {
 	old.overflow.Reset()
 	*m = Meter{
 		opts:      opts,
-		carry:     old.carry[:0],
-		data:      old.data[:0],
+		carry:     keep(old.carry, keepBytes),
+		data:      keep(old.data, keepBytes),
 		sniff:     old.sniff[:0],
 		sniffRds:  old.sniffRds[:0],
-		gaps:      old.gaps[:0],
+		gaps:      keep(old.gaps, keepGaps),
 		overflow:  old.overflow,
 		itl:       old.itl,
 		stallRecs: old.stallRecs[:0],
@@ -212,6 +212,20 @@ func (m *Meter) Reset(opts Options) {
 	if m.framing == frameText {
 		m.format = FormatText
 	}
+}
+
+// A reused Meter keeps its buffers unless one stream made them unusually
+// large (a huge event, a very long stream): then they are let go.
+const (
+	keepBytes = 64 << 10
+	keepGaps  = 8192
+)
+
+func keep[T any](s []T, limit int) []T {
+	if cap(s) > limit {
+		return nil
+	}
+	return s[:0]
 }
 
 // framingFor picks the framing from a Content-Type; frameSniff when the type
