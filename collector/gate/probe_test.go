@@ -136,7 +136,9 @@ func probeJSON(t *testing.T, url string, extra ...string) (run, jsonResult) {
 
 func TestProbeSmoothPasses(t *testing.T) {
 	t.Parallel()
-	srv := streamServer(t, cadence{events: 50, every: 25 * time.Millisecond, usage: true})
+	// 50 ms gaps: the jank limit (5x the median) leaves 200 ms for scheduling
+	// noise on a loaded CI machine.
+	srv := streamServer(t, cadence{events: 30, every: 50 * time.Millisecond, usage: true})
 	r, res := probeJSON(t, srv.URL+"/v1/chat/completions")
 	if got, want := r.code, ExitPass; got != want {
 		t.Fatalf("exit = %d, want %d\n%s%s", got, want, r.stdout, r.stderr)
@@ -144,14 +146,14 @@ func TestProbeSmoothPasses(t *testing.T) {
 	if got, want := res.Report.Streams, int64(4); got != want {
 		t.Errorf("streams = %d, want %d (warm-up not counted)", got, want)
 	}
-	if got, want := res.Report.ITL.Count, uint64(4*49); got != want {
+	if got, want := res.Report.ITL.Count, uint64(4*29); got != want {
 		t.Errorf("ITL gaps = %d, want %d", got, want)
 	}
-	if got, want := res.Report.Tokens, int64(4*50); got != want {
+	if got, want := res.Report.Tokens, int64(4*30); got != want {
 		t.Errorf("tokens = %d, want %d", got, want)
 	}
-	if p50 := res.Report.ITL.P50; p50 < 24 || p50 > 45 {
-		t.Errorf("ITL p50 = %.2f ms, want about 25", p50)
+	if p50 := res.Report.ITL.P50; p50 < 49 || p50 > 80 {
+		t.Errorf("ITL p50 = %.2f ms, want about 50", p50)
 	}
 	if got, want := res.Report.Verdict, "SMOOTH"; got != want {
 		t.Errorf("verdict = %s, want %s", got, want)
@@ -211,7 +213,8 @@ func TestProbeStutterFailsP99AndJank(t *testing.T) {
 func TestProbeBatchedReportsBothITLs(t *testing.T) {
 	t.Parallel()
 	srv := streamServer(t, cadence{events: 40, every: 20 * time.Millisecond, k: 4, usage: true})
-	r, res := probeJSON(t, srv.URL)
+	// Only the reporting matters here: the timing gates are off.
+	r, res := probeJSON(t, srv.URL, "--max-jank", "0", "--max-itl-p99", "0")
 	if r.code != ExitPass {
 		t.Fatalf("exit = %d, want %d\n%s%s", r.code, ExitPass, r.stdout, r.stderr)
 	}
