@@ -3,6 +3,7 @@ package query
 import (
 	"context"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -192,6 +193,9 @@ func speeds(ctx context.Context, conn Conn, f Filter, dim string) (map[string]sp
 		)
 		if err := rows.Scan(&k, &tps, &tpot); err != nil {
 			return nil, fmt.Errorf("scan stream speeds: %w", err)
+		}
+		if math.IsNaN(float64(tps)) || math.IsInf(float64(tps), 0) {
+			continue // quantileExact over no rows
 		}
 		out[k] = speed{float64(tps), time.Duration(tpot) * time.Microsecond}
 	}

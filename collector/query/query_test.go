@@ -407,6 +407,17 @@ func TestDashboardAPI(t *testing.T) {
 	if ts.StepS != 60 || len(ts.Points) != 1 || ts.Points[0].Streams != 6 || ts.Points[0].P99 < 400 {
 		t.Errorf("timeseries = %+v, want one point of 6 Firefox streams, p99 ~450 ms", ts)
 	}
+	// A site without data answers a valid, empty report (no NaN breaking the JSON).
+	var empty struct {
+		Report struct {
+			Streams int64   `json:"streams"`
+			TPS     float64 `json:"tokens_per_sec_p50"`
+			Verdict string  `json:"verdict"`
+		} `json:"report"`
+	}
+	if code := get("/api/summary?site=nosuch&since=1h&by=browser", &empty); code != 200 || empty.Report.Verdict != "NO DATA" {
+		t.Errorf("empty summary: %d %+v", code, empty)
+	}
 	var sites struct{ Sites []string }
 	if code := get("/api/sites", &sites); code != 200 || len(sites.Sites) != 2 {
 		t.Errorf("sites: %d %v", code, sites.Sites)

@@ -99,6 +99,9 @@ type Report struct {
 // Finish derives StallShare, Jank, SmoothShare and Verdict from the counts and
 // distributions already set.
 func (r *Report) Finish() {
+	if math.IsNaN(r.TokensPerSecP50) || math.IsInf(r.TokensPerSecP50, 0) {
+		r.TokensPerSecP50 = 0 // JSON has no NaN
+	}
 	r.StallShare, r.Jank, r.SmoothShare = 0, 0, 0
 	if r.ITL.Count > 0 {
 		r.StallShare = float64(r.Stalls) / float64(r.ITL.Count)
