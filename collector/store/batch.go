@@ -177,10 +177,8 @@ func insertRows[R any](ctx context.Context, conn driver.Conn, table, columns, to
 		return fmt.Errorf("prepare %s insert: %w", table, err)
 	}
 	defer batch.Close()
-	for i := range rows {
-		if err := batch.AppendStruct(&rows[i]); err != nil {
-			return fmt.Errorf("append %s row: %w", table, err)
-		}
+	if err := appendColumns(batch, toColumns(rows)); err != nil {
+		return fmt.Errorf("append %s rows: %w", table, err)
 	}
 	if err := batch.Send(); err != nil {
 		return fmt.Errorf("insert %s: %w", table, err)

@@ -1,7 +1,6 @@
 package store
 
 import (
-	"strings"
 	"time"
 
 	"github.com/itlmon/itlmon/collector"
@@ -111,23 +110,8 @@ type streamRow struct {
 	Device       string `ch:"device"`
 }
 
-// streamColumns lists itl_streams' columns in streamRow order, for the
-// explicit column list of every insert and select.
-var streamColumns = columnsOf(
-	"received_at started_at site stream_id origin_id " +
-		"page_origin page_path url_origin url_path model http_proto content_type " +
-		"format status http_status " +
-		"ttfb_us ttfc_us ttft_us ttft_idx duration_us " +
-		"events content_events tokens tokens_reported reads bytes " +
-		"gap_p50_us gap_p95_us gap_p99_us gap_max_us tpot_us tokens_per_sec stalls stalled_us jank smooth " +
-		"events_per_read max_events_per_read bytes_per_read sub_floor_share " +
-		"stalls_unknown stalls_network stalls_page stalls_origin " +
-		"stalled_us_unknown stalled_us_network stalled_us_page stalled_us_origin ttft_cause " +
-		"itl_idx itl_cnt itl_zero itl_sum itl_min itl_max " +
-		"itl_tok_idx itl_tok_cnt itl_tok_zero itl_tok_sum itl_tok_min itl_tok_max " +
-		"stall_start_us stall_end_us stall_cause stall_next_read_events timeline_dropped " +
-		"release module_version conn_type conn_rtt_ms timer_floor_us " +
-		"country region browser browser_major os device")
+// streamColumns is itl_streams' column list, in streamRow's field order.
+var streamColumns = columnList[streamRow]()
 
 // timelineRow is one itl_timelines row.
 type timelineRow struct {
@@ -140,9 +124,7 @@ type timelineRow struct {
 	Dropped    uint32    `ch:"dropped"`
 }
 
-var timelineColumns = columnsOf("received_at site stream_id at_us read content dropped")
-
-func columnsOf(s string) string { return strings.Join(strings.Fields(s), ", ") }
+var timelineColumns = columnList[timelineRow]()
 
 // optTime maps beacon.NoTime to NULL.
 func optTime(us uint32) *uint32 {

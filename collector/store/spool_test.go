@@ -166,3 +166,12 @@ func TestBatchEncodingRoundTrip(t *testing.T) {
 		t.Fatalf("decode of version 99: err = %v, want errSpoolVersion", err)
 	}
 }
+
+func TestColumnLists(t *testing.T) {
+	if got, want := len(toColumns([]streamRow{{}})), len(tagsOf[streamRow]()); got != want {
+		t.Fatalf("stream columns = %d, want %d", got, want)
+	}
+	if got, want := timelineColumns, "received_at, site, stream_id, at_us, read, content, dropped"; got != want {
+		t.Fatalf("timelineColumns = %q, want %q", got, want)
+	}
+}
