@@ -141,6 +141,16 @@ func TestEngineLifecycle(t *testing.T) {
 	if err := e.Ready(ctx); err != chdb.ErrClosed {
 		t.Fatalf("Ready after Close = %v, want ErrClosed", err)
 	}
+
+	// A new engine on the same directory (the collector restarted).
+	e2, err := chdb.Start(ctx, chdb.Options{LibPath: lib, Dir: dir, Logger: log})
+	if err != nil {
+		t.Fatalf("start again: %v", err)
+	}
+	defer e2.Close(context.Background())
+	if got, want := waitCount(t, ctx, connect(t, e2)), uint64(1000); got != want {
+		t.Fatalf("count in a new engine = %d, want %d", got, want)
+	}
 }
 
 func TestStartErrors(t *testing.T) {

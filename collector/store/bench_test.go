@@ -68,7 +68,9 @@ func BenchmarkWriter(b *testing.B) {
 		wg.Wait()
 	}
 	b.ReportMetric(float64(benchRows*b.N)/b.Elapsed().Seconds(), "rows/s")
-	if st := w.Stats(); st.RowsSpooled > 0 {
+	st := w.Stats()
+	b.ReportMetric(float64(st.Inserts)/float64(b.N), "inserts/op")
+	if st.RowsSpooled > 0 {
 		b.Fatalf("rows spooled during the benchmark: %+v", st)
 	}
 }
