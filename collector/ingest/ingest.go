@@ -130,8 +130,11 @@ func New(cfg Config) (*Handler, error) {
 	h.rejLog = &onceLog{log: cfg.Logger, interval: cfg.LogInterval, now: cfg.Now, last: map[string]*logState{}}
 	h.base, h.cancelBase = context.WithCancel(context.Background())
 	h.upgrader = websocket.Upgrader{
-		ReadBufferSize:  4096,
-		WriteBufferSize: 256, // acks are a few bytes
+		// Idle connections should cost little: reuse the HTTP server's
+		// 4 KiB read buffer, and take a write buffer only while writing.
+		ReadBufferSize:  0,
+		WriteBufferSize: 512, // acks are a few bytes
+		WriteBufferPool: &sync.Pool{},
 		// The Origin was checked against the site before Upgrade is called.
 		CheckOrigin: func(*http.Request) bool { return true },
 		Error: func(w http.ResponseWriter, r *http.Request, status int, reason error) {

@@ -568,3 +568,35 @@ func TestPeekSeq(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkFrame is the per-frame CPU work of ingest: decode a 20-record
+// batch, enrich it and build the streams (no network, no store).
+func BenchmarkFrame(b *testing.B) {
+	e, err := enrich.New(enrich.Options{TrustProxy: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	h, err := New(Config{Sites: []Site{{Key: "chat", Origins: []string{pageOrigin}}}, Sink: &fakeSink{},
+		Enricher: e, Registerer: prometheus.NewRegistry(), Logger: zerolog.Nop()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	const n = 20
+	frame := mustBatch(b, 1, "chat", n)
+	hdr := http.Header{}
+	hdr.Set("User-Agent", firefoxUA)
+	hdr.Set("CF-IPCountry", "DE")
+	site := h.sites["chat"]
+	b.SetBytes(int64(len(frame)))
+	b.ReportAllocs()
+	for b.Loop() {
+		bt, err := beacon.DecodeBatch(frame, h.limits)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if s := h.streams(bt, site, hdr, "81.2.69.160:5000", time.Now()); len(s) != n {
+			b.Fatal("lost records")
+		}
+	}
+	b.ReportMetric(float64(n*b.N)/b.Elapsed().Seconds(), "records/s")
+}

@@ -21,7 +21,7 @@ const (
 	writeWait  = 10 * time.Second  // time allowed to write a message
 	pongWait   = 60 * time.Second  // time allowed to read the next pong (or frame)
 	pingPeriod = pongWait * 9 / 10 // pings go out this often; must be < pongWait
-	sendBuffer = 256               // acks queued per connection before it is a slow consumer
+	sendBuffer = 32                // acks queued per connection before it is a slow consumer
 	lingerWait = 2 * time.Second   // after our close frame, wait this long for the client's
 )
 
@@ -136,7 +136,6 @@ func (c *conn) readLoop() {
 		c.ws.SetReadDeadline(time.Now().Add(pongWait))
 		return nil
 	})
-	buf := make([]byte, 0, 4096)
 	for {
 		mt, r, err := c.ws.NextReader()
 		if err != nil {
@@ -148,23 +147,8 @@ func (c *conn) readLoop() {
 			c.stop(ReasonTextFrame, websocket.CloseUnsupportedData, "text frame: beacon batches are binary frames")
 			break
 		}
-		buf, err = readLimited(buf[:0], r, h.limits.MaxBytes)
-		if errors.Is(err, errTooBig) {
-			if seq, ok := peekSeq(buf); ok {
-				c.queueAck(seq, beacon.RejectLimit)
-			}
-			c.stop(ReasonTooBig, websocket.CloseMessageTooBig, fmt.Sprintf("frame too big: over %d bytes", h.limits.MaxBytes))
+		if !c.readFrame(r) {
 			break
-		}
-		if err != nil {
-			c.stop("", websocket.CloseNormalClosure, "")
-			break
-		}
-		if !c.handleFrame(buf) {
-			break
-		}
-		if cap(buf) > 64<<10 {
-			buf = make([]byte, 0, 4096) // don't pin a large buffer per idle connection
 		}
 	}
 	// No more reads. Let the sink finish what it has, then the writer sends
@@ -180,6 +164,36 @@ func (c *conn) readLoop() {
 }
 
 var errTooBig = errors.New("too big")
+
+// framePool holds frame buffers between frames, so an idle connection holds
+// none. DecodeBatch copies what it keeps, so a buffer is reusable as soon as
+// the frame is decoded.
+var framePool = sync.Pool{New: func() any { b := make([]byte, 0, 4096); return &b }}
+
+// readFrame reads and handles one binary frame; false means stop reading.
+func (c *conn) readFrame(r io.Reader) bool {
+	h := c.h
+	bp := framePool.Get().(*[]byte)
+	buf, err := readLimited((*bp)[:0], r, h.limits.MaxBytes)
+	defer func() {
+		if cap(buf) <= 64<<10 { // don't pool a rare large buffer
+			*bp = buf[:0]
+			framePool.Put(bp)
+		}
+	}()
+	if errors.Is(err, errTooBig) {
+		if seq, ok := peekSeq(buf); ok {
+			c.queueAck(seq, beacon.RejectLimit)
+		}
+		c.stop(ReasonTooBig, websocket.CloseMessageTooBig, fmt.Sprintf("frame too big: over %d bytes", h.limits.MaxBytes))
+		return false
+	}
+	if err != nil {
+		c.stop("", websocket.CloseNormalClosure, "")
+		return false
+	}
+	return c.handleFrame(buf)
+}
 
 // readLimited appends r to dst and fails with errTooBig past limit bytes.
 func readLimited(dst []byte, r io.Reader, limit int) ([]byte, error) {

@@ -10,8 +10,11 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"os/signal"
+	"runtime/debug"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -33,6 +36,15 @@ const runMainEnv = "ITLMON_TEST_RUN_MAIN"
 func TestMain(m *testing.M) {
 	chdb.MaybeRunChild()
 	if os.Getenv(runMainEnv) == "1" {
+		// SIGUSR1 collects garbage and returns it to the OS, so the memory
+		// report measures live memory (test binary only).
+		usr1 := make(chan os.Signal, 1)
+		signal.Notify(usr1, syscall.SIGUSR1)
+		go func() {
+			for range usr1 {
+				debug.FreeOSMemory()
+			}
+		}()
 		ctx, stop := signalContext()
 		code := dispatch(ctx, os.Args[1:], os.Stdout, os.Stderr)
 		stop()

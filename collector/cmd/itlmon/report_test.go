@@ -1,0 +1,297 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"fmt"
+	"net/http"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gorilla/websocket"
+
+	"github.com/itlmon/itlmon/collector"
+	"github.com/itlmon/itlmon/collector/store"
+	"github.com/itlmon/itlmon/wasm/beacon"
+)
+
+// Reports for `make bench` (ITLMON_BENCH_REPORT=1): end-to-end ingest
+// throughput against a direct clickhouse-go insert of the same rows, and the
+// collector's memory per idle WebSocket connection. They print tables; they
+// assert only correctness (every record acked), never speed.
+
+func benchReport(t *testing.T) {
+	if os.Getenv("ITLMON_BENCH_REPORT") != "1" {
+		t.Skip("set ITLMON_BENCH_REPORT=1 (make bench) to run the reports")
+	}
+}
+
+// benchRecord is a typical record: a 40-token stream with its histograms.
+func benchRecord(run uint32, i uint32) beacon.Record {
+	r := record(run, i)
+	for g := 0; g < 10; g++ {
+		r.ITL.Record(float64(8_000 + 3_000*g))
+		r.ITLTokens.Record(float64(8_000 + 3_000*g))
+	}
+	rand.Read(r.StreamID[4:12])
+	return r
+}
+
+func TestReportIngest(t *testing.T) {
+	benchReport(t)
+	const (
+		clients   = 50
+		batches   = 40 // per client
+		perBatch  = 20
+		inFlight  = 8 // unacked batches per client, like a module draining a backlog
+		totalRecs = clients * batches * perBatch
+	)
+	m := startMain(t, nil)
+
+	// Frames prepared up front: the clients measure the collector, not the encoder.
+	frames := make([][][]byte, clients)
+	var streams []collector.Stream
+	now := time.Now().UTC()
+	for c := range frames {
+		for b := 0; b < batches; b++ {
+			recs := make([]beacon.Record, perBatch)
+			for j := range recs {
+				recs[j] = benchRecord(9, uint32((c*batches+b)*perBatch+j))
+				s := collector.Stream{Record: recs[j], Site: "test", ReceivedAt: now, ConnType: "4g",
+					Country: "DE", Region: "unknown", Browser: "Firefox", BrowserMajor: 133, OS: "Linux", Device: "desktop"}
+				rand.Read(s.StreamID[:]) // distinct rows for the baseline
+				streams = append(streams, s)
+			}
+			frames[c] = append(frames[c], batchBytes(t, uint64(b+1), recs))
+		}
+	}
+	conns := make([]*websocket.Conn, clients)
+	for i := range conns {
+		c, _, err := dialWS(t, m.URL(), "test", pageOrigin)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns[i] = c
+	}
+
+	began := time.Now()
+	var wg sync.WaitGroup
+	errs := make(chan error, clients)
+	for i, c := range conns {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			window := make(chan struct{}, inFlight)
+			done := make(chan error, 1)
+			go func() { // acks
+				for n := 0; n < batches; n++ {
+					_, p, err := c.ReadMessage()
+					if err == nil {
+						var a beacon.Ack
+						if a, err = beacon.DecodeAck(p); err == nil && a.Reject != beacon.RejectNone {
+							err = fmt.Errorf("batch %d refused: %v", a.Seq, a.Reject)
+						}
+					}
+					if err != nil {
+						done <- err
+						return
+					}
+					<-window
+				}
+				done <- nil
+			}()
+			for _, f := range frames[i] {
+				window <- struct{}{}
+				if err := c.WriteMessage(websocket.BinaryMessage, f); err != nil {
+					errs <- err
+					return
+				}
+			}
+			if err := <-done; err != nil {
+				errs <- err
+			}
+		}()
+	}
+	wg.Wait()
+	e2e := time.Since(began)
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	st := m.Writer.Stats()
+
+	// Baseline: the same number of rows straight into ClickHouse with
+	// clickhouse-go batches of the writer's size, in the same engine.
+	const directBatch = 10_000
+	began = time.Now()
+	for k := 0; k < len(streams); k += directBatch {
+		if err := store.InsertDirect(context.Background(), m.DB.Conn(), streams[k:min(k+directBatch, len(streams))]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	direct := time.Since(began)
+
+	e2eRate := float64(totalRecs) / e2e.Seconds()
+	directRate := float64(totalRecs) / direct.Seconds()
+	var b strings.Builder
+	fmt.Fprintf(&b, "\nend-to-end ingest into the embedded ClickHouse (%d cores, GOMAXPROCS %d, shared machine)\n", runtime.NumCPU(), runtime.GOMAXPROCS(0))
+	fmt.Fprintf(&b, "%-58s %10s %12s %8s\n", "path", "records", "records/s", "time")
+	fmt.Fprintf(&b, "%-58s %10d %12.0f %8s\n", fmt.Sprintf("WebSocket: %d clients x %d batches x %d, %d in flight, acked", clients, batches, perBatch, inFlight),
+		totalRecs, e2eRate, e2e.Round(time.Millisecond))
+	fmt.Fprintf(&b, "%-58s %10d %12.0f %8s\n", fmt.Sprintf("direct clickhouse-go batch insert (%d rows per batch)", directBatch),
+		totalRecs, directRate, direct.Round(time.Millisecond))
+	fmt.Fprintf(&b, "ratio end-to-end / direct: %.2f   (writer: %d inserts, %d rows inserted, %d spooled, %d deduplicated)\n",
+		e2eRate/directRate, st.Inserts, st.RowsInserted, st.RowsSpooled, st.RowsDeduplicated)
+	fmt.Println(b.String()) // go test -v shows it (make bench)
+	if st.RowsInserted < totalRecs {
+		t.Fatalf("rows inserted = %d, want %d", st.RowsInserted, totalRecs)
+	}
+}
+
+func TestReportIdleConnections(t *testing.T) {
+	benchReport(t)
+	const conns = 5000
+	raiseFDLimit(t, 2*conns+1000)
+	p := startProcess(t, chdbLib(t), t.TempDir())
+	pid := p.cmd.Process.Pid
+
+	before := sampleMem(t, p.url, pid)
+
+	dialer := websocket.Dialer{HandshakeTimeout: 30 * time.Second, ReadBufferSize: 256, WriteBufferSize: 256}
+	h := http.Header{}
+	h.Set("Origin", pageOrigin)
+	h.Set("User-Agent", firefoxUA)
+	var mu sync.Mutex
+	var open []*websocket.Conn
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 32)
+	var dialErr error
+	for i := 0; i < conns; i++ {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			c, _, err := dialer.Dial(wsURL(p.url, "test"), h)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				dialErr = err
+				return
+			}
+			open = append(open, c)
+		}()
+	}
+	wg.Wait()
+	t.Cleanup(func() {
+		for _, c := range open {
+			c.Close()
+		}
+	})
+	if dialErr != nil {
+		t.Fatalf("%d of %d connections: %v", len(open), conns, dialErr)
+	}
+	// Wait until the collector counts them all, then let it idle.
+	deadline := time.Now().Add(60 * time.Second)
+	for metricValue(t, p.url, "itlmon_ingest_connections") < conns {
+		if time.Now().After(deadline) {
+			t.Fatalf("collector counts %v connections, want %d", metricValue(t, p.url, "itlmon_ingest_connections"), conns)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	time.Sleep(2 * time.Second)
+	after := sampleMem(t, p.url, pid)
+
+	var b strings.Builder
+	fmt.Fprintf(&b, "\nmemory of the collector process at %d idle WebSocket connections\n", conns)
+	fmt.Fprintf(&b, "%-34s %12s %12s %14s\n", "measure", "before", "after", "per connection")
+	row := func(name string, x, y float64) {
+		fmt.Fprintf(&b, "%-34s %12.0f %12.0f %14.0f\n", name, x, y, (y-x)/conns)
+	}
+	row("RSS bytes (/proc/PID/status)", before.rss, after.rss)
+	row("Go heap in use bytes", before.heap, after.heap)
+	row("goroutine stacks bytes", before.stack, after.stack)
+	row("heap + stacks bytes", before.heap+before.stack, after.heap+after.stack)
+	row("goroutines", before.goroutines, after.goroutines)
+	fmt.Println(b.String()) // go test -v shows it (make bench)
+}
+
+type memSample struct{ rss, heap, stack, goroutines float64 }
+
+func sampleMem(t *testing.T, base string, pid int) memSample {
+	t.Helper()
+	// Collect garbage in the collector first (main_test.go's SIGUSR1 hook).
+	if err := syscall.Kill(pid, syscall.SIGUSR1); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second)
+	return memSample{
+		rss:        procRSS(t, pid),
+		heap:       metricValue(t, base, "go_memstats_heap_inuse_bytes"),
+		stack:      metricValue(t, base, "go_memstats_stack_inuse_bytes"),
+		goroutines: metricValue(t, base, "go_goroutines"),
+	}
+}
+
+func procRSS(t *testing.T, pid int) float64 {
+	t.Helper()
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if rest, ok := strings.CutPrefix(sc.Text(), "VmRSS:"); ok {
+			kb, err := strconv.ParseFloat(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return kb * 1024
+		}
+	}
+	t.Fatal("no VmRSS")
+	return 0
+}
+
+// metricValue reads one unlabelled sample from /metrics.
+func metricValue(t *testing.T, base, name string) float64 {
+	t.Helper()
+	for _, line := range strings.Split(getText(t, base+"/metrics"), "\n") {
+		if rest, ok := strings.CutPrefix(line, name+" "); ok {
+			v, err := strconv.ParseFloat(strings.TrimSpace(rest), 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return v
+		}
+	}
+	t.Fatalf("/metrics has no %s", name)
+	return 0
+}
+
+// raiseFDLimit lifts RLIMIT_NOFILE to at least n (up to the hard limit).
+func raiseFDLimit(t *testing.T, n uint64) {
+	t.Helper()
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		t.Fatal(err)
+	}
+	if lim.Cur >= n {
+		return
+	}
+	lim.Cur = min(max(n, lim.Cur), lim.Max)
+	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		t.Fatal(err)
+	}
+	if lim.Cur < n {
+		t.Fatalf("RLIMIT_NOFILE hard limit %d is below the %d this report needs", lim.Max, n)
+	}
+}
