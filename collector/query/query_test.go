@@ -437,3 +437,71 @@ func TestDashboardAPI(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkRollupQueries measures the dashboard's reads over a day of
+// rollup rows: 20,000 streams over 1,440 minutes and 60 dimension
+// combinations (go test -run '^$' -bench Rollup ./collector/query).
+func BenchmarkRollupQueries(b *testing.B) {
+	if engine == nil {
+		b.Skip("CHDB_LIB_PATH not set or missing")
+	}
+	ctx := context.Background()
+	name := fmt.Sprintf("query_bench_%d", dbSeq.Add(1))
+	db, err := store.Open(ctx, store.Options{Addr: engine.NativeAddr(), Dial: engine.DialContext, Database: name, CreateDatabase: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer db.Close()
+	if err := db.Migrate(ctx); err != nil {
+		b.Fatal(err)
+	}
+	now := time.Now().UTC()
+	browsers := []string{"Chrome", "Firefox", "Safari", "Edge", "Samsung"}
+	regions := []string{"DE-BE", "US-CA", "IN-MH", "BR-SP"}
+	models := []string{"m-small", "m-large", "m-code"}
+	const n = 20000
+	streams := make([]collector.Stream, 0, n)
+	for i := range n {
+		var r beacon.Record
+		rand.Read(r.StreamID[:])
+		r.Status, r.HTTPStatus, r.Model = 1, 200, models[i%3]
+		r.TTFTUs = uint32(200_000 + (i*7919)%900_000)
+		r.ContentEvents, r.Tokens, r.TokensPerSec, r.TPOTUs = 200, 200, float32(20+i%40), uint32(1e6/float64(20+i%40))
+		for k := range 200 {
+			r.ITL.Record(float64(15_000 + (k*7919+i*31)%40_000))
+		}
+		if i%50 == 0 {
+			r.ITL.Record(450_000)
+			r.Stalls = 1
+		}
+		streams = append(streams, collector.Stream{Record: r, Site: "bench", ReceivedAt: now.Add(-time.Duration(i%1440) * time.Minute),
+			Browser: browsers[i%5], Region: regions[i%4], Country: regions[i%4][:2], OS: "Linux", Device: "desktop"})
+	}
+	for i := 0; i < n; i += 5000 {
+		if err := store.InsertDirect(ctx, db.Conn(), streams[i:i+5000]); err != nil {
+			b.Fatal(err)
+		}
+	}
+	f := query.Filter{Site: "bench", Since: now.Add(-24 * time.Hour)}
+	b.Run("Summary", func(b *testing.B) {
+		for b.Loop() {
+			if r, err := query.Summary(ctx, db.Conn(), f); err != nil || r.Streams != n {
+				b.Fatalf("summary: %d streams, %v", r.Streams, err)
+			}
+		}
+	})
+	b.Run("BreakdownBrowser", func(b *testing.B) {
+		for b.Loop() {
+			if g, err := query.Breakdown(ctx, db.Conn(), f, "browser"); err != nil || len(g) != 5 {
+				b.Fatalf("breakdown: %d groups, %v", len(g), err)
+			}
+		}
+	})
+	b.Run("Timeseries15m", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := query.Timeseries(ctx, db.Conn(), f, 15*time.Minute); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
