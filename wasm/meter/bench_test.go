@@ -8,9 +8,9 @@ import (
 )
 
 // chatStream returns an OpenAI chat stream of n content chunks (role chunk
-// first, usage chunk and [DONE] last) cut into reads of 1-3 events, as a
-// browser sees a streaming response.
-func chatStream(n int) (reads [][]byte, events int) {
+// first, usage chunk and [DONE] last) cut into reads of 1 to perRead events
+// (1-3 is what a browser sees of a streaming response).
+func chatStream(n, perRead int) (reads [][]byte, events int) {
 	var evs []string
 	base := `{"id":"chatcmpl-B9MHDbslfkBeAs8l4bebGdFOJ6PeG","object":"chat.completion.chunk","created":1741569952,"model":"gpt-4o-mini-2024-07-18","system_fingerprint":"fp_06737a9306","choices":[{"index":0,"delta":`
 	evs = append(evs, base+`{"role":"assistant","content":"","refusal":null},"logprobs":null,"finish_reason":null}],"usage":null}`)
@@ -19,7 +19,7 @@ func chatStream(n int) (reads [][]byte, events int) {
 	}
 	evs = append(evs, `{"id":"chatcmpl-B9MHDbslfkBeAs8l4bebGdFOJ6PeG","object":"chat.completion.chunk","choices":[],"usage":{"prompt_tokens":19,"completion_tokens":`+strconv.Itoa(n)+`,"total_tokens":`+strconv.Itoa(n+19)+`}}`, "[DONE]")
 	for i := 0; i < len(evs); {
-		k := min(1+i%3, len(evs)-i)
+		k := min(1+i%perRead, len(evs)-i)
 		var b strings.Builder
 		for _, e := range evs[i : i+k] {
 			b.WriteString("data: " + e + "\n\n")
@@ -38,7 +38,8 @@ func BenchmarkFeed(b *testing.B) {
 		reads func() ([][]byte, int)
 		ct    string
 	}{
-		{"openai-chat", func() ([][]byte, int) { return chatStream(500) }, "text/event-stream"},
+		{"openai-chat", func() ([][]byte, int) { return chatStream(500, 3) }, "text/event-stream"},
+		{"openai-chat-1-event-per-read", func() ([][]byte, int) { return chatStream(500, 1) }, "text/event-stream"},
 		{"anthropic", func() ([][]byte, int) { return fixtureReads(b, "anthropic.sse", 60) }, "text/event-stream"},
 		{"ollama", func() ([][]byte, int) { return fixtureReads(b, "ollama_chat.ndjson", 60) }, "application/x-ndjson"},
 	} {
@@ -113,7 +114,7 @@ func fixtureReads(b *testing.B, name string, repeat int) ([][]byte, int) {
 
 // BenchmarkFeedByteByByte is the worst case for the carry-over buffer.
 func BenchmarkFeedByteByByte(b *testing.B) {
-	reads, _ := chatStream(50)
+	reads, _ := chatStream(50, 3)
 	var body []byte
 	for _, r := range reads {
 		body = append(body, r...)
@@ -136,7 +137,7 @@ func BenchmarkFeedByteByByte(b *testing.B) {
 // BenchmarkSummary is SummaryInto (reused) and Summary (fresh) of a finished
 // 1000-token stream with a few stalls and busy intervals.
 func BenchmarkSummary(b *testing.B) {
-	reads, _ := chatStream(1000)
+	reads, _ := chatStream(1000, 3)
 	m := New(Options{ContentType: "text/event-stream"})
 	at := time.Duration(0)
 	for i, r := range reads {
