@@ -286,7 +286,16 @@ func hint(res *ProbeResult) string {
 	if res == nil {
 		return "check the URL and that the server is up"
 	}
+	reasons := make([]string, 0, len(res.Agg.Failures()))
 	for reason := range res.Agg.Failures() {
+		reasons = append(reasons, reason)
+	}
+	// The most common reason decides the hint.
+	sort.Slice(reasons, func(i, j int) bool {
+		fi, fj := res.Agg.Failures()[reasons[i]], res.Agg.Failures()[reasons[j]]
+		return fi > fj || fi == fj && reasons[i] < reasons[j]
+	})
+	for _, reason := range reasons {
 		switch {
 		case strings.HasPrefix(reason, "HTTP 401"), strings.HasPrefix(reason, "HTTP 403"):
 			return "the server refused the credentials: check the -H 'Authorization: Bearer $VAR' header and that VAR holds a valid key"
