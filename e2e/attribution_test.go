@@ -19,18 +19,28 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/rs/zerolog"
+
+	"github.com/itlmon/itlmon/collector/chdb"
+	"github.com/itlmon/itlmon/collector/httpapi"
+	"github.com/itlmon/itlmon/collector/ingest"
 	"github.com/itlmon/itlmon/collector/join"
 	"github.com/itlmon/itlmon/collector/origin"
+	"github.com/itlmon/itlmon/collector/store"
 	"github.com/itlmon/itlmon/e2e/jitterproxy"
 	"github.com/itlmon/itlmon/e2e/nginx"
 	"github.com/itlmon/itlmon/wasm/beacon"
 	"github.com/itlmon/itlmon/wasm/meter"
+	"github.com/itlmon/itlmon/web"
 )
 
 // The origin's cadence in every scenario.
@@ -48,6 +58,12 @@ const (
 // flushing each. Query: pause=MS before the middle token; accel=no sends
 // X-Accel-Buffering: no.
 func attrStreamHandler(w http.ResponseWriter, r *http.Request) {
+	attrStream(w, r, nil)
+}
+
+// attrStream is attrStreamHandler that also sends the stream id the
+// middleware gave the response to ids (when not nil), after the first flush.
+func attrStream(w http.ResponseWriter, r *http.Request, ids chan<- string) {
 	q := r.URL.Query()
 	pause, _ := strconv.Atoi(q.Get("pause"))
 	w.Header().Set("Content-Type", "text/event-stream")
@@ -58,6 +74,12 @@ func attrStreamHandler(w http.ResponseWriter, r *http.Request) {
 	rc := http.NewResponseController(w)
 	io.WriteString(w, "data: {\"choices\":[{\"delta\":{\"role\":\"assistant\"}}]}\n\n")
 	rc.Flush()
+	if ids != nil {
+		select {
+		case ids <- w.Header().Get(origin.HeaderStream):
+		default:
+		}
+	}
 	for i := range attrTokens {
 		d := attrCadence
 		if i == attrTokens/2 && pause > 0 {
@@ -397,4 +419,288 @@ func wantOriginSmooth(t *testing.T, o *beacon.Origin, r *join.Result) {
 	if r.OriginStalls != 0 || r.OriginEventsPerFlush > 1.01 || r.OriginGapP50Us < uint32(attrCadence/time.Microsecond) {
 		t.Errorf("origin stalls %d, events/flush %.2f, p50 %d µs; want smooth at %v", r.OriginStalls, r.OriginEventsPerFlush, r.OriginGapP50Us, attrCadence)
 	}
+}
+
+// attrCollector is the real collector assembled from its packages (as
+// `itlmon serve` does) with collector/join in the pipeline: the embedded
+// ClickHouse engine, the store writer, the joiner wrapping it, WebSocket
+// ingest, /v1/origin, and the module assets.
+type attrCollector struct {
+	URL string
+	DB  *store.DB
+	J   *join.Joiner
+}
+
+var (
+	itlmonExeOnce sync.Once
+	itlmonExe     string
+	itlmonExeErr  error
+)
+
+// engineExe builds the itlmon binary once: it runs the engine child
+// (chdb.MaybeRunChild first thing in main), which this test binary does not.
+func engineExe(t *testing.T) string {
+	itlmonExeOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "itlmon-attr-")
+		if err != nil {
+			itlmonExeErr = err
+			return
+		}
+		itlmonExe = filepath.Join(dir, "itlmon")
+		out, err := exec.Command("go", "build", "-o", itlmonExe, "github.com/itlmon/itlmon/collector/cmd/itlmon").CombinedOutput()
+		if err != nil {
+			itlmonExeErr = fmt.Errorf("go build itlmon: %v: %s", err, out)
+		}
+	})
+	if itlmonExeErr != nil {
+		t.Fatal(itlmonExeErr)
+	}
+	return itlmonExe
+}
+
+func startAttrCollector(t *testing.T) *attrCollector {
+	t.Helper()
+	lib := os.Getenv("CHDB_LIB_PATH")
+	if _, err := os.Stat(lib); lib == "" || err != nil {
+		requireReal(t, "clickhouse engine (CHDB_LIB_PATH)", fmt.Errorf("%q: %v", lib, err))
+	}
+	ctx := context.Background()
+	log := zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)
+	e, err := chdb.Start(ctx, chdb.Options{LibPath: lib, Dir: t.TempDir(), Exe: engineExe(t), Logger: log})
+	if err != nil {
+		t.Fatalf("start engine: %v", err)
+	}
+	t.Cleanup(func() { e.Close(context.Background()) })
+	db, err := store.Open(ctx, store.Options{Addr: e.NativeAddr(), Dial: e.DialContext, Database: "attr", CreateDatabase: true, Logger: log})
+	if err != nil {
+		t.Fatalf("open store: %v", err)
+	}
+	t.Cleanup(func() { db.Close() })
+	if err := db.Migrate(ctx); err != nil {
+		t.Fatalf("migrate: %v", err)
+	}
+	w, err := store.NewWriter(db, store.WriterOptions{SpoolDir: t.TempDir(), FlushInterval: 100 * time.Millisecond, Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	j := join.New(db.Conn(), join.Config{Hold: 5 * time.Second, FlushInterval: 100 * time.Millisecond, Logger: log})
+	in, err := ingest.New(ingest.Config{Sites: []ingest.Site{{Key: attrSite, Origins: []string{"*"}}}, Sink: j.Sink(w), Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux, err := httpapi.New(httpapi.Config{Streams: db, HasSite: in.HasSite, Static: web.Static(), Dist: moduleDist(t), Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	in.Register(mux)
+	j.Register(mux, join.StaticKeys(map[string]string{attrSite: attrKey}))
+	url, srv := serve(t, mux)
+	t.Cleanup(func() { // after serve's Close: ingest, joiner, writer, in order
+		srv.Close()
+		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		in.Shutdown(sctx)
+		j.Shutdown(sctx)
+		w.Shutdown(sctx)
+	})
+	return &attrCollector{URL: url, DB: db, J: j}
+}
+
+// attrStored is what the collector stored for one page stream: the client
+// row of itl_streams and its join in itl_origin.
+type attrStored struct {
+	OriginID                  string
+	TTFTUs                    *uint32
+	GapP50, GapP99            uint32
+	EventsPerRead             float32
+	Reads, Stalls             uint32
+	SubFloor                  float32
+	ByCause                   [meter.NumCauses]uint32
+	TTFTCause                 uint8
+	OriginTTFTUs              *uint32
+	OriginP50                 uint32
+	OriginStalls              uint32
+	EventsPerFlush            float32
+	AddedTTFT, AddedP50       *int64
+	Version                   uint8
+	JoinedByCause             [meter.NumCauses]uint32
+	JoinedTTFTCause           uint8
+	ContentEvents, OriginEvts uint32
+}
+
+// waitStored polls until the collector has stored the client stream with
+// origin id id and its join, and returns them.
+func (c *attrCollector) waitStored(t *testing.T, id string) attrStored {
+	t.Helper()
+	ctx := context.Background()
+	var s attrStored
+	var err error
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("collector: stream %s and its join not stored within 30s (last: %+v, %v)", id, s, err)
+		}
+		err = c.DB.Conn().QueryRow(ctx, `SELECT origin_id, ttft_us, gap_p50_us, gap_p99_us, events_per_read, reads, stalls, sub_floor_share,
+			stalls_unknown, stalls_network, stalls_page, stalls_origin, ttft_cause, content_events
+			FROM itl_streams FINAL WHERE site = ? AND origin_id = ?`, attrSite, id).Scan(
+			&s.OriginID, &s.TTFTUs, &s.GapP50, &s.GapP99, &s.EventsPerRead, &s.Reads, &s.Stalls, &s.SubFloor,
+			&s.ByCause[1], &s.ByCause[2], &s.ByCause[3], &s.ByCause[4], &s.TTFTCause, &s.ContentEvents)
+		if err != nil || s.OriginID == "" {
+			continue
+		}
+		err = c.DB.Conn().QueryRow(ctx, `SELECT version, ttft_us, gap_p50_us, stalls, events_per_flush, added_ttft_us, added_p50_us,
+			stalls_unknown, stalls_network, stalls_page, stalls_origin, ttft_cause, content_events
+			FROM itl_origin FINAL WHERE site = ? AND origin_id = ?`, attrSite, s.OriginID).Scan(
+			&s.Version, &s.OriginTTFTUs, &s.OriginP50, &s.OriginStalls, &s.EventsPerFlush, &s.AddedTTFT, &s.AddedP50,
+			&s.JoinedByCause[1], &s.JoinedByCause[2], &s.JoinedByCause[3], &s.JoinedByCause[4], &s.JoinedTTFTCause, &s.OriginEvts)
+		if err == nil && s.Version == 1 {
+			return s
+		}
+	}
+}
+
+func (s attrStored) row(name, injected string) attrRow {
+	d := func(p *uint32) time.Duration {
+		if p == nil {
+			return -1
+		}
+		return time.Duration(*p) * time.Microsecond
+	}
+	i := func(p *int64) time.Duration {
+		if p == nil {
+			return 0
+		}
+		return time.Duration(*p) * time.Microsecond
+	}
+	return attrRow{name: name, injected: injected, clientTTFT: d(s.TTFTUs), originTTFT: d(s.OriginTTFTUs), added: i(s.AddedTTFT),
+		clientP50: usDur(s.GapP50), clientP99: usDur(s.GapP99), originP50: usDur(s.OriginP50),
+		eventsPerRead: float64(s.EventsPerRead), eventsPerFlush: float64(s.EventsPerFlush), reads: int(s.Reads), stalls: int(s.Stalls),
+		subFloorPct: int(100*s.SubFloor + 0.5), byCause: s.JoinedByCause, clientCauses: s.ByCause,
+		clientTTFTCause: meter.Cause(s.TTFTCause), refinedTTFTCause: meter.Cause(s.JoinedTTFTCause)}
+}
+
+// busyJS keeps the page's main thread busy 300 ms of every 600 ms (long
+// tasks), so the stream's reads wait behind it.
+const busyJS = `window.__busy = setInterval(function () { var end = performance.now() + 300; while (performance.now() < end) {} }, 600); true`
+
+// TestAttributionBrowser runs the six scenarios in headless Chromium: the
+// page (behind whatever the scenario puts in between) streams from the
+// origin middleware, the browser module reports to the real collector, and
+// the test checks what ClickHouse stored: itl_streams (refined causes) and
+// itl_origin (the join).
+func TestAttributionBrowser(t *testing.T) {
+	Browser(t)
+	nginx.RequireReal(t)
+	col := startAttrCollector(t)
+	og := StartOrigin(t)
+	rp, err := origin.New(origin.Config{Collector: col.URL, Site: attrSite, Key: attrKey, FlushInterval: 50 * time.Millisecond, Logf: t.Logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rp.Shutdown(context.Background()) })
+	ids := make(chan string, 1)
+	og.Handle("/v1/attr", rp.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { attrStream(w, r, ids) })))
+	og.SetCollector(col.URL, attrSite)
+	upstream := strings.TrimPrefix(og.URL, "http://")
+	var rows []attrRow
+	t.Cleanup(func() { attrTable(t, "headless Chromium + collector + ClickHouse", rows) })
+
+	for _, sc := range []struct {
+		name, injected string
+		via            func(t *testing.T) string
+		query          string
+		busy           bool
+		check          func(t *testing.T, s attrStored)
+	}{
+		{"1 direct", "nothing", func(*testing.T) string { return og.URL }, "", false, func(t *testing.T, s attrStored) {
+			if s.Stalls != s.JoinedByCause[meter.CauseOrigin] {
+				t.Errorf("stalls %d by cause %v: want none on the path", s.Stalls, s.JoinedByCause)
+			}
+			if s.AddedTTFT == nil || *s.AddedTTFT > 150_000 || *s.AddedP50 > 5_000 || *s.AddedP50 < -5_000 {
+				t.Errorf("added TTFT %v µs, p50 %v µs; want near zero", deref(s.AddedTTFT), deref(s.AddedP50))
+			}
+		}},
+		{"2 nginx buffer+gzip", "proxy_buffering on; gzip on", func(t *testing.T) string {
+			return nginx.Start(t, nginx.Options{Upstream: upstream, Buffering: true, Gzip: true}).URL()
+		}, "", false, func(t *testing.T, s attrStored) {
+			if s.EventsPerRead < 10 || s.GapP50 > 1000 || s.Stalls != 0 {
+				t.Errorf("events/read %.1f, ITL p50 %d µs, stalls %d; want re-chunked (>= 10, < 1 ms, none)", s.EventsPerRead, s.GapP50, s.Stalls)
+			}
+			if s.TTFTUs == nil || *s.TTFTUs < uint32(attrTokens*attrCadence/time.Microsecond*8/10) {
+				t.Errorf("TTFT %v µs, want near the stream's duration", s.TTFTUs)
+			}
+			if meter.Cause(s.TTFTCause) != meter.CauseNetwork || meter.Cause(s.JoinedTTFTCause) != meter.CauseNetwork {
+				t.Errorf("TTFT cause %d (joined %d), want network", s.TTFTCause, s.JoinedTTFTCause)
+			}
+			if s.OriginStalls != 0 || s.EventsPerFlush > 1.01 {
+				t.Errorf("origin stalls %d, events/flush %.2f; want the origin smooth", s.OriginStalls, s.EventsPerFlush)
+			}
+		}},
+		{"3 nginx accel=no", "as 2, X-Accel-Buffering: no", func(t *testing.T) string {
+			return nginx.Start(t, nginx.Options{Upstream: upstream, Buffering: true, Gzip: true}).URL()
+		}, "accel=no", false, func(t *testing.T, s attrStored) {
+			if s.EventsPerRead > 1.5 || s.Stalls != s.JoinedByCause[meter.CauseOrigin] {
+				t.Errorf("events/read %.2f, stalls %d (%v); want smooth", s.EventsPerRead, s.Stalls, s.JoinedByCause)
+			}
+		}},
+		{"4 jitter proxy", "hold 10% of reads 250-450ms, seed 5", func(t *testing.T) string {
+			p, err := jitterproxy.Start(jitterproxy.Config{Upstream: upstream, Seed: 5,
+				Delay: jitterproxy.Spikes(0.1, 250*time.Millisecond, 450*time.Millisecond)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { p.Close() })
+			return p.URL()
+		}, "", false, func(t *testing.T, s attrStored) {
+			if s.Stalls == 0 || s.SubFloor == 0 || s.JoinedByCause[meter.CauseNetwork] == 0 || s.JoinedByCause[meter.CauseUnknown] != 0 {
+				t.Errorf("stalls %d, sub-floor %.2f, joined causes %v; want bursts, sub-floor gaps, stalls attributed to network", s.Stalls, s.SubFloor, s.JoinedByCause)
+			}
+		}},
+		{"5 busy page", "main thread busy 300ms of every 600ms", func(*testing.T) string { return og.URL }, "", true, func(t *testing.T, s attrStored) {
+			if s.Stalls == 0 || s.JoinedByCause[meter.CausePage] == 0 || s.JoinedByCause[meter.CauseOrigin] > s.OriginStalls {
+				t.Errorf("stalls %d, joined causes %v; want stalls attributed to page", s.Stalls, s.JoinedByCause)
+			}
+		}},
+		{"6 origin pause", "origin sleeps 600ms mid-stream", func(*testing.T) string { return og.URL }, "pause=600", false, func(t *testing.T, s attrStored) {
+			if s.Stalls != 1 || s.JoinedByCause[meter.CauseOrigin] != 1 || s.ByCause[meter.CauseOrigin] != 1 {
+				t.Errorf("stalls %d, causes in itl_streams %v, joined %v; want one, origin", s.Stalls, s.ByCause, s.JoinedByCause)
+			}
+		}},
+	} {
+		t.Run(sc.name, func(t *testing.T) {
+			base := sc.via(t)
+			tab := NewTab(t)
+			if !OpenPage(t, tab, strings.Replace(og.PageURL(nil, false), og.URL, base, 1)) {
+				t.Fatal("itlmon did not start in the page")
+			}
+			if sc.busy {
+				Eval[bool](t, tab, busyJS)
+			}
+			read := RunStream(t, tab, StreamOpts{Path: "/v1/attr", Query: sc.query})
+			if read.Error != "" || read.Status != 200 {
+				t.Fatalf("page read: status %d, error %q", read.Status, read.Error)
+			}
+			if sc.busy {
+				Eval[bool](t, tab, "clearInterval(window.__busy), true")
+			}
+			var id string
+			select {
+			case id = <-ids:
+			default:
+				t.Fatal("the origin served no stream")
+			}
+			s := col.waitStored(t, id)
+			rows = append(rows, s.row(sc.name, sc.injected))
+			if s.ContentEvents != attrTokens || s.OriginEvts != attrTokens {
+				t.Fatalf("content events client %d, origin %d; want %d", s.ContentEvents, s.OriginEvts, attrTokens)
+			}
+			sc.check(t, s)
+		})
+	}
+}
+
+func deref(p *int64) any {
+	if p == nil {
+		return nil
+	}
+	return *p
 }
