@@ -457,7 +457,10 @@ func (e *Engine) spawn(native, httpPort int) (*child, error) {
 	)
 	cmd.Dir = e.opts.Dir
 	cmd.Env = append(os.Environ(), childEnv+"=1", libEnv+"="+e.opts.LibPath)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	// Own process group: a terminal's Ctrl-C reaches the collector, which
+	// drains into the engine before it stops it; the engine dies with the
+	// collector (Pdeathsig) if the collector is killed.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		return nil, fmt.Errorf("chdb: stderr pipe: %w", err)

@@ -1,11 +1,14 @@
 package chdb_test
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -17,7 +20,58 @@ import (
 
 func TestMain(m *testing.M) {
 	chdb.MaybeRunChild()
+	if dir := os.Getenv("ITLMON_CHDB_TEST_PARENT"); dir != "" {
+		runParent(dir)
+	}
 	os.Exit(m.Run())
+}
+
+// runParent starts an engine, prints its pid and waits to be killed: the
+// collector side of TestChildDiesWithParent.
+func runParent(dir string) {
+	e, err := chdb.Start(context.Background(), chdb.Options{Dir: dir})
+	if err != nil {
+		fmt.Println("error:", err)
+		os.Exit(1)
+	}
+	fmt.Printf("pid=%d\n", e.PID())
+	select {}
+}
+
+// TestChildDiesWithParent: a collector killed with SIGKILL (no Close) takes
+// its engine with it, so no orphan keeps the ports and the data directory.
+func TestChildDiesWithParent(t *testing.T) {
+	libPath(t)
+	parent := exec.Command(os.Args[0], "-test.run=^$")
+	parent.Env = append(os.Environ(), "ITLMON_CHDB_TEST_PARENT="+t.TempDir())
+	out, err := parent.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := parent.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer parent.Process.Kill()
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil {
+		t.Fatalf("parent output: %q, %v", line, err)
+	}
+	var pid int
+	if _, err := fmt.Sscanf(line, "pid=%d", &pid); err != nil {
+		t.Fatalf("parent said %q", line)
+	}
+	if err := parent.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	parent.Wait()
+	deadline := time.Now().Add(30 * time.Second)
+	for syscall.Kill(pid, 0) == nil {
+		if time.Now().After(deadline) {
+			syscall.Kill(pid, syscall.SIGKILL)
+			t.Fatalf("engine %d still running 30 s after its parent was killed", pid)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 // libPath returns the engine library, skipping the test when it is missing
