@@ -38,7 +38,7 @@ type Cause uint8
 const (
 	CauseNone    Cause = iota // no stall / not applicable
 	CauseUnknown              // a stall with no evidence for any cause
-	CauseNetwork              // the next read carried several events (coalesced delivery)
+	CauseNetwork              // the next read carried several content events (coalesced delivery)
 	CausePage                 // the gap overlaps a busy main thread (long task / LoAF)
 	CauseOrigin               // the origin's own emit times show the same gap
 )
@@ -61,7 +61,7 @@ type Stamp struct {
 type Stall struct {
 	Start, End     time.Duration // arrival times of the two content events, since t0
 	Cause          Cause
-	NextReadEvents uint32 // how many events the read that ended the stall carried
+	NextReadEvents uint32 // how many events (of any kind) the read that ended the stall carried
 }
 
 // Summary is a finished (or current) stream's metrics, exactly as DESIGN.md
