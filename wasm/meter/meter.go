@@ -21,12 +21,15 @@ type Options struct {
 	MaxEventBytes int
 }
 
+// Defaults for the zero fields of Options.
 const (
 	DefaultTimerFloor    = 100 * time.Microsecond
 	DefaultMaxTimeline   = 256
 	DefaultMaxStalls     = 64
 	DefaultMaxEventBytes = 1 << 20
+)
 
+const (
 	// MaxExactGaps is how many raw ITL gaps a stream keeps for exact
 	// quantiles (512 KiB). Beyond it, GapP50/P95/P99 and the jank ratio come
 	// from the ITL histogram (within hist.RelativeError); counts, max, TPOT
@@ -165,7 +168,7 @@ type Meter struct {
 	after    int // events still to keep after a stall
 
 	// Summary scratch.
-	stScrat []stallRec
+	stallScratch []stallRec
 
 	// trace, when set (tests), sees every event's payload (SSE data, NDJSON
 	// line, nil for a text read) as it is counted.
@@ -186,24 +189,24 @@ func (m *Meter) Reset(opts Options) {
 	old.itl.Reset()
 	old.overflow.Reset()
 	*m = Meter{
-		opts:      opts,
-		carry:     keep(old.carry, keepBytes),
-		data:      keep(old.data, keepBytes),
-		sniff:     old.sniff[:0],
-		sniffRds:  old.sniffRds[:0],
-		gaps:      keep(old.gaps, keepGaps),
-		overflow:  old.overflow,
-		itl:       old.itl,
-		stallRecs: old.stallRecs[:0],
-		busy:      old.busy[:0],
-		timeline:  old.timeline[:0],
-		stScrat:   old.stScrat[:0],
-		trace:     old.trace,
-		lastTL:    -1,
-		ttfb:      -1,
-		ttfc:      -1,
-		ttft:      -1,
-		endAt:     -1,
+		opts:         opts,
+		carry:        keep(old.carry, keepBytes),
+		data:         keep(old.data, keepBytes),
+		sniff:        old.sniff[:0],
+		sniffRds:     old.sniffRds[:0],
+		gaps:         keep(old.gaps, keepGaps),
+		overflow:     old.overflow,
+		itl:          old.itl,
+		stallRecs:    old.stallRecs[:0],
+		busy:         old.busy[:0],
+		timeline:     old.timeline[:0],
+		stallScratch: old.stallScratch[:0],
+		trace:        old.trace,
+		lastTL:       -1,
+		ttfb:         -1,
+		ttfc:         -1,
+		ttft:         -1,
+		endAt:        -1,
 	}
 	if cap(m.timeline) < opts.MaxTimeline && opts.MaxTimeline <= 4096 {
 		m.timeline = make([]Stamp, 0, opts.MaxTimeline)

@@ -161,7 +161,7 @@ func (m *Meter) SummaryInto(s *Summary) {
 	}
 
 	// The longest MaxStalls stalls, in time order.
-	recs := append(m.stScrat[:0], m.stallRecs...)
+	recs := append(m.stallScratch[:0], m.stallRecs...)
 	if len(recs) > m.opts.MaxStalls {
 		slices.SortStableFunc(recs, func(a, b stallRec) int {
 			return cmpDur(b.end-b.start, a.end-a.start)
@@ -169,7 +169,7 @@ func (m *Meter) SummaryInto(s *Summary) {
 		recs = recs[:m.opts.MaxStalls]
 		slices.SortFunc(recs, func(a, b stallRec) int { return cmpDur(a.start, b.start) })
 	}
-	m.stScrat = recs
+	m.stallScratch = recs
 	for _, r := range recs {
 		stallList = append(stallList, Stall{
 			Start: r.start, End: r.end,
