@@ -641,6 +641,7 @@ func BenchmarkEncodeBatch(b *testing.B) {
 	buf := mustEncode(b, batch)
 	b.SetBytes(int64(len(buf)))
 	b.ReportAllocs()
+	start := processCPU()
 	for b.Loop() {
 		var err error
 		if buf, err = batch.AppendBinary(buf[:0]); err != nil {
@@ -648,6 +649,7 @@ func BenchmarkEncodeBatch(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(len(buf))/float64(len(batch.Records)), "bytes/record")
+	reportCPU(b, start, len(buf))
 }
 
 func BenchmarkDecodeBatch(b *testing.B) {
@@ -655,23 +657,27 @@ func BenchmarkDecodeBatch(b *testing.B) {
 	buf := mustEncode(b, batch)
 	b.SetBytes(int64(len(buf)))
 	b.ReportAllocs()
+	start := processCPU()
 	for b.Loop() {
 		if _, err := DecodeBatch(buf, Limits{}); err != nil {
 			b.Fatal(err)
 		}
 	}
 	b.ReportMetric(float64(len(buf))/float64(len(batch.Records)), "bytes/record")
+	reportCPU(b, start, len(buf))
 }
 
 func BenchmarkAck(b *testing.B) {
 	buf := Ack{Seq: 12345}.AppendBinary(nil)
 	b.ReportAllocs()
+	start := processCPU()
 	for b.Loop() {
 		buf = Ack{Seq: 12345}.AppendBinary(buf[:0])
 		if _, err := DecodeAck(buf); err != nil {
 			b.Fatal(err)
 		}
 	}
+	reportCPU(b, start, 0)
 }
 
 // TestLongSections: section lengths of 1, 2 and 3 varint bytes.
