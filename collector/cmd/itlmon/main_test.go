@@ -370,8 +370,9 @@ func TestClickHouseOutage(t *testing.T) {
 	}
 }
 
-// waitRows polls until site has want rows (the spool replays in the
-// background) and returns rows, distinct stream ids and the rollup's count.
+// waitRows polls until site has want rows and rollup streams (the spool
+// replays in the background) and returns rows, distinct stream ids and the
+// rollup's count.
 func waitRows(t testing.TB, m *Main, site string, want int, timeout time.Duration) (rows, uniq, rollup int) {
 	t.Helper()
 	ctx := t.Context()
@@ -382,11 +383,13 @@ func waitRows(t testing.TB, m *Main, site string, want int, timeout time.Duratio
 		if err == nil {
 			err = m.DB.Conn().QueryRow(ctx, "SELECT toUInt64(sum(streams)) FROM itl_rollup_1m WHERE site = ?", site).Scan(&ru)
 		}
-		if err == nil && int(r) >= want {
+		// The rollup's materialized view commits after the rows become
+		// visible: wait for both.
+		if err == nil && int(r) >= want && int(ru) >= want {
 			return int(r), int(u), int(ru)
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("after %v: %d rows of %d (err %v, writer %+v)", timeout, r, want, err, m.Writer.Stats())
+			t.Fatalf("after %v: %d rows and %d in the rollup, want %d (err %v, writer %+v)", timeout, r, ru, want, err, m.Writer.Stats())
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
