@@ -41,7 +41,7 @@
   };
   var readyResolve;
   var ready = new Promise(function (r) { readyResolve = r; });
-  var timing = { loaderStart: loaderStart, readyAt: -1, error: '' };
+  var timing = { loaderStart: loaderStart, readyAt: -1, error: '', feedMs: 0, feedOps: 0, feedCalls: 0 };
 
   function warn(msg, e) {
     if (warned) return;
@@ -153,9 +153,68 @@
     }
   }
 
+  // ---- staging: one call into Go per batch, not per chunk ----
+  // A call into the Go module costs tens of µs; a read costs ~1 µs to stage.
+  // ops holds 4 float64s per operation: [id, n, at, 0] for a read of stream
+  // id (its n bytes are next in stage), [-1, 0, start, end] for a busy interval.
+
+  var stage = new Uint8Array(64 << 10), staged = 0;
+  var ops = new Float64Array(4 * 256), nops = 0;
+  var flushTimer = 0;
+  var FLUSH_BYTES = 64 << 10, FLUSH_MS = 1000;
+
+  function pushOp(id, chunk, a, b) {
+    var n = chunk ? chunk.byteLength : 0;
+    if (staged + n > stage.length) {
+      var s2 = new Uint8Array(Math.max(stage.length * 2, staged + n));
+      s2.set(stage.subarray(0, staged));
+      stage = s2;
+    }
+    if (n) { stage.set(chunk, staged); staged += n; }
+    if (4 * nops + 4 > ops.length) {
+      var o2 = new Float64Array(ops.length * 2);
+      o2.set(ops);
+      ops = o2;
+    }
+    var i = 4 * nops++;
+    ops[i] = id; ops[i + 1] = n; ops[i + 2] = a; ops[i + 3] = b;
+    if (staged >= FLUSH_BYTES) flush();
+    else if (!flushTimer) flushTimer = setTimeout(flush, FLUSH_MS);
+  }
+
+  function flush() {
+    if (flushTimer) { clearTimeout(flushTimer); flushTimer = 0; }
+    if (!nops) return;
+    var n = nops;
+    nops = 0;
+    var bytes = stage.subarray(0, staged);
+    staged = 0;
+    if (broken) return;
+    var t = performance.now();
+    try { api.feed(bytes, new Uint8Array(ops.buffer, 0, 32 * n), n); } catch (e) { fail('module failed', e); }
+    timing.feedMs += performance.now() - t;
+    timing.feedOps += n;
+    timing.feedCalls++;
+  }
+
+  // SUMMARY names the float64s the module's end() writes (wasm/browser summaryFields).
+  var SUMMARY = ['status', 'httpStatus', 'format', 'ttfbMs', 'ttfcMs', 'ttftMs', 'durationMs', 'events',
+    'contentEvents', 'tokens', 'reads', 'bytes', 'itlP50Ms', 'itlP95Ms', 'itlP99Ms', 'itlMaxMs', 'tpotMs',
+    'tokensPerSec', 'stalls', 'stalledMs', 'jank', 'smooth', 'eventsPerRead', 'ttftCause', 'tokensReported',
+    'subFloorShare'];
+  var STATUS = ['open', 'complete', 'aborted', 'error', 'http_error'];
+  var summaryOut = new Float64Array(SUMMARY.length);
+  var summaryBytes = new Uint8Array(summaryOut.buffer);
+
+  function hexID(u8) {
+    var s = '';
+    for (var i = 0; i < u8.length; i++) s += (u8[i] < 16 ? '0' : '') + u8[i].toString(16);
+    return s;
+  }
+
   // ---- the fetch shim ----
 
-  var readableStrategy = { highWaterMark: 16 }; // > 0: transform runs at network pace
+  var readableStrategy = { highWaterMark: 16 }; // > 0: reads run at network pace
 
   function wrap(resp, facts, t0) {
     try {
@@ -163,40 +222,71 @@
       var ct = resp.headers.get('content-type') || '';
       if (!facts.urlMatch && !typeMatches(ct)) return resp;
       if (cfg.sampleRate < 1 && Math.random() >= cfg.sampleRate) return resp;
-      var id = -1;
-      var ts = new TransformStream({
-        transform: function (chunk, c) {
-          var at = performance.now();
-          c.enqueue(chunk);
-          if (id >= 0 && !broken) {
-            try { api.feed(id, chunk, chunk.byteLength, at); } catch (e) { fail('module failed', e); }
-          }
-        },
-      }, undefined, readableStrategy);
-      var out = new Response(ts.readable, { status: resp.status, statusText: resp.statusText, headers: resp.headers });
-      Object.defineProperty(out, 'url', { value: resp.url });
-      Object.defineProperty(out, 'redirected', { value: resp.redirected });
-      Object.defineProperty(out, 'type', { value: resp.type });
+      if (resp.status === 204 || resp.status === 205 || resp.status === 304) return resp;
       var origin = resp.headers.get('x-itlmon-stream') || resp.headers.get('x-request-id') || '';
-      id = api.start(t0, performance.timeOrigin + t0, facts.origin, facts.path, facts.method, facts.model, ct,
-        resp.status, origin, '');
-      if (typeof id !== 'number' || id < 0) return resp; // not measured (out is dropped, body untouched)
-      open++;
-      var done = false;
+      var sid = new Uint8Array(16);
+      crypto.getRandomValues(sid);
+      var id = api.start(t0, performance.timeOrigin + t0, facts.href, facts.method, facts.model,
+        ct.split(';')[0].trim().toLowerCase(), resp.status, origin, sid);
+      if (typeof id !== 'number' || id < 0) return resp; // not measured: the body is untouched
+      var done = false, dead = false;
       var finish = function (kind) {
         if (done) return;
         done = true;
         open--;
         if (broken) return;
         try {
-          var s = api.end(id, performance.now(), kind, resp.status, proto(facts.href));
-          if (s) emit(s);
+          var at = performance.now();
+          flush();
+          if (api.end(id, at, kind, resp.status, proto(facts.href), summaryBytes) !== true) return;
+          var s = { id: hexID(sid), url: facts.href, model: facts.model };
+          for (var i = 0; i < SUMMARY.length; i++) s[SUMMARY[i]] = summaryOut[i];
+          s.status = STATUS[s.status] || 'open';
+          s.smooth = !!s.smooth;
+          s.tokensReported = !!s.tokensReported;
+          emit(s);
         } catch (e) { fail('module failed', e); }
       };
-      resp.body.pipeTo(ts.writable).then(function () { finish(1); }, function (err) {
-        var aborted = (facts.signal && facts.signal.aborted) || !(err instanceof TypeError);
-        finish(aborted ? 2 : 3);
-      });
+      // The page's body is a stream pulled from the original one: each read
+      // is stamped as it arrives (highWaterMark > 0: pull runs at network
+      // pace, not at the page's), passed on as the same chunk, and staged.
+      // Every outcome passes through here: end, error (abort or network),
+      // and the page cancelling its body.
+      var reader = resp.body.getReader();
+      var body = new ReadableStream({
+        pull: function (c) {
+          if (dead) return;
+          return reader.read().then(function (r) {
+            if (r.done) { c.close(); finish(1); return; }
+            var at = performance.now();
+            c.enqueue(r.value);
+            if (!broken && !done) {
+              try { pushOp(id, r.value, at, 0); } catch (e) { fail('shim failed', e); }
+            }
+          }, function (err) {
+            c.error(err);
+            finish((facts.signal && facts.signal.aborted) || !(err instanceof TypeError) ? 2 : 3);
+          });
+        },
+        cancel: function (reason) {
+          finish(2);
+          return reader.cancel(reason);
+        },
+      }, readableStrategy);
+      var out;
+      try {
+        out = new Response(body, { status: resp.status, statusText: resp.statusText, headers: resp.headers });
+      } catch (e) {
+        dead = true;
+        reader.releaseLock();
+        done = true;
+        api.end(id, performance.now(), 3, resp.status, '', summaryBytes);
+        return resp;
+      }
+      Object.defineProperty(out, 'url', { value: resp.url });
+      Object.defineProperty(out, 'redirected', { value: resp.redirected });
+      Object.defineProperty(out, 'type', { value: resp.type });
+      open++;
       return out;
     } catch (e) {
       fail('shim failed', e);
@@ -316,9 +406,7 @@
       new PerformanceObserver(function (list) {
         if (!open || broken) return;
         var es = list.getEntries();
-        try {
-          for (var i = 0; i < es.length; i++) api.busy(es[i].startTime, es[i].startTime + es[i].duration);
-        } catch (e) { fail('module failed', e); }
+        for (var i = 0; i < es.length; i++) pushOp(-1, null, es[i].startTime, es[i].startTime + es[i].duration);
       }).observe({ type: type });
     } catch (_) {}
   }
@@ -373,6 +461,14 @@
     timing: timing, // loaderStart, readyAt (performance.now() ms), error
     get active() { return !!api && !broken && g.fetch === shimFetch; },
     get originalFetch() { return origFetch; },
+    // _wrap measures a Response as if fetch had returned it (testHooks only:
+    // the browser cost benchmark feeds it a local stream).
+    _wrap: function (resp, href) {
+      if (!cfg.testHooks) return resp;
+      var u = new URL(href, location.href);
+      return wrap(resp, { origin: u.origin, path: u.pathname, href: u.origin + u.pathname, method: 'GET', model: '',
+        signal: null, urlMatch: false }, performance.now());
+    },
   };
   if (auto) init({ site: auto });
 })();

@@ -1,0 +1,251 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"strconv"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Collector is the real collector, `itlmon serve` (the binary built from
+// collector/cmd/itlmon, with its embedded ClickHouse engine), run on a fixed
+// loopback port and a t.TempDir() data root so it can be stopped and started
+// again with its data.
+type Collector struct {
+	URL  string
+	Addr string
+	Data string
+	args []string
+
+	mu     sync.Mutex
+	cmd    *exec.Cmd
+	waited chan struct{}
+	logs   *syncBuf
+}
+
+// StartCollector starts `itlmon serve --demo` with the given --site values
+// (KEY=ORIGIN[,ORIGIN...]) and waits until /readyz answers. It skips (or
+// fails under ITLMON_REQUIRE_REAL=1) without the ClickHouse engine library.
+func StartCollector(t testing.TB, sites ...string) *Collector {
+	t.Helper()
+	lib := os.Getenv("CHDB_LIB_PATH")
+	if _, err := os.Stat(lib); lib == "" || err != nil {
+		requireReal(t, "clickhouse engine (CHDB_LIB_PATH)", fmt.Errorf("%q: %v", lib, err))
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("listen: %v", err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	c := &Collector{URL: "http://" + addr, Addr: addr, Data: t.TempDir(), logs: &syncBuf{}}
+	c.args = []string{"serve", "--addr", addr, "--data", c.Data, "--demo", "--log-level", "warn", "--log-format", "json",
+		"--shutdown-timeout", "10s"}
+	for _, s := range sites {
+		c.args = append(c.args, "--site", s)
+	}
+	exe := engineExe(t.(*testing.T))
+	c.Start(t, exe)
+	t.Cleanup(func() {
+		c.Stop(t)
+		if t.Failed() {
+			t.Logf("collector log:\n%s", c.logs.String())
+		}
+	})
+	return c
+}
+
+// Start starts the collector process (again) on the same address and data.
+func (c *Collector) Start(t testing.TB, exe string) {
+	t.Helper()
+	c.mu.Lock()
+	cmd := exec.Command(exe, c.args...)
+	cmd.Stdout, cmd.Stderr = c.logs, c.logs
+	if err := cmd.Start(); err != nil {
+		c.mu.Unlock()
+		t.Fatalf("start collector: %v", err)
+	}
+	c.cmd, c.waited = cmd, make(chan struct{})
+	go func(w chan struct{}) { cmd.Wait(); close(w) }(c.waited)
+	waited := c.waited
+	c.mu.Unlock()
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		resp, err := http.Get(c.URL + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+		}
+		select {
+		case <-waited:
+			t.Fatalf("collector exited during start-up:\n%s", c.logs.String())
+		case <-time.After(100 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("collector not ready within 90s (last: %v):\n%s", err, c.logs.String())
+		}
+	}
+}
+
+// Stop ends the collector gracefully (SIGTERM), waiting up to 30 s.
+func (c *Collector) Stop(t testing.TB) {
+	t.Helper()
+	c.mu.Lock()
+	cmd, waited := c.cmd, c.waited
+	c.cmd = nil
+	c.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-waited:
+	case <-time.After(30 * time.Second):
+		cmd.Process.Kill()
+		<-waited
+		t.Errorf("collector did not stop within 30s of SIGTERM")
+	}
+}
+
+// Restart stops the collector and starts it again on the same port and data.
+func (c *Collector) Restart(t testing.TB) {
+	t.Helper()
+	c.Stop(t)
+	c.Start(t, engineExe(t.(*testing.T)))
+}
+
+// StoredStream is one row of the collector's /api/streams.
+type StoredStream struct {
+	StreamID      string   `json:"stream_id"`
+	PageOrigin    string   `json:"page_origin"`
+	PagePath      string   `json:"page_path"`
+	URLOrigin     string   `json:"url_origin"`
+	URLPath       string   `json:"url_path"`
+	Model         string   `json:"model"`
+	ContentType   string   `json:"content_type"`
+	Format        uint8    `json:"format"`
+	Status        uint8    `json:"status"`
+	HTTPStatus    uint16   `json:"http_status"`
+	TTFBMs        *float64 `json:"ttfb_ms"`
+	TTFTMs        *float64 `json:"ttft_ms"`
+	DurationMs    *float64 `json:"duration_ms"`
+	Events        uint32   `json:"events"`
+	ContentEvents uint32   `json:"content_events"`
+	Tokens        uint32   `json:"tokens"`
+	Reads         uint32   `json:"reads"`
+	Bytes         uint64   `json:"bytes"`
+	GapP50Ms      float64  `json:"gap_p50_ms"`
+	GapP99Ms      float64  `json:"gap_p99_ms"`
+	GapMaxMs      float64  `json:"gap_max_ms"`
+	Stalls        uint32   `json:"stalls"`
+	StalledMs     float64  `json:"stalled_ms"`
+	TokensPerSec  float64  `json:"tokens_per_sec"`
+	Smooth        bool     `json:"smooth"`
+	Browser       string   `json:"browser"`
+	ModuleVersion string   `json:"module_version"`
+}
+
+// Streams returns the site's stored streams, newest first.
+func (c *Collector) Streams(t testing.TB, site string) ([]StoredStream, error) {
+	t.Helper()
+	resp, err := http.Get(c.URL + "/api/streams?" + url.Values{"site": {site}, "since": {"1h"}, "limit": {"1000"}}.Encode())
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("/api/streams: %s", resp.Status)
+	}
+	var out struct {
+		Streams []StoredStream `json:"streams"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+		return nil, fmt.Errorf("/api/streams: %w", err)
+	}
+	return out.Streams, nil
+}
+
+// WaitStreams polls /api/streams until the site has at least n stored
+// streams (deadline 45 s) and returns them, newest first.
+func WaitStreams(t testing.TB, c *Collector, site string, n int) []StoredStream {
+	t.Helper()
+	deadline := time.Now().Add(45 * time.Second)
+	for {
+		got, err := c.Streams(t, site)
+		if err == nil && len(got) >= n {
+			return got
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("stored streams for site %q = %d (err %v), want >= %d within 45s", site, len(got), err, n)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// StreamByID returns the stored stream with the page-side id (itlmon.onStream's summary.id).
+func StreamByID(t testing.TB, rows []StoredStream, id string) StoredStream {
+	t.Helper()
+	for _, r := range rows {
+		if r.StreamID == id {
+			return r
+		}
+	}
+	t.Fatalf("stream %s not among %d stored streams", id, len(rows))
+	return StoredStream{}
+}
+
+// syncBuf is a goroutine-safe log buffer.
+type syncBuf struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuf) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuf) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// collectorPage starts an origin and a collector that allows it, and opens
+// the origin's page in a new tab with itlmon ready.
+func collectorPage(t *testing.T, init map[string]any) (*Origin, *Collector, context.Context) {
+	t.Helper()
+	Browser(t)
+	o := StartOrigin(t)
+	c := StartCollector(t, "e2e="+o.URL)
+	o.SetCollector(c.URL, "e2e")
+	ctx := NewTab(t)
+	if !OpenPage(t, ctx, o.PageURL(init, false)) {
+		t.Fatalf("itlmon did not become ready: %s", Eval[string](t, ctx, `itlmon.timing.error`))
+	}
+	return o, c, ctx
+}
+
+func lastSummary(t *testing.T, ctx context.Context) Summary {
+	t.Helper()
+	s := PageSummaries(t, ctx)
+	if len(s) == 0 {
+		t.Fatal("no itlmon.onStream summary")
+	}
+	return s[len(s)-1]
+}
+
+var _ = strconv.Itoa

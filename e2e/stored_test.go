@@ -1,0 +1,122 @@
+package e2e
+
+import (
+	"math"
+	"testing"
+	"time"
+)
+
+// meter.Status values as stored.
+const (
+	statusComplete = 1
+	statusAborted  = 2
+)
+
+// TestStoredCadence: 200 tokens at 20 ms through the real collector into
+// ClickHouse: 200 content events, ITL p50 within 2 ms of 20 ms, TTFT within
+// 5 ms of what the page measured itself.
+func TestStoredCadence(t *testing.T) {
+	_, c, ctx := collectorPage(t, nil)
+	const q = "tokens=200&interval_ms=20"
+	wantN, wantSum := wantBody(t, q)
+	page := RunStream(t, ctx, StreamOpts{Query: q})
+	if page.Error != "" || page.Bytes != wantN || page.SHA256 != wantSum {
+		t.Fatalf("page read %d bytes (err %q), want %d bytes identical", page.Bytes, page.Error, wantN)
+	}
+	sum := lastSummary(t, ctx)
+	row := StreamByID(t, WaitStreams(t, c, "e2e", 1), sum.ID)
+	if got, want := row.ContentEvents, uint32(200); got != want {
+		t.Errorf("content_events = %d, want %d", got, want)
+	}
+	if got := row.GapP50Ms; math.Abs(got-20) > 2 {
+		t.Errorf("gap_p50_ms = %.2f, want 20 ± 2", got)
+	}
+	if row.TTFTMs == nil {
+		t.Fatalf("ttft_ms = null, want ≈ %.1f (page)", page.TTFTMs)
+	}
+	if got, want := *row.TTFTMs, page.TTFTMs; math.Abs(got-want) > 5 {
+		t.Errorf("ttft_ms = %.2f, page measured %.2f: want within 5 ms", got, want)
+	}
+	if got, want := row.Status, uint8(statusComplete); got != want {
+		t.Errorf("status = %d, want %d (complete)", got, want)
+	}
+	if row.Model != "e2e-model" || row.URLPath != "/v1/chat/completions" || row.ContentType != "text/event-stream" {
+		t.Errorf("facts: model %q url_path %q content_type %q", row.Model, row.URLPath, row.ContentType)
+	}
+	if got, want := row.Bytes, uint64(wantN); got != want {
+		t.Errorf("bytes = %d, want %d", got, want)
+	}
+}
+
+// TestStoredStall: a 500 ms pause mid-stream is stored as one stall of about
+// 500 ms (the gap is the pause plus one 20 ms interval).
+func TestStoredStall(t *testing.T) {
+	_, c, ctx := collectorPage(t, nil)
+	page := RunStream(t, ctx, StreamOpts{Query: "tokens=40&interval_ms=20&pause_at=20&pause_ms=500"})
+	if page.Error != "" {
+		t.Fatalf("page error: %s", page.Error)
+	}
+	row := StreamByID(t, WaitStreams(t, c, "e2e", 1), lastSummary(t, ctx).ID)
+	if got, want := row.Stalls, uint32(1); got != want {
+		t.Fatalf("stalls = %d, want %d", got, want)
+	}
+	if got := row.StalledMs; got < 500 || got > 560 {
+		t.Errorf("stalled_ms = %.1f, want 520 (500 ms pause + 20 ms interval), within [500, 560]", got)
+	}
+	if got := row.GapMaxMs; math.Abs(got-row.StalledMs) > 12 {
+		t.Errorf("gap_max_ms = %.1f, want ≈ stalled_ms %.1f (within the histogram's error)", got, row.StalledMs)
+	}
+}
+
+// TestStoredAbort: an AbortController abort mid-stream reaches the page as
+// AbortError and is stored as aborted.
+func TestStoredAbort(t *testing.T) {
+	_, c, ctx := collectorPage(t, nil)
+	page := RunStream(t, ctx, StreamOpts{Query: "tokens=200&interval_ms=20", AbortAfterMs: 600})
+	if page.ErrorName != "AbortError" {
+		t.Fatalf("page error = %q (%s), want AbortError", page.ErrorName, page.Error)
+	}
+	row := StreamByID(t, WaitStreams(t, c, "e2e", 1), lastSummary(t, ctx).ID)
+	if got, want := row.Status, uint8(statusAborted); got != want {
+		t.Errorf("status = %d, want %d (aborted)", got, want)
+	}
+	if row.ContentEvents == 0 || row.ContentEvents >= 200 {
+		t.Errorf("content_events = %d, want some but not all of 200", row.ContentEvents)
+	}
+}
+
+// TestCollectorDown: with the collector stopped while the page streams, the
+// page is unaffected, and the records arrive once the collector is back.
+func TestCollectorDown(t *testing.T) {
+	o, c, ctx := collectorPage(t, map[string]any{"flushMs": 200})
+	_ = o
+	c.Stop(t)
+	const q = "tokens=30&interval_ms=10"
+	wantN, wantSum := wantBody(t, q)
+	start := time.Now()
+	const streams = 3
+	for range streams {
+		page := RunStream(t, ctx, StreamOpts{Query: q})
+		if page.Error != "" || page.Bytes != wantN || page.SHA256 != wantSum {
+			t.Fatalf("with the collector down the page read %d bytes sha %s err %q, want %d %s", page.Bytes, page.SHA256, page.Error, wantN, wantSum)
+		}
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Errorf("3 short streams took %v with the collector down", d)
+	}
+	sums := PageSummaries(t, ctx)
+	if len(sums) != streams {
+		t.Fatalf("summaries = %d, want %d", len(sums), streams)
+	}
+	st := Eval[map[string]float64](t, ctx, `__itlmon_go.stats()`)
+	if st["pending"]+st["unacked"] == 0 {
+		t.Fatalf("module stats %v: nothing held while the collector is down", st)
+	}
+	c.Start(t, engineExe(t))
+	rows := WaitStreams(t, c, "e2e", streams)
+	for _, s := range sums {
+		if r := StreamByID(t, rows, s.ID); r.ContentEvents != 30 {
+			t.Errorf("stream %s: content_events = %d, want 30", s.ID, r.ContentEvents)
+		}
+	}
+}

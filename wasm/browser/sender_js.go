@@ -1,0 +1,352 @@
+package main
+
+import (
+	"syscall/js"
+	"time"
+
+	"github.com/itlmon/itlmon/wasm/beacon"
+)
+
+const (
+	defaultFlushEvery = 2 * time.Second // at most one batch per this interval (stream ends flush sooner when idle)
+	backoffMin        = 500 * time.Millisecond
+	backoffMax        = 30 * time.Second
+	maxPending        = 512       // records waiting for a batch
+	maxBatchRecords   = 64        // records per batch
+	maxUnackedBytes   = 256 << 10 // encoded batches kept until acknowledged
+	maxBeaconBytes    = 64 << 10  // navigator.sendBeacon limit
+)
+
+// sentBatch is a batch sent (or to be resent) and not yet acknowledged.
+type sentBatch struct {
+	seq     uint64
+	records []beacon.Record
+	dropped uint32
+	wire    []byte
+}
+
+// sender batches records onto a WebSocket to the collector. It never blocks:
+// records beyond the bounds are dropped and counted, and the count travels
+// with the next batch. Every method runs on a JS callback.
+type sender struct {
+	site, wsURL, beaconURL string
+	client                 beacon.Client
+	flushEvery             time.Duration
+
+	ws        js.Value // null when not connected
+	open      bool
+	hidden    bool // pagehide: no socket until pageshow
+	wsFuncs   []js.Func
+	pending   []beacon.Record
+	unacked   []sentBatch
+	unackedN  int // bytes in unacked
+	dropped   uint32
+	seq       uint64
+	lastFlush time.Time
+	backoff   time.Duration
+
+	flushTimer, retryTimer *timer
+
+	sentBatches, ackedBatches, beacons, connects, rejected int
+}
+
+func newSender(site, wsURL, beaconURL string, c beacon.Client) *sender {
+	s := &sender{site: site, wsURL: wsURL, beaconURL: beaconURL, client: c, flushEvery: defaultFlushEvery, ws: js.Null()}
+	s.flushTimer = newTimer(s.flushNow)
+	s.retryTimer = newTimer(s.connect)
+	s.seq = uint64(random() * (1 << 40)) // distinct per page load, room to count up
+	return s
+}
+
+// add queues a finished stream's record.
+func (s *sender) add(r beacon.Record) {
+	if len(s.pending) >= maxPending {
+		s.pending = s.pending[1:]
+		s.dropped++
+	}
+	s.pending = append(s.pending, r)
+	if !s.open {
+		if !s.retryTimer.armed {
+			s.connect()
+		}
+		return
+	}
+	s.scheduleFlush()
+}
+
+// scheduleFlush sends now if the last batch is older than flushEvery, else
+// arms the flush timer for when it will be.
+func (s *sender) scheduleFlush() {
+	wait := s.flushEvery - time.Since(s.lastFlush)
+	if wait <= 0 {
+		s.flushNow()
+		return
+	}
+	s.flushTimer.arm(wait)
+}
+
+func (s *sender) flushNow() {
+	if !s.open {
+		return
+	}
+	for len(s.pending) > 0 {
+		n := min(len(s.pending), maxBatchRecords)
+		b := sentBatch{records: s.pending[:n:n], dropped: s.dropped}
+		s.pending = s.pending[n:]
+		s.dropped = 0
+		s.seq++
+		b.seq = s.seq
+		wire, err := s.encode(b.seq, b.records, b.dropped)
+		if err != nil {
+			report("encode", err)
+			s.dropped += uint32(n) + b.dropped
+			continue
+		}
+		b.wire = wire
+		s.keep(b)
+		s.write(wire)
+	}
+	if len(s.pending) == 0 {
+		s.pending = nil // let the sent slices' backing array go once acked
+	}
+	s.lastFlush = time.Now()
+}
+
+// keep adds b to the unacknowledged batches, dropping the oldest over the bound.
+func (s *sender) keep(b sentBatch) {
+	s.unacked = append(s.unacked, b)
+	s.unackedN += len(b.wire)
+	for s.unackedN > maxUnackedBytes && len(s.unacked) > 1 {
+		old := s.unacked[0]
+		s.unacked = s.unacked[1:]
+		s.unackedN -= len(old.wire)
+		s.dropped += uint32(len(old.records)) + old.dropped
+	}
+}
+
+func (s *sender) encode(seq uint64, recs []beacon.Record, dropped uint32) ([]byte, error) {
+	b := beacon.Batch{Seq: seq, Site: s.site, Client: s.client, Dropped: dropped, Records: recs}
+	return b.AppendBinary(nil)
+}
+
+func (s *sender) write(wire []byte) {
+	u8 := global.Get("Uint8Array").New(len(wire))
+	js.CopyBytesToJS(u8, wire)
+	s.ws.Call("send", u8)
+	s.sentBatches++
+}
+
+// connect opens the WebSocket unless one is open or opening.
+func (s *sender) connect() {
+	if s.hidden || !s.ws.IsNull() {
+		return
+	}
+	ws := global.Get("WebSocket").New(s.wsURL)
+	ws.Set("binaryType", "arraybuffer")
+	s.ws = ws
+	s.connects++
+	on := func(name string, fn func(ev js.Value)) {
+		f := js.FuncOf(func(_ js.Value, args []js.Value) any {
+			defer func() {
+				if r := recover(); r != nil {
+					report("websocket "+name, r)
+				}
+			}()
+			if !s.ws.Equal(ws) {
+				return nil // a stale socket's late event
+			}
+			var ev js.Value
+			if len(args) > 0 {
+				ev = args[0]
+			}
+			fn(ev)
+			return nil
+		})
+		s.wsFuncs = append(s.wsFuncs, f)
+		ws.Set("on"+name, f)
+	}
+	on("open", func(js.Value) {
+		s.open = true
+		// Resend what was never acknowledged, in order, then what is new.
+		for _, b := range s.unacked {
+			s.write(b.wire)
+		}
+		s.flushNow()
+	})
+	on("message", func(ev js.Value) { s.onMessage(ev.Get("data")) })
+	on("close", func(js.Value) { s.closed() })
+	on("error", func(js.Value) {}) // close follows
+}
+
+func (s *sender) onMessage(data js.Value) {
+	if data.Type() != js.TypeObject {
+		return
+	}
+	u8 := global.Get("Uint8Array").New(data)
+	buf := make([]byte, u8.Length())
+	js.CopyBytesToGo(buf, u8)
+	if k, _, err := beacon.PeekKind(buf); err != nil || k != beacon.KindAck {
+		return
+	}
+	ack, err := beacon.DecodeAck(buf)
+	if err != nil {
+		return
+	}
+	i := 0
+	for i < len(s.unacked) && s.unacked[i].seq != ack.Seq {
+		i++
+	}
+	if i == len(s.unacked) {
+		return // a duplicate ack, or for a batch already dropped
+	}
+	b := s.unacked[i]
+	switch ack.Reject {
+	case beacon.RejectOverload, beacon.RejectRetry:
+		// Kept: resent on the next connection. Close this one so the
+		// reconnect backoff paces the retry.
+		s.ws.Call("close", 1000, "retry")
+		return
+	case beacon.RejectNone:
+		s.backoff = 0
+		s.ackedBatches++
+	default:
+		// Malformed, version, limit, site: resending cannot help.
+		s.rejected += len(b.records)
+	}
+	s.unackedN -= len(b.wire)
+	s.unacked = append(s.unacked[:i:i], s.unacked[i+1:]...)
+}
+
+// random returns Math.random(): math/rand would add to the module.
+func random() float64 { return global.Get("Math").Call("random").Float() }
+
+// closed handles the socket's end: forget it, and reconnect with backoff and
+// jitter while there is anything left to deliver.
+func (s *sender) closed() {
+	s.dropSocket()
+	if s.hidden || (len(s.unacked) == 0 && len(s.pending) == 0) {
+		return
+	}
+	s.backoff = min(max(2*s.backoff, backoffMin), backoffMax)
+	// Jitter over the upper half: [backoff/2, backoff).
+	d := s.backoff/2 + time.Duration(random()*float64(s.backoff/2))
+	s.retryTimer.arm(d)
+}
+
+func (s *sender) dropSocket() {
+	if !s.ws.IsNull() {
+		ws := s.ws
+		for _, ev := range [...]string{"open", "message", "close", "error"} {
+			ws.Set("on"+ev, js.Null())
+		}
+		if st := ws.Get("readyState").Int(); st == 0 || st == 1 {
+			ws.Call("close")
+		}
+	}
+	for _, f := range s.wsFuncs {
+		f.Release()
+	}
+	s.wsFuncs = s.wsFuncs[:0]
+	s.ws = js.Null()
+	s.open = false
+}
+
+// pagehide closes the socket (a page with an open WebSocket cannot enter the
+// back/forward cache) and sends what is left with navigator.sendBeacon.
+func (s *sender) pagehide() {
+	s.hidden = true
+	s.flushTimer.stop()
+	s.retryTimer.stop()
+	s.dropSocket()
+	var recs []beacon.Record
+	dropped := s.dropped
+	for _, b := range s.unacked {
+		recs = append(recs, b.records...)
+		dropped += b.dropped
+	}
+	recs = append(recs, s.pending...)
+	if len(recs) == 0 && dropped == 0 {
+		return
+	}
+	s.seq++
+	var wire []byte
+	for {
+		w, err := s.encode(s.seq, recs, dropped)
+		if err == nil && len(w) <= maxBeaconBytes {
+			wire = w
+			break
+		}
+		if len(recs) == 0 {
+			return
+		}
+		recs = recs[1:] // the oldest go first
+		dropped++
+	}
+	nav := global.Get("navigator")
+	if nav.Get("sendBeacon").Type() != js.TypeFunction || s.beaconURL == "" {
+		return
+	}
+	u8 := global.Get("Uint8Array").New(len(wire))
+	js.CopyBytesToJS(u8, wire)
+	if nav.Call("sendBeacon", s.beaconURL, u8).Bool() {
+		s.beacons++
+		s.unacked, s.unackedN, s.pending, s.dropped = nil, 0, nil, 0
+	}
+}
+
+// pageshow: the page is back (from the back/forward cache); reconnect lazily.
+func (s *sender) pageshow() {
+	s.hidden = false
+	if len(s.pending) > 0 || len(s.unacked) > 0 {
+		s.connect()
+	}
+}
+
+func (s *sender) close() {
+	s.hidden = true
+	s.flushTimer.release()
+	s.retryTimer.release()
+	s.dropSocket()
+}
+
+// timer is a JS setTimeout with one reusable callback.
+type timer struct {
+	fn    js.Func
+	id    js.Value
+	armed bool
+}
+
+func newTimer(f func()) *timer {
+	t := &timer{}
+	t.fn = js.FuncOf(func(js.Value, []js.Value) any {
+		defer func() {
+			if r := recover(); r != nil {
+				report("timer", r)
+			}
+		}()
+		t.armed = false
+		f()
+		return nil
+	})
+	return t
+}
+
+func (t *timer) arm(d time.Duration) {
+	if t.armed {
+		return
+	}
+	t.armed = true
+	t.id = global.Call("setTimeout", t.fn, float64(d)/float64(time.Millisecond))
+}
+
+func (t *timer) stop() {
+	if t.armed {
+		global.Call("clearTimeout", t.id)
+		t.armed = false
+	}
+}
+
+func (t *timer) release() {
+	t.stop()
+	t.fn.Release()
+}

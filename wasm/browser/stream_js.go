@@ -1,0 +1,378 @@
+package main
+
+import (
+	"math"
+	"syscall/js"
+	"time"
+
+	"github.com/itlmon/itlmon/wasm/beacon"
+	"github.com/itlmon/itlmon/wasm/meter"
+)
+
+// maxOpen bounds the streams measured at once; more are passed through unmeasured.
+const maxOpen = 64
+
+// stream is one measured response.
+type stream struct {
+	t0  float64 // performance.now() just before fetch, ms
+	m   *meter.Meter
+	rec beacon.Record // request/response facts; metrics filled at end
+}
+
+// module is the browser module's state. Only JS callbacks touch it.
+type module struct {
+	configured bool
+	timerFloor time.Duration
+	testHooks  bool
+	pageOrigin string
+	pagePath   string
+
+	streams map[int]*stream
+	nextID  int
+	buf     []byte // staged bytes of the current batch, reused
+	ops     []byte // staged operations of the current batch, reused
+
+	send   *sender
+	panics int
+}
+
+func newModule() *module {
+	return &module{streams: make(map[int]*stream), buf: make([]byte, 0, 64<<10)}
+}
+
+// configure(cfg): cfg holds the collector endpoints, site and client facts,
+// gathered by the shim (see itl.js).
+func (a *module) configure(args []js.Value) any {
+	if len(args) < 1 || args[0].Type() != js.TypeObject {
+		return "configure: want a config object"
+	}
+	c := args[0]
+	site := propString(c, "site")
+	wsURL := propString(c, "wsURL")
+	if site == "" || wsURL == "" {
+		return "configure: site and wsURL are required"
+	}
+	a.timerFloor = time.Duration(propFloat(c, "timerFloorUs") * float64(time.Microsecond))
+	a.testHooks = propBool(c, "testHooks")
+	a.pageOrigin = propString(c, "pageOrigin")
+	a.pagePath = propString(c, "pagePath")
+	client := beacon.Client{
+		UserAgent:      propString(c, "userAgent"),
+		UABrands:       propString(c, "uaBrands"),
+		UAPlatform:     propString(c, "uaPlatform"),
+		UAMobile:       propBool(c, "uaMobile"),
+		ConnType:       propString(c, "connType"),
+		ConnRTTMs:      uint16(clamp(propFloat(c, "connRTTMs"), 0, math.MaxUint16)),
+		TimerFloorUs:   uint32(clamp(propFloat(c, "timerFloorUs"), 0, math.MaxUint32)),
+		CrossOriginIso: propBool(c, "crossOriginIsolated"),
+		ModuleVersion:  Version,
+		Release:        propString(c, "release"),
+	}
+	if a.send != nil {
+		a.send.close()
+	}
+	a.send = newSender(site, wsURL, propString(c, "beaconURL"), client)
+	a.send.flushEvery = durationMs(propFloat(c, "flushMs"), defaultFlushEvery)
+	a.configured = true
+	return true
+}
+
+// start(t0, startUnixMs, url, method, model, contentType, httpStatus,
+// originID, streamID) -> id, or -1 when not measured.
+func (a *module) start(args []js.Value) any {
+	if !a.configured || len(a.streams) >= maxOpen || len(args) < 9 {
+		return -1
+	}
+	ct := argString(args, 5) // media type, lowercased, without parameters (itl.js)
+	s := &stream{
+		t0: argFloat(args, 0),
+		m:  meter.New(meter.Options{ContentType: ct, TimerFloor: a.timerFloor}),
+		rec: beacon.Record{
+			StartUnixMs: int64(argFloat(args, 1)),
+			PageOrigin:  a.pageOrigin,
+			PagePath:    a.pagePath,
+			Model:       limit(argString(args, 4), 128),
+			ContentType: limit(ct, 64),
+			HTTPStatus:  uint16(clamp(argFloat(args, 6), 0, math.MaxUint16)),
+			OriginID:    limit(argString(args, 7), 128),
+		},
+	}
+	s.rec.URLOrigin, s.rec.URLPath = beacon.StripQuery(argString(args, 2))
+	s.rec.URLPath = limit(s.rec.URLPath, 512)
+	js.CopyBytesToGo(s.rec.StreamID[:], args[8])
+	id := a.nextID
+	a.nextID++
+	a.streams[id] = s
+	return id
+}
+
+// feed(bytes, ops, nOps): a batch of staged reads and busy intervals (see
+// the package comment for the layout).
+func (a *module) feed(args []js.Value) any {
+	if len(args) < 3 {
+		return nil
+	}
+	n := args[2].Int()
+	if n <= 0 {
+		return nil
+	}
+	a.ops = grow(a.ops, 32*n)
+	js.CopyBytesToGo(a.ops, args[1])
+	total := 0
+	for i := range n {
+		if id := a.op(i, 0); id >= 0 {
+			total += int(a.op(i, 1))
+		}
+	}
+	a.buf = grow(a.buf, total)
+	js.CopyBytesToGo(a.buf, args[0])
+	off := 0
+	for i := range n {
+		id, size, at := a.op(i, 0), int(a.op(i, 1)), a.op(i, 2)
+		if id < 0 {
+			a.markBusy(at, a.op(i, 3))
+			continue
+		}
+		if size < 0 || off+size > total {
+			return nil // BUG in the shim; drop the rest of the batch
+		}
+		if s := a.streams[int(id)]; s != nil {
+			s.m.Feed(a.buf[off:off+size], since(s.t0, at))
+		}
+		off += size
+	}
+	return nil
+}
+
+// op returns float64 j of operation i of the current batch.
+func (a *module) op(i, j int) float64 {
+	p := 32*i + 8*j
+	b := a.ops[p : p+8]
+	return math.Float64frombits(uint64(b[0]) | uint64(b[1])<<8 | uint64(b[2])<<16 | uint64(b[3])<<24 |
+		uint64(b[4])<<32 | uint64(b[5])<<40 | uint64(b[6])<<48 | uint64(b[7])<<56)
+}
+
+// grow returns b resized to n, reallocating only when it must.
+func grow(b []byte, n int) []byte {
+	if cap(b) < n {
+		return make([]byte, n, n+n/2)
+	}
+	return b[:n]
+}
+
+// end(id, at, kind, httpStatus, proto, out) -> true with the summary in out.
+func (a *module) end(args []js.Value) any {
+	if len(args) < 6 {
+		return false
+	}
+	id := args[0].Int()
+	s := a.streams[id]
+	if s == nil {
+		return false
+	}
+	delete(a.streams, id)
+	st := meter.StatusComplete
+	switch args[2].Int() {
+	case 2:
+		st = meter.StatusAborted
+	case 3:
+		st = meter.StatusNetworkError
+	}
+	hs := int(argFloat(args, 3))
+	if hs == 0 {
+		hs = int(s.rec.HTTPStatus)
+	}
+	if st == meter.StatusComplete && hs >= 400 {
+		st = meter.StatusHTTPError
+	}
+	s.rec.HTTPProto = limit(argString(args, 4), 16)
+	s.m.End(since(s.t0, args[1].Float()), st, hs)
+	sum := s.m.Summary()
+	fillRecord(&s.rec, &sum)
+	if a.send != nil {
+		a.send.add(s.rec)
+	}
+	a.writeSummary(&sum, args[5])
+	return true
+}
+
+// summaryFields is the order of the float64s end writes for itl.js (times in
+// ms, -1 = did not happen). Keep in step with SUMMARY in web/static/itl.js.
+const summaryFields = 26
+
+func (a *module) writeSummary(s *meter.Summary, out js.Value) {
+	b2f := func(b bool) float64 {
+		if b {
+			return 1
+		}
+		return 0
+	}
+	v := [summaryFields]float64{
+		float64(s.Status), float64(s.HTTPStatus), float64(s.Format),
+		ms(s.TTFB), ms(s.TTFC), ms(s.TTFT), ms(s.Duration),
+		float64(s.Events), float64(s.ContentEvents), float64(s.Tokens), float64(s.Reads), float64(s.Bytes),
+		ms(s.GapP50), ms(s.GapP95), ms(s.GapP99), ms(s.GapMax), ms(s.TPOT), s.TokensPerSec,
+		float64(s.Stalls), ms(s.StalledFor), s.Jank, b2f(s.Smooth), s.EventsPerRead,
+		float64(s.TTFTCause), b2f(s.TokensReported), s.SubFloorShare,
+	}
+	var b [summaryFields * 8]byte
+	for i, f := range v {
+		u := math.Float64bits(f)
+		for j := range 8 {
+			b[8*i+j] = byte(u >> (8 * j))
+		}
+	}
+	js.CopyBytesToJS(out, b[:])
+}
+
+// markBusy gives a busy interval (performance.now() ms) to every open stream.
+func (a *module) markBusy(start, end float64) {
+	for _, s := range a.streams {
+		if end <= s.t0 {
+			continue
+		}
+		s.m.MarkBusy(since(s.t0, math.Max(start, s.t0)), since(s.t0, end))
+	}
+}
+
+func (a *module) pagehide([]js.Value) any {
+	if a.send != nil {
+		a.send.pagehide()
+	}
+	return nil
+}
+
+func (a *module) pageshow([]js.Value) any {
+	if a.send != nil {
+		a.send.pageshow()
+	}
+	return nil
+}
+
+// stats() -> counters for tests and debugging.
+func (a *module) stats([]js.Value) any {
+	o := map[string]any{"open": len(a.streams), "panics": a.panics}
+	if s := a.send; s != nil {
+		o["pending"] = len(s.pending)
+		o["unacked"] = len(s.unacked)
+		o["dropped"] = int(s.dropped)
+		o["sent"] = s.sentBatches
+		o["acked"] = s.ackedBatches
+		o["beacons"] = s.beacons
+		o["connects"] = s.connects
+		o["rejected"] = s.rejected
+	}
+	return o
+}
+
+// crash(mode) is a test hook (configure({testHooks: true}) only): "callback"
+// panics inside this callback (recovered), "exit" ends the Go program the way an
+// unrecovered panic would.
+func (a *module) crash(args []js.Value) any {
+	if !a.testHooks {
+		return false
+	}
+	switch argString(args, 0) {
+	case "callback":
+		panic("test hook: panic in callback")
+	case "exit":
+		// An unrecovered panic on a goroutine kills the Go program: every
+		// later call into the module throws, which the shim must survive.
+		go func() { panic("test hook: unrecovered panic") }()
+	}
+	return true
+}
+
+// since converts a performance.now() stamp to the time since t0.
+func since(t0, at float64) time.Duration {
+	return time.Duration((at - t0) * float64(time.Millisecond))
+}
+
+func durationMs(ms float64, def time.Duration) time.Duration {
+	if ms <= 0 {
+		return def
+	}
+	return time.Duration(ms * float64(time.Millisecond))
+}
+
+// fillRecord copies a meter summary into the wire record.
+func fillRecord(r *beacon.Record, s *meter.Summary) {
+	r.Format = uint8(s.Format)
+	r.Status = uint8(s.Status)
+	if s.HTTPStatus > 0 {
+		r.HTTPStatus = uint16(s.HTTPStatus)
+	}
+	r.TTFBUs, r.TTFCUs, r.TTFTUs = usTime(s.TTFB), usTime(s.TTFC), usTime(s.TTFT)
+	r.DurationUs = usTime(s.Duration)
+	r.Events, r.ContentEvents, r.Tokens = u32(s.Events), u32(s.ContentEvents), u32(s.Tokens)
+	r.TokensReported = s.TokensReported
+	r.Reads, r.Bytes = u32(s.Reads), uint64(max(s.Bytes, 0))
+	r.GapP50Us, r.GapP95Us, r.GapP99Us, r.GapMaxUs = us(s.GapP50), us(s.GapP95), us(s.GapP99), us(s.GapMax)
+	r.TPOTUs = us(s.TPOT)
+	r.TokensPerSec = float32(s.TokensPerSec)
+	r.Stalls, r.StalledUs = u32(s.Stalls), uint64(max(s.StalledFor/time.Microsecond, 0))
+	r.Jank, r.Smooth = float32(s.Jank), s.Smooth
+	r.EventsPerRead, r.MaxEventsPerRead = float32(s.EventsPerRead), u32(s.MaxEventsPerRead)
+	r.BytesPerRead, r.SubFloorShare = float32(s.BytesPerRead), float32(s.SubFloorShare)
+	for i := range meter.NumCauses {
+		r.StallsByCause[i] = u32(s.StallsByCause[i])
+		r.StalledByCause[i] = uint64(max(s.StalledByCause[i]/time.Microsecond, 0))
+	}
+	r.TTFTCause = uint8(s.TTFTCause)
+	r.ITL, r.ITLTokens = s.ITL, s.ITLTokens
+	r.StallList = make([]beacon.Stall, len(s.StallList))
+	for i, st := range s.StallList {
+		r.StallList[i] = beacon.Stall{StartUs: us(st.Start), EndUs: us(st.End), Cause: uint8(st.Cause), NextReadEvents: st.NextReadEvents}
+	}
+	r.Timeline = make([]beacon.Stamp, len(s.Timeline))
+	for i, st := range s.Timeline {
+		r.Timeline[i] = beacon.Stamp{AtUs: us(st.At), Read: st.Read, Content: st.Content}
+	}
+	r.TimelineDropped = u32(s.TimelineDropped)
+}
+
+// ms returns d in milliseconds; a negative d ("did not happen") gives -1.
+func ms(d time.Duration) float64 {
+	if d < 0 {
+		return -1
+	}
+	return float64(d) / float64(time.Millisecond)
+}
+
+// usTime is us for a time that may be absent (negative): NoTime then.
+func usTime(d time.Duration) uint32 {
+	if d < 0 {
+		return beacon.NoTime
+	}
+	return us(d)
+}
+
+func us(d time.Duration) uint32 {
+	v := d / time.Microsecond
+	if v < 0 {
+		return 0
+	}
+	if v >= time.Duration(beacon.NoTime) {
+		return beacon.NoTime - 1
+	}
+	return uint32(v)
+}
+
+func u32(n int) uint32 {
+	if n < 0 {
+		return 0
+	}
+	if uint64(n) > math.MaxUint32 {
+		return math.MaxUint32
+	}
+	return uint32(n)
+}
+
+func clamp(v, lo, hi float64) float64 { return math.Max(lo, math.Min(hi, v)) }
+
+func limit(s string, n int) string {
+	if len(s) > n {
+		return s[:n]
+	}
+	return s
+}
