@@ -77,6 +77,8 @@ func TestBrowserReport(t *testing.T) {
 		median(ready), loads, slices.Min(ready), slices.Max(ready))
 	fmt.Printf("  %-40s %11.1f ms   (%d chunks, median of %d)\n", "read a local stream, plain", c.WithoutMs, c.N, len(c.Without))
 	fmt.Printf("  %-40s %11.1f ms\n", "read the same stream through itlmon", c.WithMs)
+	fmt.Printf("  %-40s %11.2f µs   (this machine's speed: the added cost is %.1f× it)\n", "one plain read, per chunk",
+		c.WithoutMs*1000/float64(c.N), perChunk/(c.WithoutMs*1000/float64(c.N)))
 	fmt.Printf("  %-40s %11.2f µs   <= 10 µs %s\n", "added per chunk", perChunk, verdict(perChunk <= 10))
 	fmt.Printf("  %-40s %11.2f µs   (%d batched calls)\n\n", "  of which in the Go module (meter)", c.FeedUs, c.FeedCalls)
 }
