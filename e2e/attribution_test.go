@@ -483,7 +483,9 @@ func startAttrCollector(t *testing.T) *attrCollector {
 	if err != nil {
 		t.Fatal(err)
 	}
-	j := join.New(db.Conn(), join.Config{Hold: 5 * time.Second, FlushInterval: 100 * time.Millisecond, Logger: log})
+	keys := join.StaticKeys(map[string]string{attrSite: attrKey})
+	j := join.New(db.Conn(), join.Config{Hold: 5 * time.Second, FlushInterval: 100 * time.Millisecond, Logger: log,
+		HasOrigin: func(site string) bool { _, ok := keys(site); return ok }})
 	in, err := ingest.New(ingest.Config{Sites: []ingest.Site{{Key: attrSite, Origins: []string{"*"}}}, Sink: j.Sink(w), Logger: log})
 	if err != nil {
 		t.Fatal(err)
@@ -493,7 +495,7 @@ func startAttrCollector(t *testing.T) *attrCollector {
 		t.Fatal(err)
 	}
 	in.Register(mux)
-	j.Register(mux, join.StaticKeys(map[string]string{attrSite: attrKey}))
+	j.Register(mux, keys)
 	url, srv := serve(t, mux)
 	t.Cleanup(func() { // after serve's Close: ingest, joiner, writer, in order
 		srv.Close()

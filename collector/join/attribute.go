@@ -14,6 +14,15 @@
 // (schema/010_origin.sql), whose rollup itl_origin_1m carries stalls and
 // stalled ms per refined cause. A collector restart forgets unjoined entries:
 // the raw origin timeline is stored on arrival, only the join is lost.
+// Only sites that report origin timelines (Config.HasOrigin: those with an
+// origin key) are held or kept; other sites' records pass straight through.
+//
+// Wiring (cmd/itlmon):
+//
+//	j := join.New(db.Conn(), join.Config{HasOrigin: hasKey, Logger: log})
+//	ingest.New(ingest.Config{Sink: j.Sink(writer), ...})
+//	j.Register(mux, keys)              // POST /v1/origin?site=KEY, X-Itlmon-Key: shared key
+//	// shutdown: ingest, then j.Shutdown(ctx), then writer.Shutdown(ctx)
 package join
 
 import (

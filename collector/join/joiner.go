@@ -45,9 +45,18 @@ type Config struct {
 	// FlushInterval and MaxBatch shape the itl_origin inserts.
 	FlushInterval time.Duration
 	MaxBatch      int
-	Logger        zerolog.Logger
-	Now           func() time.Time
+	// HasOrigin says whether a site reports origin timelines (has an origin
+	// key). Client records of other sites pass straight through: never
+	// held, never kept. Default: sites that sent a timeline in the last
+	// originSiteTTL.
+	HasOrigin func(site string) bool
+	Logger    zerolog.Logger
+	Now       func() time.Time
 }
+
+// originSiteTTL: without Config.HasOrigin, a site counts as reporting origin
+// timelines this long after its last one.
+const originSiteTTL = 10 * time.Minute
 
 func (c *Config) setDefaults() {
 	if c.Hold == 0 {
@@ -103,6 +112,7 @@ type Joiner struct {
 	fifo    []*entry // creation order, for expiry and eviction
 	head    int
 	holding int
+	sites   map[string]time.Time // last origin timeline per site
 	closing chan struct{}
 	closed  bool
 	holders sync.WaitGroup
@@ -132,6 +142,7 @@ func New(conn driver.Conn, cfg Config) *Joiner {
 		cfg:     cfg,
 		log:     cfg.Logger.With().Str("component", "join").Logger(),
 		entries: make(map[key]*entry),
+		sites:   make(map[string]time.Time),
 		closing: make(chan struct{}),
 	}
 	j.w = newRowWriter(conn, cfg.FlushInterval, cfg.MaxBatch, j.log)
@@ -190,6 +201,7 @@ func (j *Joiner) AddOrigin(ctx context.Context, site string, b *beacon.OriginBat
 		return ErrClosed
 	}
 	j.expireLocked(now)
+	j.sites[site] = now
 	for i := range b.Records {
 		o := &b.Records[i]
 		base := originRow(site, now, o)
@@ -246,7 +258,7 @@ func (s *sink) Submit(ctx context.Context, streams []collector.Stream, done func
 	j.expireLocked(now)
 	for i := range streams {
 		st := &streams[i]
-		if st.OriginID == "" {
+		if st.OriginID == "" || !j.hasOriginLocked(st.Site, now) {
 			continue
 		}
 		if !copied { // refine a copy: the caller's slice stays as it was
@@ -338,6 +350,15 @@ func (s *sink) hold(ctx context.Context, streams []collector.Stream, wait []pend
 	}
 	j.mu.Unlock()
 	j.w.writeAsync(rows)
+}
+
+// hasOriginLocked reports whether site reports origin timelines.
+func (j *Joiner) hasOriginLocked(site string, now time.Time) bool {
+	if j.cfg.HasOrigin != nil {
+		return j.cfg.HasOrigin(site)
+	}
+	last, ok := j.sites[site]
+	return ok && now.Sub(last) < originSiteTTL
 }
 
 // refine applies the attribution to the client stream.

@@ -80,7 +80,8 @@ func newFixture(t *testing.T, hold time.Duration) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	j := join.New(db.Conn(), join.Config{Hold: hold, FlushInterval: 50 * time.Millisecond, Logger: log})
+	j := join.New(db.Conn(), join.Config{Hold: hold, FlushInterval: 50 * time.Millisecond, Logger: log,
+		HasOrigin: func(site string) bool { return site == "chat" }})
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
@@ -229,4 +230,17 @@ func TestHandler(t *testing.T) {
 	if st := f.j.Stats(); st.Origins != 1 || st.ReporterDropped != 3 {
 		t.Fatalf("stats %+v, want 1 origin, 3 reporter drops", st)
 	}
+}
+
+// Client records of a site without origin reporting pass straight through,
+// never held, even when they carry an origin id (an app's X-Request-Id).
+func TestSiteWithoutOrigin(t *testing.T) {
+	f := newFixture(t, 10*time.Second)
+	o := pausedOrigin("req-5")
+	start := time.Now()
+	f.submit(t, clientOf(o, "blog"))
+	if st := f.j.Stats(); st.Held != 0 || time.Since(start) > 8*time.Second {
+		t.Fatalf("stats %+v after %v: a site without origin reporting was held", st, time.Since(start))
+	}
+	eventually(t, f.db, "SELECT stalls_unknown FROM itl_streams WHERE origin_id = 'req-5'", uint32(1))
 }
