@@ -1,9 +1,13 @@
 package e2e
 
 import (
+	"context"
 	"math"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/chromedp/chromedp"
 )
 
 // meter.Status values as stored.
@@ -118,5 +122,61 @@ func TestCollectorDown(t *testing.T) {
 		if r := StreamByID(t, rows, s.ID); r.ContentEvents != 30 {
 			t.Errorf("stream %s: content_events = %d, want 30", s.ID, r.ContentEvents)
 		}
+	}
+}
+
+// TestPagehideBeacon: a record still waiting for its batch when the page is
+// left goes out with navigator.sendBeacon to /v1/beacon, and the socket is
+// closed (an open WebSocket keeps a page out of the back/forward cache).
+func TestPagehideBeacon(t *testing.T) {
+	o, c, ctx := collectorPage(t, map[string]any{"flushMs": 60000})
+	const q = "tokens=10&interval_ms=5"
+	RunStream(t, ctx, StreamOpts{Query: q}) // opens the socket; sent on open
+	WaitStreams(t, c, "e2e", 1)
+	RunStream(t, ctx, StreamOpts{Query: q}) // held: the last batch is under flushMs old
+	st := Eval[map[string]float64](t, ctx, `__itlmon_go.stats()`)
+	if st["pending"] != 1 {
+		t.Fatalf("module stats %v: want the second record pending", st)
+	}
+	sums := PageSummaries(t, ctx)
+	if err := chromedp.Do(ctx, chromedp.Navigate(o.URL+"/plain")); err != nil {
+		t.Fatalf("navigate away: %v", err)
+	}
+	rows := WaitStreams(t, c, "e2e", 2)
+	for _, s := range sums {
+		StreamByID(t, rows, s.ID)
+	}
+}
+
+// TestDemoPage: the collector's demo chat streams an answer from its demo
+// endpoint and shows the numbers itlmon measured for it.
+func TestDemoPage(t *testing.T) {
+	Browser(t)
+	c := StartCollector(t)
+	ctx := NewTab(t)
+	sctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	if err := chromedp.Do(sctx,
+		chromedp.Navigate(c.URL+"/demo/"),
+		chromedp.Poll[chromedp.Void](`window.itlmon && itlmon.active`),
+	); err != nil {
+		t.Fatalf("demo page: %v", err)
+	}
+	got := Eval[string](t, sctx, `(async () => {
+		document.getElementById('tokens').value = 30;
+		document.getElementById('interval').value = 10;
+		document.getElementById('form').requestSubmit();
+		for (;;) {
+			const m = document.querySelector('.metrics');
+			if (m) return m.textContent;
+			await new Promise(r => setTimeout(r, 50));
+		}
+	})()`)
+	if !strings.Contains(got, "TTFT") || !strings.Contains(got, "30 events") || !strings.Contains(got, "complete") {
+		t.Fatalf("demo metrics = %q, want TTFT, 30 events, complete", got)
+	}
+	rows := WaitStreams(t, c, "demo", 1)
+	if got, want := rows[0].ContentEvents, uint32(30); got != want {
+		t.Errorf("stored content_events = %d, want %d", got, want)
 	}
 }
