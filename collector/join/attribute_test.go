@@ -3,6 +3,8 @@ package join
 import (
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/itlmon/itlmon/wasm/beacon"
 	"github.com/itlmon/itlmon/wasm/meter"
 )
@@ -255,5 +257,21 @@ func TestParseOriginKey(t *testing.T) {
 		if _, ok := keys(s); ok {
 			t.Fatalf("keys(%q) ok, want refused", s)
 		}
+	}
+}
+
+func TestRegisterMetrics(t *testing.T) {
+	j := New(nil, Config{})
+	defer j.Shutdown(t.Context())
+	reg := prometheus.NewRegistry()
+	if err := j.RegisterMetrics(reg); err != nil {
+		t.Fatal(err)
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := len(mfs), 10; got != want {
+		t.Fatalf("%d metric families, want %d", got, want)
 	}
 }
