@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"net/url"
+	"strings"
 	"testing"
 
 	"github.com/itlmon/itlmon/collector/demo"
@@ -150,5 +151,56 @@ func TestModuleMissingOrCrashing(t *testing.T) {
 			t.Fatal("module still active after the Go program exited")
 		}
 		check(t, ctx)
+	})
+}
+
+// TestConfig: sampleRate, optOut, match.urls and the model field, in the page.
+func TestConfig(t *testing.T) {
+	o := StartOrigin(t)
+	a := StartAssets(t)
+	o.SetCollector(a.URL, "e2e")
+	open := func(t *testing.T, init map[string]any) context.Context {
+		t.Helper()
+		ctx := NewTab(t)
+		if !OpenPage(t, ctx, o.PageURL(init, false)) && init["optOut"] != true {
+			t.Fatal("itlmon did not become ready")
+		}
+		return ctx
+	}
+	t.Run("sampleRate 0 measures nothing", func(t *testing.T) {
+		ctx := open(t, map[string]any{"sampleRate": 0})
+		RunStream(t, ctx, StreamOpts{Query: "tokens=5&interval_ms=1"})
+		if n := len(PageSummaries(t, ctx)); n != 0 {
+			t.Fatalf("summaries = %d, want 0", n)
+		}
+	})
+	t.Run("optOut keeps the page's fetch", func(t *testing.T) {
+		ctx := open(t, map[string]any{"optOut": true})
+		if !Eval[bool](t, ctx, `window.fetch === itlmon.originalFetch && !itlmon.active`) {
+			t.Fatal("fetch wrapped although opted out")
+		}
+		RunStream(t, ctx, StreamOpts{Query: "tokens=5&interval_ms=1"})
+		if n := len(PageSummaries(t, ctx)); n != 0 {
+			t.Fatalf("summaries = %d, want 0", n)
+		}
+	})
+	t.Run("match.urls measures a JSON endpoint", func(t *testing.T) {
+		ctx := open(t, map[string]any{"match": map[string]any{"urls": []string{"/plain"}}})
+		Eval[bool](t, ctx, `fetch('/plain?secret=1').then(r => r.json()).then(j => j.ok)`)
+		s := PageSummaries(t, ctx)
+		if len(s) != 1 || s[0].URL != o.URL+"/plain" {
+			t.Fatalf("summaries = %+v, want one for %s/plain (no query)", s, o.URL)
+		}
+	})
+	t.Run("model only from the top-level field", func(t *testing.T) {
+		ctx := open(t, nil)
+		got := Eval[[]string](t, ctx, `(async () => {
+			const bodies = ['{"messages":[{"model":"nested"}],"model":"top\\u002d1"}', '{"x":{"model":"nested"}}', '{"model": 42}'];
+			for (const b of bodies) await (await fetch('/v1/chat/completions?tokens=2&interval_ms=1', {method: 'POST', body: b})).text();
+			return e2e.summaries.map(s => s.model);
+		})()`)
+		if want := []string{"top-1", "", ""}; strings.Join(got, ",") != strings.Join(want, ",") {
+			t.Fatalf("models = %q, want %q", got, want)
+		}
 	})
 }

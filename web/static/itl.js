@@ -392,7 +392,7 @@
       observeBusy();
       addEventListener('pagehide', function () { try { if (api && !broken) api.pagehide(); } catch (e) { fail('module failed', e); } });
       addEventListener('pageshow', function (e) { try { if (e.persisted && api && !broken) api.pageshow(); } catch (x) { fail('module failed', x); } });
-      if (g.fetch === origFetch) g.fetch = shimFetch;
+      if (g.fetch === origFetch && !optedOut()) g.fetch = shimFetch;
       timing.readyAt = performance.now();
       readyResolve(true);
     }).catch(function (e) { fail('not loaded', e); });
@@ -431,7 +431,7 @@
       if (api && !broken) {
         var r = api.configure(moduleConfig());
         if (r !== true) fail('configure', r);
-        if (g.fetch === origFetch) g.fetch = shimFetch;
+        else if (g.fetch === origFetch) g.fetch = shimFetch;
       }
       if (!cfg.site) throw new Error('no site key (data-site or itlmon.init({site}))');
       if (!cfg.collector) throw new Error('no collector URL');
