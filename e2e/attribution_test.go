@@ -50,13 +50,16 @@ const (
 	attrPause   = 600 * time.Millisecond // scenario 6, before token attrTokens/2
 	attrSite    = "attr"
 	attrKey     = "attr-origin-key"
+	// attrBusyTokens: scenario 5 streams 2.4 s, so several busy periods
+	// fall mid-stream.
+	attrBusyTokens = 120
 	// attrAttempts: tries of a scenario whose origin stalled on its own.
 	attrAttempts = 3
 )
 
 // attrStreamHandler streams attrTokens OpenAI chat chunks attrCadence apart,
-// flushing each. Query: pause=MS before the middle token; accel=no sends
-// X-Accel-Buffering: no.
+// flushing each. Query: tokens=N instead of attrTokens; pause=MS before the
+// middle token; accel=no sends X-Accel-Buffering: no.
 func attrStreamHandler(w http.ResponseWriter, r *http.Request) {
 	attrStream(w, r, nil)
 }
@@ -66,6 +69,10 @@ func attrStreamHandler(w http.ResponseWriter, r *http.Request) {
 func attrStream(w http.ResponseWriter, r *http.Request, ids chan<- string) {
 	q := r.URL.Query()
 	pause, _ := strconv.Atoi(q.Get("pause"))
+	tokens, err := strconv.Atoi(q.Get("tokens"))
+	if err != nil || tokens <= 0 {
+		tokens = attrTokens
+	}
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-cache")
 	if q.Get("accel") == "no" {
@@ -80,9 +87,9 @@ func attrStream(w http.ResponseWriter, r *http.Request, ids chan<- string) {
 		default:
 		}
 	}
-	for i := range attrTokens {
+	for i := range tokens {
 		d := attrCadence
-		if i == attrTokens/2 && pause > 0 {
+		if i == tokens/2 && pause > 0 {
 			d = time.Duration(pause) * time.Millisecond
 		}
 		select {
@@ -657,7 +664,7 @@ func TestAttributionBrowser(t *testing.T) {
 				t.Errorf("stalls %d, sub-floor %.2f, joined causes %v; want bursts, sub-floor gaps, stalls attributed to network", s.Stalls, s.SubFloor, s.JoinedByCause)
 			}
 		}},
-		{"5 busy page", "main thread busy 300ms of every 600ms", func(*testing.T) string { return og.URL }, "", true, func(t *testing.T, s attrStored) {
+		{"5 busy page", "main thread busy 300ms of every 600ms", func(*testing.T) string { return og.URL }, "tokens=" + strconv.Itoa(attrBusyTokens), true, func(t *testing.T, s attrStored) {
 			if s.Stalls == 0 || s.JoinedByCause[meter.CausePage] == 0 || s.JoinedByCause[meter.CauseOrigin] > s.OriginStalls {
 				t.Errorf("stalls %d, joined causes %v; want stalls attributed to page", s.Stalls, s.JoinedByCause)
 			}
@@ -692,8 +699,12 @@ func TestAttributionBrowser(t *testing.T) {
 			}
 			s := col.waitStored(t, id)
 			rows = append(rows, s.row(sc.name, sc.injected))
-			if s.ContentEvents != attrTokens || s.OriginEvts != attrTokens {
-				t.Fatalf("content events client %d, origin %d; want %d", s.ContentEvents, s.OriginEvts, attrTokens)
+			want := uint32(attrTokens)
+			if sc.busy {
+				want = attrBusyTokens
+			}
+			if s.ContentEvents != want || s.OriginEvts != want {
+				t.Fatalf("content events client %d, origin %d; want %d", s.ContentEvents, s.OriginEvts, want)
 			}
 			sc.check(t, s)
 		})
