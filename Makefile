@@ -13,15 +13,19 @@ CHDB_PKG    := @chdb/lib-linux-x64-gnu@$(CHDB_VERSION)
 CHDB_DIR    := $(CACHE_DIR)/chdb-$(CHDB_VERSION)
 CHDB_LIB_PATH ?= $(CHDB_DIR)/node_modules/@chdb/lib-linux-x64-gnu/libchdb.so
 export CHDB_LIB_PATH
+# The official OpenAI JS SDK, for the e2e test that streams through it in Chromium.
+OPENAI_JS_VERSION := 5.23.2
+OPENAI_JS_DIR ?= $(CACHE_DIR)/openai-js-$(OPENAI_JS_VERSION)/node_modules/openai
+export OPENAI_JS_DIR
 APT_PKGS    := chromium chromium-driver nginx brotli
 SUDO        := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 WASM_OUT    := web/dist
 TEST_TIMEOUT ?= 25m
 
-.PHONY: build run test unit bench fuzz vet depscheck wasm deps deps-apt deps-chdb deps-go clean
+.PHONY: build run test unit bench fuzz vet depscheck wasm deps deps-apt deps-chdb deps-go deps-openai-js clean
 
 ## deps: install what is missing (apt packages, the pinned ClickHouse engine from npm, Go modules)
-deps: deps-apt deps-chdb deps-go
+deps: deps-apt deps-chdb deps-go deps-openai-js
 
 deps-apt:
 	@missing=""; for p in $(APT_PKGS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
@@ -37,6 +41,12 @@ $(CHDB_LIB_PATH):
 	@mkdir -p $(CHDB_DIR)
 	cd $(CHDB_DIR) && npm install --no-save --no-audit --no-fund --loglevel=error $(CHDB_PKG)
 	@test -f $@ || { echo "libchdb.so not found at $@ after npm install" >&2; exit 1; }
+
+deps-openai-js: $(OPENAI_JS_DIR)/index.mjs
+
+$(OPENAI_JS_DIR)/index.mjs:
+	@mkdir -p $(CACHE_DIR)/openai-js-$(OPENAI_JS_VERSION)
+	cd $(CACHE_DIR)/openai-js-$(OPENAI_JS_VERSION) && npm install --no-save --no-audit --no-fund --loglevel=error openai@$(OPENAI_JS_VERSION)
 
 deps-go:
 	@$(GO) mod download
@@ -104,6 +114,7 @@ fuzz:
 	$(GO) test ./wasm/beacon -run '^$$' -fuzz '^FuzzDecodeBatch$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./wasm/beacon -run '^$$' -fuzz '^FuzzDecodeOriginBatch$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./wasm/hist -run '^$$' -fuzz '^FuzzDecodeBinary$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./collector/store -run '^$$' -fuzz '^FuzzReadFrames$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./wasm/meter -run '^$$' -fuzz '^FuzzFeed$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./wasm/meter -run '^$$' -fuzz '^FuzzValidJSON$$' -fuzztime $(FUZZTIME)
 

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"fmt"
 	"os"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -18,44 +19,47 @@ import (
 	"github.com/itlmon/itlmon/wasm/hist"
 )
 
-// engine is the one real ClickHouse engine shared by the package's tests;
-// nil when CHDB_LIB_PATH is missing.
-var engine *chdb.Engine
+// The one real ClickHouse engine shared by the package's tests, started by
+// the first test that needs it (fuzzing and unit tests never start it).
+var (
+	engineOnce sync.Once
+	engine     *chdb.Engine
+	engineErr  error
+	engineDir  string
+)
 
 func TestMain(m *testing.M) {
 	chdb.MaybeRunChild()
-	os.Exit(runTests(m))
-}
-
-func runTests(m *testing.M) int {
-	lib := os.Getenv("CHDB_LIB_PATH")
-	if _, err := os.Stat(lib); lib != "" && err == nil {
-		dir, err := os.MkdirTemp("", "itlmon-store-test-")
-		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			return 1
-		}
-		defer os.RemoveAll(dir)
-		e, err := chdb.Start(context.Background(), chdb.Options{LibPath: lib, Dir: dir,
-			Logger: zerolog.New(os.Stderr).Level(zerolog.WarnLevel)})
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "start engine:", err)
-			return 1
-		}
-		engine = e
-		defer e.Close(context.Background())
+	code := m.Run()
+	if engine != nil {
+		engine.Close(context.Background())
 	}
-	return m.Run()
+	if engineDir != "" {
+		os.RemoveAll(engineDir)
+	}
+	os.Exit(code)
 }
 
-// needEngine skips without the real engine unless ITLMON_REQUIRE_REAL=1.
+// needEngine returns the shared engine. Without CHDB_LIB_PATH it skips the
+// test, or fails it when ITLMON_REQUIRE_REAL=1.
 func needEngine(tb testing.TB) *chdb.Engine {
 	tb.Helper()
-	if engine == nil {
+	lib := os.Getenv("CHDB_LIB_PATH")
+	if _, err := os.Stat(lib); lib == "" || err != nil {
 		if os.Getenv("ITLMON_REQUIRE_REAL") == "1" {
-			tb.Fatalf("CHDB_LIB_PATH=%q: real ClickHouse engine required", os.Getenv("CHDB_LIB_PATH"))
+			tb.Fatalf("CHDB_LIB_PATH=%q: real ClickHouse engine required", lib)
 		}
 		tb.Skip("CHDB_LIB_PATH not set or missing; skipping real-engine test")
+	}
+	engineOnce.Do(func() {
+		if engineDir, engineErr = os.MkdirTemp("", "itlmon-store-test-"); engineErr != nil {
+			return
+		}
+		engine, engineErr = chdb.Start(context.Background(), chdb.Options{LibPath: lib, Dir: engineDir,
+			Logger: zerolog.New(os.Stderr).Level(zerolog.WarnLevel)})
+	})
+	if engineErr != nil {
+		tb.Fatalf("start engine: %v", engineErr)
 	}
 	return engine
 }

@@ -194,9 +194,11 @@ func readFrames(r io.Reader) (frames [][]byte, off int64, err error) {
 		if size > maxFrame {
 			return frames, off, fmt.Errorf("%w: length %d", errTorn, size)
 		}
-		payload := make([]byte, size)
-		if n, err := io.ReadFull(r, payload); err != nil {
-			return frames, off, fmt.Errorf("%w: payload of %d/%d bytes", errTorn, n, size)
+		// ReadAll grows with the data actually there: a torn length does not
+		// allocate its full size.
+		payload, err := io.ReadAll(io.LimitReader(r, int64(size)))
+		if err != nil || len(payload) != int(size) {
+			return frames, off, fmt.Errorf("%w: payload of %d/%d bytes", errTorn, len(payload), size)
 		}
 		if crc32.Checksum(payload, crcTable) != sum {
 			return frames, off, fmt.Errorf("%w: CRC mismatch", errTorn)

@@ -175,3 +175,7 @@ func TestColumnLists(t *testing.T) {
 		t.Fatalf("timelineColumns = %q, want %q", got, want)
 	}
 }
+
+var nopLog = zerolog.Nop()
+
+func readFile(p string) ([]byte, error) { return os.ReadFile(p) }

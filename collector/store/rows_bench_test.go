@@ -1,0 +1,87 @@
+package store
+
+import (
+	"bytes"
+	"testing"
+	"time"
+
+	"github.com/itlmon/itlmon/collector"
+)
+
+func benchStreams(n int) []collector.Stream {
+	s := make([]collector.Stream, n)
+	for i := range s {
+		s[i].Site, s[i].ReceivedAt = "demo", time.Now()
+		s[i].StreamID[0] = byte(i)
+		s[i].TTFTUs = 150_000
+		for k := 0; k < 100; k++ {
+			s[i].ITL.Record(float64(15_000 + (k*7919)%30_000))
+		}
+		s[i].ITLTokens.RecordN(9_000, 60)
+	}
+	return s
+}
+
+// BenchmarkNewRowBatch is the per-row conversion every Submit does.
+func BenchmarkNewRowBatch(b *testing.B) {
+	streams := benchStreams(100)
+	b.ReportAllocs()
+	for b.Loop() {
+		newRowBatch(streams)
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(streams)), "ns/row")
+}
+
+// BenchmarkToColumns is the row-to-column transpose of every insert.
+func BenchmarkToColumns(b *testing.B) {
+	rows := newRowBatch(benchStreams(1000)).Streams
+	b.ReportAllocs()
+	for b.Loop() {
+		toColumns(rows)
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(rows)), "ns/row")
+}
+
+// BenchmarkSpoolEncode is the cost of spooling a batch while ClickHouse is down.
+func BenchmarkSpoolEncode(b *testing.B) {
+	batch := newRowBatch(benchStreams(1000))
+	p, err := encodeBatch(&batch)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.SetBytes(int64(len(p)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := encodeBatch(&batch); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func FuzzReadFrames(f *testing.F) {
+	dir := f.TempDir()
+	s, err := openSpool(dir, nopLog)
+	if err != nil {
+		f.Fatal(err)
+	}
+	s.Append([]byte("one"))
+	s.Append([]byte("two"))
+	s.Close()
+	seed, _ := readFile(s.path(1))
+	f.Add(seed)
+	f.Add([]byte{})
+	f.Add([]byte{1, 0, 0, 0})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		frames, off, err := readFrames(bytes.NewReader(data))
+		n := int64(0)
+		for _, fr := range frames {
+			n += frameHeader + int64(len(fr))
+		}
+		if n != off || off > int64(len(data)) {
+			t.Fatalf("offset %d, frames cover %d of %d bytes", off, n, len(data))
+		}
+		if err == nil && off != int64(len(data)) {
+			t.Fatalf("no error but %d trailing bytes", int64(len(data))-off)
+		}
+	})
+}
