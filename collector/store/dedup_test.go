@@ -167,3 +167,29 @@ func TestDedupWindow(t *testing.T) {
 		t.Fatalf("after a resend beyond the window: %d rows, want %d", got, want)
 	}
 }
+
+// TestReplayOfInsertedBatch: an insert that landed but whose answer was lost
+// is spooled too; replaying it later stores nothing twice.
+func TestReplayOfInsertedBatch(t *testing.T) {
+	db := newDB(t, store.Options{})
+	w := newWriter(t, db, store.WriterOptions{})
+	in := makeStreams(12, "demo", time.Now().UTC())
+	submit(t, w, in)
+
+	spoolDir := t.TempDir()
+	if err := store.SpoolStreams(spoolDir, in); err != nil {
+		t.Fatalf("spool: %v", err)
+	}
+	w2 := newWriter(t, db, store.WriterOptions{SpoolDir: spoolDir})
+	waitSpoolEmpty(t, w2)
+	if got, want := w2.Stats().RowsDeduplicated, uint64(len(in)); got != want {
+		t.Fatalf("replay deduplicated %d rows, want %d", got, want)
+	}
+	raw, rollup := counts(t, db)
+	if raw != 12 || rollup != 12 {
+		t.Fatalf("raw = %d, rollup = %d; want 12 and 12", raw, rollup)
+	}
+	if got, want := queryUint(t, db, "SELECT count() FROM itl_timelines"), uint64(3); got != want {
+		t.Fatalf("timelines = %d, want %d", got, want)
+	}
+}
