@@ -1,0 +1,88 @@
+package e2e
+
+import (
+	"errors"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/itlmon/itlmon/collector/demo"
+)
+
+// TestOpenAISDK: the official OpenAI JS SDK (npm openai, $OPENAI_JS_DIR, make
+// deps-openai-js) streams through the wrapped fetch exactly as without it, its
+// abort works, and itlmon measures the stream.
+func TestOpenAISDK(t *testing.T) {
+	dir := os.Getenv("OPENAI_JS_DIR")
+	if _, err := os.Stat(filepath.Join(dir, "index.mjs")); dir == "" || err != nil {
+		requireReal(t, "openai JS SDK (OPENAI_JS_DIR)", errors.Join(errors.New("run make deps-openai-js"), err))
+	}
+	o := StartOrigin(t)
+	files := http.StripPrefix("/openai/", http.FileServer(http.Dir(dir)))
+	o.Handle("/openai/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasSuffix(r.URL.Path, ".mjs") {
+			w.Header().Set("Content-Type", "text/javascript; charset=utf-8")
+		}
+		files.ServeHTTP(w, r)
+	}))
+	a := StartAssets(t)
+	o.SetCollector(a.URL, "e2e")
+
+	var want strings.Builder
+	for i := range 25 {
+		want.WriteString(demo.Token(i))
+	}
+	const sdkJS = `(async (n, abortAfter) => {
+		const { default: OpenAI } = await import('/openai/index.mjs');
+		const client = new OpenAI({ apiKey: 'sk-test', baseURL: location.origin + '/v1', dangerouslyAllowBrowser: true, maxRetries: 0 });
+		const stream = await client.chat.completions.create({ model: 'sdk-model', stream: true, messages: [{ role: 'user', content: 'hi' }] },
+			{ query: { tokens: n, interval_ms: 5 } });
+		let text = '', chunks = 0, err = '';
+		try {
+			for await (const c of stream) {
+				chunks++;
+				text += (c.choices[0] && c.choices[0].delta && c.choices[0].delta.content) || '';
+				if (abortAfter && chunks === abortAfter) stream.controller.abort();
+			}
+		} catch (e) { err = e.constructor.name; }
+		await new Promise(r => setTimeout(r, 50));
+		return { text, chunks, err, summaries: e2e.summaries.length, last: e2e.summaries[e2e.summaries.length - 1] || null };
+	})`
+	type result struct {
+		Text      string   `json:"text"`
+		Chunks    int      `json:"chunks"`
+		Err       string   `json:"err"`
+		Summaries int      `json:"summaries"`
+		Last      *Summary `json:"last"`
+	}
+	run := func(t *testing.T, module bool, abortAfter int) result {
+		t.Helper()
+		ctx := NewTab(t)
+		if got := OpenPage(t, ctx, o.PageURL(nil, !module)); got != module {
+			t.Fatalf("itlmon ready = %v, want %v", got, module)
+		}
+		return Eval[result](t, ctx, sdkJS+`(25, `+map[bool]string{true: "5", false: "0"}[abortAfter > 0]+`)`)
+	}
+
+	without := run(t, false, 0)
+	with := run(t, true, 0)
+	if without.Text != want.String() || with.Text != without.Text || with.Chunks != without.Chunks || with.Err != "" {
+		t.Fatalf("SDK stream with itlmon = %q (%d chunks, err %q), without = %q (%d chunks); want %q",
+			with.Text, with.Chunks, with.Err, without.Text, without.Chunks, want.String())
+	}
+	if with.Summaries != 1 || with.Last.ContentEvents != 25 || with.Last.Model != "sdk-model" || with.Last.Status != "complete" {
+		t.Fatalf("itlmon summary = %d, %+v; want one complete stream of 25 content events, model sdk-model", with.Summaries, with.Last)
+	}
+
+	abWithout := run(t, false, 5)
+	abWith := run(t, true, 5)
+	if abWith.Err != abWithout.Err || abWith.Chunks != abWithout.Chunks {
+		t.Fatalf("SDK abort with itlmon: %d chunks, error %q; without: %d chunks, error %q", abWith.Chunks, abWith.Err, abWithout.Chunks, abWithout.Err)
+	}
+	t.Logf("SDK abort after 5 chunks: %d chunks, %q with itlmon; %d, %q without", abWith.Chunks, abWith.Err, abWithout.Chunks, abWithout.Err)
+	if abWith.Last == nil || abWith.Last.Status != "aborted" {
+		t.Fatalf("itlmon summary after SDK abort = %+v, want status aborted", abWith.Last)
+	}
+}
