@@ -403,6 +403,10 @@ func TestAttributionHTTP(t *testing.T) {
 					t.Logf("attempt %d: the origin itself stalled %d times (machine load), again", attempt, r.OriginStalls)
 					continue
 				}
+				if attrSmooth(sc.name) && c.Stalls > 0 && attempt < attrAttempts {
+					t.Logf("attempt %d: %d stalls (%v) on a clean path: the client was starved (machine load), again", attempt, c.Stalls, r.StallsByCause)
+					continue
+				}
 				rows = append(rows, newAttrRow(sc.name, sc.injected+jitterNote(jp), &c, &o, &r))
 				sc.check(t, &c, &o, &r)
 				return
@@ -703,6 +707,10 @@ func TestAttributionBrowser(t *testing.T) {
 					t.Logf("attempt %d: the origin itself stalled %d times (machine load), again", attempt, s.OriginStalls)
 					continue
 				}
+				if attrSmooth(sc.name) && s.Stalls > 0 && attempt < attrAttempts {
+					t.Logf("attempt %d: %d stalls (%v) on a clean path: the browser was starved (machine load), again", attempt, s.Stalls, s.JoinedByCause)
+					continue
+				}
 				rows = append(rows, s.row(sc.name, sc.injected+jitterNote(jp)))
 				want := uint32(attrTokens)
 				if sc.busy {
@@ -743,4 +751,12 @@ func jitterNote(p *jitterproxy.Proxy) string {
 	}
 	st := p.Stats()
 	return fmt.Sprintf(": held %d/%d", st.Held, st.Reads)
+}
+
+// attrSmooth reports whether a scenario injects nothing that stalls (1
+// direct, 3 nginx told not to buffer). On the shared 2-core machine a
+// starved client or renderer can still stall such a stream; those runs are
+// repeated (attrAttempts in all) and logged, and the last one must be clean.
+func attrSmooth(name string) bool {
+	return strings.HasPrefix(name, "1 ") || strings.HasPrefix(name, "3 ")
 }
