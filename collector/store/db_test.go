@@ -1,0 +1,55 @@
+package store_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/itlmon/itlmon/collector"
+	"github.com/itlmon/itlmon/collector/store"
+)
+
+func TestOpenErrors(t *testing.T) {
+	tests := []struct {
+		name string
+		opts store.Options
+	}{
+		{"nothing to connect to", store.Options{}},
+		{"bad DSN", store.Options{DSN: "clickhouse://[::1"}},
+		{"TTL under a day", store.Options{Addr: "127.0.0.1:1", StreamsTTL: time.Hour}},
+		{"nobody listening", store.Options{Addr: "127.0.0.1:1"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if db, err := store.Open(ctx, tt.opts); err == nil {
+				db.Close()
+				t.Fatalf("Open succeeded, want an error")
+			}
+		})
+	}
+}
+
+// TestOpenDSN connects the way a production deployment does: a DSN naming
+// the database, no custom dialer.
+func TestOpenDSN(t *testing.T) {
+	e := needEngine(t)
+	ctx := context.Background()
+	dbName := fmt.Sprintf("dsn_%d", time.Now().UnixNano()%1e9)
+	db, err := store.Open(ctx, store.Options{DSN: "clickhouse://" + e.NativeAddr() + "/" + dbName, CreateDatabase: true})
+	if err != nil {
+		t.Fatalf("open: %v", err)
+	}
+	defer db.Close()
+	if err := db.Migrate(ctx); err != nil {
+		t.Fatalf("migrate: %v", err)
+	}
+	if got := queryUint(t, db, "SELECT count() FROM system.tables WHERE database = ? AND name = 'itl_streams'", dbName); got != 1 {
+		t.Fatalf("itl_streams in %s: %d tables, want 1", dbName, got)
+	}
+	if _, err := db.LatestStreams(ctx, collector.StreamFilter{}); err == nil {
+		t.Fatalf("LatestStreams without a site succeeded, want an error")
+	}
+}
