@@ -16,18 +16,31 @@
 //	db.Close()
 //
 // Durability: done(nil) is called only once every row of a Submit is
-// inserted into ClickHouse, or appended to the spool and fsynced. Spool
-// segments are replayed when ClickHouse answers again (and at start, after a
-// crash) and deleted only after their rows were inserted. A torn last frame
-// (a crash mid-write) is detected by its length and CRC and dropped with a log
-// line.
+// inserted into ClickHouse (the tables fsync their parts on insert), or
+// appended to the spool and fsynced. If Submit returns an error, nothing was
+// queued and done is never called. Spool segments are replayed when
+// ClickHouse answers again (and at start, after a crash) and deleted only
+// after their rows were inserted. A torn last frame (a crash mid-write) is
+// detected by its length and CRC and dropped with a log line: it was never
+// acknowledged.
+//
+// Batching: one goroutine collects Submits and flushes at MaxRows streams or
+// every FlushInterval, one insert per table (itl_streams, itl_timelines)
+// with an explicit column list, rows appended column by column. While
+// inserts fail, batches go straight to the spool for a jittered, doubling
+// back-off (1 s to 30 s), and the error is logged once per 30 s.
 //
 // Deduplication (a record resent after a lost ack must count once, in
 // itl_streams and in the rollup, whose materialized view fires per insert):
-// the writer drops stream ids already in itl_stream_ids (one primary-key
-// lookup per batch, which also covers replays and resends minutes or days
-// later) and duplicates within the batch, and sends every insert with an
-// insert_deduplication_token derived from its rows, so retrying an insert
-// whose first try landed but whose answer was lost inserts nothing, views
-// included. See schema/002_stream_ids.sql.
+// before each insert the writer drops duplicates within the batch and ids
+// already in itl_stream_ids received since the batch's oldest row minus
+// DedupWindow (24 h by default; one lookup per batch, covering resends and
+// spool replays), and sends every insert with an insert_deduplication_token
+// derived from its rows, so retrying an insert whose first try landed but
+// whose answer was lost inserts nothing, views included. Two collectors
+// racing on one resend, or a resend later than the window, can still store
+// a stream twice. See schema/002_stream_ids.sql.
+//
+// Metrics: Writer.Stats returns counters and gauges; the command registers
+// them as Prometheus CounterFunc/GaugeFunc.
 package store
