@@ -65,9 +65,13 @@ func Available() bool {
 }
 
 // RequireReal skips the test when nginx is missing, or fails it when
-// ITLMON_REQUIRE_REAL=1 (set by `make test`).
+// ITLMON_REQUIRE_REAL=1 (set by `make test`). With -short (`make unit`, no
+// external parts) it skips.
 func RequireReal(tb testing.TB) {
 	tb.Helper()
+	if testing.Short() {
+		tb.Skip("nginx: external part, skipped with -short")
+	}
 	if Available() {
 		return
 	}
