@@ -226,8 +226,8 @@ func (p *Proxy) serve(client net.Conn, r *rand.Rand) {
 	}()
 
 	var last time.Time // release time of the previous read: bytes stay in order
+	buf := make([]byte, readSize)
 	for {
-		buf := make([]byte, readSize)
 		n, err := up.Read(buf)
 		if n > 0 {
 			now := time.Now()
@@ -251,7 +251,7 @@ func (p *Proxy) serve(client net.Conn, r *rand.Rand) {
 					}
 				}
 			}
-			if !q.push(chunk{b: buf[:n], at: at}) {
+			if !q.push(chunk{b: append([]byte(nil), buf[:n]...), at: at}) {
 				break // client gone
 			}
 		}
