@@ -1,12 +1,16 @@
 package store_test
 
 import (
+	"bytes"
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/rs/zerolog"
 
 	"github.com/itlmon/itlmon/collector"
 	"github.com/itlmon/itlmon/collector/store"
@@ -197,5 +201,54 @@ func tearLastSegment(t *testing.T, dir string) {
 	defer f.Close()
 	if _, err := f.Write([]byte{200, 0, 0, 0, 1, 2, 3, 4, 'p', 'a', 'r'}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// lockedBuffer is a bytes.Buffer safe for the writer's goroutine and the test.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// TestOutageLogsOnce: a repeating insert error is logged once per interval,
+// not once per batch, while every batch is still acked through the spool.
+func TestOutageLogsOnce(t *testing.T) {
+	db := newDB(t, store.Options{})
+	e := needEngine(t)
+	ctx := context.Background()
+	if err := e.Stop(ctx); err != nil {
+		t.Fatalf("stop engine: %v", err)
+	}
+	t.Cleanup(func() { e.Restart(ctx) })
+	var logs lockedBuffer
+	w, err := store.NewWriter(db, store.WriterOptions{SpoolDir: t.TempDir(), FlushInterval: 10 * time.Millisecond,
+		Logger: zerolog.New(&logs)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Shutdown(ctx)
+	began := time.Now()
+	for time.Since(began) < 3*time.Second {
+		submit(t, w, makeStreams(2, "demo", time.Now()))
+		time.Sleep(100 * time.Millisecond)
+	}
+	st := w.Stats()
+	if st.InsertErrors < 2 {
+		t.Fatalf("insert attempts during the outage = %d, want retries (>= 2)", st.InsertErrors)
+	}
+	if got, want := strings.Count(logs.String(), "clickhouse insert failed"), 1; got != want {
+		t.Fatalf("%d error lines for %d failed inserts, want %d:\n%s", got, st.InsertErrors, want, logs.String())
 	}
 }
