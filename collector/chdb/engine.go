@@ -120,14 +120,14 @@ func Start(ctx context.Context, opts Options) (*Engine, error) {
 	}
 	e.life, e.cancel = context.WithCancel(context.Background())
 	began := time.Now()
-	c, err := e.launch(ctx)
-	if err != nil {
+	started := make(chan error, 1)
+	go e.supervise(ctx, started)
+	if err := <-started; err != nil {
 		e.cancel()
 		return nil, err
 	}
 	e.log.Info().Str("native", e.NativeAddr()).Str("http", e.HTTPAddr()).
 		Dur("took", time.Since(began)).Str("dir", opts.Dir).Msg("clickhouse engine ready")
-	go e.supervise(c)
 	return e, nil
 }
 
@@ -301,24 +301,31 @@ func (e *Engine) terminate(ctx context.Context, c *child) error {
 	return nil
 }
 
-// supervise waits for the child c to exit and starts a new one unless the
-// exit was asked for (Stop, Close). It runs until Close.
-func (e *Engine) supervise(c *child) {
+// supervise launches the first child (reporting the result on started; it
+// returns at once on failure), then waits for the child to exit and starts a
+// new one unless the exit was asked for (Stop, Close). It runs until Close.
+func (e *Engine) supervise(ctx context.Context, started chan<- error) {
 	defer close(e.done)
 	// Pdeathsig is delivered when the thread that started the child exits:
-	// keep all launches on this one thread for the supervisor's lifetime.
+	// every launch happens on this one thread, locked for the supervisor's
+	// lifetime.
 	runtime.LockOSThread()
+	c, err := e.launch(ctx)
+	started <- err
+	if err != nil {
+		return
+	}
 	backoff := minBackoff
 	for {
 		began := time.Now()
 		if c != nil {
 			<-c.exited
 			if !e.clearProc(c) {
-				e.log.Error().Err(c.err).Dur("uptime", time.Since(began)).
-					Dur("restart_in", backoff).Msg("clickhouse engine died")
 				if time.Since(began) > stableAfter {
 					backoff = minBackoff
 				}
+				e.log.Error().Err(c.err).Dur("uptime", time.Since(began)).
+					Dur("restart_in", backoff).Msg("clickhouse engine died")
 				if !e.sleep(backoff) {
 					return
 				}
@@ -328,7 +335,6 @@ func (e *Engine) supervise(c *child) {
 		if !e.waitWanted() {
 			return
 		}
-		var err error
 		if c, err = e.launch(e.life); errors.Is(err, errUnwanted) {
 			continue // Stop or Close came during the launch
 		} else if err != nil && e.life.Err() != nil {
