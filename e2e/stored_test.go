@@ -126,8 +126,9 @@ func TestCollectorDown(t *testing.T) {
 }
 
 // TestPagehideBeacon: a record still waiting for its batch when the page is
-// left goes out with navigator.sendBeacon to /v1/beacon, and the socket is
-// closed (an open WebSocket keeps a page out of the back/forward cache).
+// left goes out with navigator.sendBeacon to /v1/beacon, and so does a stream
+// still open then, as aborted. (The socket is closed there too: an open
+// WebSocket keeps a page out of the back/forward cache.)
 func TestPagehideBeacon(t *testing.T) {
 	o, c, ctx := collectorPage(t, map[string]any{"flushMs": 60000})
 	const q = "tokens=10&interval_ms=5"
@@ -139,12 +140,23 @@ func TestPagehideBeacon(t *testing.T) {
 		t.Fatalf("module stats %v: want the second record pending", st)
 	}
 	sums := PageSummaries(t, ctx)
+	// A third stream is still open when the page goes: it leaves as aborted.
+	Eval[bool](t, ctx, `(async () => { e2e.stream('tokens=500&interval_ms=20'); await new Promise(r => setTimeout(r, 400)); return true; })()`)
 	if err := chromedp.Do(ctx, chromedp.Navigate(o.URL+"/plain")); err != nil {
 		t.Fatalf("navigate away: %v", err)
 	}
-	rows := WaitStreams(t, c, "e2e", 2)
+	rows := WaitStreams(t, c, "e2e", 3)
 	for _, s := range sums {
 		StreamByID(t, rows, s.ID)
+	}
+	var aborted int
+	for _, r := range rows {
+		if r.Status == statusAborted && r.ContentEvents > 0 && r.ContentEvents < 500 {
+			aborted++
+		}
+	}
+	if aborted != 1 {
+		t.Fatalf("streams stored as aborted with some content = %d, want 1 (the one open at pagehide): %+v", aborted, rows)
 	}
 }
 

@@ -28,6 +28,7 @@
   var loading = false;
   var listeners = [];
   var open = 0; // streams being measured
+  var finishers = new Set(); // their finish functions (pagehide ends them as aborted)
   var cfg = {
     collector: '',
     site: '',
@@ -234,6 +235,7 @@
         if (done) return;
         done = true;
         open--;
+        finishers.delete(finish);
         if (broken) return;
         try {
           var at = performance.now();
@@ -287,6 +289,7 @@
       Object.defineProperty(out, 'redirected', { value: resp.redirected });
       Object.defineProperty(out, 'type', { value: resp.type });
       open++;
+      finishers.add(finish);
       return out;
     } catch (e) {
       fail('shim failed', e);
@@ -390,7 +393,12 @@
       if (r !== true) throw new Error(String(r));
       api = a;
       observeBusy();
-      addEventListener('pagehide', function () { try { if (api && !broken) api.pagehide(); } catch (e) { fail('module failed', e); } });
+      addEventListener('pagehide', function () {
+        // Streams still open are cut by the navigation: record them now, as
+        // aborted, so they leave with the beacon.
+        finishers.forEach(function (f) { f(2); });
+        try { if (api && !broken) api.pagehide(); } catch (e) { fail('module failed', e); }
+      });
       addEventListener('pageshow', function (e) { try { if (e.persisted && api && !broken) api.pageshow(); } catch (x) { fail('module failed', x); } });
       if (g.fetch === origFetch && !optedOut()) g.fetch = shimFetch;
       timing.readyAt = performance.now();
