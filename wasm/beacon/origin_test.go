@@ -188,3 +188,17 @@ func originScalars(o Origin) scalars {
 	return scalars{o.ID, o.Route, o.StartUnixMs, o.Format, o.Status, o.HTTPStatus,
 		o.TTFBUs, o.TTFTUs, o.DurationUs, o.Events, o.ContentEvents, o.Flushes, o.MaxEventsPerFlush, o.EmitsDropped, o.Bytes}
 }
+
+// The encoding of a typical origin batch is pinned (go test -update rewrites
+// testdata/origin-typical.{bin,hex}).
+func TestOriginGolden(t *testing.T) {
+	enc, err := typicalOriginBatch().AppendBinary(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	golden(t, "origin-typical", enc)
+	got, err := DecodeOriginBatch(enc, Limits{})
+	if err != nil || !originBatchesEqual(got, typicalOriginBatch()) {
+		t.Fatalf("decoded golden differs from the fixture (%v)", err)
+	}
+}
