@@ -55,6 +55,7 @@ func runTests(m *testing.M) int {
 		engine = e
 		defer e.Close(context.Background())
 	}
+	defer closeBrowser()
 	return m.Run()
 }
 
