@@ -445,20 +445,29 @@ var (
 	itlmonExeErr  error
 )
 
-// engineExe builds the itlmon binary once: it runs the engine child
-// (chdb.MaybeRunChild first thing in main), which this test binary does not.
+// engineExe builds the itlmon binary once per test run: it runs the engine
+// child (chdb.MaybeRunChild first thing in main), which this test binary
+// does not. It lives in the user cache (~/.cache/itlmon/e2e), replaced
+// atomically, so runs do not pile binaries up in /tmp.
 func engineExe(t *testing.T) string {
 	itlmonExeOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "itlmon-attr-")
+		cache, err := os.UserCacheDir()
 		if err != nil {
+			cache = os.TempDir()
+		}
+		dir := filepath.Join(cache, "itlmon", "e2e")
+		if err := os.MkdirAll(dir, 0o755); err != nil {
 			itlmonExeErr = err
 			return
 		}
 		itlmonExe = filepath.Join(dir, "itlmon")
-		out, err := exec.Command("go", "build", "-o", itlmonExe, "github.com/itlmon/itlmon/collector/cmd/itlmon").CombinedOutput()
+		tmp := itlmonExe + ".tmp" + strconv.Itoa(os.Getpid())
+		out, err := exec.Command("go", "build", "-o", tmp, "github.com/itlmon/itlmon/collector/cmd/itlmon").CombinedOutput()
 		if err != nil {
 			itlmonExeErr = fmt.Errorf("go build itlmon: %v: %s", err, out)
+			return
 		}
+		itlmonExeErr = os.Rename(tmp, itlmonExe)
 	})
 	if itlmonExeErr != nil {
 		t.Fatal(itlmonExeErr)
