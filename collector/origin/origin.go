@@ -353,7 +353,10 @@ func (w *streamWriter) record(s *meter.Summary, end time.Duration) beacon.Origin
 		Bytes:             uint64(s.Bytes),
 		ITL:               s.ITL.Clone(),
 	}
-	for _, st := range s.Timeline {
+	// The meter keeps the first MaxTimeline events in order, then stall
+	// neighbourhoods; only the contiguous prefix maps emits to events.
+	tl := s.Timeline[:min(len(s.Timeline), w.rp.cfg.MaxEmits)]
+	for _, st := range tl {
 		if st.Content {
 			o.EmitUs = append(o.EmitUs, micros(st.At))
 		}

@@ -378,3 +378,29 @@ func TestNewErrors(t *testing.T) {
 		}
 	}
 }
+
+// Beyond MaxEmits the emit list stops: no later (stall neighbourhood)
+// stamps that would make a gap between non-adjacent events.
+func TestMaxEmits(t *testing.T) {
+	c := newFakeCollector(t, "k")
+	rp := newReporter(t, c, func(cfg *Config) { cfg.MaxEmits = 10 })
+	serve(t, rp, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		for i := range 30 {
+			if i == 20 {
+				time.Sleep(meter.StallThreshold + 10*time.Millisecond)
+			}
+			io.WriteString(w, chatEvent(i))
+			w.(http.Flusher).Flush()
+		}
+	})
+	o := c.next(t)
+	if len(o.EmitUs) != 10 || o.EmitsDropped != 20 || o.ContentEvents != 30 {
+		t.Fatalf("emits %d, dropped %d, content %d; want 10, 20, 30", len(o.EmitUs), o.EmitsDropped, o.ContentEvents)
+	}
+	for k := 1; k < len(o.EmitUs); k++ {
+		if gap := o.EmitUs[k] - o.EmitUs[k-1]; gap > uint32(meter.StallThreshold/time.Microsecond) {
+			t.Fatalf("emit gap %d = %d µs: the list is not the contiguous first 10", k, gap)
+		}
+	}
+}
