@@ -1,7 +1,7 @@
 // Package e2e runs itlmon end to end: real headless Chromium (chromedp), the
-// real collector in-process with its embedded ClickHouse engine, and an origin
-// server on another port, so the page is cross-origin to the collector as in
-// production.
+// real collector (`itlmon serve`, built from collector/cmd/itlmon, with its
+// embedded ClickHouse engine) and an origin server on another port, so the
+// page is cross-origin to the collector as in production.
 //
 // The harness (this file) is shared by every e2e test in the package:
 //
@@ -13,7 +13,11 @@
 //	                                 Origin.SetCollector points the page's tag at a collector
 //	StartAssets(t, opts) *Assets     a bare server for itl.js / wasm_exec.js / itl.wasm with CORS
 //	                                 (404 or replaced files on demand), no ingest
-//	StartCollector(t, sites...)      the real collector (`itlmon serve`) in-process on 127.0.0.1:0
+//	StartCollector(t, sites...)      the real collector (`itlmon serve --demo --site ...`) on a free
+//	                                 loopback port and a t.TempDir() data root; Stop/Start/Restart
+//	                                 keep port and data (collector_test.go). Its Main lives in
+//	                                 package main, so it runs as the built binary (engineExe).
+//	c.Streams / StreamByID           read back through /api/streams
 //	OpenPage(t, ctx, url)            navigate and wait until itlmon is ready (or definitely off)
 //	RunStream(t, ctx, StreamOpts)    make the page fetch and read a stream; what the page saw
 //	WaitStreams(t, c, site, n)       poll /api/streams until n streams are stored, with a deadline

@@ -353,7 +353,9 @@
     });
   }
 
-  function instantiate(url, imports) {
+  // instantiate compiles the module from first, a fetch of url already under
+  // way (started together with wasm_exec.js), or from a new fetch.
+  function instantiate(url, first, imports) {
     var get = function () {
       return origFetch(url, { credentials: 'omit' }).then(function (r) {
         if (!r.ok) throw new Error('GET ' + url + ': ' + r.status);
@@ -361,7 +363,10 @@
       });
     };
     if (WebAssembly.instantiateStreaming) {
-      return WebAssembly.instantiateStreaming(get(), imports).catch(function () {
+      return WebAssembly.instantiateStreaming(first.then(function (r) {
+        if (!r.ok) throw new Error('GET ' + url + ': ' + r.status);
+        return r;
+      }), imports).catch(function () {
         return get().then(function (r) { return r.arrayBuffer(); })
           .then(function (b) { return WebAssembly.instantiate(b, imports); });
       });
@@ -375,12 +380,15 @@
     loading = true;
     var col = cfg.collector.replace(/\/+$/, '');
     var prevGo = g.Go; // a page may run its own Go program: keep its wasm_exec.js
+    var wasmURL = col + '/itl.wasm';
+    var first = origFetch(wasmURL, { credentials: 'omit' }); // in parallel with wasm_exec.js
+    first.catch(function () {});
     loadScript(col + '/wasm_exec.js').then(function () {
       var Go = g.Go;
       if (prevGo) g.Go = prevGo; else delete g.Go;
       if (typeof Go !== 'function') throw new Error('wasm_exec.js defined no Go');
       var go = new Go();
-      return instantiate(col + '/itl.wasm', go.importObject).then(function (res) {
+      return instantiate(wasmURL, first, go.importObject).then(function (res) {
         return new Promise(function (resolve, reject) {
           g.__itlmon_ready = function (a) { delete g.__itlmon_ready; resolve(a); };
           go.run(res.instance).then(function () { fail('module exited'); }, function (e) { fail('module exited', e); });
