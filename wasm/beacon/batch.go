@@ -455,7 +455,9 @@ func (r *reader) record(rec *Record, prev *Record) {
 		rec.ITL = r.hist("itl")
 	}
 	if flags&flagTimeline != 0 {
-		n := r.length("timeline", r.lim.MaxTimeline, 2)
+		// An entry with no change in time or read index is one byte: a
+		// re-chunked stream (every event in one read) is all such entries.
+		n := r.length("timeline", r.lim.MaxTimeline, 1)
 		rec.TimelineDropped = r.u32("timeline_dropped")
 		unit := int64(r.u32("timeline_unit"))
 		if r.err == nil && unit == 0 {

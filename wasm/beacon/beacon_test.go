@@ -694,3 +694,21 @@ func TestLongSections(t *testing.T) {
 		}
 	}
 }
+
+// A re-chunked stream (a buffering proxy delivered every event in one read)
+// has a timeline of identical stamps, each one byte on the wire; it must
+// decode (regression: the decoder assumed two bytes per entry).
+func TestTimelineOneRead(t *testing.T) {
+	for _, n := range []int{1, 2, 42, 4096} {
+		b := minimalBatch()
+		tl := make([]Stamp, n)
+		for i := range tl {
+			tl[i] = Stamp{AtUs: 842_700, Read: 0, Content: true}
+		}
+		b.Records[0].Timeline = tl
+		got := mustDecode(t, mustEncode(t, b), DefaultLimits)
+		if !batchesEqual(got, b) {
+			t.Fatalf("n=%d: round trip differs", n)
+		}
+	}
+}
