@@ -296,6 +296,45 @@ func TestPipelinedAcks(t *testing.T) {
 	}
 }
 
+// TestInFlightBound: a client that pipelines many batches gets every ack,
+// even when the store completes them in one burst, and the reader stops at
+// maxInFlight unacked batches (backpressure per connection).
+func TestInFlightBound(t *testing.T) {
+	f := newFixture(t, nil)
+	f.sink.hold = true
+	c, _, err := f.dial(t, "chat", pageOrigin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const batches = 200
+	go func() {
+		for seq := uint64(1); seq <= batches; seq++ {
+			if c.WriteMessage(websocket.BinaryMessage, mustBatch(t, seq, "chat", 1)) != nil {
+				return
+			}
+		}
+	}()
+	for len(f.sink.submitted()) < maxInFlight {
+		time.Sleep(5 * time.Millisecond)
+	}
+	time.Sleep(50 * time.Millisecond) // a reader that ignored the bound would submit more now
+	if got := len(f.sink.submitted()); got != maxInFlight {
+		t.Fatalf("submitted %d batches with none acked, want the bound %d", got, maxInFlight)
+	}
+	f.sink.release()
+	seen := map[uint64]bool{}
+	for len(seen) < batches {
+		a := readAck(t, c)
+		if a.Reject != beacon.RejectNone {
+			t.Fatalf("ack %+v, want accepted", a)
+		}
+		seen[a.Seq] = true
+	}
+	if got := f.rejected(ReasonSlowConsumer); got != 0 {
+		t.Fatalf("rejected{slow_consumer} = %v, want 0", got)
+	}
+}
+
 func TestRejectedFrames(t *testing.T) {
 	f := newFixture(t, nil)
 	good := mustBatch(t, 1, "chat", 1)

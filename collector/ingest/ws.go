@@ -18,11 +18,11 @@ import (
 
 // WebSocket timing and sizes, as in gorilla's chat example.
 const (
-	writeWait  = 10 * time.Second  // time allowed to write a message
-	pongWait   = 60 * time.Second  // time allowed to read the next pong (or frame)
-	pingPeriod = pongWait * 9 / 10 // pings go out this often; must be < pongWait
-	sendBuffer = 32                // acks queued per connection before it is a slow consumer
-	lingerWait = 2 * time.Second   // after our close frame, wait this long for the client's
+	writeWait   = 10 * time.Second  // time allowed to write a message
+	pongWait    = 60 * time.Second  // time allowed to read the next pong (or frame)
+	pingPeriod  = pongWait * 9 / 10 // pings go out this often; must be < pongWait
+	maxInFlight = 32                // batches read but not yet acked on the wire, per connection
+	lingerWait  = 2 * time.Second   // after our close frame, wait this long for the client's
 )
 
 // conn is one WebSocket connection: one reader (the handler goroutine) and
@@ -34,7 +34,8 @@ type conn struct {
 	hdr    http.Header
 	remote string
 	bucket *bucket
-	send   chan []byte // acks; closed by the reader when it is done and no ack is pending
+	send   chan ack      // to the writer; closed by the reader when it is done and no ack is pending
+	slots  chan struct{} // one per batch read and not yet acked on the wire (maxInFlight)
 
 	pending sync.WaitGroup // batches handed to the sink, not yet done
 
@@ -72,7 +73,8 @@ func (h *Handler) ServeWS(w http.ResponseWriter, r *http.Request) {
 		hdr:    r.Header,
 		remote: r.RemoteAddr,
 		bucket: newBucket(h.connRate, h.connBurst),
-		send:   make(chan []byte, sendBuffer),
+		send:   make(chan ack, maxInFlight+4), // + refusals that take no slot
+		slots:  make(chan struct{}, maxInFlight),
 		stopCh: make(chan struct{}),
 	}
 	if !h.track(c) {
@@ -183,7 +185,7 @@ func (c *conn) readFrame(r io.Reader) bool {
 	}()
 	if errors.Is(err, errTooBig) {
 		if seq, ok := peekSeq(buf); ok {
-			c.queueAck(seq, beacon.RejectLimit)
+			c.queueAck(seq, beacon.RejectLimit, false)
 		}
 		c.stop(ReasonTooBig, websocket.CloseMessageTooBig, fmt.Sprintf("frame too big: over %d bytes", h.limits.MaxBytes))
 		return false
@@ -225,7 +227,7 @@ func (c *conn) handleFrame(frame []byte) bool {
 		// Ack the refusal when the sequence number is readable, so the
 		// module drops a batch that resending cannot fix.
 		if seq, ok := peekSeq(frame); ok {
-			c.queueAck(seq, beacon.RejectFor(err))
+			c.queueAck(seq, beacon.RejectFor(err), false)
 		}
 		reason, code := classifyDecode(err)
 		c.stop(reason, code, truncate("bad batch: "+err.Error()))
@@ -233,7 +235,7 @@ func (c *conn) handleFrame(frame []byte) bool {
 	}
 	h.m.batches.WithLabelValues("ws").Inc()
 	if b.Site != "" && b.Site != c.site.key {
-		c.queueAck(b.Seq, beacon.RejectSite)
+		c.queueAck(b.Seq, beacon.RejectSite, false)
 		c.stop(ReasonSiteMismatch, websocket.ClosePolicyViolation,
 			truncate("batch is for site "+quoteShort(b.Site)+", connection for "+c.site.key))
 		return false
@@ -243,13 +245,21 @@ func (c *conn) handleFrame(frame []byte) bool {
 	if b.Dropped > 0 {
 		h.m.clientDropped.Add(float64(b.Dropped))
 	}
+	// At most maxInFlight batches between reading and their ack on the
+	// wire: past that the reader waits (and stops reading), so acks never
+	// pile up and queueAck never blocks.
+	select {
+	case c.slots <- struct{}{}:
+	case <-c.stopCh:
+		return false
+	}
 	if n == 0 {
-		return c.queueAck(b.Seq, beacon.RejectNone)
+		return c.queueAck(b.Seq, beacon.RejectNone, true)
 	}
 	now := h.now()
 	wait, ok, text := h.rateLimit(c.site, c.bucket, n, now)
 	if !ok {
-		c.queueAck(b.Seq, beacon.RejectOverload) // kept by the module, resent after a backoff
+		c.queueAck(b.Seq, beacon.RejectOverload, true) // kept by the module, resent after a backoff
 		c.stop(ReasonRateLimit, websocket.CloseTryAgainLater, truncate(text))
 		return false
 	}
@@ -271,17 +281,17 @@ func (c *conn) handleFrame(frame []byte) bool {
 	err = h.sink.Submit(h.base, streams, func(err error) {
 		defer finish()
 		if err != nil {
-			c.queueAck(seq, beacon.RejectRetry)
+			c.queueAck(seq, beacon.RejectRetry, true)
 			c.stop(ReasonStore, websocket.CloseInternalServerErr, "storage failed, batch not stored: resend it")
 			return
 		}
 		h.m.ackLatency.Observe(time.Since(began).Seconds())
 		h.m.acked.Add(float64(n))
-		c.queueAck(seq, beacon.RejectNone)
+		c.queueAck(seq, beacon.RejectNone, true)
 	})
 	if err != nil {
 		finish()
-		c.queueAck(seq, beacon.RejectRetry)
+		c.queueAck(seq, beacon.RejectRetry, true)
 		if errors.Is(err, context.Canceled) {
 			c.stop("", websocket.CloseGoingAway, "collector shutting down")
 		} else {
@@ -293,15 +303,23 @@ func (c *conn) handleFrame(frame []byte) bool {
 	return true
 }
 
-// queueAck hands an ack to the writer without blocking; a client that does
-// not read its acks is dropped (gorilla chat: slow consumers are not waited for).
-func (c *conn) queueAck(seq uint64, reject beacon.Reject) bool {
-	msg := beacon.Ack{Seq: seq, Reject: reject}.AppendBinary(nil)
+// ack is one Ack for the writer; slot says it frees an in-flight slot once written.
+type ack struct {
+	seq    uint64
+	reject beacon.Reject
+	slot   bool
+}
+
+// queueAck hands an ack to the writer without blocking. The in-flight slots
+// bound what is queued, so a full queue is a bug; the connection is dropped
+// rather than blocking the store's goroutine. A client that does not read
+// its acks is caught by the writer's write deadline.
+func (c *conn) queueAck(seq uint64, reject beacon.Reject, slot bool) bool {
 	select {
-	case c.send <- msg:
+	case c.send <- ack{seq: seq, reject: reject, slot: slot}:
 		return true
 	default:
-		c.stop(ReasonSlowConsumer, websocket.ClosePolicyViolation, "client does not read its acks")
+		c.stop(ReasonSlowConsumer, websocket.ClosePolicyViolation, "acks not written")
 		c.ws.Close()
 		return false
 	}
@@ -313,17 +331,26 @@ func (c *conn) writeLoop() {
 		ticker.Stop()
 		c.ws.Close()
 	}()
+	var buf []byte
 	for {
 		select {
-		case msg, ok := <-c.send:
+		case a, ok := <-c.send:
 			if !ok {
 				c.writeClose()
 				return
 			}
+			buf = beacon.Ack{Seq: a.seq, Reject: a.reject}.AppendBinary(buf[:0])
 			c.ws.SetWriteDeadline(time.Now().Add(writeWait))
-			if err := c.ws.WriteMessage(websocket.BinaryMessage, msg); err != nil {
-				c.stop("", websocket.CloseNormalClosure, "")
+			if err := c.ws.WriteMessage(websocket.BinaryMessage, buf); err != nil {
+				if ne, ok := err.(net.Error); ok && ne.Timeout() {
+					c.stop(ReasonSlowConsumer, websocket.ClosePolicyViolation, "client does not read its acks")
+				} else {
+					c.stop("", websocket.CloseNormalClosure, "") // client gone
+				}
 				return
+			}
+			if a.slot {
+				<-c.slots
 			}
 		case <-c.h.base.Done():
 			return

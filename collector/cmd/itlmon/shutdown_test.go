@@ -1,0 +1,184 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gorilla/websocket"
+	"github.com/maxmind/mmdbwriter"
+	"github.com/maxmind/mmdbwriter/mmdbtype"
+
+	"github.com/itlmon/itlmon/collector/store"
+	"github.com/itlmon/itlmon/wasm/beacon"
+)
+
+// TestGracefulSIGTERM: on SIGTERM the collector acks what it read, closes
+// connections with 1001, drains the writer and exits 0; after a restart
+// every acked record is stored. A second signal exits at once (status 1).
+func TestGracefulSIGTERM(t *testing.T) {
+	lib := chdbLib(t)
+	data := t.TempDir()
+	p1 := startProcess(t, lib, data)
+	c, _, err := dialWS(t, p1.url, "test", pageOrigin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const batches, perBatch = 200, 10
+	go func() {
+		for s := uint64(1); s <= batches; s++ {
+			recs := make([]beacon.Record, perBatch)
+			for j := range recs {
+				recs[j] = record(5, uint32(s*perBatch)+uint32(j))
+			}
+			b := beacon.Batch{Seq: s, Records: recs}
+			frame, _ := b.AppendBinary(nil)
+			if c.WriteMessage(websocket.BinaryMessage, frame) != nil {
+				return
+			}
+		}
+	}()
+	// Read acks until the close frame; SIGTERM after the first ack.
+	acked := map[uint64]bool{}
+	signalled := false
+	var closeErr *websocket.CloseError
+	c.SetReadDeadline(time.Now().Add(2 * time.Minute))
+	for {
+		_, msg, err := c.ReadMessage()
+		if err != nil {
+			if !errors.As(err, &closeErr) {
+				t.Fatalf("read: %v, want a close frame", err)
+			}
+			break
+		}
+		a, err := beacon.DecodeAck(msg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a.Reject == beacon.RejectNone {
+			acked[a.Seq] = true
+		}
+		if len(acked) == 1 && !signalled {
+			p1.cmd.Process.Signal(syscall.SIGTERM)
+			signalled = true
+		}
+	}
+	if !signalled {
+		p1.cmd.Process.Signal(syscall.SIGTERM)
+		t.Errorf("connection closed before any ack: %v", closeErr)
+	} else if closeErr.Code != websocket.CloseGoingAway {
+		t.Errorf("close = %d %q, want 1001 going away", closeErr.Code, closeErr.Text)
+	}
+	waitExit(t, p1)
+	if code := p1.cmd.ProcessState.ExitCode(); code != 0 {
+		t.Fatalf("exit status after SIGTERM = %d, want 0", code)
+	}
+	t.Logf("%d of %d batches acked before the close", len(acked), batches)
+
+	p2 := startProcess(t, lib, data)
+	db, err := store.Open(t.Context(), store.Options{Addr: p2.native, Database: "itlmon"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	stored := storedIDs(t, db.Conn(), "test")
+	for s := range acked {
+		for j := 0; j < perBatch; j++ {
+			var id [16]byte
+			putID(&id, 5, uint32(s*perBatch)+uint32(j))
+			if n := stored[id]; n != 1 {
+				t.Fatalf("acked stream %x stored %d times, want 1 (nothing left to replay after a graceful stop)", id, n)
+			}
+		}
+	}
+
+	// Two signals: the second one exits without waiting. A client that never
+	// answers the close handshake keeps the graceful path busy for a while.
+	if _, _, err := dialWS(t, p2.url, "test", pageOrigin); err != nil {
+		t.Fatal(err)
+	}
+	p2.cmd.Process.Signal(syscall.SIGTERM)
+	time.Sleep(300 * time.Millisecond)
+	p2.cmd.Process.Signal(syscall.SIGTERM)
+	waitExit(t, p2)
+	if code := p2.cmd.ProcessState.ExitCode(); code != 1 {
+		t.Fatalf("exit status after two signals = %d, want 1", code)
+	}
+}
+
+// TestBeaconPostGeoIP: the sendBeacon fallback stores like a frame, with
+// country/region from a MaxMind database keyed by the forwarded client IP.
+func TestBeaconPostGeoIP(t *testing.T) {
+	mmdb := writeMMDB(t)
+	m := startMain(t, func(c *Config) { c.GeoIP = mmdb })
+	rec := record(6, 1)
+	body := batchBytes(t, 9, []beacon.Record{rec})
+	req, _ := http.NewRequest("POST", m.URL()+"/v1/beacon?site=test", bytes.NewReader(body))
+	req.Header.Set("Origin", pageOrigin)
+	req.Header.Set("Content-Type", "text/plain")
+	req.Header.Set("User-Agent", "Mozilla/5.0 (Linux; Android 14; Pixel 8) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/131.0.0.0 Mobile Safari/537.36")
+	req.Header.Set("Sec-CH-UA", `"Chromium";v="131", "Google Chrome";v="131", "Not_A Brand";v="24"`)
+	req.Header.Set("X-Forwarded-For", "81.2.69.160, 10.0.0.1")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNoContent {
+		t.Fatalf("POST /v1/beacon = %d, want 204", resp.StatusCode)
+	}
+	streams, err := m.DB.LatestStreams(t.Context(), collectorFilter("test"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(streams) != 1 {
+		t.Fatalf("stored %d streams, want 1 (204 means durable)", len(streams))
+	}
+	s := streams[0]
+	if s.StreamID != rec.StreamID || s.Country != "GB" || s.Region != "GB-ENG" || s.Browser != "Chrome" ||
+		s.BrowserMajor != 131 || s.OS != "Android" || s.Device != "mobile" {
+		t.Fatalf("stored %x %s/%s %s %d %s %s, want GB/GB-ENG Chrome 131 Android mobile",
+			s.StreamID, s.Country, s.Region, s.Browser, s.BrowserMajor, s.OS, s.Device)
+	}
+}
+
+// writeMMDB builds a tiny GeoIP2-City-layout database.
+func writeMMDB(t *testing.T) string {
+	t.Helper()
+	tree, err := mmdbwriter.New(mmdbwriter.Options{DatabaseType: "GeoIP2-City", RecordSize: 24})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, n, _ := net.ParseCIDR("81.2.69.0/24")
+	if err := tree.Insert(n, mmdbtype.Map{
+		"country":      mmdbtype.Map{"iso_code": mmdbtype.String("GB")},
+		"subdivisions": mmdbtype.Slice{mmdbtype.Map{"iso_code": mmdbtype.String("ENG")}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "geo.mmdb")
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := tree.WriteTo(f); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func waitExit(t *testing.T, p *proc) {
+	t.Helper()
+	select {
+	case <-p.done:
+	case <-time.After(2 * time.Minute):
+		t.Fatal("collector did not exit within 2 minutes of the signal")
+	}
+}
