@@ -201,7 +201,7 @@ func (o *Origin) page(w http.ResponseWriter, r *http.Request) {
 		data.Init = "null"
 	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
-	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set("Cache-Control", "no-cache") // not no-store: that keeps a page out of the back/forward cache
 	if err := pageTmpl.Execute(w, data); err != nil {
 		http.Error(w, err.Error(), http.StatusInternalServerError)
 	}

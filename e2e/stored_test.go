@@ -4,9 +4,11 @@ import (
 	"context"
 	"math"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
 )
 
@@ -191,4 +193,57 @@ func TestDemoPage(t *testing.T) {
 	if got, want := rows[0].ContentEvents, uint32(30); got != want {
 		t.Errorf("stored content_events = %d, want %d", got, want)
 	}
+}
+
+// TestBFCache: a measured page can enter the back/forward cache (the module
+// adds no unload handler and closes its socket on pagehide; this Chromium
+// would also evict the socket itself), and after coming back it measures and
+// sends again over a new socket.
+func TestBFCache(t *testing.T) {
+	o, c, ctx := collectorPage(t, nil)
+	RunStream(t, ctx, StreamOpts{Query: "tokens=5&interval_ms=5"})
+	WaitStreams(t, c, "e2e", 1)
+	if Eval[float64](t, ctx, `__itlmon_go.stats().connects`) < 1 {
+		t.Fatal("no WebSocket was opened")
+	}
+	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	var mu sync.Mutex
+	var notUsed []string
+	chromedp.Listen(ctx, func(ev any) {
+		if e, ok := ev.(*page.EventBackForwardCacheNotUsed); ok {
+			mu.Lock()
+			defer mu.Unlock()
+			for _, r := range e.NotRestoredExplanations {
+				notUsed = append(notUsed, string(r.Reason))
+			}
+		}
+	})
+	t.Cleanup(func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if len(notUsed) > 0 {
+			t.Logf("back/forward cache not used: %v", notUsed)
+		}
+	})
+	// history.back(), not NavigateBack: a page restored from the cache fires
+	// pageshow, not load.
+	if err := chromedp.Do(sctx, chromedp.Navigate(o.URL+"/plain"), chromedp.Evaluate[chromedp.Void](`history.back()`)); err != nil {
+		t.Fatalf("away and back: %v", err)
+	}
+	for {
+		back, err := chromedp.Run(sctx, chromedp.Evaluate[bool](`location.pathname === '/' && document.readyState === 'complete' && !!window.e2e`))
+		if err == nil && back {
+			break
+		}
+		if sctx.Err() != nil {
+			t.Fatalf("not back on the page: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if n := Eval[int](t, ctx, `e2e.summaries.length`); n != 1 {
+		t.Fatalf("after going back the page has %d summaries, want 1 (restored from the back/forward cache, not reloaded)", n)
+	}
+	RunStream(t, ctx, StreamOpts{Query: "tokens=5&interval_ms=5"})
+	WaitStreams(t, c, "e2e", 2)
 }
