@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"net/http"
 	"net/url"
 	"strings"
 	"testing"
@@ -203,4 +204,29 @@ func TestConfig(t *testing.T) {
 			t.Fatalf("models = %q, want %q", got, want)
 		}
 	})
+}
+
+// TestRedirected: a measured response that followed a redirect keeps its
+// final url and redirected flag, which the Response constructor would drop.
+func TestRedirected(t *testing.T) {
+	o := StartOrigin(t)
+	o.Handle("/r", http.RedirectHandler("/v1/chat/completions?tokens=3&interval_ms=1", http.StatusFound))
+	a := StartAssets(t)
+	o.SetCollector(a.URL, "e2e")
+	for _, module := range []bool{false, true} {
+		ctx := NewTab(t)
+		if got := OpenPage(t, ctx, o.PageURL(nil, !module)); got != module {
+			t.Fatalf("itlmon ready = %v, want %v", got, module)
+		}
+		got := Eval[map[string]any](t, ctx, `fetch('/r').then(async r => ({ url: r.url, redirected: r.redirected, type: r.type, status: r.status, n: (await r.text()).length, measured: e2e.summaries.length }))`)
+		want := map[string]any{"url": o.URL + "/v1/chat/completions?tokens=3&interval_ms=1", "redirected": true, "type": "basic", "status": float64(200)}
+		for k, v := range want {
+			if got[k] != v {
+				t.Errorf("module %v: %s = %v, want %v", module, k, got[k], v)
+			}
+		}
+		if m := Eval[int](t, ctx, `e2e.summaries.length`); module && m != 1 {
+			t.Errorf("summaries = %d, want 1", m)
+		}
+	}
 }
