@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -50,28 +51,11 @@ func TestReportIngest(t *testing.T) {
 		clients   = 50
 		batches   = 40 // per client
 		perBatch  = 20
-		inFlight  = 8 // unacked batches per client, like a module draining a backlog
+		inFlight  = 16 // unacked batches per client (a module draining a backlog); 50x16x20 > the writer's 10,000-row flush
 		totalRecs = clients * batches * perBatch
+		rounds    = 2 // alternating, best of each: the machine is shared
 	)
 	m := startMain(t, nil)
-
-	// Frames prepared up front: the clients measure the collector, not the encoder.
-	frames := make([][][]byte, clients)
-	var streams []collector.Stream
-	now := time.Now().UTC()
-	for c := range frames {
-		for b := 0; b < batches; b++ {
-			recs := make([]beacon.Record, perBatch)
-			for j := range recs {
-				recs[j] = benchRecord(9, uint32((c*batches+b)*perBatch+j))
-				s := collector.Stream{Record: recs[j], Site: "test", ReceivedAt: now, ConnType: "4g",
-					Country: "DE", Region: "unknown", Browser: "Firefox", BrowserMajor: 133, OS: "Linux", Device: "desktop"}
-				rand.Read(s.StreamID[:]) // distinct rows for the baseline
-				streams = append(streams, s)
-			}
-			frames[c] = append(frames[c], batchBytes(t, uint64(b+1), recs))
-		}
-	}
 	conns := make([]*websocket.Conn, clients)
 	for i := range conns {
 		c, _, err := dialWS(t, m.URL(), "test", pageOrigin)
@@ -81,9 +65,74 @@ func TestReportIngest(t *testing.T) {
 		conns[i] = c
 	}
 
+	var e2eTimes, directTimes []time.Duration
+	for round := 0; round < rounds; round++ {
+		frames, streams := ingestRound(t, uint32(round), clients, batches, perBatch)
+		d, err := runClients(conns, frames, inFlight)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e2eTimes = append(e2eTimes, d)
+		directTimes = append(directTimes, insertDirect(t, m, streams))
+	}
+	st := m.Writer.Stats()
+	if want := uint64(rounds * totalRecs); st.RowsInserted < want {
+		t.Fatalf("rows inserted = %d, want %d", st.RowsInserted, want)
+	}
+
+	e2e, direct := slices.Min(e2eTimes), slices.Min(directTimes)
+	e2eRate := float64(totalRecs) / e2e.Seconds()
+	directRate := float64(totalRecs) / direct.Seconds()
+	var b strings.Builder
+	fmt.Fprintf(&b, "\nend-to-end ingest into the embedded ClickHouse (%d cores, GOMAXPROCS %d, shared machine; best of %d alternating rounds)\n",
+		runtime.NumCPU(), runtime.GOMAXPROCS(0), rounds)
+	fmt.Fprintf(&b, "%-58s %8s %11s %9s  %s\n", "path", "records", "records/s", "best", "all rounds")
+	fmt.Fprintf(&b, "%-58s %8d %11.0f %9s  %v\n", fmt.Sprintf("WebSocket: %d clients x %d batches x %d, %d in flight, acked", clients, batches, perBatch, inFlight),
+		totalRecs, e2eRate, e2e.Round(time.Millisecond), roundAll(e2eTimes))
+	fmt.Fprintf(&b, "%-58s %8d %11.0f %9s  %v\n", "direct clickhouse-go batch insert, 10,000 rows per batch",
+		totalRecs, directRate, direct.Round(time.Millisecond), roundAll(directTimes))
+	fmt.Fprintf(&b, "ratio end-to-end / direct: %.2f   (writer: %d inserts, %d rows inserted, %d spooled, %d deduplicated)\n",
+		e2eRate/directRate, st.Inserts, st.RowsInserted, st.RowsSpooled, st.RowsDeduplicated)
+	fmt.Println(b.String()) // go test -v shows it (make bench)
+}
+
+func roundAll(ds []time.Duration) []time.Duration {
+	out := make([]time.Duration, len(ds))
+	for i, d := range ds {
+		out[i] = d.Round(time.Millisecond)
+	}
+	return out
+}
+
+// ingestRound prepares each client's frames and the same rows as streams
+// (with other ids) for the direct insert. Frames are encoded up front: the
+// clients measure the collector, not the encoder.
+func ingestRound(t *testing.T, round uint32, clients, batches, perBatch int) ([][][]byte, []collector.Stream) {
+	frames := make([][][]byte, clients)
+	var streams []collector.Stream
+	now := time.Now().UTC()
+	for c := range frames {
+		for b := 0; b < batches; b++ {
+			recs := make([]beacon.Record, perBatch)
+			for j := range recs {
+				recs[j] = benchRecord(100+round, uint32((c*batches+b)*perBatch+j))
+				s := collector.Stream{Record: recs[j], Site: "test", ReceivedAt: now, ConnType: "4g",
+					Country: "DE", Region: "unknown", Browser: "Firefox", BrowserMajor: 133, OS: "Linux", Device: "desktop"}
+				rand.Read(s.StreamID[:]) // distinct rows for the baseline
+				streams = append(streams, s)
+			}
+			frames[c] = append(frames[c], batchBytes(t, uint64(b+1), recs))
+		}
+	}
+	return frames, streams
+}
+
+// runClients sends every client's frames with at most inFlight unacked and
+// returns the time until the last ack.
+func runClients(conns []*websocket.Conn, frames [][][]byte, inFlight int) (time.Duration, error) {
 	began := time.Now()
 	var wg sync.WaitGroup
-	errs := make(chan error, clients)
+	errs := make(chan error, len(conns))
 	for i, c := range conns {
 		wg.Add(1)
 		go func() {
@@ -91,7 +140,7 @@ func TestReportIngest(t *testing.T) {
 			window := make(chan struct{}, inFlight)
 			done := make(chan error, 1)
 			go func() { // acks
-				for n := 0; n < batches; n++ {
+				for n := 0; n < len(frames[i]); n++ {
 					_, p, err := c.ReadMessage()
 					if err == nil {
 						var a beacon.Ack
@@ -120,39 +169,22 @@ func TestReportIngest(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	e2e := time.Since(began)
+	d := time.Since(began)
 	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
-	st := m.Writer.Stats()
+	return d, <-errs
+}
 
-	// Baseline: the same number of rows straight into ClickHouse with
-	// clickhouse-go batches of the writer's size, in the same engine.
-	const directBatch = 10_000
-	began = time.Now()
-	for k := 0; k < len(streams); k += directBatch {
-		if err := store.InsertDirect(context.Background(), m.DB.Conn(), streams[k:min(k+directBatch, len(streams))]); err != nil {
+// insertDirect is the baseline: the rows straight into the same ClickHouse
+// with clickhouse-go batches of the writer's size.
+func insertDirect(t *testing.T, m *Main, streams []collector.Stream) time.Duration {
+	const batch = 10_000
+	began := time.Now()
+	for k := 0; k < len(streams); k += batch {
+		if err := store.InsertDirect(context.Background(), m.DB.Conn(), streams[k:min(k+batch, len(streams))]); err != nil {
 			t.Fatal(err)
 		}
 	}
-	direct := time.Since(began)
-
-	e2eRate := float64(totalRecs) / e2e.Seconds()
-	directRate := float64(totalRecs) / direct.Seconds()
-	var b strings.Builder
-	fmt.Fprintf(&b, "\nend-to-end ingest into the embedded ClickHouse (%d cores, GOMAXPROCS %d, shared machine)\n", runtime.NumCPU(), runtime.GOMAXPROCS(0))
-	fmt.Fprintf(&b, "%-58s %10s %12s %8s\n", "path", "records", "records/s", "time")
-	fmt.Fprintf(&b, "%-58s %10d %12.0f %8s\n", fmt.Sprintf("WebSocket: %d clients x %d batches x %d, %d in flight, acked", clients, batches, perBatch, inFlight),
-		totalRecs, e2eRate, e2e.Round(time.Millisecond))
-	fmt.Fprintf(&b, "%-58s %10d %12.0f %8s\n", fmt.Sprintf("direct clickhouse-go batch insert (%d rows per batch)", directBatch),
-		totalRecs, directRate, direct.Round(time.Millisecond))
-	fmt.Fprintf(&b, "ratio end-to-end / direct: %.2f   (writer: %d inserts, %d rows inserted, %d spooled, %d deduplicated)\n",
-		e2eRate/directRate, st.Inserts, st.RowsInserted, st.RowsSpooled, st.RowsDeduplicated)
-	fmt.Println(b.String()) // go test -v shows it (make bench)
-	if st.RowsInserted < totalRecs {
-		t.Fatalf("rows inserted = %d, want %d", st.RowsInserted, totalRecs)
-	}
+	return time.Since(began)
 }
 
 func TestReportIdleConnections(t *testing.T) {
