@@ -14,6 +14,7 @@ import (
 
 	"github.com/itlmon/itlmon/collector/config"
 	"github.com/itlmon/itlmon/collector/ingest"
+	"github.com/itlmon/itlmon/collector/join"
 )
 
 // Config is the configuration of serve (and, in part, migrate): defaults,
@@ -25,6 +26,7 @@ type Config struct {
 	ChdbLib         string        // libchdb.so for the embedded engine
 	Sites           []ingest.Site // from --site and --sites-file
 	SitesFile       string
+	OriginKeys      map[string]string // site -> shared key of its origin reporter (--origin-key)
 	TrustProxy      bool
 	GeoIP           string
 	TTL             time.Duration
@@ -84,6 +86,32 @@ func (s siteFlags) Set(v string) error {
 	return nil
 }
 
+// originKeyFlags collects repeatable --origin-key SITE=KEY values.
+type originKeyFlags struct{ keys *map[string]string }
+
+func (f originKeyFlags) String() string {
+	if f.keys == nil {
+		return ""
+	}
+	var sites []string
+	for s := range *f.keys {
+		sites = append(sites, s+"=***")
+	}
+	return strings.Join(sites, " ")
+}
+
+func (f originKeyFlags) Set(v string) error {
+	site, key, err := join.ParseOriginKey(v)
+	if err != nil {
+		return err
+	}
+	if *f.keys == nil {
+		*f.keys = map[string]string{}
+	}
+	(*f.keys)[site] = key
+	return nil
+}
+
 // durationFlag accepts Go durations and whole days ("90d").
 type durationFlag struct{ d *time.Duration }
 
@@ -121,6 +149,7 @@ func (c *Config) serveFlags(fs *flag.FlagSet) {
 	c.storageFlags(fs)
 	fs.Var(siteFlags{&c.Sites}, "site", "site key and allowed page origins, KEY=ORIGIN[,ORIGIN...] (repeatable; env ITLMON_SITES separates sites with ';')")
 	fs.StringVar(&c.SitesFile, "sites-file", c.SitesFile, "file with one KEY=ORIGIN[,ORIGIN...] per line")
+	fs.Var(originKeyFlags{&c.OriginKeys}, "origin-key", "SITE=KEY: accept origin timelines for SITE on POST /v1/origin with this shared key (repeatable, at least 16 bytes; env ITLMON_ORIGIN_KEYS separates them with ';')")
 	fs.BoolVar(&c.TrustProxy, "trust-proxy", c.TrustProxy, "trust CDN country headers (CF-IPCountry, CloudFront-Viewer-Country, X-Vercel-IP-Country) and X-Forwarded-For")
 	fs.StringVar(&c.GeoIP, "geoip", c.GeoIP, "MaxMind-format country/city database (.mmdb) for country and region")
 	fs.BoolVar(&c.Demo, "demo", c.Demo, "serve the demo chat at /demo/ and accept site \"demo\" from the collector's own origin")
@@ -131,8 +160,11 @@ func (c *Config) serveFlags(fs *flag.FlagSet) {
 
 // envName is the environment variable of a flag: --log-level is ITLMON_LOG_LEVEL.
 func envName(flagName string) string {
-	if flagName == "site" {
+	switch flagName {
+	case "site":
 		return "ITLMON_SITES"
+	case "origin-key":
+		return "ITLMON_ORIGIN_KEYS"
 	}
 	return "ITLMON_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
 }
@@ -146,7 +178,7 @@ func parseWithEnv(fs *flag.FlagSet, args []string, getenv func(string) string) e
 			return
 		}
 		vals := []string{v}
-		if f.Name == "site" {
+		if f.Name == "site" || f.Name == "origin-key" {
 			vals = strings.Split(v, ";")
 		}
 		for _, x := range vals {
@@ -190,6 +222,11 @@ func (c *Config) Validate() error {
 	}
 	if len(c.Sites) == 0 && !c.Demo {
 		return ErrNoSites
+	}
+	for site := range c.OriginKeys {
+		if !seen[site] && !(c.Demo && site == "demo") {
+			return fmt.Errorf("origin key for site %s: no such site (configure it with --site)", site)
+		}
 	}
 	if c.GeoIP != "" {
 		if _, err := os.Stat(c.GeoIP); err != nil {

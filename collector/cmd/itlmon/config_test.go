@@ -69,6 +69,13 @@ func TestParseFlags(t *testing.T) {
 				t.Errorf("addr = %s, want the flag's", c.Addr)
 			}
 		}},
+		{"origin key", []string{"--chdb-lib", lib, "--site", "chat=https://a.example.com", "--origin-key", "chat=0123456789abcdef"}, nil, "", func(t *testing.T, c Config) {
+			if c.OriginKeys["chat"] != "0123456789abcdef" {
+				t.Errorf("origin keys = %v", c.OriginKeys)
+			}
+		}},
+		{"origin key too short", []string{"--chdb-lib", lib, "--site", "chat=https://a.example.com", "--origin-key", "chat=short"}, nil, "at least", nil},
+		{"origin key unknown site", []string{"--chdb-lib", lib, "--site", "chat=https://a.example.com", "--origin-key", "blog=0123456789abcdef"}, nil, "no such site", nil},
 		{"bad env", []string{"--chdb-lib", lib, "--demo"}, map[string]string{"ITLMON_TRUST_PROXY": "maybe"}, "ITLMON_TRUST_PROXY", nil},
 	}
 	for _, tt := range tests {

@@ -16,11 +16,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/rs/zerolog"
 
+	"github.com/itlmon/itlmon/collector"
 	"github.com/itlmon/itlmon/collector/chdb"
 	"github.com/itlmon/itlmon/collector/demo"
 	"github.com/itlmon/itlmon/collector/enrich"
 	"github.com/itlmon/itlmon/collector/httpapi"
 	"github.com/itlmon/itlmon/collector/ingest"
+	"github.com/itlmon/itlmon/collector/join"
 	"github.com/itlmon/itlmon/collector/store"
 	"github.com/itlmon/itlmon/web"
 )
@@ -62,6 +64,7 @@ type Main struct {
 	Engine   *chdb.Engine // nil with a DSN
 	DB       *store.DB
 	Writer   *store.Writer
+	Joiner   *join.Joiner // nil without --origin-key
 	Ingest   *ingest.Handler
 	Registry *prometheus.Registry
 
@@ -138,9 +141,22 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	m.Registry = prometheus.NewRegistry()
 	m.Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	registerStoreMetrics(m.Registry, m.Writer)
+	var sink collector.Sink = m.Writer
+	if len(c.OriginKeys) > 0 {
+		// Client records of sites with an origin reporter wait briefly for
+		// its timeline, to attribute stalls, then go on to the writer.
+		m.Joiner = join.New(m.DB.Conn(), join.Config{
+			HasOrigin: func(site string) bool { _, ok := c.OriginKeys[site]; return ok },
+			Logger:    log,
+		})
+		if err := m.Joiner.RegisterMetrics(m.Registry); err != nil {
+			return fmt.Errorf("join metrics: %w", err)
+		}
+		sink = m.Joiner.Sink(m.Writer)
+	}
 	m.Ingest, err = ingest.New(ingest.Config{
 		Sites:      sites,
-		Sink:       m.Writer,
+		Sink:       sink,
 		Enricher:   m.enricher,
 		ConnRate:   c.ConnRate,
 		ConnBurst:  max(ingest.DefaultConnBurst, int(c.ConnRate*10)),
@@ -172,6 +188,9 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	httpapi.RegisterDashboard(mux, httpapi.DashboardConfig{Conn: m.DB.Conn(), HasSite: m.Ingest.HasSite,
 		Logger: log.With().Str("component", "dashboard").Logger()})
 	m.Ingest.Register(mux)
+	if m.Joiner != nil {
+		m.Joiner.Register(mux, join.StaticKeys(c.OriginKeys))
+	}
 
 	m.server = &http.Server{
 		Handler:           mux,
@@ -270,6 +289,9 @@ func (m *Main) Close() error {
 		errs = append(errs, wrapErr("ingest", ingestErr), wrapErr("http", httpErr))
 	} else if m.ln != nil {
 		m.ln.Close()
+	}
+	if m.Joiner != nil { // hands its held batches to the writer
+		errs = append(errs, wrapErr("join", m.Joiner.Shutdown(ctx)))
 	}
 	if m.Writer != nil {
 		errs = append(errs, wrapErr("writer", m.Writer.Shutdown(ctx)))

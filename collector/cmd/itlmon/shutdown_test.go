@@ -116,7 +116,22 @@ func TestGracefulSIGTERM(t *testing.T) {
 // country/region from a MaxMind database keyed by the forwarded client IP.
 func TestBeaconPostGeoIP(t *testing.T) {
 	mmdb := writeMMDB(t)
-	m := startMain(t, func(c *Config) { c.GeoIP = mmdb })
+	const originKey = "0123456789abcdef"
+	m := startMain(t, func(c *Config) {
+		c.GeoIP = mmdb
+		c.OriginKeys = map[string]string{"test": originKey} // the joiner wraps the writer
+	})
+	// The origin endpoint is mounted and checks the key.
+	oreq, _ := http.NewRequest("POST", m.URL()+"/v1/origin?site=test", bytes.NewReader([]byte("x")))
+	oreq.Header.Set("X-Itlmon-Key", "wrong-key-wrong-key")
+	oresp, err := http.DefaultClient.Do(oreq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	oresp.Body.Close()
+	if oresp.StatusCode != http.StatusForbidden {
+		t.Fatalf("POST /v1/origin with a wrong key = %d, want 403", oresp.StatusCode)
+	}
 	rec := record(6, 1)
 	body := batchBytes(t, 9, []beacon.Record{rec})
 	req, _ := http.NewRequest("POST", m.URL()+"/v1/beacon?site=test", bytes.NewReader(body))
