@@ -10,7 +10,6 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
-	"strconv"
 	"sync"
 	"syscall"
 	"testing"
@@ -38,6 +37,9 @@ type Collector struct {
 // fails under ITLMON_REQUIRE_REAL=1) without the ClickHouse engine library.
 func StartCollector(t testing.TB, sites ...string) *Collector {
 	t.Helper()
+	if testing.Short() {
+		t.Skip(errSkipShort.Error())
+	}
 	lib := os.Getenv("CHDB_LIB_PATH")
 	if _, err := os.Stat(lib); lib == "" || err != nil {
 		requireReal(t, "clickhouse engine (CHDB_LIB_PATH)", fmt.Errorf("%q: %v", lib, err))
@@ -247,5 +249,3 @@ func lastSummary(t *testing.T, ctx context.Context) Summary {
 	}
 	return s[len(s)-1]
 }
-
-var _ = strconv.Itoa

@@ -33,6 +33,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"html/template"
 	"io/fs"
 	"net"
@@ -60,6 +61,11 @@ var (
 
 func TestMain(m *testing.M) {
 	code := func() int {
+		flag.Parse()
+		if testing.Short() {
+			browserErr = errSkipShort
+			return m.Run()
+		}
 		if _, err := os.Stat(chromiumPath); err != nil {
 			browserErr = errors.New("chromium not installed at " + chromiumPath)
 			return m.Run()
@@ -101,9 +107,14 @@ func requireReal(t testing.TB, what string, err error) {
 	t.Skipf("%s: %v", what, err)
 }
 
+var errSkipShort = errors.New("end-to-end tests do not run with -short")
+
 // Browser returns the package's shared browser context.
 func Browser(t testing.TB) context.Context {
 	t.Helper()
+	if errors.Is(browserErr, errSkipShort) {
+		t.Skip(errSkipShort.Error())
+	}
 	if browserCtx == nil {
 		requireReal(t, "browser", browserErr)
 	}
@@ -278,6 +289,9 @@ type Assets struct {
 // and the built module: $ITLMON_E2E_DIST if set, else web.Dist() (make wasm).
 func StartAssets(t testing.TB, missing ...string) *Assets {
 	t.Helper()
+	if testing.Short() {
+		t.Skip(errSkipShort.Error())
+	}
 	a := &Assets{Missing: map[string]bool{}, Override: map[string][]byte{}}
 	for _, m := range missing {
 		a.Missing[m] = true
