@@ -12,7 +12,27 @@
 // Every rejection gets a reason the client can read (WebSocket close code
 // and text, or HTTP status and body), increments
 // itlmon_ingest_rejected_total{reason} and is logged at most once per reason
-// per LogInterval.
+// per LogInterval. When the batch's sequence number is readable, a refused
+// batch is first acked with a beacon.Reject code, so the browser module drops
+// what resending cannot fix and retries the rest:
+//
+//	reason            WebSocket close              POST status  Ack reject
+//	bad_request       (400 before upgrade)         400          -
+//	site              (404 before upgrade)         404          -
+//	origin            (403 before upgrade)         403          -
+//	text_frame        1003 unsupported data        -            -
+//	too_big           1009 message too big         413          limit
+//	version, kind     1003                         400          -
+//	decode_*          1003 (decode_limit: 1009)    400          malformed / limit
+//	site_mismatch     1008 policy violation        403          site
+//	rate_limit        1013 try again later         429          overload
+//	store             1011 internal error          503          retry
+//	slow_consumer     1008 (write timeout)         -            -
+//	(shutdown)        1001 going away, after the pending acks
+//
+// Each connection has one reader (the handler goroutine) and one writer
+// goroutine, and at most maxInFlight batches between reading and their ack:
+// past that, or while Sink.Submit blocks, the reader stops reading.
 package ingest
 
 import (

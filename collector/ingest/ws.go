@@ -88,6 +88,12 @@ func (h *Handler) ServeWS(w http.ResponseWriter, r *http.Request) {
 	go func() { defer close(writerDone); c.writeLoop() }()
 	c.readLoop()
 	<-writerDone
+	if e := h.log.Debug(); e.Enabled() {
+		c.mu.Lock()
+		code, text := c.closeCode, c.closeText
+		c.mu.Unlock()
+		e.Str("site", s.key).Int("close_code", code).Str("close_text", text).Msg("connection closed")
+	}
 }
 
 func (h *Handler) track(c *conn) bool {
