@@ -217,9 +217,6 @@ func (c *Config) Validate() error {
 		}
 		seen[s.Key] = true
 	}
-	if c.Demo && seen["demo"] {
-		return errors.New("--demo configures site demo itself: remove --site demo=... or --demo")
-	}
 	if len(c.Sites) == 0 && !c.Demo {
 		return ErrNoSites
 	}

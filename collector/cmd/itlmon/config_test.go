@@ -45,7 +45,7 @@ func TestParseFlags(t *testing.T) {
 			}
 		}},
 		{"duplicate site", []string{"--chdb-lib", lib, "--sites-file", sites, "--site", "shop=https://x.example.com"}, nil, "twice", nil},
-		{"demo site twice", []string{"--chdb-lib", lib, "--demo", "--site", "demo=https://x.example.com"}, nil, "--demo", nil},
+		{"demo site with more origins", []string{"--chdb-lib", lib, "--demo", "--site", "demo=http://192.168.1.5:8080"}, nil, "", nil},
 		{"ttl days", []string{"--chdb-lib", lib, "--demo", "--ttl", "30d"}, nil, "", func(t *testing.T, c Config) {
 			if c.TTL != 30*24*time.Hour {
 				t.Errorf("ttl = %v", c.TTL)

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"sync"
 	"time"
 
@@ -135,7 +136,15 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	}
 	sites := append([]ingest.Site(nil), c.Sites...)
 	if c.Demo {
-		sites = append(sites, ingest.Site{Key: "demo", Origins: ownOrigins(m.ln.Addr().(*net.TCPAddr))})
+		// Site "demo" accepts the collector's own origins, plus any given
+		// with --site demo=... (another hostname for this server).
+		own := ownOrigins(m.ln.Addr().(*net.TCPAddr))
+		i := slices.IndexFunc(sites, func(s ingest.Site) bool { return s.Key == "demo" })
+		if i < 0 {
+			sites = append(sites, ingest.Site{Key: "demo"})
+			i = len(sites) - 1
+		}
+		sites[i].Origins = append(slices.Clip(sites[i].Origins), own...)
 	}
 
 	m.Registry = prometheus.NewRegistry()

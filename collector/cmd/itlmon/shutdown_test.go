@@ -197,3 +197,25 @@ func waitExit(t *testing.T, p *proc) {
 		t.Fatal("collector did not exit within 2 minutes of the signal")
 	}
 }
+
+// TestDemoSite: --demo serves the demo page and accepts site "demo" from the
+// collector's own origin only.
+func TestDemoSite(t *testing.T) {
+	m := startMain(t, func(c *Config) { c.Demo = true })
+	if got := getStatus(t, m.URL()+"/demo/"); got != 200 {
+		t.Fatalf("GET /demo/ = %d, want 200", got)
+	}
+	_, port, _ := net.SplitHostPort(m.Addr())
+	for _, origin := range []string{m.URL(), "http://localhost:" + port} {
+		c, _, err := dialWS(t, m.URL(), "demo", origin)
+		if err != nil {
+			t.Fatalf("demo site from %s: %v", origin, err)
+		}
+		acks := readAcks(c)
+		c.WriteMessage(websocket.BinaryMessage, batchBytes(t, 1, []beacon.Record{record(7, uint32(len(origin)))}))
+		acks.wait(t, 1, 30*time.Second)
+	}
+	if _, resp, err := dialWS(t, m.URL(), "demo", "https://evil.example.net"); err == nil || resp.StatusCode != 403 {
+		t.Fatalf("demo site from another origin: %v %v, want 403", resp, err)
+	}
+}
