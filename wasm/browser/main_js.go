@@ -15,6 +15,7 @@
 //	                                           2 aborted, 3 network error
 //	pagehide(), pageshow()                  // bfcache: close the socket + sendBeacon; allow reconnect
 //	stats()                                 -> counters, for tests
+//	_crash(mode)                            test hook, only with configure({testHooks: true})
 //
 // A call from JS into Go costs tens of microseconds in Chromium, far more
 // than the per-chunk budget, so the shim does not call per chunk: it stamps
@@ -32,8 +33,10 @@
 // js.FuncOf callback. All state is touched only from JS callbacks (the page's
 // event loop serialises them), timers are JS timers, and there are no
 // goroutines, channels or locks to wait on. A panic inside a callback is
-// recovered, reported once with console.warn, and turned into a failure
-// result so the shim falls back to the page's own fetch.
+// recovered, reported once with console.warn, and returns null: the shim
+// leaves that response unmeasured and the page untouched. If the Go program
+// exits anyway, every later call throws and the shim restores the page's own
+// fetch for good.
 package main
 
 import (
