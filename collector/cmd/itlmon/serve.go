@@ -44,12 +44,18 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		m.Close()
 		return 1
 	}
-	<-ctx.Done()
+	code := 0
+	select {
+	case <-ctx.Done():
+	case err := <-m.serveErr:
+		m.Logger.Error().Err(err).Msg("http server stopped")
+		code = 1
+	}
 	if err := m.Close(); err != nil {
 		m.Logger.Error().Err(err).Msg("shutdown")
 		return 1
 	}
-	return 0
+	return code
 }
 
 // Main is the serve program: ParseFlags, Run (returns once serving), Close
