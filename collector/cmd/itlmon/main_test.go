@@ -61,6 +61,9 @@ const (
 // chdbLib returns the engine library, or skips (fails under ITLMON_REQUIRE_REAL=1).
 func chdbLib(t testing.TB) string {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("integration test with the real ClickHouse engine: skipped with -short")
+	}
 	lib := os.Getenv("CHDB_LIB_PATH")
 	if _, err := os.Stat(lib); lib == "" || err != nil {
 		if os.Getenv("ITLMON_REQUIRE_REAL") == "1" {
