@@ -210,8 +210,11 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	m.server = &http.Server{
 		Handler:           mux,
 		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       2 * time.Minute,
-		ErrorLog:          newStdLogger(log.With().Str("component", "http").Logger()),
+		// Bounds a slow beacon body; gorilla clears the deadline of upgraded
+		// connections. No WriteTimeout: the demo streams for minutes.
+		ReadTimeout: 30 * time.Second,
+		IdleTimeout: 2 * time.Minute,
+		ErrorLog:    newStdLogger(log.With().Str("component", "http").Logger()),
 	}
 	m.serveErr = make(chan error, 1)
 	go func() { m.serveErr <- m.server.Serve(m.ln) }()
