@@ -46,6 +46,7 @@ func TestByteIdentity(t *testing.T) {
 		{"for await", "tokens=30&interval_ms=5&split=1&comments=1", "forawait"},
 		{"clone", "tokens=30&interval_ms=5&crlf=1&split=1", "clone"},
 		{"bursts", "tokens=48&interval_ms=10&burst=8&split=1", "reader"},
+		{"BYOB reader", "tokens=30&interval_ms=5&split=1&burst=3", "byob"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

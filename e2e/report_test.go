@@ -84,13 +84,14 @@ func TestBrowserReport(t *testing.T) {
 }
 
 // costJS reads N local SSE chunks through a plain Response and through the
-// shim, alternating, and returns the medians.
+// shim, alternating, and returns the medians. Each read gets a fresh chunk, as
+// from the network (the shim's byte stream takes over the chunk's buffer).
 const costJS = `(async () => {
   const N = 5000, R = 9;
   const enc = new TextEncoder();
   const chunks = [];
   for (let i = 0; i < N; i++) chunks.push(enc.encode('data: {"id":"chatcmpl-b","object":"chat.completion.chunk","created":0,"model":"m","choices":[{"index":0,"delta":{"content":" tok' + i + '"},"finish_reason":null}]}\n\n'));
-  const mk = () => { let i = 0; return new Response(new ReadableStream({ pull(c) { if (i < N) c.enqueue(chunks[i++]); else c.close(); } }, { highWaterMark: 0 }), { headers: { 'content-type': 'text/event-stream' } }); };
+  const mk = () => { let i = 0; return new Response(new ReadableStream({ pull(c) { if (i < N) c.enqueue(chunks[i++].slice()); else c.close(); } }, { highWaterMark: 0 }), { headers: { 'content-type': 'text/event-stream' } }); };
   const read = async (resp) => { const r = resp.body.getReader(); let n = 0; for (;;) { const x = await r.read(); if (x.done) break; n += x.value.byteLength; } return n; };
   const run = async (wrapped) => { const resp = mk(); const t = performance.now(); await read(wrapped ? itlmon._wrap(resp, '/bench/stream') : resp); return performance.now() - t; };
   await run(false); await run(true);

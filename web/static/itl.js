@@ -215,7 +215,7 @@
 
   // ---- the fetch shim ----
 
-  var readableStrategy = { highWaterMark: 16 }; // > 0: reads run at network pace
+  var readableStrategy = { highWaterMark: 64 << 10 }; // bytes; > 0: reads run at network pace
 
   function wrap(resp, facts, t0) {
     try {
@@ -254,17 +254,27 @@
       // pace, not at the page's), passed on as the same chunk, and staged.
       // Every outcome passes through here: end, error (abort or network),
       // and the page cancelling its body.
+      // It is a byte stream like the original, so BYOB readers work too;
+      // enqueue transfers the chunk's buffer, so it is staged first.
       var reader = resp.body.getReader();
       var body = new ReadableStream({
-        pull: function (c) {
+        type: 'bytes',
+        pull: function pull(c) {
           if (dead) return;
           return reader.read().then(function (r) {
-            if (r.done) { c.close(); finish(1); return; }
+            if (r.done) {
+              c.close();
+              var br = c.byobRequest; // a pending BYOB read gets its done
+              if (br) br.respond(0);
+              finish(1);
+              return;
+            }
             var at = performance.now();
-            c.enqueue(r.value);
             if (!broken && !done) {
               try { pushOp(id, r.value, at, 0); } catch (e) { fail('shim failed', e); }
             }
+            if (!r.value.byteLength) return pull(c); // an empty read: enqueue would throw
+            c.enqueue(r.value);
           }, function (err) {
             c.error(err);
             finish((facts.signal && facts.signal.aborted) || !(err instanceof TypeError) ? 2 : 3);
