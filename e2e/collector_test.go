@@ -35,7 +35,7 @@ type Collector struct {
 // StartCollector starts `itlmon serve --demo` with the given --site values
 // (KEY=ORIGIN[,ORIGIN...]) and waits until /readyz answers. It skips (or
 // fails under ITLMON_REQUIRE_REAL=1) without the ClickHouse engine library.
-func StartCollector(t testing.TB, sites ...string) *Collector {
+func StartCollector(t *testing.T, sites ...string) *Collector {
 	t.Helper()
 	if testing.Short() {
 		t.Skip(errSkipShort.Error())
@@ -56,8 +56,7 @@ func StartCollector(t testing.TB, sites ...string) *Collector {
 	for _, s := range sites {
 		c.args = append(c.args, "--site", s)
 	}
-	exe := engineExe(t.(*testing.T))
-	c.Start(t, exe)
+	c.Start(t)
 	t.Cleanup(func() {
 		c.Stop(t)
 		if t.Failed() {
@@ -68,8 +67,9 @@ func StartCollector(t testing.TB, sites ...string) *Collector {
 }
 
 // Start starts the collector process (again) on the same address and data.
-func (c *Collector) Start(t testing.TB, exe string) {
+func (c *Collector) Start(t *testing.T) {
 	t.Helper()
+	exe := engineExe(t) // the itlmon binary, built once per package (attribution_test.go)
 	c.mu.Lock()
 	cmd := exec.Command(exe, c.args...)
 	cmd.Stdout, cmd.Stderr = c.logs, c.logs
@@ -122,10 +122,10 @@ func (c *Collector) Stop(t testing.TB) {
 }
 
 // Restart stops the collector and starts it again on the same port and data.
-func (c *Collector) Restart(t testing.TB) {
+func (c *Collector) Restart(t *testing.T) {
 	t.Helper()
 	c.Stop(t)
-	c.Start(t, engineExe(t.(*testing.T)))
+	c.Start(t)
 }
 
 // StoredStream is one row of the collector's /api/streams.

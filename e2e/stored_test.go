@@ -118,7 +118,7 @@ func TestCollectorDown(t *testing.T) {
 	if st["pending"]+st["unacked"] == 0 {
 		t.Fatalf("module stats %v: nothing held while the collector is down", st)
 	}
-	c.Start(t, engineExe(t))
+	c.Start(t)
 	rows := WaitStreams(t, c, "e2e", streams)
 	for _, s := range sums {
 		if r := StreamByID(t, rows, s.ID); r.ContentEvents != 30 {
