@@ -231,3 +231,48 @@ func TestRedirected(t *testing.T) {
 		}
 	}
 }
+
+// TestAbortDiscardsQueued: aborting a fetch errors its body at once, even
+// when chunks have arrived that the page has not read yet (Fetch's "abort the
+// fetch"). The module reads ahead of the page, so without care the page would
+// still be handed those chunks after the abort (the OpenAI SDK showed it).
+func TestAbortDiscardsQueued(t *testing.T) {
+	o := StartOrigin(t)
+	a := StartAssets(t)
+	o.SetCollector(a.URL, "e2e")
+	const js = `(async () => {
+		const ac = new AbortController();
+		const r = await fetch('/v1/chat/completions?tokens=200&interval_ms=5', { signal: ac.signal });
+		const reader = r.body.getReader();
+		await reader.read();
+		await new Promise(res => setTimeout(res, 400)); // more of the stream arrives meanwhile, unread
+		ac.abort();
+		let after = 0, err = '';
+		try { for (;;) { const x = await reader.read(); if (x.done) break; after++; } } catch (e) { err = e.name; }
+		await new Promise(res => setTimeout(res, 50));
+		return { after, err, status: (e2e.summaries[0] || {}).status || '' };
+	})()`
+	type result struct {
+		After  int    `json:"after"`
+		Err    string `json:"err"`
+		Status string `json:"status"`
+	}
+	var got [2]result
+	for i, module := range []bool{false, true} {
+		ctx := NewTab(t)
+		if ready := OpenPage(t, ctx, o.PageURL(nil, !module)); ready != module {
+			t.Fatalf("itlmon ready = %v, want %v", ready, module)
+		}
+		got[i] = Eval[result](t, ctx, js)
+	}
+	without, with := got[0], got[1]
+	if with.After != without.After || with.Err != without.Err {
+		t.Fatalf("after abort: with itlmon %d chunks, error %q; without %d chunks, error %q", with.After, with.Err, without.After, without.Err)
+	}
+	if without.Err != "AbortError" {
+		t.Fatalf("without itlmon: error %q after abort, want AbortError", without.Err)
+	}
+	if with.Status != "aborted" {
+		t.Fatalf("itlmon status after abort = %q, want aborted", with.Status)
+	}
+}

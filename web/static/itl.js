@@ -257,8 +257,10 @@
       // It is a byte stream like the original, so BYOB readers work too;
       // enqueue transfers the chunk's buffer, so it is staged first.
       var reader = resp.body.getReader();
+      var ctrl = null, sig = facts.signal, onAbort = null;
       var body = new ReadableStream({
         type: 'bytes',
+        start: function (c) { ctrl = c; },
         pull: function pull(c) {
           if (dead) return;
           return reader.read().then(function (r) {
@@ -300,6 +302,19 @@
       Object.defineProperty(out, 'type', { value: resp.type });
       open++;
       finishers.add(finish);
+      // Aborting a fetch errors its body at once and discards what was
+      // queued (Fetch: "abort the fetch"); our stream has read ahead, so it
+      // must do the same or the page would still get the queued chunks,
+      // also when the body has already arrived in full.
+      if (sig && typeof sig.addEventListener === 'function') {
+        onAbort = function () {
+          sig.removeEventListener('abort', onAbort);
+          var reason = sig.reason !== undefined ? sig.reason : new DOMException('The operation was aborted.', 'AbortError');
+          try { ctrl.error(reason); } catch (e) { /* already closed or errored */ }
+          finish(2);
+        };
+        if (sig.aborted) onAbort(); else sig.addEventListener('abort', onAbort);
+      }
       return out;
     } catch (e) {
       fail('shim failed', e);
