@@ -55,8 +55,11 @@ CREATE TABLE IF NOT EXISTS itl_streams
     gap_p95_us      UInt32,
     gap_p99_us      UInt32,
     gap_max_us      UInt32,
-    tpot_us         UInt32,
-    tokens_per_sec  Float32,
+    tpot_us         UInt32,  -- chunk TPOT: (t_last - t_first_content)/(content_events - 1)
+    tokens_per_sec  Float32, -- 1/token TPOT when tokens are known, else 1/chunk TPOT; 0 without two
+                             -- content events at different times
+    tpot_idx        Int32,   -- hist bucket index of 1e6/tokens_per_sec, the TPOT the rollup keeps
+                             -- (0 when there is no sample or it is in the zero bucket; see 003)
     stalls          UInt32,
     stalled_us      UInt64,
     jank            Float32,

@@ -8,6 +8,19 @@
 -- hist.FromSparse. ttft is a histogram in the same layout (one value per
 -- stream), so TTFT quantiles come from the rollup too.
 --
+-- tpot is the per-stream TPOT histogram in the same layout: one sample per
+-- stream with at least two content events and a time between its first and
+-- last one (tokens_per_sec > 0), the value 1e6/tokens_per_sec microseconds:
+-- the token TPOT when the stream's tokens are known, else the chunk TPOT.
+-- The writer computes its bucket index in Go (itl_streams.tpot_idx, like
+-- ttft_idx; tokens_per_sec >= 1e6, a TPOT of at most 1 us, is the zero
+-- bucket). tpot_sum holds, per bucket index, the sum of the values in it, so
+-- a reader can use a bucket's mean as its representative: it lies in the
+-- bucket (within hist.RelativeError of every value there, like the standard
+-- representative) and is exact when a bucket holds one distinct value.
+-- Tokens/s per stream is 1e6/TPOT, a decreasing function, so its median is
+-- 1e6 over the TPOT median (collector/query).
+--
 -- ORDER BY, low to high cardinality: site, then the minute, then the
 -- dimensions dashboards group by. TTL 400 days (a year plus a month).
 CREATE TABLE IF NOT EXISTS itl_rollup_1m
@@ -43,7 +56,10 @@ CREATE TABLE IF NOT EXISTS itl_rollup_1m
     itl_tok         SimpleAggregateFunction(sumMap, Tuple(Array(Int32), Array(UInt64))),
     itl_tok_zero    SimpleAggregateFunction(sum, UInt64),
     ttft            SimpleAggregateFunction(sumMap, Tuple(Array(Int32), Array(UInt64))),
-    ttft_zero       SimpleAggregateFunction(sum, UInt64)
+    ttft_zero       SimpleAggregateFunction(sum, UInt64),
+    tpot            SimpleAggregateFunction(sumMap, Tuple(Array(Int32), Array(UInt64))),
+    tpot_sum        SimpleAggregateFunction(sumMap, Tuple(Array(Int32), Array(Float64))),
+    tpot_zero       SimpleAggregateFunction(sum, UInt64)
 )
 ENGINE = AggregatingMergeTree
 PARTITION BY toYYYYMM(minute)
@@ -75,6 +91,13 @@ SELECT
     sumMap(itl_tok_idx, itl_tok_cnt)        AS itl_tok,
     sum(itl_tok_zero)                       AS itl_tok_zero,
     sumMap(if(ttft_us > 1, [ttft_idx], []), if(ttft_us > 1, [toUInt64(1)], [])) AS ttft,
-    countIf(ttft_us <= 1)                   AS ttft_zero
+    countIf(ttft_us <= 1)                   AS ttft_zero,
+    -- the condition below is store.tpotSample's: keep the two in step (the
+    -- table name: content_events alone is the sum above)
+    sumMap(if(itl_streams.content_events >= 2 AND tokens_per_sec > 0 AND tokens_per_sec < 1e6, [tpot_idx], []),
+           if(itl_streams.content_events >= 2 AND tokens_per_sec > 0 AND tokens_per_sec < 1e6, [toUInt64(1)], [])) AS tpot,
+    sumMap(if(itl_streams.content_events >= 2 AND tokens_per_sec > 0 AND tokens_per_sec < 1e6, [tpot_idx], []),
+           if(itl_streams.content_events >= 2 AND tokens_per_sec > 0 AND tokens_per_sec < 1e6, [1e6 / tokens_per_sec], [])) AS tpot_sum,
+    countIf(itl_streams.content_events >= 2 AND tokens_per_sec >= 1e6) AS tpot_zero
 FROM itl_streams
 GROUP BY minute, site, country, region, browser, os, device, model, release;

@@ -3,7 +3,6 @@ package query
 import (
 	"context"
 	"fmt"
-	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -11,16 +10,15 @@ import (
 	"github.com/itlmon/itlmon/wasm/hist"
 )
 
-// Tables and columns of schema/003_rollup.sql and 001_streams.sql.
+// The table and columns of schema/003_rollup.sql: every read here is from the
+// per-minute rollup, never from the raw itl_streams rows.
 const (
-	rollupTable  = "itl_rollup_1m"
-	streamsTable = "itl_streams"
-	colSite      = "site"
-	colMinute    = "minute"
+	rollupTable = "itl_rollup_1m"
+	colSite     = "site"
+	colMinute   = "minute"
 )
 
-// dimColumn maps a dimension key to its column. Both the rollup and
-// itl_streams have these columns under the same names. Only these names ever
+// dimColumn maps a dimension key to its rollup column. Only these names ever
 // enter SQL text; values are always query arguments.
 var dimColumn = map[string]string{
 	"country": "country",
@@ -39,7 +37,9 @@ const MaxGroups = 200
 const aggSelect = `sum(streams), sum(completed), sum(smooth), sum(with_ttft), sum(tokens), sum(stalls), max(max_gap_us),
 	tupleElement(sumMap(itl), 1), tupleElement(sumMap(itl), 2), sum(itl_zero),
 	tupleElement(sumMap(itl_tok), 1), tupleElement(sumMap(itl_tok), 2), sum(itl_tok_zero),
-	tupleElement(sumMap(ttft), 1), tupleElement(sumMap(ttft), 2), sum(ttft_zero)`
+	tupleElement(sumMap(ttft), 1), tupleElement(sumMap(ttft), 2), sum(ttft_zero),
+	tupleElement(sumMap(tpot), 1), tupleElement(sumMap(tpot), 2), sum(tpot_zero),
+	tupleElement(sumMap(tpot_sum), 1), tupleElement(sumMap(tpot_sum), 2)`
 
 // aggRow is one row of aggSelect.
 type aggRow struct {
@@ -54,11 +54,17 @@ type aggRow struct {
 	ttftIdx                                              []int32
 	ttftCnt                                              []uint64
 	ttftZero                                             uint64
+	tpotIdx                                              []int32
+	tpotCnt                                              []uint64
+	tpotZero                                             uint64
+	tpotSumIdx                                           []int32
+	tpotSum                                              []float64
 }
 
 func (a *aggRow) dest() []any {
 	return []any{&a.streams, &a.completed, &a.smooth, &a.withTTFT, &a.tokens, &a.stalls, &a.maxGap,
-		&a.itlIdx, &a.itlCnt, &a.itlZero, &a.tokIdx, &a.tokCnt, &a.tokZero, &a.ttftIdx, &a.ttftCnt, &a.ttftZero}
+		&a.itlIdx, &a.itlCnt, &a.itlZero, &a.tokIdx, &a.tokCnt, &a.tokZero, &a.ttftIdx, &a.ttftCnt, &a.ttftZero,
+		&a.tpotIdx, &a.tpotCnt, &a.tpotZero, &a.tpotSumIdx, &a.tpotSum}
 }
 
 func (a *aggRow) report() (Report, error) {
@@ -74,6 +80,10 @@ func (a *aggRow) report() (Report, error) {
 	if err != nil {
 		return Report{}, fmt.Errorf("ttft histogram: %w", err)
 	}
+	tpot, err := SpeedMedian(a.tpotZero, a.tpotIdx, a.tpotCnt, a.tpotSumIdx, a.tpotSum)
+	if err != nil {
+		return Report{}, fmt.Errorf("tpot histogram: %w", err)
+	}
 	r := Report{
 		Streams:   int64(a.streams),
 		Errors:    int64(a.streams - min(a.completed, a.streams)),
@@ -84,7 +94,89 @@ func (a *aggRow) report() (Report, error) {
 		ITLTokens: DistOf(&tok),
 		TTFT:      DistOf(&ttft),
 	}
+	if tpot > 0 {
+		r.TPOTP50 = micros(tpot)
+		r.TokensPerSecP50 = 1e6 / tpot
+	}
 	return r, nil
+}
+
+// SpeedMedian returns the median over streams of the per-stream TPOT, in
+// microseconds, from the rollup's merged tpot columns: the zero bucket's count,
+// the buckets' indexes and counts (tpot), and per bucket index the sum of the
+// values in it (tpot_sum, matched by index). It returns 0 when there are no
+// samples.
+//
+// The median is numpy's (linear interpolation between the order statistics
+// around rank (n-1)/2), each order statistic replaced by the mean of its
+// bucket's values, clamped to the bucket's bounds; a bucket without a sum
+// falls back to hist.BucketValue, and the zero bucket (TPOT <= 1 µs) is
+// represented by hist.ZeroThresholdMicros. Every value of a bucket (L, U]
+// is within U/L-1 < hist.RelativeError of its mean, and an interpolation is a
+// convex combination, so the result is within hist.RelativeError of the exact
+// median (plus hist.ZeroThresholdMicros when a zero-bucket statistic is
+// involved). It is exact when each of the two buckets involved holds a single
+// distinct value.
+//
+// Tokens/s per stream is 1e6/TPOT, a decreasing function of it, so the median
+// of tokens/s over streams is 1e6/SpeedMedian: exactly so for an odd number of
+// streams; for an even number, 1e6 over the mean of the two middle TPOTs,
+// which lies between the two middle streams' tokens/s. Its relative error is
+// the TPOT median's, |exact/estimate - 1| < hist.RelativeError.
+func SpeedMedian(zero uint64, idx []int32, cnt []uint64, sumIdx []int32, sums []float64) (float64, error) {
+	if len(idx) != len(cnt) {
+		return 0, fmt.Errorf("%d indexes, %d counts", len(idx), len(cnt))
+	}
+	if len(sumIdx) != len(sums) {
+		return 0, fmt.Errorf("%d sum indexes, %d sums", len(sumIdx), len(sums))
+	}
+	n := zero
+	for k, i := range idx {
+		if i < hist.MinIndex || i > hist.MaxIndex {
+			return 0, fmt.Errorf("index %d outside [%d, %d]", i, hist.MinIndex, hist.MaxIndex)
+		}
+		if k > 0 && i <= idx[k-1] {
+			return 0, fmt.Errorf("indexes not ascending at %d", i)
+		}
+		n += cnt[k]
+	}
+	if n == 0 {
+		return 0, nil
+	}
+	sumOf := make(map[int32]float64, len(sumIdx))
+	for k, i := range sumIdx {
+		sumOf[i] += sums[k]
+	}
+	// value returns the representative of the order statistic of rank r
+	// (0-based, r < n).
+	value := func(r uint64) float64 {
+		if r < zero {
+			return hist.ZeroThresholdMicros
+		}
+		cum := zero
+		for k, i := range idx {
+			cum += cnt[k]
+			if r >= cum {
+				continue
+			}
+			lo, hi := hist.LowerBound(i), hist.LowerBound(i+1)
+			s, ok := sumOf[i]
+			if !ok || !(s > 0) {
+				return hist.BucketValue(i)
+			}
+			return min(max(s/float64(cnt[k]), lo), hi)
+		}
+		panic("BUG: query: rank beyond count")
+	}
+	pos := 0.5 * float64(n-1)
+	k := uint64(pos)
+	t := pos - float64(k)
+	a := value(k)
+	if t == 0 {
+		return a, nil
+	}
+	b := value(k + 1)
+	return a + (b-a)*t, nil
 }
 
 // FromRollup rebuilds a histogram from merged rollup buckets, which keep
@@ -128,9 +220,9 @@ func FromRollup(zero uint64, idx []int32, cnt []uint64, maxUs float64) (hist.His
 	return hist.FromSparse(zero, idx, cnt, sum, mn, mx)
 }
 
-// Summary is the report over every rollup row matching f. Tokens/s and TPOT
-// medians are per-stream values, which the rollup does not keep: they come
-// from itl_streams (two Float32/UInt32 columns over the same filter).
+// Summary is the report over every rollup row matching f. The tokens/s and
+// TPOT medians over streams come from the rollup's per-stream TPOT histogram
+// (SpeedMedian), within hist.RelativeError of the exact ones.
 func Summary(ctx context.Context, conn Conn, f Filter) (Report, error) {
 	if err := f.Validate(); err != nil {
 		return Report{}, err
@@ -154,61 +246,8 @@ func Summary(ctx context.Context, conn Conn, f Filter) (Report, error) {
 	if err != nil {
 		return Report{}, err
 	}
-	speeds, err := speeds(ctx, conn, f, "")
-	if err != nil {
-		return Report{}, err
-	}
-	s := speeds[""]
-	r.TokensPerSecP50, r.TPOTP50 = s.tps, s.tpot
 	r.Finish()
 	return r, nil
-}
-
-type speed struct {
-	tps  float64
-	tpot time.Duration
-}
-
-// speeds reads the per-stream tokens/s and TPOT medians from itl_streams,
-// grouped by dim ("" for one group keyed "").
-func speeds(ctx context.Context, conn Conn, f Filter, dim string) (map[string]speed, error) {
-	where, args := f.streamsWhere()
-	key, group := "''", ""
-	if dim != "" {
-		key, group = dimColumn[dim], " GROUP BY key"
-	}
-	q := "SELECT toString(" + key + ") AS key, quantileExact(0.5)(tokens_per_sec), quantileExact(0.5)(tpot_us) FROM " +
-		streamsTable + " WHERE " + where + " AND tokens_per_sec > 0" + group
-	rows, err := conn.Query(ctx, q, args...)
-	if err != nil {
-		return nil, fmt.Errorf("query stream speeds: %w", err)
-	}
-	defer rows.Close()
-	out := make(map[string]speed)
-	for rows.Next() {
-		var (
-			k    string
-			tps  float32
-			tpot uint32
-		)
-		if err := rows.Scan(&k, &tps, &tpot); err != nil {
-			return nil, fmt.Errorf("scan stream speeds: %w", err)
-		}
-		if math.IsNaN(float64(tps)) || math.IsInf(float64(tps), 0) {
-			continue // quantileExact over no rows
-		}
-		out[k] = speed{float64(tps), time.Duration(tpot) * time.Microsecond}
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("read stream speeds: %w", err)
-	}
-	return out, nil
-}
-
-// streamsWhere is where() for itl_streams: the same minutes, by received_at.
-func (f *Filter) streamsWhere() (string, []any) {
-	w, args := f.where()
-	return strings.ReplaceAll(w, colMinute+" ", "received_at "), args
 }
 
 // Group is one value of a Breakdown dimension.
@@ -247,19 +286,11 @@ func Breakdown(ctx context.Context, conn Conn, f Filter, dim string) ([]Group, e
 		if g.Report, err = a.report(); err != nil {
 			return nil, fmt.Errorf("%s=%s: %w", dim, g.Key, err)
 		}
+		g.Report.Finish()
 		out = append(out, g)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("read rollup by %s: %w", dim, err)
-	}
-	sp, err := speeds(ctx, conn, f, dim)
-	if err != nil {
-		return nil, err
-	}
-	for i := range out {
-		s := sp[out[i].Key]
-		out[i].Report.TokensPerSecP50, out[i].Report.TPOTP50 = s.tps, s.tpot
-		out[i].Report.Finish()
 	}
 	return out, nil
 }

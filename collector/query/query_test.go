@@ -106,7 +106,12 @@ func (s synth) record(t *testing.T) beacon.Record {
 	usage := fmt.Sprintf(`data: {"choices":[],"usage":{"completion_tokens":%d}}`+"\n\ndata: [DONE]\n\n", len(s.gaps)+1)
 	m.Feed([]byte(usage), at+time.Millisecond)
 	m.End(at+2*time.Millisecond, meter.StatusComplete, 200)
-	sum := m.Summary()
+	return recordOf(m.Summary())
+}
+
+// recordOf fills a beacon record from a meter summary as the browser module
+// does.
+func recordOf(sum meter.Summary) beacon.Record {
 	var r beacon.Record
 	rand.Read(r.StreamID[:])
 	us := func(d time.Duration) uint32 { return uint32(d / time.Microsecond) }

@@ -12,13 +12,20 @@
 //   - Token-normalised ITL: a gap before an event carrying k>1 tokens counts as
 //     k samples of gap/k. Reported beside chunk ITL, never mixed with it.
 //   - TPOT = (t_last − t_first_content)/(N − 1), TTFT excluded; tokens/s = 1/TPOT,
-//     one value per stream; the report gives the median over streams.
+//     one value per stream; the report gives the median over streams. N counts
+//     tokens when they are known (usage or a known tokens-per-event, vLLM's
+//     TPOT), else content events. Streams without a time between their first
+//     and last content event have no TPOT and do not count.
 //   - Stall share: gaps over 200 ms / all ITL gaps.
 //   - Jank: p99/p50 of the ITL gaps, the median floored at 1 ms. A report is
 //     SMOOTH when jank < 4 and tokens/s p50 > 7, as for a single stream.
 //
 // Quantiles read from merged histograms are within hist.RelativeError (2.19 %)
-// of the exact quantiles of the raw gaps.
+// of the exact quantiles of the raw gaps. Real-user reports (Summary,
+// Breakdown, Timeseries) read only the per-minute rollup; their TPOT median
+// comes from its per-stream TPOT histogram and tokens/s p50 is 1e6 over it
+// (tokens/s is a decreasing function of TPOT, so the median maps across; see
+// SpeedMedian), both within the same bound.
 package query
 
 import (
@@ -87,8 +94,8 @@ type Report struct {
 	ITL       Dist `json:"itl"`        // chunk ITL: one sample per gap between content events
 	ITLTokens Dist `json:"itl_tokens"` // token-normalised ITL; Count 0 when tokens per event are unknown
 
-	TokensPerSecP50 float64       `json:"tokens_per_sec_p50"` // median over streams of 1/TPOT
-	TPOTP50         time.Duration `json:"-"`                  // median over streams of TPOT
+	TokensPerSecP50 float64       `json:"tokens_per_sec_p50"` // median over streams of 1/TPOT; 0 when no stream has a TPOT
+	TPOTP50         time.Duration `json:"-"`                  // median over streams of TPOT (per token when tokens are known)
 
 	StallShare  float64 `json:"stall_share"`  // Stalls / ITL.Count
 	Jank        float64 `json:"jank"`         // ITL.P99 / max(ITL.P50, 1 ms)

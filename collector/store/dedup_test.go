@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"context"
+	"math"
 	"testing"
 	"time"
 
@@ -75,8 +76,61 @@ func TestRollupMatchesRaw(t *testing.T) {
 	w := newWriter(t, db, store.WriterOptions{})
 	at := time.Now().UTC()
 	in := makeStreams(50, "demo", at)
+	// Per-stream speeds over many buckets, and streams without a TPOT sample:
+	// one content event, no time between the content events (tokens/s 0), a
+	// TPOT of at most 1 µs (the zero bucket).
+	for i := range in {
+		r := &in[i].Record
+		r.TokensPerSec = 5 + float32(i)*1.37
+		switch {
+		case i%10 == 3:
+			r.ContentEvents = 1
+		case i%10 == 5:
+			r.TokensPerSec = 0
+		case i == 7:
+			r.TokensPerSec = 2e6
+		}
+	}
 	submit(t, w, in[:25])
 	submit(t, w, in[25:])
+
+	// The rollup's TPOT histogram: one sample of 1e6/tokens_per_sec µs per
+	// stream with at least two content events and tokens/s > 0.
+	var wantTPOT hist.Histogram
+	wantTPOTSum := map[int32]float64{}
+	for i := range in {
+		if r := &in[i].Record; r.ContentEvents >= 2 && r.TokensPerSec > 0 {
+			v := 1e6 / float64(r.TokensPerSec)
+			wantTPOT.Record(v)
+			if v > hist.ZeroThresholdMicros {
+				wantTPOTSum[hist.BucketIndex(v)] += v
+			}
+		}
+	}
+	var (
+		tpotIdx, tpotSumIdx []int32
+		tpotCnt             []uint64
+		tpotSum             []float64
+		tpotZero            uint64
+	)
+	if err := db.Conn().QueryRow(context.Background(), `
+		SELECT sumMap(tpot).1, sumMap(tpot).2, sum(tpot_zero), sumMap(tpot_sum).1, sumMap(tpot_sum).2
+		FROM itl_rollup_1m WHERE site = 'demo'`).Scan(&tpotIdx, &tpotCnt, &tpotZero, &tpotSumIdx, &tpotSum); err != nil {
+		t.Fatalf("rollup tpot query: %v", err)
+	}
+	if wantTPOT.Count() != 50-5-5 || wantTPOT.ZeroCount() != 1 || wantTPOT.NumBuckets() < 10 {
+		t.Fatalf("fixture: %d TPOT samples, %d in the zero bucket, %d buckets; want 40, 1, >= 10",
+			wantTPOT.Count(), wantTPOT.ZeroCount(), wantTPOT.NumBuckets())
+	}
+	checkSparse(t, "tpot", &wantTPOT, tpotZero, tpotIdx, tpotCnt)
+	if len(tpotSumIdx) != len(wantTPOTSum) {
+		t.Fatalf("tpot_sum: %d buckets, want %d", len(tpotSumIdx), len(wantTPOTSum))
+	}
+	for k, i := range tpotSumIdx {
+		if w := wantTPOTSum[i]; math.Abs(tpotSum[k]-w) > 1e-9*w {
+			t.Errorf("tpot_sum bucket %d = %v, want %v", i, tpotSum[k], w)
+		}
+	}
 
 	var wantITL, wantTok, wantTTFT hist.Histogram
 	var wantStalls, wantTokens uint64

@@ -57,6 +57,7 @@ type streamRow struct {
 	GapMaxUs     uint32  `ch:"gap_max_us"`
 	TPOTUs       uint32  `ch:"tpot_us"`
 	TokensPerSec float32 `ch:"tokens_per_sec"`
+	TPOTIdx      int32   `ch:"tpot_idx"`
 	Stalls       uint32  `ch:"stalls"`
 	StalledUs    uint64  `ch:"stalled_us"`
 	Jank         float32 `ch:"jank"`
@@ -184,6 +185,9 @@ func newStreamRow(s *collector.Stream) streamRow {
 	if r.TTFTUs != beacon.NoTime && float64(r.TTFTUs) > hist.ZeroThresholdMicros {
 		row.TTFTIdx = hist.BucketIndex(float64(r.TTFTUs))
 	}
+	if us, ok := tpotSample(r); ok && us > hist.ZeroThresholdMicros {
+		row.TPOTIdx = hist.BucketIndex(us)
+	}
 	row.ITLIdx, row.ITLCnt, row.ITLZero, row.ITLSum, row.ITLMin, row.ITLMax = sparse(&r.ITL)
 	row.ITLTokIdx, row.ITLTokCnt, row.ITLTokZero, row.ITLTokSum, row.ITLTokMin, row.ITLTokMax = sparse(&r.ITLTokens)
 	row.StallStartUs = make([]uint32, len(r.StallList))
@@ -195,6 +199,24 @@ func newStreamRow(s *collector.Stream) streamRow {
 		row.StallCause[i], row.StallNextReadEvents[i] = st.Cause, st.NextReadEvents
 	}
 	return row
+}
+
+// tpotSample returns the stream's sample of the rollup's per-stream TPOT
+// histogram (schema/003_rollup.sql), in microseconds: 1e6/TokensPerSec, which
+// is the token TPOT when the stream's tokens are known and the chunk TPOT
+// otherwise (wasm/meter). A stream has a sample when it has at least two
+// content events and TokensPerSec > 0 (a time between the first and the last
+// one); the sample is in the zero bucket (<= hist.ZeroThresholdMicros) exactly
+// when TokensPerSec >= 1e6. The rollup's view applies the same conditions in
+// SQL to the same float64 arithmetic: keep the two in step.
+func tpotSample(r *beacon.Record) (us float64, ok bool) {
+	if r.ContentEvents < 2 || !(r.TokensPerSec > 0) {
+		return 0, false
+	}
+	if r.TokensPerSec >= 1e6 {
+		return 0, true
+	}
+	return 1e6 / float64(r.TokensPerSec), true
 }
 
 // sparse returns h's columns; empty slices, not nil, for ClickHouse arrays.
