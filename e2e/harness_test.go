@@ -238,10 +238,13 @@ function hex(buf) { return Array.from(new Uint8Array(buf), function (b) { return
 e2e.stream = async function (query, opts) {
   opts = opts || {};
   var ctrl = new AbortController();
-  var out = { ttftMs: -1, bytes: 0, sha256: '', error: '', errorName: '', status: 0, reads: 0, url: '', type: '', redirected: false, ctype: '' };
-  var parts = [], text = '', dec = new TextDecoder();
+  var out = { ttftMs: -1, bytes: 0, sha256: '', error: '', errorName: '', status: 0, reads: 0, url: '', type: '', redirected: false, ctype: '', longGaps: 0 };
+  var parts = [], text = '', dec = new TextDecoder(), last = -1;
   var t0 = performance.now();
   var seen = function (u8) {
+    var now = performance.now();
+    if (last >= 0 && now - last > 200) out.longGaps++;
+    last = now;
     parts.push(u8); out.bytes += u8.byteLength; out.reads++;
     if (out.ttftMs < 0) { text += dec.decode(u8, { stream: true }); if (text.indexOf('"delta":{"content":') >= 0) out.ttftMs = performance.now() - t0; }
   };
@@ -391,6 +394,7 @@ type PageRead struct {
 	ContentType string  `json:"ctype"`
 	CloneBytes  int     `json:"cloneBytes"`
 	CloneSHA256 string  `json:"cloneSha256"`
+	LongGaps    int     `json:"longGaps"` // gaps over 200 ms between the page's own reads
 }
 
 // RunStream makes the page fetch and read one stream and returns what it saw.

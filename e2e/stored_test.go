@@ -55,22 +55,35 @@ func TestStoredCadence(t *testing.T) {
 }
 
 // TestStoredStall: a 500 ms pause mid-stream is stored as one stall of about
-// 500 ms (the gap is the pause plus one 20 ms interval).
+// 500 ms (the gap is the pause plus one 20 ms interval). The page times its
+// own reads too: a run in which the page itself saw another gap over 200 ms
+// (a starved machine, not the product) is logged and run again, at most
+// three times; the assertions apply to a run the page saw as clean.
 func TestStoredStall(t *testing.T) {
 	_, c, ctx := collectorPage(t, nil)
-	page := RunStream(t, ctx, StreamOpts{Query: "tokens=40&interval_ms=20&pause_at=20&pause_ms=500"})
-	if page.Error != "" {
-		t.Fatalf("page error: %s", page.Error)
-	}
-	row := StreamByID(t, WaitStreams(t, c, "e2e", 1), lastSummary(t, ctx).ID)
-	if got, want := row.Stalls, uint32(1); got != want {
-		t.Fatalf("stalls = %d, want %d", got, want)
-	}
-	if got := row.StalledMs; got < 500 || got > 560 {
-		t.Errorf("stalled_ms = %.1f, want 520 (500 ms pause + 20 ms interval), within [500, 560]", got)
-	}
-	if got := row.GapMaxMs; math.Abs(got-row.StalledMs) > 12 {
-		t.Errorf("gap_max_ms = %.1f, want ≈ stalled_ms %.1f (within the histogram's error)", got, row.StalledMs)
+	for attempt := 1; ; attempt++ {
+		page := RunStream(t, ctx, StreamOpts{Query: "tokens=40&interval_ms=20&pause_at=20&pause_ms=500"})
+		if page.Error != "" {
+			t.Fatalf("page error: %s", page.Error)
+		}
+		row := StreamByID(t, WaitStreams(t, c, "e2e", attempt), lastSummary(t, ctx).ID)
+		if page.LongGaps != 1 {
+			if attempt == 3 {
+				t.Fatalf("the page itself saw %d gaps over 200 ms in each of 3 runs, want a run with only the injected one", page.LongGaps)
+			}
+			t.Logf("run %d: the page itself saw %d gaps over 200 ms (stored stalls %d): machine noise, running again", attempt, page.LongGaps, row.Stalls)
+			continue
+		}
+		if got, want := row.Stalls, uint32(1); got != want {
+			t.Fatalf("stalls = %d, want %d", got, want)
+		}
+		if got := row.StalledMs; got < 500 || got > 560 {
+			t.Errorf("stalled_ms = %.1f, want 520 (500 ms pause + 20 ms interval), within [500, 560]", got)
+		}
+		if got := row.GapMaxMs; math.Abs(got-row.StalledMs) > 12 {
+			t.Errorf("gap_max_ms = %.1f, want ≈ stalled_ms %.1f (within the histogram's error)", got, row.StalledMs)
+		}
+		return
 	}
 }
 
