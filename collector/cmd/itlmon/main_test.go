@@ -35,6 +35,9 @@ const runMainEnv = "ITLMON_TEST_RUN_MAIN"
 
 func TestMain(m *testing.M) {
 	chdb.MaybeRunChild()
+	if os.Getenv(signalChildEnv) == "1" {
+		runSignalChild()
+	}
 	if os.Getenv(runMainEnv) == "1" {
 		// SIGUSR1 collects garbage and returns it to the OS, so the memory
 		// report measures live memory (test binary only).

@@ -1,11 +1,13 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"errors"
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"syscall"
 	"testing"
@@ -21,7 +23,7 @@ import (
 
 // TestGracefulSIGTERM: on SIGTERM the collector acks what it read, closes
 // connections with 1001, drains the writer and exits 0; after a restart
-// every acked record is stored. A second signal exits at once (status 1).
+// every acked record is stored. (A second signal: TestSecondSignalExits.)
 func TestGracefulSIGTERM(t *testing.T) {
 	lib := chdbLib(t)
 	data := t.TempDir()
@@ -98,16 +100,54 @@ func TestGracefulSIGTERM(t *testing.T) {
 		}
 	}
 
-	// Two signals: the second one exits without waiting. A client that never
-	// answers the close handshake keeps the graceful path busy for a while.
-	if _, _, err := dialWS(t, p2.url, "test", pageOrigin); err != nil {
+}
+
+// signalChildEnv makes the test binary a process whose graceful shutdown
+// never ends (see TestMain), so a second signal is the only way out.
+const signalChildEnv = "ITLMON_TEST_SIGNAL_CHILD"
+
+// runSignalChild is that process: the real signalContext, a line on stdout
+// when it is ready and when the graceful path started, then no end.
+func runSignalChild() {
+	ctx, _ := signalContext()
+	os.Stdout.WriteString("ready\n")
+	<-ctx.Done()
+	os.Stdout.WriteString("draining\n")
+	select {}
+}
+
+// TestSecondSignalExits: while a graceful shutdown is still running (here
+// one that never ends), a second SIGTERM exits at once with status 1.
+func TestSecondSignalExits(t *testing.T) {
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), signalChildEnv+"=1")
+	out, err := cmd.StdoutPipe()
+	if err != nil {
 		t.Fatal(err)
 	}
-	p2.cmd.Process.Signal(syscall.SIGTERM)
-	time.Sleep(300 * time.Millisecond)
-	p2.cmd.Process.Signal(syscall.SIGTERM)
-	waitExit(t, p2)
-	if code := p2.cmd.ProcessState.ExitCode(); code != 1 {
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	lines := bufio.NewScanner(out)
+	expect := func(want string) {
+		t.Helper()
+		if !lines.Scan() || lines.Text() != want {
+			t.Fatalf("child said %q (%v), want %q", lines.Text(), lines.Err(), want)
+		}
+	}
+	expect("ready")
+	cmd.Process.Signal(syscall.SIGTERM)
+	expect("draining")
+	cmd.Process.Signal(syscall.SIGTERM)
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	select {
+	case <-exited:
+	case <-time.After(30 * time.Second):
+		t.Fatal("no exit 30 s after the second signal")
+	}
+	if code := cmd.ProcessState.ExitCode(); code != 1 {
 		t.Fatalf("exit status after two signals = %d, want 1", code)
 	}
 }
