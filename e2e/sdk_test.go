@@ -38,7 +38,7 @@ func TestOpenAISDK(t *testing.T) {
 		const { default: OpenAI } = await import('/openai/index.mjs');
 		const client = new OpenAI({ apiKey: 'sk-test', baseURL: location.origin + '/v1', dangerouslyAllowBrowser: true, maxRetries: 0 });
 		const stream = await client.chat.completions.create({ model: 'sdk-model', stream: true, messages: [{ role: 'user', content: 'hi' }] },
-			{ query: { tokens: n, interval_ms: 5 } });
+			{ query: abortAfter ? { tokens: n, interval_ms: 5, pause_at: abortAfter - 1, pause_ms: 1000 } : { tokens: n, interval_ms: 5 } });
 		let text = '', chunks = 0, err = '';
 		try {
 			for await (const c of stream) {
@@ -76,9 +76,14 @@ func TestOpenAISDK(t *testing.T) {
 		t.Fatalf("itlmon summary = %d, %+v; want one complete stream of 25 content events, model sdk-model", with.Summaries, with.Last)
 	}
 
+	// Abort at the 5th chunk (the role chunk, then tokens 0-3). The server
+	// pauses before token 4, so no later event can already be in the SDK's
+	// hands (a loaded machine coalesces reads, and the SDK yields every event
+	// of a read it holds, with or without itlmon): both runs see exactly 5.
+	// That chunks read ahead are discarded on abort: TestAbortDiscardsQueued.
 	abWithout := run(t, false, 5)
 	abWith := run(t, true, 5)
-	if abWith.Err != abWithout.Err || abWith.Chunks != abWithout.Chunks {
+	if abWith.Err != abWithout.Err || abWith.Chunks != abWithout.Chunks || abWith.Chunks != 5 {
 		t.Fatalf("SDK abort with itlmon: %d chunks, error %q; without: %d chunks, error %q", abWith.Chunks, abWith.Err, abWithout.Chunks, abWithout.Err)
 	}
 	t.Logf("SDK abort after 5 chunks: %d chunks, %q with itlmon; %d, %q without", abWith.Chunks, abWith.Err, abWithout.Chunks, abWithout.Err)
