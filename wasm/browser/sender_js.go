@@ -2,15 +2,15 @@ package main
 
 import (
 	"syscall/js"
-	"time"
 
 	"github.com/itlmon/itlmon/wasm/beacon"
+	"github.com/itlmon/itlmon/wasm/meter"
 )
 
 const (
-	defaultFlushEvery = 2 * time.Second // at most one batch per this interval (stream ends flush sooner when idle)
-	backoffMin        = 500 * time.Millisecond
-	backoffMax        = 30 * time.Second
+	defaultFlushEvery = 2 * meter.Second // at most one batch per this interval (stream ends flush sooner when idle)
+	backoffMin        = 500 * meter.Millisecond
+	backoffMax        = 30 * meter.Second
 	maxPending        = 512       // records waiting for a batch
 	maxBatchRecords   = 64        // records per batch
 	maxUnackedBytes   = 256 << 10 // encoded batches kept until acknowledged
@@ -31,7 +31,7 @@ type sentBatch struct {
 type sender struct {
 	site, wsURL, beaconURL string
 	client                 beacon.Client
-	flushEvery             time.Duration
+	flushEvery             meter.Duration
 
 	ws        js.Value // null when not connected
 	open      bool
@@ -42,8 +42,8 @@ type sender struct {
 	unackedN  int // bytes in unacked
 	dropped   uint32
 	seq       uint64
-	lastFlush time.Time
-	backoff   time.Duration
+	lastFlush float64 // performance.now() of the last flush, ms; long ago before the first
+	backoff   meter.Duration
 
 	flushTimer, retryTimer *timer
 
@@ -51,7 +51,7 @@ type sender struct {
 }
 
 func newSender(site, wsURL, beaconURL string, c beacon.Client) *sender {
-	s := &sender{site: site, wsURL: wsURL, beaconURL: beaconURL, client: c, flushEvery: defaultFlushEvery, ws: js.Null()}
+	s := &sender{site: site, wsURL: wsURL, beaconURL: beaconURL, client: c, flushEvery: defaultFlushEvery, ws: js.Null(), lastFlush: -1e12}
 	s.flushTimer = newTimer(s.flushNow)
 	s.retryTimer = newTimer(s.connect)
 	s.seq = uint64(random() * (1 << 40)) // distinct per page load, room to count up
@@ -77,7 +77,7 @@ func (s *sender) add(r beacon.Record) {
 // scheduleFlush sends now if the last batch is older than flushEvery, else
 // arms the flush timer for when it will be.
 func (s *sender) scheduleFlush() {
-	wait := s.flushEvery - time.Since(s.lastFlush)
+	wait := s.flushEvery - since(s.lastFlush, now())
 	if wait <= 0 {
 		s.flushNow()
 		return
@@ -109,7 +109,7 @@ func (s *sender) flushNow() {
 	if len(s.pending) == 0 {
 		s.pending = nil // let the sent slices' backing array go once acked
 	}
-	s.lastFlush = time.Now()
+	s.lastFlush = now()
 }
 
 // keep adds b to the unacknowledged batches, dropping the oldest over the bound.
@@ -217,6 +217,9 @@ func (s *sender) onMessage(data js.Value) {
 	s.unacked = append(s.unacked[:i:i], s.unacked[i+1:]...)
 }
 
+// now returns performance.now() in ms: package time would add to the module.
+func now() float64 { return performance.Call("now").Float() }
+
 // random returns Math.random(): math/rand would add to the module.
 func random() float64 { return global.Get("Math").Call("random").Float() }
 
@@ -229,7 +232,7 @@ func (s *sender) closed() {
 	}
 	s.backoff = min(max(2*s.backoff, backoffMin), backoffMax)
 	// Jitter over the upper half: [backoff/2, backoff).
-	d := s.backoff/2 + time.Duration(random()*float64(s.backoff/2))
+	d := s.backoff/2 + meter.Duration(random()*float64(s.backoff/2))
 	s.retryTimer.arm(d)
 }
 
@@ -331,12 +334,12 @@ func newTimer(f func()) *timer {
 	return t
 }
 
-func (t *timer) arm(d time.Duration) {
+func (t *timer) arm(d meter.Duration) {
 	if t.armed {
 		return
 	}
 	t.armed = true
-	t.id = global.Call("setTimeout", t.fn, float64(d)/float64(time.Millisecond))
+	t.id = global.Call("setTimeout", t.fn, float64(d)/float64(meter.Millisecond))
 }
 
 func (t *timer) stop() {

@@ -3,7 +3,6 @@ package meter
 import (
 	"math"
 	"slices"
-	"time"
 
 	"github.com/itlmon/itlmon/wasm/hist"
 )
@@ -107,18 +106,18 @@ func (m *Meter) SummaryInto(s *Summary) {
 		if n < 100 {
 			top = s.GapMax
 		}
-		s.Jank = float64(top) / float64(max(s.GapP50, time.Millisecond))
+		s.Jank = float64(top) / float64(max(s.GapP50, Millisecond))
 		s.SubFloorShare = float64(m.subFloor) / float64(n)
 	}
 
 	// TPOT, tokens/s.
 	if m.content >= 2 {
 		span := m.lastContent - m.ttft
-		s.TPOT = span / time.Duration(m.content-1)
+		s.TPOT = span / Duration(m.content-1)
 		tokensKnown := m.tokensReported || m.opts.TokensPerEvent > 0
 		if span > 0 {
 			if tokensKnown && s.Tokens >= 2 {
-				s.TPOTToken = span / time.Duration(s.Tokens-1)
+				s.TPOTToken = span / Duration(s.Tokens-1)
 				s.TokensPerSec = float64(s.Tokens-1) / span.Seconds()
 			} else {
 				s.TokensPerSec = float64(m.content-1) / span.Seconds()
@@ -182,7 +181,7 @@ func (m *Meter) SummaryInto(s *Summary) {
 	s.TimelineDropped = m.events - len(m.timeline)
 }
 
-func cmpDur(a, b time.Duration) int {
+func cmpDur(a, b Duration) int {
 	switch {
 	case a < b:
 		return -1
@@ -192,19 +191,19 @@ func cmpDur(a, b time.Duration) int {
 	return 0
 }
 
-func fromMicros(us float64) time.Duration {
-	return time.Duration(math.Round(us * float64(time.Microsecond)))
+func fromMicros(us float64) Duration {
+	return Duration(math.Round(us * float64(Microsecond)))
 }
 
 // exactQuantile is numpy's default (linear) quantile of sorted values.
-func exactQuantile(sorted []time.Duration, q float64) time.Duration {
+func exactQuantile(sorted []Duration, q float64) Duration {
 	h := float64(len(sorted)-1) * q
 	lo := int(math.Floor(h))
 	if lo >= len(sorted)-1 {
 		return sorted[len(sorted)-1]
 	}
 	a, b := float64(sorted[lo]), float64(sorted[lo+1])
-	return time.Duration(math.Round(a + (h-float64(lo))*(b-a)))
+	return Duration(math.Round(a + (h-float64(lo))*(b-a)))
 }
 
 // tokenITL fills h with the token-normalised ITL (see the definitions above).
@@ -249,8 +248,8 @@ func (m *Meter) mergeBusy() {
 }
 
 // busyOverlap is how much of [start, end] the (merged) busy intervals cover.
-func (m *Meter) busyOverlap(start, end time.Duration) time.Duration {
-	var d time.Duration
+func (m *Meter) busyOverlap(start, end Duration) Duration {
+	var d Duration
 	for _, b := range m.busy {
 		if b.start >= end {
 			break
@@ -264,7 +263,7 @@ func (m *Meter) busyOverlap(start, end time.Duration) time.Duration {
 
 // cause attributes the interval [start, end] that ended with a read carrying
 // readContent content events.
-func (m *Meter) cause(start, end time.Duration, readContent int) Cause {
+func (m *Meter) cause(start, end Duration, readContent int) Cause {
 	busy := m.busyOverlap(start, end)
 	switch {
 	case busy > 0 && 2*busy >= end-start:
