@@ -2,7 +2,7 @@ package meter
 
 import (
 	"math"
-	"slices"
+	"sort"
 
 	"github.com/itlmon/itlmon/wasm/hist"
 )
@@ -93,7 +93,7 @@ func (m *Meter) SummaryInto(s *Summary) {
 		if m.overflow.Count() == 0 {
 			// Nothing needs the gaps in arrival order: sort them in place
 			// (mostly sorted already when Summary is taken repeatedly).
-			slices.Sort(m.gaps)
+			sort.Sort((*gapOrder)(m))
 			s.GapP50 = exactQuantile(m.gaps, 0.50)
 			s.GapP95 = exactQuantile(m.gaps, 0.95)
 			s.GapP99 = exactQuantile(m.gaps, 0.99)
@@ -160,15 +160,13 @@ func (m *Meter) SummaryInto(s *Summary) {
 	}
 
 	// The longest MaxStalls stalls, in time order.
-	recs := append(m.stallScratch[:0], m.stallRecs...)
-	if len(recs) > m.opts.MaxStalls {
-		slices.SortStableFunc(recs, func(a, b stallRec) int {
-			return cmpDur(b.end-b.start, a.end-a.start)
-		})
-		recs = recs[:m.opts.MaxStalls]
-		slices.SortFunc(recs, func(a, b stallRec) int { return cmpDur(a.start, b.start) })
+	m.stallScratch = append(m.stallScratch[:0], m.stallRecs...)
+	if len(m.stallScratch) > m.opts.MaxStalls {
+		sort.Stable((*stallsLongestFirst)(m))
+		m.stallScratch = m.stallScratch[:m.opts.MaxStalls]
+		sort.Sort((*stallsByStart)(m))
 	}
-	m.stallScratch = recs
+	recs := m.stallScratch
 	for _, r := range recs {
 		stallList = append(stallList, Stall{
 			Start: r.start, End: r.end,
@@ -181,15 +179,40 @@ func (m *Meter) SummaryInto(s *Summary) {
 	s.TimelineDropped = m.events - len(m.timeline)
 }
 
-func cmpDur(a, b Duration) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
+// Sorting goes through package sort's one non-generic implementation: each
+// slices.Sort* instantiation would add its own copy to the browser module.
+// The orders are views of the Meter (a pointer conversion, so sorting does
+// not allocate): gapOrder sorts m.gaps, stallsLongestFirst and stallsByStart
+// m.stallScratch, busyByStart m.busy.
+type (
+	gapOrder           Meter
+	stallsLongestFirst Meter
+	stallsByStart      Meter
+	busyByStart        Meter
+)
+
+func (o *gapOrder) Len() int           { return len(o.gaps) }
+func (o *gapOrder) Less(i, j int) bool { return o.gaps[i] < o.gaps[j] }
+func (o *gapOrder) Swap(i, j int)      { o.gaps[i], o.gaps[j] = o.gaps[j], o.gaps[i] }
+
+func (o *stallsLongestFirst) Len() int { return len(o.stallScratch) }
+func (o *stallsLongestFirst) Less(i, j int) bool {
+	r := o.stallScratch
+	return r[i].end-r[i].start > r[j].end-r[j].start
 }
+func (o *stallsLongestFirst) Swap(i, j int) {
+	o.stallScratch[i], o.stallScratch[j] = o.stallScratch[j], o.stallScratch[i]
+}
+
+func (o *stallsByStart) Len() int           { return len(o.stallScratch) }
+func (o *stallsByStart) Less(i, j int) bool { return o.stallScratch[i].start < o.stallScratch[j].start }
+func (o *stallsByStart) Swap(i, j int) {
+	o.stallScratch[i], o.stallScratch[j] = o.stallScratch[j], o.stallScratch[i]
+}
+
+func (o *busyByStart) Len() int           { return len(o.busy) }
+func (o *busyByStart) Less(i, j int) bool { return o.busy[i].start < o.busy[j].start }
+func (o *busyByStart) Swap(i, j int)      { o.busy[i], o.busy[j] = o.busy[j], o.busy[i] }
 
 func fromMicros(us float64) Duration {
 	return Duration(math.Round(us * float64(Microsecond)))
@@ -234,7 +257,7 @@ func (m *Meter) mergeBusy() {
 	if len(m.busy) < 2 {
 		return
 	}
-	slices.SortFunc(m.busy, func(a, b busySpan) int { return cmpDur(a.start, b.start) })
+	sort.Sort((*busyByStart)(m))
 	out := m.busy[:1]
 	for _, b := range m.busy[1:] {
 		last := &out[len(out)-1]
