@@ -233,21 +233,24 @@ func keep[T any](s []T, limit int) []T {
 // framingFor picks the framing from a Content-Type; frameSniff when the type
 // says nothing (missing or application/octet-stream).
 func framingFor(contentType string) framing {
-	mt, _, _ := strings.Cut(contentType, ";")
-	mt = strings.TrimSpace(mt)
+	mt := contentType
+	if i := strings.IndexByte(mt, ';'); i >= 0 {
+		mt = mt[:i]
+	}
+	mt = trimSpace(mt)
 	switch {
-	case mt == "", strings.EqualFold(mt, "application/octet-stream"):
+	case mt == "", equalFold(mt, "application/octet-stream"):
 		return frameSniff
-	case strings.EqualFold(mt, "text/event-stream"):
+	case equalFold(mt, "text/event-stream"):
 		return frameSSE
-	case strings.EqualFold(mt, "application/x-ndjson"),
-		strings.EqualFold(mt, "application/ndjson"),
-		strings.EqualFold(mt, "application/jsonl"),
-		strings.EqualFold(mt, "application/x-jsonl"),
-		strings.EqualFold(mt, "application/jsonlines"),
-		strings.EqualFold(mt, "application/x-jsonlines"),
-		strings.EqualFold(mt, "application/stream+json"),
-		strings.EqualFold(mt, "application/json"):
+	case equalFold(mt, "application/x-ndjson"),
+		equalFold(mt, "application/ndjson"),
+		equalFold(mt, "application/jsonl"),
+		equalFold(mt, "application/x-jsonl"),
+		equalFold(mt, "application/jsonlines"),
+		equalFold(mt, "application/x-jsonlines"),
+		equalFold(mt, "application/stream+json"),
+		equalFold(mt, "application/json"):
 		return frameNDJSON
 	}
 	return frameText
@@ -428,7 +431,10 @@ func sniffFraming(b []byte, final bool) (framing, bool) {
 	if i := indexLineEnd(b); i >= 0 {
 		line, complete = b[:i], true
 	}
-	l := strings.TrimLeft(string(line), " \t") // no allocation: compared only
+	l := string(line) // no allocation: compared only
+	for l != "" && (l[0] == ' ' || l[0] == '\t') {
+		l = l[1:]
+	}
 	if l != "" && (l[0] == '{' || l[0] == '[') {
 		return frameNDJSON, true
 	}
