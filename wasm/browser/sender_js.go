@@ -15,6 +15,11 @@ const (
 	maxBatchRecords   = 64        // records per batch
 	maxUnackedBytes   = 256 << 10 // encoded batches kept until acknowledged
 	maxBeaconBytes    = 64 << 10  // navigator.sendBeacon limit
+	// refuseAfter consecutive failed attempts (handshakes that never open,
+	// or sockets closed with 1008 policy violation) make the sender ask the
+	// collector why; a refusal that resending cannot fix (unknown site,
+	// origin not allowed) stops it for the page's life.
+	refuseAfter = 3
 )
 
 // sentBatch is a batch sent (or to be resent) and not yet acknowledged.
@@ -47,6 +52,16 @@ type sender struct {
 
 	flushTimer, retryTimer *timer
 
+	// Refusals: failed counts consecutive failed attempts (reset by an
+	// open socket that gets an ack); refused is set once the collector said
+	// the site or origin is not accepted: no more sockets or beacons, and
+	// every record is counted as dropped.
+	failed     int
+	refused    bool
+	probing    bool
+	fetch      js.Value // the page's original fetch (itl.js), for the probe
+	probeFuncs [3]js.Func
+
 	sentBatches, ackedBatches, beacons, connects, rejected int
 }
 
@@ -54,12 +69,22 @@ func newSender(site, wsURL, beaconURL string, c beacon.Client) *sender {
 	s := &sender{site: site, wsURL: wsURL, beaconURL: beaconURL, client: c, flushEvery: defaultFlushEvery, ws: js.Null(), lastFlush: -1e12}
 	s.flushTimer = newTimer(s.flushNow)
 	s.retryTimer = newTimer(s.connect)
+	s.fetch = global.Get("fetch")
+	s.probeFuncs = [3]js.Func{
+		callback("probe", s.probeResponse),
+		callback("probe", func(js.Value) { s.probing = false }),
+		callback("probe", s.probeText),
+	}
 	s.seq = uint64(random() * (1 << 40)) // distinct per page load, room to count up
 	return s
 }
 
 // add queues a finished stream's record.
 func (s *sender) add(r beacon.Record) {
+	if s.refused {
+		s.dropped++
+		return
+	}
 	if len(s.pending) >= maxPending {
 		s.pending = s.pending[1:]
 		s.dropped++
@@ -138,7 +163,7 @@ func (s *sender) write(wire []byte) {
 
 // connect opens the WebSocket unless one is open or opening.
 func (s *sender) connect() {
-	if s.hidden || !s.ws.IsNull() {
+	if s.hidden || s.refused || !s.ws.IsNull() {
 		return
 	}
 	ws := global.Get("WebSocket").New(s.wsURL)
@@ -174,7 +199,25 @@ func (s *sender) connect() {
 		s.flushNow()
 	})
 	on("message", func(ev js.Value) { s.onMessage(ev.Get("data")) })
-	on("close", func(js.Value) { s.closed() })
+	on("close", func(ev js.Value) {
+		opened := s.open
+		policy := ev.Type() == js.TypeObject && ev.Get("code").Int() == 1008
+		if !opened || policy {
+			s.failed++
+		}
+		reason := ""
+		if policy {
+			reason = ev.Get("reason").String()
+		}
+		s.closed()
+		switch {
+		case s.failed < refuseAfter:
+		case policy:
+			s.refuse(reason)
+		case !opened:
+			s.probe()
+		}
+	})
 	on("error", func(js.Value) {}) // close follows
 }
 
@@ -208,6 +251,7 @@ func (s *sender) onMessage(data js.Value) {
 		return
 	case beacon.RejectNone:
 		s.backoff = 0
+		s.failed = 0
 		s.ackedBatches++
 	default:
 		// Malformed, version, limit, site: resending cannot help.
@@ -219,6 +263,83 @@ func (s *sender) onMessage(data js.Value) {
 
 // now returns performance.now() in ms: package time would add to the module.
 func now() float64 { return performance.Call("now").Float() }
+
+// probe asks the collector why the socket keeps failing: an empty batch
+// POSTed to the beacon URL is stored as nothing (204) when the site and
+// origin are accepted, and refused with 404 (unknown site) or 403 (origin
+// not allowed) with the reason as text, readable cross-origin. Anything else
+// (network down, other statuses) is transient: the sender keeps retrying.
+func (s *sender) probe() {
+	if s.probing || s.refused || s.beaconURL == "" || s.fetch.Type() != js.TypeFunction {
+		return
+	}
+	wire, err := s.encode(s.seq, nil, 0)
+	if err != nil {
+		return
+	}
+	u8 := global.Get("Uint8Array").New(len(wire))
+	js.CopyBytesToJS(u8, wire)
+	opts := global.Get("Object").New()
+	opts.Set("method", "POST")
+	opts.Set("body", u8)
+	opts.Set("credentials", "omit")
+	opts.Set("cache", "no-store")
+	s.probing = true
+	s.fetch.Invoke(s.beaconURL, opts).Call("then", s.probeFuncs[0], s.probeFuncs[1])
+}
+
+func (s *sender) probeResponse(resp js.Value) {
+	if st := resp.Get("status").Int(); st == 403 || st == 404 {
+		resp.Call("text").Call("then", s.probeFuncs[2], s.probeFuncs[1])
+		return
+	}
+	s.probing = false
+}
+
+func (s *sender) probeText(text js.Value) {
+	s.probing = false
+	s.refuse(limit(text.String(), 200))
+}
+
+// refuse stops sending for good: the collector does not accept this site
+// from this page. What was waiting is counted as dropped, and so is every
+// later record.
+func (s *sender) refuse(reason string) {
+	if s.refused {
+		return
+	}
+	s.refused = true
+	s.flushTimer.stop()
+	s.retryTimer.stop()
+	s.dropSocket()
+	n := uint32(len(s.pending))
+	for _, b := range s.unacked {
+		n += uint32(len(b.records)) + b.dropped
+	}
+	s.dropped += n
+	s.pending, s.unacked, s.unackedN = nil, nil, 0
+	for len(reason) > 0 && (reason[len(reason)-1] == '\n' || reason[len(reason)-1] == ' ') {
+		reason = reason[:len(reason)-1]
+	}
+	global.Get("console").Call("warn", "itlmon: collector refused site \""+s.site+"\": "+reason)
+}
+
+// callback wraps f as a JS function of one argument with panics recovered.
+func callback(where string, f func(js.Value)) js.Func {
+	return js.FuncOf(func(_ js.Value, args []js.Value) any {
+		defer func() {
+			if r := recover(); r != nil {
+				report(where, r)
+			}
+		}()
+		var v js.Value
+		if len(args) > 0 {
+			v = args[0]
+		}
+		f(v)
+		return nil
+	})
+}
 
 // random returns Math.random(): math/rand would add to the module.
 func random() float64 { return global.Get("Math").Call("random").Float() }
@@ -258,6 +379,9 @@ func (s *sender) dropSocket() {
 // back/forward cache) and sends what is left with navigator.sendBeacon.
 func (s *sender) pagehide() {
 	s.hidden = true
+	if s.refused {
+		return
+	}
 	s.flushTimer.stop()
 	s.retryTimer.stop()
 	s.dropSocket()
@@ -310,6 +434,9 @@ func (s *sender) close() {
 	s.flushTimer.release()
 	s.retryTimer.release()
 	s.dropSocket()
+	for _, f := range s.probeFuncs {
+		f.Release()
+	}
 }
 
 // timer is a JS setTimeout with one reusable callback.

@@ -72,6 +72,9 @@ func (a *module) configure(args []js.Value) any {
 	}
 	a.send = newSender(site, wsURL, propString(c, "beaconURL"), client)
 	a.send.flushEvery = durationMs(propFloat(c, "flushMs"), defaultFlushEvery)
+	if f := c.Get("fetch"); f.Type() == js.TypeFunction {
+		a.send.fetch = f // the page's own, not the shim
+	}
 	a.configured = true
 	return true
 }
@@ -260,6 +263,10 @@ func (a *module) stats([]js.Value) any {
 		o["beacons"] = s.beacons
 		o["connects"] = s.connects
 		o["rejected"] = s.rejected
+		o["refused"] = 0
+		if s.refused {
+			o["refused"] = 1
+		}
 	}
 	return o
 }
