@@ -192,7 +192,7 @@ func clientRead(t *testing.T, url string) (beacon.Record, string) {
 	buf := make([]byte, 64<<10)
 	for {
 		n, err := resp.Body.Read(buf)
-		at := time.Since(t0)
+		at := meter.Duration(time.Since(t0))
 		if n > 0 {
 			m.Feed(buf[:n], at)
 		}
@@ -215,23 +215,23 @@ func clientRead(t *testing.T, url string) (beacon.Record, string) {
 // recordOf is the browser module's summary-to-record copy (wasm/browser
 // fillRecord), for the Go client.
 func recordOf(s *meter.Summary, id string) beacon.Record {
-	us := func(d time.Duration) uint32 {
+	us := func(d meter.Duration) uint32 {
 		if d < 0 {
 			return beacon.NoTime
 		}
-		return uint32(d / time.Microsecond)
+		return uint32(d / meter.Microsecond)
 	}
 	r := beacon.Record{OriginID: id, Format: uint8(s.Format), Status: uint8(s.Status), HTTPStatus: uint16(s.HTTPStatus),
 		TTFBUs: us(s.TTFB), TTFCUs: us(s.TTFC), TTFTUs: us(s.TTFT), DurationUs: us(s.Duration),
 		Events: uint32(s.Events), ContentEvents: uint32(s.ContentEvents), Tokens: uint32(s.Tokens), Reads: uint32(s.Reads),
 		Bytes: uint64(s.Bytes), GapP50Us: us(s.GapP50), GapP95Us: us(s.GapP95), GapP99Us: us(s.GapP99), GapMaxUs: us(s.GapMax),
-		TPOTUs: us(s.TPOT), TokensPerSec: float32(s.TokensPerSec), Stalls: uint32(s.Stalls), StalledUs: uint64(s.StalledFor / time.Microsecond),
+		TPOTUs: us(s.TPOT), TokensPerSec: float32(s.TokensPerSec), Stalls: uint32(s.Stalls), StalledUs: uint64(s.StalledFor / meter.Microsecond),
 		Jank: float32(s.Jank), Smooth: s.Smooth, EventsPerRead: float32(s.EventsPerRead), MaxEventsPerRead: uint32(s.MaxEventsPerRead),
 		BytesPerRead: float32(s.BytesPerRead), SubFloorShare: float32(s.SubFloorShare), TTFTCause: uint8(s.TTFTCause),
 		ITL: s.ITL, TimelineDropped: uint32(s.TimelineDropped)}
 	for i := range meter.NumCauses {
 		r.StallsByCause[i] = uint32(s.StallsByCause[i])
-		r.StalledByCause[i] = uint64(s.StalledByCause[i] / time.Microsecond)
+		r.StalledByCause[i] = uint64(s.StalledByCause[i] / meter.Microsecond)
 	}
 	for _, st := range s.StallList {
 		r.StallList = append(r.StallList, beacon.Stall{StartUs: us(st.Start), EndUs: us(st.End), Cause: uint8(st.Cause), NextReadEvents: st.NextReadEvents})

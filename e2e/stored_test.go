@@ -140,6 +140,60 @@ func TestCollectorDown(t *testing.T) {
 	}
 }
 
+// TestRefusedSite: a collector that refuses the site before the WebSocket
+// upgrade (unknown site key: 404; origin not allowed: 403) is not retried
+// forever: after a few attempts the module asks why, warns once on the
+// console, stops connecting and counts every record as dropped. The page
+// reads its streams as without the module.
+func TestRefusedSite(t *testing.T) {
+	Browser(t)
+	o := StartOrigin(t)
+	c := StartCollector(t, "e2e=http://allowed.example")
+	const q = "tokens=5&interval_ms=5"
+	wantN, wantSum := wantBody(t, q)
+	for _, tc := range []struct{ site, warn string }{
+		{"nope", `itlmon: collector refused site "nope": unknown site key "nope"`},
+		{"e2e", `itlmon: collector refused site "e2e": origin "` + o.URL + `" is not allowed for site e2e`},
+	} {
+		o.SetCollector(c.URL, tc.site)
+		ctx := NewTab(t)
+		if !OpenPage(t, ctx, o.PageURL(map[string]any{"flushMs": 200}, false)) {
+			t.Fatalf("%s: itlmon did not become ready: %s", tc.site, Eval[string](t, ctx, `itlmon.timing.error`))
+		}
+		Eval[bool](t, ctx, `(() => { window.__warns = []; const w = console.warn;
+			console.warn = function () { __warns.push([].slice.call(arguments).join(' ')); return w.apply(console, arguments); }; return true; })()`)
+		stats := func() map[string]float64 { return Eval[map[string]float64](t, ctx, `__itlmon_go.stats()`) }
+		page := RunStream(t, ctx, StreamOpts{Query: q})
+		if page.Error != "" || page.Bytes != wantN || page.SHA256 != wantSum {
+			t.Fatalf("%s: the page read %d bytes sha %s err %q, want %d %s", tc.site, page.Bytes, page.SHA256, page.Error, wantN, wantSum)
+		}
+		deadline := time.Now().Add(20 * time.Second)
+		for stats()["refused"] != 1 {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: not refused after 20 s: stats %v", tc.site, stats())
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		st := stats()
+		if st["connects"] < 3 || st["connects"] > 5 {
+			t.Errorf("%s: %v connection attempts before giving up, want 3 to 5", tc.site, st["connects"])
+		}
+		RunStream(t, ctx, StreamOpts{Query: q})
+		time.Sleep(3 * time.Second) // longer than the backoff so far: a retry would show
+		st2 := stats()
+		if st2["connects"] != st["connects"] {
+			t.Errorf("%s: connects went from %v to %v after the refusal", tc.site, st["connects"], st2["connects"])
+		}
+		if st2["dropped"] != 2 || st2["pending"] != 0 || st2["unacked"] != 0 {
+			t.Errorf("%s: stats %v, want both records dropped and nothing held", tc.site, st2)
+		}
+		warns := Eval[[]string](t, ctx, `__warns`)
+		if len(warns) != 1 || warns[0] != tc.warn {
+			t.Errorf("%s: console warnings %q, want one: %q", tc.site, warns, tc.warn)
+		}
+	}
+}
+
 // TestPagehideBeacon: a record still waiting for its batch when the page is
 // left goes out with navigator.sendBeacon to /v1/beacon, and so does a stream
 // still open then, as aborted. (The socket is closed there too: an open

@@ -46,7 +46,7 @@ func (a *Aggregator) Add(s *meter.Summary) {
 	a.itl.Merge(&s.ITL)
 	a.itlTokens.Merge(&s.ITLTokens)
 	if s.TTFT >= 0 {
-		a.ttft = append(a.ttft, us(s.TTFT))
+		a.ttft = append(a.ttft, us(time.Duration(s.TTFT)))
 	}
 	if s.TokensPerSec > 0 {
 		a.tps = append(a.tps, s.TokensPerSec)
@@ -54,7 +54,7 @@ func (a *Aggregator) Add(s *meter.Summary) {
 		if tpot <= 0 {
 			tpot = s.TPOT
 		}
-		a.tpot = append(a.tpot, us(tpot))
+		a.tpot = append(a.tpot, us(time.Duration(tpot)))
 	}
 }
 

@@ -237,17 +237,17 @@ func (p *Probe) one(ctx context.Context, client *http.Client, timeout time.Durat
 		ContentType: resp.Header.Get("Content-Type"),
 		// Go's monotonic clock resolves nanoseconds; only the histogram's
 		// zero bucket (<= 1 µs) limits resolution.
-		TimerFloor:     time.Microsecond,
+		TimerFloor:     meter.Microsecond,
 		TokensPerEvent: p.TokensPerEvent,
 	})
 	if resp.StatusCode >= 400 {
 		io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
-		m.End(time.Since(t0), meter.StatusHTTPError, resp.StatusCode)
+		m.End(meter.Duration(time.Since(t0)), meter.StatusHTTPError, resp.StatusCode)
 		return m.Summary(), ""
 	}
 	for {
 		n, err := resp.Body.Read(buf)
-		at := time.Since(t0)
+		at := meter.Duration(time.Since(t0))
 		if n > 0 {
 			m.Feed(buf[:n], at)
 		}

@@ -356,9 +356,9 @@ func BenchmarkAggregatorAdd(b *testing.B) {
 		m := meter.New(meter.Options{ContentType: "text/event-stream"})
 		ev := []byte(`data: {"choices":[{"index":0,"delta":{"content":"tok "}}]}` + "\n\n")
 		for k := range 300 {
-			m.Feed(ev, time.Duration(100+k*20+i)*time.Millisecond)
+			m.Feed(ev, meter.Duration(100+k*20+i)*meter.Millisecond)
 		}
-		m.End(7*time.Second, meter.StatusComplete, 200)
+		m.End(7*meter.Second, meter.StatusComplete, 200)
 		sums = append(sums, m.Summary())
 	}
 	b.ReportAllocs()

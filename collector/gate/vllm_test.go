@@ -25,8 +25,8 @@ type recEvent struct {
 
 func (r recorded) summary(t *testing.T) meter.Summary {
 	t.Helper()
-	m := meter.New(meter.Options{ContentType: "text/event-stream", TimerFloor: time.Microsecond})
-	at := func(ms float64) time.Duration { return time.Duration(ms * float64(time.Millisecond)) }
+	m := meter.New(meter.Options{ContentType: "text/event-stream", TimerFloor: meter.Microsecond})
+	at := func(ms float64) meter.Duration { return meter.Duration(ms * float64(meter.Millisecond)) }
 	last := 0.0
 	for _, e := range r.events {
 		m.Feed([]byte(`data: {"choices":[{"index":0,"delta":{"content":"`+e.content+`"}}]}`+"\n\n"), at(e.at))
@@ -66,10 +66,10 @@ func TestVLLMDefinitions(t *testing.T) {
 	var agg Aggregator
 	for i, s := range streams {
 		sum := s.summary(t)
-		if got, want := ms(sum.TTFT), wantTTFT[i]; !near(got, want, 1e-9) {
+		if got, want := ms(time.Duration(sum.TTFT)), wantTTFT[i]; !near(got, want, 1e-9) {
 			t.Errorf("stream %d TTFT = %v ms, want %v", i, got, want)
 		}
-		if got, want := ms(sum.TPOTToken), wantTPOT[i]; !near(got, want, 1e-6) {
+		if got, want := ms(time.Duration(sum.TPOTToken)), wantTPOT[i]; !near(got, want, 1e-6) {
 			t.Errorf("stream %d TPOT = %v ms, want %v", i, got, want)
 		}
 		agg.Add(&sum)

@@ -19,6 +19,10 @@ func (h *Handler) ServeBeacon(w http.ResponseWriter, r *http.Request) {
 	s, status, reason, text := h.admit(r)
 	if s == nil {
 		h.reject(reason, text)
+		// Readable from any origin (without credentials): the browser
+		// module asks here why its WebSocket keeps failing, and stops
+		// for good on an unknown site or a refused origin.
+		w.Header().Set("Access-Control-Allow-Origin", "*")
 		http.Error(w, text, status)
 		return
 	}

@@ -253,7 +253,7 @@ func (w *streamWriter) Write(p []byte) (int, error) {
 		sm.segs = append(sm.segs, segment{n: n, at: at})
 		for len(sm.pending) > maxPending && len(sm.segs) > 1 {
 			s := sm.segs[0]
-			sm.m.Feed(sm.pending[:s.n], s.at)
+			sm.m.Feed(sm.pending[:s.n], meter.Duration(s.at))
 			sm.pending = append(sm.pending[:0], sm.pending[s.n:]...)
 			sm.segs = append(sm.segs[:0], sm.segs[1:]...)
 		}
@@ -276,7 +276,7 @@ func (w *streamWriter) FlushError() error {
 	}
 	if w.sm != nil && len(w.sm.pending) > 0 {
 		w.flushes++
-		w.sm.m.Feed(w.sm.pending, w.since())
+		w.sm.m.Feed(w.sm.pending, meter.Duration(w.since()))
 		w.sm.pending, w.sm.segs = w.sm.pending[:0], w.sm.segs[:0]
 	}
 	return err
@@ -316,11 +316,11 @@ func (w *streamWriter) finish() {
 		if w.flushes == 0 {
 			off := 0
 			for _, s := range sm.segs { // never flushed: each write is an emit
-				sm.m.Feed(sm.pending[off:off+s.n], s.at)
+				sm.m.Feed(sm.pending[off:off+s.n], meter.Duration(s.at))
 				off += s.n
 			}
 		} else {
-			sm.m.Feed(sm.pending, end) // net/http flushes the rest as the handler returns
+			sm.m.Feed(sm.pending, meter.Duration(end)) // net/http flushes the rest as the handler returns
 		}
 	}
 	st := meter.StatusComplete
@@ -330,7 +330,7 @@ func (w *streamWriter) finish() {
 	case w.writeErr:
 		st = meter.StatusNetworkError
 	}
-	sm.m.End(end, st, w.status)
+	sm.m.End(meter.Duration(end), st, w.status)
 	sm.m.SummaryInto(&sm.sum)
 	w.rp.enqueue(w.record(&sm.sum, end))
 }
@@ -344,7 +344,7 @@ func (w *streamWriter) record(s *meter.Summary, end time.Duration) beacon.Origin
 		Status:            uint8(s.Status),
 		HTTPStatus:        uint16(w.status),
 		TTFBUs:            micros(w.ttfb),
-		TTFTUs:            micros(s.TTFT),
+		TTFTUs:            micros(time.Duration(s.TTFT)),
 		DurationUs:        micros(end),
 		Events:            uint32(s.Events),
 		ContentEvents:     uint32(s.ContentEvents),
@@ -358,7 +358,7 @@ func (w *streamWriter) record(s *meter.Summary, end time.Duration) beacon.Origin
 	tl := s.Timeline[:min(len(s.Timeline), w.rp.cfg.MaxEmits)]
 	for _, st := range tl {
 		if st.Content {
-			o.EmitUs = append(o.EmitUs, micros(st.At))
+			o.EmitUs = append(o.EmitUs, micros(time.Duration(st.At)))
 		}
 	}
 	o.EmitsDropped = uint32(max(s.ContentEvents-len(o.EmitUs), 0))

@@ -388,7 +388,7 @@ func TestMaxEmits(t *testing.T) {
 		w.Header().Set("Content-Type", "text/event-stream")
 		for i := range 30 {
 			if i == 20 {
-				time.Sleep(meter.StallThreshold + 10*time.Millisecond)
+				time.Sleep(time.Duration(meter.StallThreshold) + 10*time.Millisecond)
 			}
 			io.WriteString(w, chatEvent(i))
 			w.(http.Flusher).Flush()
@@ -399,7 +399,7 @@ func TestMaxEmits(t *testing.T) {
 		t.Fatalf("emits %d, dropped %d, content %d; want 10, 20, 30", len(o.EmitUs), o.EmitsDropped, o.ContentEvents)
 	}
 	for k := 1; k < len(o.EmitUs); k++ {
-		if gap := o.EmitUs[k] - o.EmitUs[k-1]; gap > uint32(meter.StallThreshold/time.Microsecond) {
+		if gap := o.EmitUs[k] - o.EmitUs[k-1]; gap > uint32(meter.StallThreshold/meter.Microsecond) {
 			t.Fatalf("emit gap %d = %d µs: the list is not the contiguous first 10", k, gap)
 		}
 	}

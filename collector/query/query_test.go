@@ -97,15 +97,15 @@ func (s synth) record(t *testing.T) beacon.Record {
 	t.Helper()
 	m := meter.New(meter.Options{ContentType: "text/event-stream"})
 	ev := []byte(`data: {"choices":[{"index":0,"delta":{"content":"tok "}}]}` + "\n\n")
-	at := s.ttft
+	at := meter.Duration(s.ttft)
 	m.Feed(ev, at)
 	for _, g := range s.gaps {
-		at += g
+		at += meter.Duration(g)
 		m.Feed(ev, at)
 	}
 	usage := fmt.Sprintf(`data: {"choices":[],"usage":{"completion_tokens":%d}}`+"\n\ndata: [DONE]\n\n", len(s.gaps)+1)
-	m.Feed([]byte(usage), at+time.Millisecond)
-	m.End(at+2*time.Millisecond, meter.StatusComplete, 200)
+	m.Feed([]byte(usage), at+meter.Millisecond)
+	m.End(at+2*meter.Millisecond, meter.StatusComplete, 200)
 	return recordOf(m.Summary())
 }
 
@@ -114,14 +114,14 @@ func (s synth) record(t *testing.T) beacon.Record {
 func recordOf(sum meter.Summary) beacon.Record {
 	var r beacon.Record
 	rand.Read(r.StreamID[:])
-	us := func(d time.Duration) uint32 { return uint32(d / time.Microsecond) }
+	us := func(d meter.Duration) uint32 { return uint32(d / meter.Microsecond) }
 	r.Model, r.ContentType, r.Format, r.Status, r.HTTPStatus = "gpt-x", "text/event-stream", uint8(sum.Format), uint8(sum.Status), 200
 	r.TTFBUs, r.TTFCUs, r.TTFTUs, r.DurationUs = us(sum.TTFB), us(sum.TTFC), us(sum.TTFT), us(sum.Duration)
 	r.Events, r.ContentEvents, r.Tokens, r.TokensReported = uint32(sum.Events), uint32(sum.ContentEvents), uint32(sum.Tokens), sum.TokensReported
 	r.Reads, r.Bytes = uint32(sum.Reads), uint64(sum.Bytes)
 	r.GapP50Us, r.GapP95Us, r.GapP99Us, r.GapMaxUs = us(sum.GapP50), us(sum.GapP95), us(sum.GapP99), us(sum.GapMax)
 	r.TPOTUs, r.TokensPerSec = us(sum.TPOTToken), float32(sum.TokensPerSec)
-	r.Stalls, r.StalledUs = uint32(sum.Stalls), uint64(sum.StalledFor/time.Microsecond)
+	r.Stalls, r.StalledUs = uint32(sum.Stalls), uint64(sum.StalledFor/meter.Microsecond)
 	r.Jank, r.Smooth = float32(sum.Jank), sum.Smooth
 	r.ITL, r.ITLTokens = sum.ITL, sum.ITLTokens
 	return r

@@ -127,7 +127,7 @@ func speedStream(ttft time.Duration, gaps []time.Duration, tokensPerEvent int, o
 			body.WriteString(s)
 			return
 		}
-		m.Feed([]byte(s), at)
+		m.Feed([]byte(s), meter.Duration(at))
 	}
 	feed(ev, at)
 	for _, g := range gaps {
@@ -140,9 +140,9 @@ func speedStream(ttft time.Duration, gaps []time.Duration, tokensPerEvent int, o
 	}
 	feed(tail, at+time.Millisecond)
 	if oneRead {
-		m.Feed([]byte(body.String()), at+time.Millisecond)
+		m.Feed([]byte(body.String()), meter.Duration(at+time.Millisecond))
 	}
-	m.End(at+2*time.Millisecond, meter.StatusComplete, 200)
+	m.End(meter.Duration(at+2*time.Millisecond), meter.StatusComplete, 200)
 	return m.Summary()
 }
 

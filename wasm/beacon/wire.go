@@ -11,6 +11,10 @@ import (
 // Encoding primitives shared by every kind. Varints are LEB128 (as
 // encoding/binary's, which is not imported because it pulls in reflect).
 
+// The append helpers are not inlined: each inlined copy (with its slice
+// growth) would add to the browser module, and encoding is not on a hot path.
+//
+//go:noinline
 func appendUvarint(dst []byte, v uint64) []byte {
 	for v >= 0x80 {
 		dst = append(dst, byte(v)|0x80)
@@ -32,11 +36,13 @@ func uvarintLen(v uint64) int {
 	return n
 }
 
+//go:noinline
 func appendString(dst []byte, s string) []byte {
 	dst = appendUvarint(dst, uint64(len(s)))
 	return append(dst, s...)
 }
 
+//go:noinline
 func appendFloat32(dst []byte, f float32) []byte {
 	u := math.Float32bits(f)
 	return append(dst, byte(u), byte(u>>8), byte(u>>16), byte(u>>24))

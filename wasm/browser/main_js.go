@@ -47,10 +47,11 @@ import (
 const Version = "0.1.0"
 
 var (
-	global  = js.Global()
-	app     *module
-	warned  bool
-	exports []js.Func
+	global      = js.Global()
+	performance = global.Get("performance")
+	app         *module
+	warned      bool
+	exports     []js.Func
 )
 
 func main() {

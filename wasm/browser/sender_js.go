@@ -2,19 +2,24 @@ package main
 
 import (
 	"syscall/js"
-	"time"
 
 	"github.com/itlmon/itlmon/wasm/beacon"
+	"github.com/itlmon/itlmon/wasm/meter"
 )
 
 const (
-	defaultFlushEvery = 2 * time.Second // at most one batch per this interval (stream ends flush sooner when idle)
-	backoffMin        = 500 * time.Millisecond
-	backoffMax        = 30 * time.Second
+	defaultFlushEvery = 2 * meter.Second // at most one batch per this interval (stream ends flush sooner when idle)
+	backoffMin        = 500 * meter.Millisecond
+	backoffMax        = 30 * meter.Second
 	maxPending        = 512       // records waiting for a batch
 	maxBatchRecords   = 64        // records per batch
 	maxUnackedBytes   = 256 << 10 // encoded batches kept until acknowledged
 	maxBeaconBytes    = 64 << 10  // navigator.sendBeacon limit
+	// refuseAfter consecutive failed attempts (handshakes that never open,
+	// or sockets closed with 1008 policy violation) make the sender ask the
+	// collector why; a refusal that resending cannot fix (unknown site,
+	// origin not allowed) stops it for the page's life.
+	refuseAfter = 3
 )
 
 // sentBatch is a batch sent (or to be resent) and not yet acknowledged.
@@ -31,7 +36,7 @@ type sentBatch struct {
 type sender struct {
 	site, wsURL, beaconURL string
 	client                 beacon.Client
-	flushEvery             time.Duration
+	flushEvery             meter.Duration
 
 	ws        js.Value // null when not connected
 	open      bool
@@ -42,24 +47,44 @@ type sender struct {
 	unackedN  int // bytes in unacked
 	dropped   uint32
 	seq       uint64
-	lastFlush time.Time
-	backoff   time.Duration
+	lastFlush float64 // performance.now() of the last flush, ms; long ago before the first
+	backoff   meter.Duration
 
 	flushTimer, retryTimer *timer
+
+	// Refusals: failed counts consecutive failed attempts (reset by an
+	// open socket that gets an ack); refused is set once the collector said
+	// the site or origin is not accepted: no more sockets or beacons, and
+	// every record is counted as dropped.
+	failed     int
+	refused    bool
+	probing    bool
+	fetch      js.Value // the page's original fetch (itl.js), for the probe
+	probeFuncs [3]js.Func
 
 	sentBatches, ackedBatches, beacons, connects, rejected int
 }
 
 func newSender(site, wsURL, beaconURL string, c beacon.Client) *sender {
-	s := &sender{site: site, wsURL: wsURL, beaconURL: beaconURL, client: c, flushEvery: defaultFlushEvery, ws: js.Null()}
+	s := &sender{site: site, wsURL: wsURL, beaconURL: beaconURL, client: c, flushEvery: defaultFlushEvery, ws: js.Null(), lastFlush: -1e12}
 	s.flushTimer = newTimer(s.flushNow)
 	s.retryTimer = newTimer(s.connect)
+	s.fetch = global.Get("fetch")
+	s.probeFuncs = [3]js.Func{
+		callback("probe", s.probeResponse),
+		callback("probe", func(js.Value) { s.probing = false }),
+		callback("probe", s.probeText),
+	}
 	s.seq = uint64(random() * (1 << 40)) // distinct per page load, room to count up
 	return s
 }
 
 // add queues a finished stream's record.
 func (s *sender) add(r beacon.Record) {
+	if s.refused {
+		s.dropped++
+		return
+	}
 	if len(s.pending) >= maxPending {
 		s.pending = s.pending[1:]
 		s.dropped++
@@ -77,7 +102,7 @@ func (s *sender) add(r beacon.Record) {
 // scheduleFlush sends now if the last batch is older than flushEvery, else
 // arms the flush timer for when it will be.
 func (s *sender) scheduleFlush() {
-	wait := s.flushEvery - time.Since(s.lastFlush)
+	wait := s.flushEvery - since(s.lastFlush, now())
 	if wait <= 0 {
 		s.flushNow()
 		return
@@ -109,7 +134,7 @@ func (s *sender) flushNow() {
 	if len(s.pending) == 0 {
 		s.pending = nil // let the sent slices' backing array go once acked
 	}
-	s.lastFlush = time.Now()
+	s.lastFlush = now()
 }
 
 // keep adds b to the unacknowledged batches, dropping the oldest over the bound.
@@ -138,7 +163,7 @@ func (s *sender) write(wire []byte) {
 
 // connect opens the WebSocket unless one is open or opening.
 func (s *sender) connect() {
-	if s.hidden || !s.ws.IsNull() {
+	if s.hidden || s.refused || !s.ws.IsNull() {
 		return
 	}
 	ws := global.Get("WebSocket").New(s.wsURL)
@@ -174,7 +199,25 @@ func (s *sender) connect() {
 		s.flushNow()
 	})
 	on("message", func(ev js.Value) { s.onMessage(ev.Get("data")) })
-	on("close", func(js.Value) { s.closed() })
+	on("close", func(ev js.Value) {
+		opened := s.open
+		policy := ev.Type() == js.TypeObject && ev.Get("code").Int() == 1008
+		if !opened || policy {
+			s.failed++
+		}
+		reason := ""
+		if policy {
+			reason = ev.Get("reason").String()
+		}
+		s.closed()
+		switch {
+		case s.failed < refuseAfter:
+		case policy:
+			s.refuse(reason)
+		case !opened:
+			s.probe()
+		}
+	})
 	on("error", func(js.Value) {}) // close follows
 }
 
@@ -208,6 +251,7 @@ func (s *sender) onMessage(data js.Value) {
 		return
 	case beacon.RejectNone:
 		s.backoff = 0
+		s.failed = 0
 		s.ackedBatches++
 	default:
 		// Malformed, version, limit, site: resending cannot help.
@@ -215,6 +259,86 @@ func (s *sender) onMessage(data js.Value) {
 	}
 	s.unackedN -= len(b.wire)
 	s.unacked = append(s.unacked[:i:i], s.unacked[i+1:]...)
+}
+
+// now returns performance.now() in ms: package time would add to the module.
+func now() float64 { return performance.Call("now").Float() }
+
+// probe asks the collector why the socket keeps failing: an empty batch
+// POSTed to the beacon URL is stored as nothing (204) when the site and
+// origin are accepted, and refused with 404 (unknown site) or 403 (origin
+// not allowed) with the reason as text, readable cross-origin. Anything else
+// (network down, other statuses) is transient: the sender keeps retrying.
+func (s *sender) probe() {
+	if s.probing || s.refused || s.beaconURL == "" || s.fetch.Type() != js.TypeFunction {
+		return
+	}
+	wire, err := s.encode(s.seq, nil, 0)
+	if err != nil {
+		return
+	}
+	u8 := global.Get("Uint8Array").New(len(wire))
+	js.CopyBytesToJS(u8, wire)
+	opts := global.Get("Object").New()
+	opts.Set("method", "POST")
+	opts.Set("body", u8)
+	opts.Set("credentials", "omit")
+	opts.Set("cache", "no-store")
+	s.probing = true
+	s.fetch.Invoke(s.beaconURL, opts).Call("then", s.probeFuncs[0], s.probeFuncs[1])
+}
+
+func (s *sender) probeResponse(resp js.Value) {
+	if st := resp.Get("status").Int(); st == 403 || st == 404 {
+		resp.Call("text").Call("then", s.probeFuncs[2], s.probeFuncs[1])
+		return
+	}
+	s.probing = false
+}
+
+func (s *sender) probeText(text js.Value) {
+	s.probing = false
+	s.refuse(limit(text.String(), 200))
+}
+
+// refuse stops sending for good: the collector does not accept this site
+// from this page. What was waiting is counted as dropped, and so is every
+// later record.
+func (s *sender) refuse(reason string) {
+	if s.refused {
+		return
+	}
+	s.refused = true
+	s.flushTimer.stop()
+	s.retryTimer.stop()
+	s.dropSocket()
+	n := uint32(len(s.pending))
+	for _, b := range s.unacked {
+		n += uint32(len(b.records)) + b.dropped
+	}
+	s.dropped += n
+	s.pending, s.unacked, s.unackedN = nil, nil, 0
+	for len(reason) > 0 && (reason[len(reason)-1] == '\n' || reason[len(reason)-1] == ' ') {
+		reason = reason[:len(reason)-1]
+	}
+	global.Get("console").Call("warn", "itlmon: collector refused site \""+s.site+"\": "+reason)
+}
+
+// callback wraps f as a JS function of one argument with panics recovered.
+func callback(where string, f func(js.Value)) js.Func {
+	return js.FuncOf(func(_ js.Value, args []js.Value) any {
+		defer func() {
+			if r := recover(); r != nil {
+				report(where, r)
+			}
+		}()
+		var v js.Value
+		if len(args) > 0 {
+			v = args[0]
+		}
+		f(v)
+		return nil
+	})
 }
 
 // random returns Math.random(): math/rand would add to the module.
@@ -229,7 +353,7 @@ func (s *sender) closed() {
 	}
 	s.backoff = min(max(2*s.backoff, backoffMin), backoffMax)
 	// Jitter over the upper half: [backoff/2, backoff).
-	d := s.backoff/2 + time.Duration(random()*float64(s.backoff/2))
+	d := s.backoff/2 + meter.Duration(random()*float64(s.backoff/2))
 	s.retryTimer.arm(d)
 }
 
@@ -255,6 +379,9 @@ func (s *sender) dropSocket() {
 // back/forward cache) and sends what is left with navigator.sendBeacon.
 func (s *sender) pagehide() {
 	s.hidden = true
+	if s.refused {
+		return
+	}
 	s.flushTimer.stop()
 	s.retryTimer.stop()
 	s.dropSocket()
@@ -307,6 +434,9 @@ func (s *sender) close() {
 	s.flushTimer.release()
 	s.retryTimer.release()
 	s.dropSocket()
+	for _, f := range s.probeFuncs {
+		f.Release()
+	}
 }
 
 // timer is a JS setTimeout with one reusable callback.
@@ -331,12 +461,12 @@ func newTimer(f func()) *timer {
 	return t
 }
 
-func (t *timer) arm(d time.Duration) {
+func (t *timer) arm(d meter.Duration) {
 	if t.armed {
 		return
 	}
 	t.armed = true
-	t.id = global.Call("setTimeout", t.fn, float64(d)/float64(time.Millisecond))
+	t.id = global.Call("setTimeout", t.fn, float64(d)/float64(meter.Millisecond))
 }
 
 func (t *timer) stop() {

@@ -3,7 +3,6 @@ package main
 import (
 	"math"
 	"syscall/js"
-	"time"
 
 	"github.com/itlmon/itlmon/wasm/beacon"
 	"github.com/itlmon/itlmon/wasm/meter"
@@ -22,7 +21,7 @@ type stream struct {
 // module is the browser module's state. Only JS callbacks touch it.
 type module struct {
 	configured bool
-	timerFloor time.Duration
+	timerFloor meter.Duration
 	testHooks  bool
 	pageOrigin string
 	pagePath   string
@@ -52,7 +51,7 @@ func (a *module) configure(args []js.Value) any {
 	if site == "" || wsURL == "" {
 		return "configure: site and wsURL are required"
 	}
-	a.timerFloor = time.Duration(propFloat(c, "timerFloorUs") * float64(time.Microsecond))
+	a.timerFloor = meter.Duration(propFloat(c, "timerFloorUs") * float64(meter.Microsecond))
 	a.testHooks = propBool(c, "testHooks")
 	a.pageOrigin = propString(c, "pageOrigin")
 	a.pagePath = propString(c, "pagePath")
@@ -73,6 +72,9 @@ func (a *module) configure(args []js.Value) any {
 	}
 	a.send = newSender(site, wsURL, propString(c, "beaconURL"), client)
 	a.send.flushEvery = durationMs(propFloat(c, "flushMs"), defaultFlushEvery)
+	if f := c.Get("fetch"); f.Type() == js.TypeFunction {
+		a.send.fetch = f // the page's own, not the shim
+	}
 	a.configured = true
 	return true
 }
@@ -261,6 +263,10 @@ func (a *module) stats([]js.Value) any {
 		o["beacons"] = s.beacons
 		o["connects"] = s.connects
 		o["rejected"] = s.rejected
+		o["refused"] = 0
+		if s.refused {
+			o["refused"] = 1
+		}
 	}
 	return o
 }
@@ -284,15 +290,15 @@ func (a *module) crash(args []js.Value) any {
 }
 
 // since converts a performance.now() stamp to the time since t0.
-func since(t0, at float64) time.Duration {
-	return time.Duration((at - t0) * float64(time.Millisecond))
+func since(t0, at float64) meter.Duration {
+	return meter.Duration((at - t0) * float64(meter.Millisecond))
 }
 
-func durationMs(ms float64, def time.Duration) time.Duration {
+func durationMs(ms float64, def meter.Duration) meter.Duration {
 	if ms <= 0 {
 		return def
 	}
-	return time.Duration(ms * float64(time.Millisecond))
+	return meter.Duration(ms * float64(meter.Millisecond))
 }
 
 // fillRecord copies a meter summary into the wire record.
@@ -310,13 +316,13 @@ func fillRecord(r *beacon.Record, s *meter.Summary) {
 	r.GapP50Us, r.GapP95Us, r.GapP99Us, r.GapMaxUs = us(s.GapP50), us(s.GapP95), us(s.GapP99), us(s.GapMax)
 	r.TPOTUs = us(s.TPOT)
 	r.TokensPerSec = float32(s.TokensPerSec)
-	r.Stalls, r.StalledUs = u32(s.Stalls), uint64(max(s.StalledFor/time.Microsecond, 0))
+	r.Stalls, r.StalledUs = u32(s.Stalls), uint64(max(s.StalledFor/meter.Microsecond, 0))
 	r.Jank, r.Smooth = float32(s.Jank), s.Smooth
 	r.EventsPerRead, r.MaxEventsPerRead = float32(s.EventsPerRead), u32(s.MaxEventsPerRead)
 	r.BytesPerRead, r.SubFloorShare = float32(s.BytesPerRead), float32(s.SubFloorShare)
 	for i := range meter.NumCauses {
 		r.StallsByCause[i] = u32(s.StallsByCause[i])
-		r.StalledByCause[i] = uint64(max(s.StalledByCause[i]/time.Microsecond, 0))
+		r.StalledByCause[i] = uint64(max(s.StalledByCause[i]/meter.Microsecond, 0))
 	}
 	r.TTFTCause = uint8(s.TTFTCause)
 	r.ITL, r.ITLTokens = s.ITL, s.ITLTokens
@@ -332,27 +338,27 @@ func fillRecord(r *beacon.Record, s *meter.Summary) {
 }
 
 // ms returns d in milliseconds; a negative d ("did not happen") gives -1.
-func ms(d time.Duration) float64 {
+func ms(d meter.Duration) float64 {
 	if d < 0 {
 		return -1
 	}
-	return float64(d) / float64(time.Millisecond)
+	return float64(d) / float64(meter.Millisecond)
 }
 
 // usTime is us for a time that may be absent (negative): NoTime then.
-func usTime(d time.Duration) uint32 {
+func usTime(d meter.Duration) uint32 {
 	if d < 0 {
 		return beacon.NoTime
 	}
 	return us(d)
 }
 
-func us(d time.Duration) uint32 {
-	v := d / time.Microsecond
+func us(d meter.Duration) uint32 {
+	v := d / meter.Microsecond
 	if v < 0 {
 		return 0
 	}
-	if v >= time.Duration(beacon.NoTime) {
+	if v >= meter.Duration(beacon.NoTime) {
 		return beacon.NoTime - 1
 	}
 	return uint32(v)

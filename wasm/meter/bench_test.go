@@ -4,7 +4,6 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 )
 
 // chatStream returns an OpenAI chat stream of n content chunks (role chunk
@@ -58,11 +57,11 @@ func BenchmarkFeed(b *testing.B) {
 			k := 0
 			for i := 0; i < b.N; i++ {
 				if k == len(reads) {
-					m.End(time.Duration(i)*time.Millisecond, StatusComplete, 200)
+					m.End(Duration(i)*Millisecond, StatusComplete, 200)
 					m.Reset(opts)
 					k = 0
 				}
-				m.Feed(reads[k], time.Duration(i)*time.Millisecond)
+				m.Feed(reads[k], Duration(i)*Millisecond)
 				k++
 			}
 			b.StopTimer()
@@ -128,9 +127,9 @@ func BenchmarkFeedByteByByte(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		m.Reset(opts)
 		for j := range body {
-			m.Feed(body[j:j+1], time.Duration(j)*time.Microsecond)
+			m.Feed(body[j:j+1], Duration(j)*Microsecond)
 		}
-		m.End(time.Second, StatusComplete, 200)
+		m.End(Second, StatusComplete, 200)
 	}
 }
 
@@ -139,16 +138,16 @@ func BenchmarkFeedByteByByte(b *testing.B) {
 func BenchmarkSummary(b *testing.B) {
 	reads, _ := chatStream(1000, 3)
 	m := New(Options{ContentType: "text/event-stream"})
-	at := time.Duration(0)
+	at := Duration(0)
 	for i, r := range reads {
-		at += 20 * time.Millisecond
+		at += 20 * Millisecond
 		if i%97 == 0 {
-			at += 300 * time.Millisecond
-			m.MarkBusy(at-250*time.Millisecond, at-50*time.Millisecond)
+			at += 300 * Millisecond
+			m.MarkBusy(at-250*Millisecond, at-50*Millisecond)
 		}
 		m.Feed(r, at)
 	}
-	m.End(at+time.Millisecond, StatusComplete, 200)
+	m.End(at+Millisecond, StatusComplete, 200)
 	b.Run("into", func(b *testing.B) {
 		var s Summary
 		m.SummaryInto(&s)

@@ -8,9 +8,9 @@
 // API:
 //
 //	func New(opts Options) *Meter                        // the zero Meter + Reset works too
-//	func (m *Meter) Feed(chunk []byte, at time.Duration) // one network read, arrival time since t0
-//	func (m *Meter) MarkBusy(start, end time.Duration)   // a main-thread long task / LoAF interval
-//	func (m *Meter) End(at time.Duration, st Status, httpStatus int)
+//	func (m *Meter) Feed(chunk []byte, at Duration) // one network read, arrival time since t0
+//	func (m *Meter) MarkBusy(start, end Duration)   // a main-thread long task / LoAF interval
+//	func (m *Meter) End(at Duration, st Status, httpStatus int)
 //	func (m *Meter) Format() Format
 //	func (m *Meter) Summary() Summary                    // valid at any time; final after End
 //	func (m *Meter) SummaryInto(s *Summary)              // the same, reusing s's storage

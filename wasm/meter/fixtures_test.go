@@ -10,7 +10,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata")
@@ -69,16 +68,16 @@ func discover(t testing.TB, f fixture) []evInfo {
 	var payloads []string
 	m.trace = func(p []byte, _ bool) { payloads = append(payloads, string(p)) }
 	for i := range f.body {
-		m.Feed(f.body[i:i+1], time.Duration(i+1)*time.Microsecond)
+		m.Feed(f.body[i:i+1], Duration(i+1)*Microsecond)
 	}
-	m.End(time.Duration(len(f.body)+1)*time.Microsecond, StatusComplete, 200)
+	m.End(Duration(len(f.body)+1)*Microsecond, StatusComplete, 200)
 	s := m.Summary()
 	if s.TimelineDropped != 0 {
 		t.Fatalf("%s: timeline dropped %d", f.name, s.TimelineDropped)
 	}
 	evs := make([]evInfo, len(s.Timeline))
 	for i, st := range s.Timeline {
-		evs[i] = evInfo{off: int(st.At/time.Microsecond) - 1, content: st.Content}
+		evs[i] = evInfo{off: int(st.At/Microsecond) - 1, content: st.Content}
 		if i < len(payloads) {
 			evs[i].payload = payloads[i]
 		}
@@ -88,7 +87,7 @@ func discover(t testing.TB, f fixture) []evInfo {
 
 // run feeds body split at cuts (ascending, inside (0, len)), read k arriving
 // at times[k], ends at endAt, and returns the summary.
-func run(f fixture, ct string, cuts []int, times []time.Duration, endAt time.Duration, opts Options) Summary {
+func run(f fixture, ct string, cuts []int, times []Duration, endAt Duration, opts Options) Summary {
 	opts.ContentType = ct
 	m := New(opts)
 	prev := 0
@@ -102,10 +101,10 @@ func run(f fixture, ct string, cuts []int, times []time.Duration, endAt time.Dur
 
 // refTime is the deterministic arrival time of read k in the golden feeds:
 // every 30 ms from 250 ms, with a 400 ms hold-up before read 5.
-func refTime(k int) time.Duration {
-	d := 250*time.Millisecond + time.Duration(k)*30*time.Millisecond
+func refTime(k int) Duration {
+	d := 250*Millisecond + Duration(k)*30*Millisecond
 	if k >= 5 {
-		d += 400 * time.Millisecond
+		d += 400 * Millisecond
 	}
 	return d
 }
@@ -141,11 +140,11 @@ func TestGolden(t *testing.T) {
 				evs = discover(t, f)
 				cuts = perEventCuts(evs, len(f.body))
 			}
-			times := make([]time.Duration, len(cuts)+1)
+			times := make([]Duration, len(cuts)+1)
 			for k := range times {
 				times[k] = refTime(k)
 			}
-			endAt := times[len(times)-1] + 10*time.Millisecond
+			endAt := times[len(times)-1] + 10*Millisecond
 			s := run(f, f.ct, cuts, times, endAt, Options{MaxTimeline: 1 << 20})
 			got := goldenText(f, s, evs)
 			path := filepath.Join("testdata", f.name+".golden")
@@ -184,11 +183,11 @@ func lineDiff(want, got string) string {
 	return b.String()
 }
 
-func ms(d time.Duration) string {
+func ms(d Duration) string {
 	if d < 0 {
 		return "-"
 	}
-	return fmt.Sprintf("%.3fms", float64(d)/float64(time.Millisecond))
+	return fmt.Sprintf("%.3fms", float64(d)/float64(Millisecond))
 }
 
 func goldenText(f fixture, s Summary, evs []evInfo) string {
@@ -258,7 +257,7 @@ func goldenText(f fixture, s Summary, evs []evInfo) string {
 func stable(t *testing.T, s Summary) Summary {
 	t.Helper()
 	s.Reads, s.TTFB, s.EventsPerRead, s.MaxEventsPerRead, s.BytesPerRead = 0, 0, 0, 0, 0
-	s.StallsByCause, s.StalledByCause, s.TTFTCause = [NumCauses]int{}, [NumCauses]time.Duration{}, 0
+	s.StallsByCause, s.StalledByCause, s.TTFTCause = [NumCauses]int{}, [NumCauses]Duration{}, 0
 	sl := make([]Stall, len(s.StallList))
 	for i, st := range s.StallList {
 		sl[i] = Stall{Start: st.Start, End: st.End}
@@ -290,9 +289,9 @@ func sameMetrics(t *testing.T, label string, got, want Summary) {
 // checkSplit feeds f split at cuts with read times, and checks that every
 // event gets the time of the read holding its last byte and that all metrics
 // equal those of the one-read-per-event reference feed with those times.
-func checkSplit(t *testing.T, f fixture, ct string, evs []evInfo, cuts []int, times []time.Duration, label string) {
+func checkSplit(t *testing.T, f fixture, ct string, evs []evInfo, cuts []int, times []Duration, label string) {
 	t.Helper()
-	endAt := times[len(times)-1] + 5*time.Millisecond
+	endAt := times[len(times)-1] + 5*Millisecond
 	opts := Options{MaxTimeline: 1 << 20, MaxStalls: 1 << 10}
 	got := run(f, ct, cuts, times, endAt, opts)
 
@@ -304,7 +303,7 @@ func checkSplit(t *testing.T, f fixture, ct string, evs []evInfo, cuts []int, ti
 		}
 		return k
 	}
-	evTimes := make([]time.Duration, len(evs))
+	evTimes := make([]Duration, len(evs))
 	for i, e := range evs {
 		if e.off >= len(f.body) {
 			evTimes[i] = endAt
@@ -321,7 +320,7 @@ func checkSplit(t *testing.T, f fixture, ct string, evs []evInfo, cuts []int, ti
 		}
 	}
 	refCuts := perEventCuts(evs, len(f.body))
-	refTimes := make([]time.Duration, 0, len(refCuts)+1)
+	refTimes := make([]Duration, 0, len(refCuts)+1)
 	for i, e := range evs {
 		if e.off+1 < len(f.body) && (i == 0 || evs[i-1].off != e.off) {
 			refTimes = append(refTimes, evTimes[i])
@@ -334,17 +333,17 @@ func checkSplit(t *testing.T, f fixture, ct string, evs []evInfo, cuts []int, ti
 
 // randomTimes returns n non-decreasing arrival times with a mix of
 // back-to-back reads, normal token gaps and stalls.
-func randomTimes(r *rand.Rand, n int) []time.Duration {
-	ts := make([]time.Duration, n)
-	at := time.Duration(r.IntN(500)) * time.Millisecond
+func randomTimes(r *rand.Rand, n int) []Duration {
+	ts := make([]Duration, n)
+	at := Duration(r.IntN(500)) * Millisecond
 	for k := range ts {
 		switch x := r.IntN(10); {
 		case x < 5:
-			at += time.Duration(r.IntN(3000)) * time.Microsecond
+			at += Duration(r.IntN(3000)) * Microsecond
 		case x < 9:
-			at += time.Duration(10+r.IntN(70)) * time.Millisecond
+			at += Duration(10+r.IntN(70)) * Millisecond
 		default:
-			at += time.Duration(200+r.IntN(500)) * time.Millisecond
+			at += Duration(200+r.IntN(500)) * Millisecond
 		}
 		ts[k] = at
 	}
@@ -417,11 +416,11 @@ func TestResplit(t *testing.T) {
 func TestSniffMatchesDeclared(t *testing.T) {
 	for _, f := range loadFixtures(t) {
 		cuts := textCuts(len(f.body))
-		times := make([]time.Duration, len(cuts)+1)
+		times := make([]Duration, len(cuts)+1)
 		for k := range times {
 			times[k] = refTime(k)
 		}
-		endAt := times[len(times)-1] + time.Millisecond
+		endAt := times[len(times)-1] + Millisecond
 		want := run(f, f.ct, cuts, times, endAt, Options{})
 		got := run(f, "", cuts, times, endAt, Options{})
 		if got.Format != want.Format || got.Events != want.Events || got.ContentEvents != want.ContentEvents || got.TTFT != want.TTFT {

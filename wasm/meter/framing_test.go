@@ -4,7 +4,6 @@ import (
 	"reflect"
 	"strings"
 	"testing"
-	"time"
 )
 
 // payloads feeds the reads (one per element, 10 ms apart) and returns every
@@ -15,9 +14,9 @@ func payloads(t *testing.T, ct string, reads ...string) []string {
 	got := []string{}
 	m.trace = func(p []byte, _ bool) { got = append(got, string(p)) }
 	for i, r := range reads {
-		m.Feed([]byte(r), time.Duration(i+1)*10*msec)
+		m.Feed([]byte(r), Duration(i+1)*10*msec)
 	}
-	m.End(time.Duration(len(reads)+1)*10*msec, StatusComplete, 200)
+	m.End(Duration(len(reads)+1)*10*msec, StatusComplete, 200)
 	return got
 }
 
@@ -129,7 +128,7 @@ func TestSniff(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			m := New(Options{})
 			for i, r := range tt.reads {
-				m.Feed([]byte(r), time.Duration(i+1)*msec)
+				m.Feed([]byte(r), Duration(i+1)*msec)
 			}
 			m.End(100*msec, StatusComplete, 200)
 			s := m.Summary()
@@ -139,8 +138,8 @@ func TestSniff(t *testing.T) {
 			if tt.format == FormatText {
 				// One read = one event, each at its own read's time.
 				for i, st := range s.Timeline {
-					if st.At != time.Duration(i+1)*msec || st.Read != uint32(i) {
-						t.Fatalf("text stamp %d = %+v, want read %d at %v", i, st, i, time.Duration(i+1)*msec)
+					if st.At != Duration(i+1)*msec || st.Read != uint32(i) {
+						t.Fatalf("text stamp %d = %+v, want read %d at %v", i, st, i, Duration(i+1)*msec)
 					}
 				}
 			}
@@ -319,10 +318,10 @@ func TestResetReusesWithoutAllocating(t *testing.T) {
 	stream := func() {
 		m.Reset(Options{ContentType: sse})
 		for i := 0; i < len(body); i += 97 {
-			m.Feed(body[i:min(i+97, len(body))], time.Duration(i)*msec)
+			m.Feed(body[i:min(i+97, len(body))], Duration(i)*msec)
 		}
 		m.MarkBusy(10*msec, 20*msec)
-		m.End(time.Duration(len(body))*msec, StatusComplete, 200)
+		m.End(Duration(len(body))*msec, StatusComplete, 200)
 		m.SummaryInto(&s)
 	}
 	stream()

@@ -2,7 +2,6 @@ package meter
 
 import (
 	"testing"
-	"time"
 )
 
 // FuzzFeed feeds arbitrary bodies under every framing, once in one read and
@@ -18,20 +17,20 @@ func FuzzFeed(f *testing.F) {
 	f.Fuzz(func(t *testing.T, body []byte, ctSel uint8, seed uint64) {
 		ct := cts[int(ctSel)%len(cts)]
 		whole := New(Options{ContentType: ct})
-		whole.Feed(body, time.Millisecond)
-		whole.End(2*time.Millisecond, StatusComplete, 200)
+		whole.Feed(body, Millisecond)
+		whole.End(2*Millisecond, StatusComplete, 200)
 		a := whole.Summary()
 
 		split := New(Options{ContentType: ct})
-		for i, at := 0, time.Duration(0); i < len(body); {
+		for i, at := 0, Duration(0); i < len(body); {
 			seed = seed*6364136223846793005 + 1442695040888963407
 			n := 1 + int(seed>>59) // 1..32 bytes
 			n = min(n, len(body)-i)
 			split.Feed(body[i:i+n], at)
 			i += n
-			at += time.Duration(seed>>40&0xffff) * time.Microsecond
+			at += Duration(seed>>40&0xffff) * Microsecond
 		}
-		split.End(time.Hour, StatusComplete, 200)
+		split.End(Hour, StatusComplete, 200)
 		b := split.Summary()
 
 		for _, s := range []Summary{a, b} {

@@ -3,18 +3,17 @@ package meter
 import (
 	"bytes"
 	"strings"
-	"time"
 
 	"github.com/itlmon/itlmon/wasm/hist"
 )
 
 // Options configure a Meter. The zero value is usable.
 type Options struct {
-	ContentType    string        // response Content-Type, used to pick the framing/format
-	TimerFloor     time.Duration // clock resolution (100µs Chromium, 1ms Firefox); 0 = 100µs
-	TokensPerEvent int           // known tokens per content event (0 = unknown)
-	MaxTimeline    int           // first N events kept in the raw timeline (default 256)
-	MaxStalls      int           // stalls kept in StallList (default 64)
+	ContentType    string   // response Content-Type, used to pick the framing/format
+	TimerFloor     Duration // clock resolution (100µs Chromium, 1ms Firefox); 0 = 100µs
+	TokensPerEvent int      // known tokens per content event (0 = unknown)
+	MaxTimeline    int      // first N events kept in the raw timeline (default 256)
+	MaxStalls      int      // stalls kept in StallList (default 64)
 	// MaxEventBytes caps the bytes kept of one line and of one SSE event's data
 	// (default 1 MiB). Longer events are still counted; the excess is not
 	// scanned, so a truncated JSON event counts as a non-content event.
@@ -23,7 +22,7 @@ type Options struct {
 
 // Defaults for the zero fields of Options.
 const (
-	DefaultTimerFloor    = 100 * time.Microsecond
+	DefaultTimerFloor    = 100 * Microsecond
 	DefaultMaxTimeline   = 256
 	DefaultMaxStalls     = 64
 	DefaultMaxEventBytes = 1 << 20
@@ -87,13 +86,13 @@ type readStats struct {
 }
 
 type stallRec struct {
-	start, end  time.Duration
+	start, end  Duration
 	read        uint32
 	nextEvents  uint32 // events of the read that ended the stall
 	nextContent uint32 // content events of that read
 }
 
-type busySpan struct{ start, end time.Duration }
+type busySpan struct{ start, end Duration }
 
 type ringEntry struct {
 	idx int
@@ -102,7 +101,7 @@ type ringEntry struct {
 
 type sniffRead struct {
 	n  int // bytes of this read held in sniff
-	at time.Duration
+	at Duration
 }
 
 // Meter measures one streamed response. Feed it every network read in order,
@@ -116,7 +115,7 @@ type Meter struct {
 	ended      bool
 	status     Status
 	httpStatus int
-	endAt      time.Duration
+	endAt      Duration
 
 	// Framing state.
 	bom      int8 // bytes of a leading UTF-8 BOM matched so far; -1 once past it
@@ -132,32 +131,32 @@ type Meter struct {
 	// Reads.
 	reads           int
 	bytes           int64
-	ttfb            time.Duration
-	lastAt          time.Duration
-	curAt           time.Duration
+	ttfb            Duration
+	lastAt          Duration
+	curAt           Duration
 	cur             readStats
 	readsWithEvents int // committed reads (all but cur) that carried an event
 	maxEventsRead   int // over committed reads
 
 	// Events.
 	events, content int
-	ttfc, ttft      time.Duration
-	lastContent     time.Duration
+	ttfc, ttft      Duration
+	lastContent     Duration
 	ttftRead        uint32
 	ttftReadContent int // content events of ttftRead, once committed
 	tokens          int64
 	tokensReported  bool
 
 	// Gaps between content events.
-	gaps       []time.Duration // raw, the first MaxExactGaps (order not kept)
-	overflow   hist.Histogram  // gaps beyond MaxExactGaps
+	gaps       []Duration     // raw, the first MaxExactGaps (order not kept)
+	overflow   hist.Histogram // gaps beyond MaxExactGaps
 	itl        hist.Histogram
-	gapMax     time.Duration
+	gapMax     Duration
 	subFloor   int
 	stalls     int
-	stalledFor time.Duration
+	stalledFor Duration
 	stallRecs  []stallRec
-	untracked  time.Duration // stalled time of stalls beyond maxTrackedStalls
+	untracked  Duration // stalled time of stalls beyond maxTrackedStalls
 	busy       []busySpan
 
 	// Sampled raw timeline.
@@ -234,21 +233,24 @@ func keep[T any](s []T, limit int) []T {
 // framingFor picks the framing from a Content-Type; frameSniff when the type
 // says nothing (missing or application/octet-stream).
 func framingFor(contentType string) framing {
-	mt, _, _ := strings.Cut(contentType, ";")
-	mt = strings.TrimSpace(mt)
+	mt := contentType
+	if i := strings.IndexByte(mt, ';'); i >= 0 {
+		mt = mt[:i]
+	}
+	mt = trimSpace(mt)
 	switch {
-	case mt == "", strings.EqualFold(mt, "application/octet-stream"):
+	case mt == "", equalFold(mt, "application/octet-stream"):
 		return frameSniff
-	case strings.EqualFold(mt, "text/event-stream"):
+	case equalFold(mt, "text/event-stream"):
 		return frameSSE
-	case strings.EqualFold(mt, "application/x-ndjson"),
-		strings.EqualFold(mt, "application/ndjson"),
-		strings.EqualFold(mt, "application/jsonl"),
-		strings.EqualFold(mt, "application/x-jsonl"),
-		strings.EqualFold(mt, "application/jsonlines"),
-		strings.EqualFold(mt, "application/x-jsonlines"),
-		strings.EqualFold(mt, "application/stream+json"),
-		strings.EqualFold(mt, "application/json"):
+	case equalFold(mt, "application/x-ndjson"),
+		equalFold(mt, "application/ndjson"),
+		equalFold(mt, "application/jsonl"),
+		equalFold(mt, "application/x-jsonl"),
+		equalFold(mt, "application/jsonlines"),
+		equalFold(mt, "application/x-jsonlines"),
+		equalFold(mt, "application/stream+json"),
+		equalFold(mt, "application/json"):
 		return frameNDJSON
 	}
 	return frameText
@@ -261,7 +263,7 @@ func (m *Meter) Format() Format { return m.format }
 // Feed processes one network read that arrived at time at (since t0). Arrival
 // times must not go backwards; an earlier one is taken as the previous one.
 // Feed does not retain chunk. Empty reads and reads after End are ignored.
-func (m *Meter) Feed(chunk []byte, at time.Duration) {
+func (m *Meter) Feed(chunk []byte, at Duration) {
 	if m.ended || len(chunk) == 0 {
 		return
 	}
@@ -280,7 +282,7 @@ func (m *Meter) Feed(chunk []byte, at time.Duration) {
 	}
 }
 
-func (m *Meter) beginRead(at time.Duration) {
+func (m *Meter) beginRead(at Duration) {
 	if m.reads > 0 {
 		m.commitRead()
 	} else {
@@ -316,7 +318,7 @@ func (m *Meter) backfillStalls() {
 // MarkBusy records a main-thread long task or long animation frame
 // [start, end) since t0. It may come before or after the events it overlaps
 // (PerformanceObserver reports late): attribution happens in Summary.
-func (m *Meter) MarkBusy(start, end time.Duration) {
+func (m *Meter) MarkBusy(start, end Duration) {
 	if end <= start || len(m.busy) >= maxBusy {
 		return
 	}
@@ -328,7 +330,7 @@ func (m *Meter) MarkBusy(start, end time.Duration) {
 // NDJSON line without a newline counts as an event at time at when the body
 // completed normally; an unfinished SSE event is discarded (WHATWG). End is
 // idempotent: only the first call counts.
-func (m *Meter) End(at time.Duration, st Status, httpStatus int) {
+func (m *Meter) End(at Duration, st Status, httpStatus int) {
 	if m.ended {
 		return
 	}
@@ -355,7 +357,7 @@ func (m *Meter) End(at time.Duration, st Status, httpStatus int) {
 
 // sniffFeed holds the first bytes until the framing can be chosen from them,
 // then replays the held reads with their own arrival times.
-func (m *Meter) sniffFeed(chunk []byte, at time.Duration) {
+func (m *Meter) sniffFeed(chunk []byte, at Duration) {
 	n := min(len(chunk), sniffBytes-len(m.sniff))
 	m.sniff = append(m.sniff, chunk[:n]...)
 	m.sniffRds = append(m.sniffRds, sniffRead{n: n, at: at})
@@ -429,7 +431,10 @@ func sniffFraming(b []byte, final bool) (framing, bool) {
 	if i := indexLineEnd(b); i >= 0 {
 		line, complete = b[:i], true
 	}
-	l := strings.TrimLeft(string(line), " \t") // no allocation: compared only
+	l := string(line) // no allocation: compared only
+	for l != "" && (l[0] == ' ' || l[0] == '\t') {
+		l = l[1:]
+	}
 	if l != "" && (l[0] == '{' || l[0] == '[') {
 		return frameNDJSON, true
 	}
@@ -615,9 +620,9 @@ func (m *Meter) event(content bool) {
 	m.stamp(idx, Stamp{At: at, Read: m.cur.idx, Content: content}, stall)
 }
 
-func micros(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
+func micros(d Duration) float64 { return float64(d) / float64(Microsecond) }
 
-func (m *Meter) gap(g, at time.Duration) {
+func (m *Meter) gap(g, at Duration) {
 	if len(m.gaps) < MaxExactGaps {
 		m.gaps = append(m.gaps, g)
 	} else {

@@ -4,10 +4,9 @@ import (
 	"math"
 	"strings"
 	"testing"
-	"time"
 )
 
-const msec = time.Millisecond
+const msec = Millisecond
 
 // sseData returns one SSE event per payload.
 func sseData(payloads ...string) []byte {
@@ -39,7 +38,7 @@ func genericStream(t *testing.T, opts Options, reads ...read) *Meter {
 	return m
 }
 
-func dur(ms float64) time.Duration { return time.Duration(math.Round(ms * float64(time.Millisecond))) }
+func dur(ms float64) Duration { return Duration(math.Round(ms * float64(Millisecond))) }
 
 func chatChunk(delta string) string {
 	return `{"id":"c","object":"chat.completion.chunk","choices":[{"index":0,"delta":` + delta + `,"finish_reason":null}]}`
@@ -101,7 +100,7 @@ func TestTPOTExcludesTTFT(t *testing.T) {
 	if got, want := s.TokensPerSec, 2/0.3; math.Abs(got-want) > 1e-9 {
 		t.Errorf("TokensPerSec = %v, want %v", got, want)
 	}
-	if got, want := s.TPOTToken, time.Duration(0); got != want {
+	if got, want := s.TPOTToken, Duration(0); got != want {
 		t.Errorf("TPOTToken = %v, want %v (tokens unknown)", got, want)
 	}
 }
@@ -110,7 +109,7 @@ func TestTokensPerSecWithUsage(t *testing.T) {
 	// 4 content events over 300 ms after the first; usage says 10 tokens:
 	// TPOTToken = 300ms/9, tokens/s = 9/0.3 = 30.
 	m := New(Options{ContentType: "text/event-stream"})
-	for i, at := range []time.Duration{200 * msec, 300 * msec, 400 * msec, 500 * msec} {
+	for i, at := range []Duration{200 * msec, 300 * msec, 400 * msec, 500 * msec} {
 		m.Feed(sseData(chatChunk(`{"content":"t`+string(rune('a'+i))+`"}`)), at)
 	}
 	m.Feed(sseData(`{"id":"c","choices":[],"usage":{"prompt_tokens":3,"completion_tokens":10,"total_tokens":13}}`, `[DONE]`), 510*msec)
@@ -245,7 +244,7 @@ func TestGapQuantilesExact(t *testing.T) {
 	s := genericStream(t, Options{}, reads...).Summary()
 	for _, c := range []struct {
 		name      string
-		got, want time.Duration
+		got, want Duration
 	}{
 		{"p50", s.GapP50, dur(55)}, {"p95", s.GapP95, dur(95.5)}, {"p99", s.GapP99, dur(99.1)}, {"max", s.GapMax, dur(100)},
 	} {
@@ -302,7 +301,7 @@ func TestStallListKeepsLongest(t *testing.T) {
 
 func TestSubFloorShare(t *testing.T) {
 	// Timer floor 1 ms; gaps 0, 0.5, 2, 5 ms: half are below the floor.
-	m := genericStream(t, Options{TimerFloor: time.Millisecond}, read{10, 1}, read{10, 1}, read{10.5, 1}, read{12.5, 1}, read{17.5, 1})
+	m := genericStream(t, Options{TimerFloor: Millisecond}, read{10, 1}, read{10, 1}, read{10.5, 1}, read{12.5, 1}, read{17.5, 1})
 	if got, want := m.Summary().SubFloorShare, 0.5; got != want {
 		t.Fatalf("SubFloorShare = %v, want %v", got, want)
 	}
@@ -503,7 +502,7 @@ func TestManyGapsFallBackToHistogram(t *testing.T) {
 	n := MaxExactGaps + 5000
 	for i := range n + 1 {
 		// Alternating 10 ms and 30 ms gaps.
-		at := time.Duration(i/2)*40*msec + time.Duration(i%2)*10*msec
+		at := Duration(i/2)*40*msec + Duration(i%2)*10*msec
 		m.Feed([]byte("x"), at)
 	}
 	s := m.Summary()
@@ -514,7 +513,7 @@ func TestManyGapsFallBackToHistogram(t *testing.T) {
 	// the histogram answers with one of the two modes).
 	for _, q := range []struct {
 		name string
-		got  time.Duration
+		got  Duration
 	}{{"p95", s.GapP95}, {"p99", s.GapP99}} {
 		if rel := math.Abs(float64(q.got-30*msec)) / float64(30*msec); rel > 0.0219 {
 			t.Errorf("%s = %v, want 30ms within 2.19%%", q.name, q.got)
@@ -523,13 +522,13 @@ func TestManyGapsFallBackToHistogram(t *testing.T) {
 	if got, want := s.GapMax, 30*msec; got != want {
 		t.Errorf("GapMax = %v, want %v (exact)", got, want)
 	}
-	if got, want := s.TPOT, (time.Duration(n/2)*40*msec)/time.Duration(n); got != want {
+	if got, want := s.TPOT, (Duration(n/2)*40*msec)/Duration(n); got != want {
 		t.Errorf("TPOT = %v, want %v", got, want)
 	}
 	// With tokens known, the gaps beyond the cap still reach ITLTokens.
 	m.Reset(Options{ContentType: "text/plain", TokensPerEvent: 2})
 	for i := range n + 1 {
-		m.Feed([]byte("x"), time.Duration(i)*10*msec)
+		m.Feed([]byte("x"), Duration(i)*10*msec)
 	}
 	s = m.Summary()
 	if got, want := s.ITLTokens.Count(), uint64(2*n); got != want {

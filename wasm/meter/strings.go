@@ -1,5 +1,60 @@
 package meter
 
+import "unicode/utf8"
+
+// trimSpace is strings.TrimSpace and equalFold is strings.EqualFold for a
+// lower-case ASCII t, without the Unicode tables those pull into the browser
+// module (isSpace is unicode.IsSpace: the White_Space property).
+func trimSpace(s string) string {
+	for s != "" {
+		r, n := utf8.DecodeRuneInString(s)
+		if !isSpace(r) {
+			break
+		}
+		s = s[n:]
+	}
+	for s != "" {
+		r, n := utf8.DecodeLastRuneInString(s)
+		if !isSpace(r) {
+			break
+		}
+		s = s[:len(s)-n]
+	}
+	return s
+}
+
+func isSpace(r rune) bool {
+	switch r {
+	case '\t', '\n', '\v', '\f', '\r', ' ', 0x85, 0xA0, 0x1680, 0x2028, 0x2029, 0x202F, 0x205F, 0x3000:
+		return true
+	}
+	return 0x2000 <= r && r <= 0x200A
+}
+
+// equalFold reports whether s equals the lower-case ASCII t under Unicode
+// simple case folding: ASCII letters in either case, and the two non-ASCII
+// runes that fold to ASCII, U+212A KELVIN SIGN (k) and U+017F LONG S (s).
+func equalFold(s, t string) bool {
+	for i := 0; i < len(t); i++ {
+		if s == "" {
+			return false
+		}
+		r, n := rune(s[0]), 1
+		if r >= utf8.RuneSelf {
+			r, n = utf8.DecodeRuneInString(s)
+		}
+		s = s[n:]
+		c := rune(t[i])
+		switch {
+		case r == c, 'A' <= r && r <= 'Z' && r+('a'-'A') == c:
+		case r == 0x212A && c == 'k', r == 0x017F && c == 's':
+		default:
+			return false
+		}
+	}
+	return s == ""
+}
+
 var formatNames = [...]string{
 	FormatUnknown:         "unknown",
 	FormatOpenAIChat:      "openai-chat",

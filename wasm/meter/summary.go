@@ -2,8 +2,7 @@ package meter
 
 import (
 	"math"
-	"slices"
-	"time"
+	"sort"
 
 	"github.com/itlmon/itlmon/wasm/hist"
 )
@@ -94,7 +93,7 @@ func (m *Meter) SummaryInto(s *Summary) {
 		if m.overflow.Count() == 0 {
 			// Nothing needs the gaps in arrival order: sort them in place
 			// (mostly sorted already when Summary is taken repeatedly).
-			slices.Sort(m.gaps)
+			sort.Sort((*gapOrder)(m))
 			s.GapP50 = exactQuantile(m.gaps, 0.50)
 			s.GapP95 = exactQuantile(m.gaps, 0.95)
 			s.GapP99 = exactQuantile(m.gaps, 0.99)
@@ -107,18 +106,18 @@ func (m *Meter) SummaryInto(s *Summary) {
 		if n < 100 {
 			top = s.GapMax
 		}
-		s.Jank = float64(top) / float64(max(s.GapP50, time.Millisecond))
+		s.Jank = float64(top) / float64(max(s.GapP50, Millisecond))
 		s.SubFloorShare = float64(m.subFloor) / float64(n)
 	}
 
 	// TPOT, tokens/s.
 	if m.content >= 2 {
 		span := m.lastContent - m.ttft
-		s.TPOT = span / time.Duration(m.content-1)
+		s.TPOT = span / Duration(m.content-1)
 		tokensKnown := m.tokensReported || m.opts.TokensPerEvent > 0
 		if span > 0 {
 			if tokensKnown && s.Tokens >= 2 {
-				s.TPOTToken = span / time.Duration(s.Tokens-1)
+				s.TPOTToken = span / Duration(s.Tokens-1)
 				s.TokensPerSec = float64(s.Tokens-1) / span.Seconds()
 			} else {
 				s.TokensPerSec = float64(m.content-1) / span.Seconds()
@@ -161,15 +160,13 @@ func (m *Meter) SummaryInto(s *Summary) {
 	}
 
 	// The longest MaxStalls stalls, in time order.
-	recs := append(m.stallScratch[:0], m.stallRecs...)
-	if len(recs) > m.opts.MaxStalls {
-		slices.SortStableFunc(recs, func(a, b stallRec) int {
-			return cmpDur(b.end-b.start, a.end-a.start)
-		})
-		recs = recs[:m.opts.MaxStalls]
-		slices.SortFunc(recs, func(a, b stallRec) int { return cmpDur(a.start, b.start) })
+	m.stallScratch = append(m.stallScratch[:0], m.stallRecs...)
+	if len(m.stallScratch) > m.opts.MaxStalls {
+		sort.Stable((*stallsLongestFirst)(m))
+		m.stallScratch = m.stallScratch[:m.opts.MaxStalls]
+		sort.Sort((*stallsByStart)(m))
 	}
-	m.stallScratch = recs
+	recs := m.stallScratch
 	for _, r := range recs {
 		stallList = append(stallList, Stall{
 			Start: r.start, End: r.end,
@@ -182,29 +179,54 @@ func (m *Meter) SummaryInto(s *Summary) {
 	s.TimelineDropped = m.events - len(m.timeline)
 }
 
-func cmpDur(a, b time.Duration) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
+// Sorting goes through package sort's one non-generic implementation: each
+// slices.Sort* instantiation would add its own copy to the browser module.
+// The orders are views of the Meter (a pointer conversion, so sorting does
+// not allocate): gapOrder sorts m.gaps, stallsLongestFirst and stallsByStart
+// m.stallScratch, busyByStart m.busy.
+type (
+	gapOrder           Meter
+	stallsLongestFirst Meter
+	stallsByStart      Meter
+	busyByStart        Meter
+)
+
+func (o *gapOrder) Len() int           { return len(o.gaps) }
+func (o *gapOrder) Less(i, j int) bool { return o.gaps[i] < o.gaps[j] }
+func (o *gapOrder) Swap(i, j int)      { o.gaps[i], o.gaps[j] = o.gaps[j], o.gaps[i] }
+
+func (o *stallsLongestFirst) Len() int { return len(o.stallScratch) }
+func (o *stallsLongestFirst) Less(i, j int) bool {
+	r := o.stallScratch
+	return r[i].end-r[i].start > r[j].end-r[j].start
+}
+func (o *stallsLongestFirst) Swap(i, j int) {
+	o.stallScratch[i], o.stallScratch[j] = o.stallScratch[j], o.stallScratch[i]
 }
 
-func fromMicros(us float64) time.Duration {
-	return time.Duration(math.Round(us * float64(time.Microsecond)))
+func (o *stallsByStart) Len() int           { return len(o.stallScratch) }
+func (o *stallsByStart) Less(i, j int) bool { return o.stallScratch[i].start < o.stallScratch[j].start }
+func (o *stallsByStart) Swap(i, j int) {
+	o.stallScratch[i], o.stallScratch[j] = o.stallScratch[j], o.stallScratch[i]
+}
+
+func (o *busyByStart) Len() int           { return len(o.busy) }
+func (o *busyByStart) Less(i, j int) bool { return o.busy[i].start < o.busy[j].start }
+func (o *busyByStart) Swap(i, j int)      { o.busy[i], o.busy[j] = o.busy[j], o.busy[i] }
+
+func fromMicros(us float64) Duration {
+	return Duration(math.Round(us * float64(Microsecond)))
 }
 
 // exactQuantile is numpy's default (linear) quantile of sorted values.
-func exactQuantile(sorted []time.Duration, q float64) time.Duration {
+func exactQuantile(sorted []Duration, q float64) Duration {
 	h := float64(len(sorted)-1) * q
 	lo := int(math.Floor(h))
 	if lo >= len(sorted)-1 {
 		return sorted[len(sorted)-1]
 	}
 	a, b := float64(sorted[lo]), float64(sorted[lo+1])
-	return time.Duration(math.Round(a + (h-float64(lo))*(b-a)))
+	return Duration(math.Round(a + (h-float64(lo))*(b-a)))
 }
 
 // tokenITL fills h with the token-normalised ITL (see the definitions above).
@@ -235,7 +257,7 @@ func (m *Meter) mergeBusy() {
 	if len(m.busy) < 2 {
 		return
 	}
-	slices.SortFunc(m.busy, func(a, b busySpan) int { return cmpDur(a.start, b.start) })
+	sort.Sort((*busyByStart)(m))
 	out := m.busy[:1]
 	for _, b := range m.busy[1:] {
 		last := &out[len(out)-1]
@@ -249,8 +271,8 @@ func (m *Meter) mergeBusy() {
 }
 
 // busyOverlap is how much of [start, end] the (merged) busy intervals cover.
-func (m *Meter) busyOverlap(start, end time.Duration) time.Duration {
-	var d time.Duration
+func (m *Meter) busyOverlap(start, end Duration) Duration {
+	var d Duration
 	for _, b := range m.busy {
 		if b.start >= end {
 			break
@@ -264,7 +286,7 @@ func (m *Meter) busyOverlap(start, end time.Duration) time.Duration {
 
 // cause attributes the interval [start, end] that ended with a read carrying
 // readContent content events.
-func (m *Meter) cause(start, end time.Duration, readContent int) Cause {
+func (m *Meter) cause(start, end Duration, readContent int) Cause {
 	busy := m.busyOverlap(start, end)
 	switch {
 	case busy > 0 && 2*busy >= end-start:

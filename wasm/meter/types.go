@@ -1,8 +1,6 @@
 package meter
 
 import (
-	"time"
-
 	"github.com/itlmon/itlmon/wasm/hist"
 )
 
@@ -43,23 +41,45 @@ const (
 	CauseOrigin               // the origin's own emit times show the same gap
 )
 
+// Duration is a time span in nanoseconds with time.Duration's meaning (the
+// server converts with time.Duration(d)). The meter has its own type so that
+// the browser module does not link package time (about 35 KB brotli).
+type Duration int64
+
+// Units of Duration, as in package time.
+const (
+	Nanosecond  Duration = 1
+	Microsecond          = 1000 * Nanosecond
+	Millisecond          = 1000 * Microsecond
+	Second               = 1000 * Millisecond
+	Minute               = 60 * Second
+	Hour                 = 60 * Minute
+)
+
+// Seconds is d in seconds, computed exactly as time.Duration.Seconds.
+func (d Duration) Seconds() float64 {
+	sec := d / Second
+	nsec := d % Second
+	return float64(sec) + float64(nsec)/1e9
+}
+
 // NumCauses is the number of Cause values, for per-cause arrays.
 const NumCauses = 5
 
 // StallThreshold: a gap longer than this is a stall.
-const StallThreshold = 200 * time.Millisecond
+const StallThreshold = 200 * Millisecond
 
 // Stamp is one entry of the sampled raw timeline: an event's arrival time
 // since t0 and the index of the network read that carried it.
 type Stamp struct {
-	At      time.Duration
+	At      Duration
 	Read    uint32 // index of the network read (0-based)
 	Content bool   // the event carried output content
 }
 
 // Stall is one gap over StallThreshold between consecutive content events.
 type Stall struct {
-	Start, End     time.Duration // arrival times of the two content events, since t0
+	Start, End     Duration // arrival times of the two content events, since t0
 	Cause          Cause
 	NextReadEvents uint32 // how many events (of any kind) the read that ended the stall carried
 }
@@ -72,8 +92,8 @@ type Summary struct {
 	Status     Status
 	HTTPStatus int
 
-	TTFB, TTFC, TTFT time.Duration // first body byte, first event, first content event
-	Duration         time.Duration // t0 to end of body (or abort/error)
+	TTFB, TTFC, TTFT Duration // first body byte, first event, first content event
+	Duration         Duration // t0 to end of body (or abort/error)
 
 	Events         int   // all stream events (SSE events, NDJSON lines, text reads)
 	ContentEvents  int   // events that carried output content
@@ -88,17 +108,17 @@ type Summary struct {
 	// k samples of gap/k). Empty when tokens per event are unknown.
 	ITLTokens hist.Histogram
 
-	GapP50, GapP95, GapP99, GapMax time.Duration // of ITL (exact on the raw gaps)
-	TPOT                           time.Duration // (t_last - t_first_content)/(N-1)
+	GapP50, GapP95, GapP99, GapMax Duration // of ITL (exact on the raw gaps)
+	TPOT                           Duration // (t_last - t_first_content)/(N-1)
 	// TPOTToken: (t_last - t_first_content)/(Tokens-1) when tokens are known
 	// (usage or Options.TokensPerEvent), as vLLM computes TPOT; else 0.
-	TPOTToken    time.Duration
+	TPOTToken    Duration
 	TokensPerSec float64 // 1/TPOTToken when tokens are known, else 1/TPOT; 0 when N < 2
 
-	Stalls     int           // gaps > StallThreshold
-	StalledFor time.Duration // sum of stalled gaps
-	Jank       float64       // p99/p50 (max/median below 100 gaps), median floored at 1 ms
-	Smooth     bool          // Jank < 4 && TokensPerSec > 7
+	Stalls     int      // gaps > StallThreshold
+	StalledFor Duration // sum of stalled gaps
+	Jank       float64  // p99/p50 (max/median below 100 gaps), median floored at 1 ms
+	Smooth     bool     // Jank < 4 && TokensPerSec > 7
 
 	// Re-chunking signals.
 	EventsPerRead    float64 // events / reads that carried any event
@@ -108,7 +128,7 @@ type Summary struct {
 
 	// Attribution (client side; the collector may refine a cause to origin).
 	StallsByCause  [NumCauses]int
-	StalledByCause [NumCauses]time.Duration
+	StalledByCause [NumCauses]Duration
 	TTFTCause      Cause
 	StallList      []Stall // at most Options.MaxStalls, the longest kept
 

@@ -364,6 +364,7 @@
       connRTTMs: conn && +conn.rtt || 0,
       timerFloorUs: timerFloorUs(),
       crossOriginIsolated: !!g.crossOriginIsolated,
+      fetch: origFetch, // the module's refusal probe bypasses the shim
     };
   }
 
