@@ -14,6 +14,8 @@ import (
 
 	"github.com/itlmon/itlmon/wasm/hist"
 	"pgregory.net/rapid"
+
+	"github.com/itlmon/itlmon/internal/cpubench"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files and the fuzz seed corpus in testdata")
@@ -641,7 +643,7 @@ func BenchmarkEncodeBatch(b *testing.B) {
 	buf := mustEncode(b, batch)
 	b.SetBytes(int64(len(buf)))
 	b.ReportAllocs()
-	start := processCPU()
+	start := cpubench.Now()
 	for b.Loop() {
 		var err error
 		if buf, err = batch.AppendBinary(buf[:0]); err != nil {
@@ -649,7 +651,7 @@ func BenchmarkEncodeBatch(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(len(buf))/float64(len(batch.Records)), "bytes/record")
-	reportCPU(b, start, len(buf))
+	cpubench.Report(b, start, len(buf))
 }
 
 func BenchmarkDecodeBatch(b *testing.B) {
@@ -657,27 +659,27 @@ func BenchmarkDecodeBatch(b *testing.B) {
 	buf := mustEncode(b, batch)
 	b.SetBytes(int64(len(buf)))
 	b.ReportAllocs()
-	start := processCPU()
+	start := cpubench.Now()
 	for b.Loop() {
 		if _, err := DecodeBatch(buf, Limits{}); err != nil {
 			b.Fatal(err)
 		}
 	}
 	b.ReportMetric(float64(len(buf))/float64(len(batch.Records)), "bytes/record")
-	reportCPU(b, start, len(buf))
+	cpubench.Report(b, start, len(buf))
 }
 
 func BenchmarkAck(b *testing.B) {
 	buf := Ack{Seq: 12345}.AppendBinary(nil)
 	b.ReportAllocs()
-	start := processCPU()
+	start := cpubench.Now()
 	for b.Loop() {
 		buf = Ack{Seq: 12345}.AppendBinary(buf[:0])
 		if _, err := DecodeAck(buf); err != nil {
 			b.Fatal(err)
 		}
 	}
-	reportCPU(b, start, 0)
+	cpubench.Report(b, start, 0)
 }
 
 // TestLongSections: section lengths of 1, 2 and 3 varint bytes.

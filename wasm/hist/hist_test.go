@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	"pgregory.net/rapid"
+
+	"github.com/itlmon/itlmon/internal/cpubench"
 )
 
 func TestBoundsTable(t *testing.T) {
@@ -570,11 +572,11 @@ func BenchmarkRecord(b *testing.B) {
 	}
 	b.ReportAllocs()
 	b.ResetTimer()
-	start := processCPU()
+	start := cpubench.Now()
 	for i := 0; b.Loop(); i++ {
 		h.Record(vals[i&4095])
 	}
-	reportCPU(b, start, 0)
+	cpubench.Report(b, start, 0)
 }
 
 func benchHist(n int, seed uint64) Histogram {
@@ -595,22 +597,22 @@ func BenchmarkMerge(b *testing.B) {
 	var dst Histogram
 	dst.Merge(&src)
 	b.ReportAllocs()
-	start := processCPU()
+	start := cpubench.Now()
 	for b.Loop() {
 		dst.Merge(&src)
 	}
 	b.ReportMetric(float64(src.NumBuckets()), "buckets")
-	reportCPU(b, start, 0)
+	cpubench.Report(b, start, 0)
 }
 
 func BenchmarkQuantile(b *testing.B) {
 	h := benchHist(500, 2)
 	b.ReportAllocs()
-	start := processCPU()
+	start := cpubench.Now()
 	for b.Loop() {
 		h.Quantile(0.99)
 	}
-	reportCPU(b, start, 0)
+	cpubench.Report(b, start, 0)
 }
 
 func BenchmarkAppendBinary(b *testing.B) {
@@ -618,13 +620,13 @@ func BenchmarkAppendBinary(b *testing.B) {
 	buf := h.AppendBinary(nil)
 	b.SetBytes(int64(len(buf)))
 	b.ReportAllocs()
-	start := processCPU()
+	start := cpubench.Now()
 	for b.Loop() {
 		buf = h.AppendBinary(buf[:0])
 	}
 	b.ReportMetric(float64(len(buf)), "bytes")
 	b.ReportMetric(float64(h.NumBuckets()), "buckets")
-	reportCPU(b, start, len(buf))
+	cpubench.Report(b, start, len(buf))
 }
 
 func BenchmarkDecodeBinary(b *testing.B) {
@@ -632,13 +634,13 @@ func BenchmarkDecodeBinary(b *testing.B) {
 	buf := h.AppendBinary(nil)
 	b.SetBytes(int64(len(buf)))
 	b.ReportAllocs()
-	start := processCPU()
+	start := cpubench.Now()
 	for b.Loop() {
 		if _, _, err := DecodeBinary(buf, 0); err != nil {
 			b.Fatal(err)
 		}
 	}
-	reportCPU(b, start, len(buf))
+	cpubench.Report(b, start, len(buf))
 }
 
 // FuzzDecodeBinary: no input panics, and whatever decodes re-encodes to an

@@ -4,6 +4,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/itlmon/itlmon/internal/cpubench"
 )
 
 // chatStream returns an OpenAI chat stream of n content chunks (role chunk
@@ -53,7 +55,7 @@ func BenchmarkFeed(b *testing.B) {
 			m := New(opts)
 			b.ReportAllocs()
 			b.ResetTimer()
-			cpu0 := processCPU()
+			cpu0 := cpubench.Now()
 			k := 0
 			for i := 0; i < b.N; i++ {
 				if k == len(reads) {
@@ -66,8 +68,8 @@ func BenchmarkFeed(b *testing.B) {
 			}
 			b.StopTimer()
 			readsPerEvent := float64(len(reads)) / float64(events)
-			reportCPU(b, cpu0, 1)
-			if d := processCPU() - cpu0; d > 0 {
+			cpubench.Report(b, cpu0, 0)
+			if d := cpubench.Now() - cpu0; d > 0 {
 				b.ReportMetric(float64(d.Nanoseconds())/float64(b.N)*readsPerEvent, "cpu-ns/event")
 			}
 		})
@@ -122,8 +124,8 @@ func BenchmarkFeedByteByByte(b *testing.B) {
 	m := New(opts)
 	b.SetBytes(int64(len(body)))
 	b.ReportAllocs()
-	cpu0 := processCPU()
-	defer func() { reportCPU(b, cpu0, 1) }()
+	cpu0 := cpubench.Now()
+	defer func() { cpubench.Report(b, cpu0, 0) }()
 	for i := 0; i < b.N; i++ {
 		m.Reset(opts)
 		for j := range body {
@@ -152,19 +154,19 @@ func BenchmarkSummary(b *testing.B) {
 		var s Summary
 		m.SummaryInto(&s)
 		b.ReportAllocs()
-		cpu0 := processCPU()
+		cpu0 := cpubench.Now()
 		for i := 0; i < b.N; i++ {
 			m.SummaryInto(&s)
 		}
-		reportCPU(b, cpu0, 1)
+		cpubench.Report(b, cpu0, 0)
 	})
 	b.Run("fresh", func(b *testing.B) {
 		b.ReportAllocs()
-		cpu0 := processCPU()
+		cpu0 := cpubench.Now()
 		for i := 0; i < b.N; i++ {
 			_ = m.Summary()
 		}
-		reportCPU(b, cpu0, 1)
+		cpubench.Report(b, cpu0, 0)
 	})
 }
 
@@ -174,11 +176,11 @@ func BenchmarkClassifyChat(b *testing.B) {
 	m := New(Options{ContentType: "text/event-stream"})
 	b.SetBytes(int64(len(data)))
 	b.ReportAllocs()
-	cpu0 := processCPU()
+	cpu0 := cpubench.Now()
 	for i := 0; i < b.N; i++ {
 		if !m.openAIChat(data) {
 			b.Fatal("not content")
 		}
 	}
-	reportCPU(b, cpu0, 1)
+	cpubench.Report(b, cpu0, 0)
 }

@@ -3,6 +3,8 @@ package meter
 import (
 	"encoding/json"
 	"testing"
+
+	"github.com/itlmon/itlmon/internal/cpubench"
 )
 
 func TestValidJSON(t *testing.T) {
@@ -195,13 +197,13 @@ func BenchmarkValidJSON(b *testing.B) {
 		b.Run(v.name, func(b *testing.B) {
 			b.SetBytes(int64(len(data)))
 			b.ReportAllocs()
-			cpu0 := processCPU()
+			cpu0 := cpubench.Now()
 			for i := 0; i < b.N; i++ {
 				if !v.valid(data) {
 					b.Fatal("invalid")
 				}
 			}
-			reportCPU(b, cpu0, 1)
+			cpubench.Report(b, cpu0, 0)
 		})
 	}
 }
