@@ -61,7 +61,18 @@ WASM_GCFLAGS := -gcflags=runtime=-l
 wasm:
 	@mkdir -p $(WASM_OUT)
 	GOOS=js GOARCH=wasm $(GO) build $(GOFLAGS_BUILD) $(WASM_GCFLAGS) -ldflags='-s -w' -o $(WASM_OUT)/itl.wasm ./wasm/browser
-	@cp "$$($(GO) env GOROOT)/lib/wasm/wasm_exec.js" $(WASM_OUT)/wasm_exec.js
+	@# Go's wasm_exec.js, rewritten to keep its fs/process/path stubs and Go class off the page's
+	@# global object (a page testing `typeof process` must see what it saw before): all under
+	@# globalThis.__itlmon_wasm_exec.
+	@{ echo '// Go $(shell $(GO) env GOVERSION) lib/wasm/wasm_exec.js, rewritten by `make wasm`: its fs, process, path and Go live in'; \
+	  echo '// globalThis.__itlmon_wasm_exec (taking the page'"'"'s own fs/process/path if it has them), never on the global object.'; \
+	  echo '"use strict";'; \
+	  echo 'globalThis.__itlmon_wasm_exec = { fs: globalThis.fs, process: globalThis.process, path: globalThis.path };'; \
+	  sed -e 's/globalThis\.\(fs\|process\|path\|Go\)\b/globalThis.__itlmon_wasm_exec.\1/g' \
+	      -e 's/\([^.a-zA-Z_]\)fs\.writeSync(/\1globalThis.__itlmon_wasm_exec.fs.writeSync(/' \
+	      "$$($(GO) env GOROOT)/lib/wasm/wasm_exec.js"; } > $(WASM_OUT)/wasm_exec.js
+	@if grep -nE '(^|[^._a-zA-Z])(fs|process|path)\.' $(WASM_OUT)/wasm_exec.js | grep -v __itlmon_wasm_exec; then \
+		echo "wasm_exec.js: a global reference left after the rewrite (above); update the Makefile's sed" >&2; exit 1; fi
 	@gzip -9 -k -f $(WASM_OUT)/itl.wasm
 	@if command -v brotli >/dev/null; then brotli -f -q 11 -o $(WASM_OUT)/itl.wasm.br $(WASM_OUT)/itl.wasm; fi
 

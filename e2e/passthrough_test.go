@@ -276,3 +276,46 @@ func TestAbortDiscardsQueued(t *testing.T) {
 		t.Fatalf("itlmon status after abort = %q, want aborted", with.Status)
 	}
 }
+
+// TestPageGlobalsAndClone: the module leaves no globals of Go's wasm_exec.js
+// on the page (fs, process, path, Go: a page testing `typeof process` must
+// see what it saw before), and a measured response's clone() keeps url,
+// redirected and type, and its headers stay immutable, as without it.
+func TestPageGlobalsAndClone(t *testing.T) {
+	o := StartOrigin(t)
+	o.Handle("/r2", http.RedirectHandler("/v1/chat/completions?tokens=3&interval_ms=1", http.StatusFound))
+	a := StartAssets(t)
+	o.SetCollector(a.URL, "e2e")
+	const js = `(async () => {
+		const r = await fetch('/r2');
+		const c = r.clone();
+		let immutable = false;
+		try { r.headers.set('x-itlmon-test', '1'); } catch (e) { immutable = true; }
+		const n = (await c.text()).length + (await r.text()).length;
+		await new Promise(res => setTimeout(res, 50));
+		return { globals: [typeof fs, typeof process, typeof path, typeof Go].join(','),
+			clone: [c.url, c.redirected, c.type, c.status].join(' '), immutable: immutable, n: n, measured: e2e.summaries.length };
+	})()`
+	type result struct {
+		Globals   string `json:"globals"`
+		Clone     string `json:"clone"`
+		Immutable bool   `json:"immutable"`
+		N         int    `json:"n"`
+		Measured  int    `json:"measured"`
+	}
+	var got [2]result
+	for i, module := range []bool{false, true} {
+		ctx := NewTab(t)
+		if ready := OpenPage(t, ctx, o.PageURL(nil, !module)); ready != module {
+			t.Fatalf("itlmon ready = %v, want %v", ready, module)
+		}
+		got[i] = Eval[result](t, ctx, js)
+	}
+	without, with := got[0], got[1]
+	if with.Globals != without.Globals || with.Clone != without.Clone || with.Immutable != without.Immutable || with.N != without.N {
+		t.Fatalf("with itlmon %+v, without %+v: want the same globals, clone and headers", with, without)
+	}
+	if with.Measured != 1 {
+		t.Fatalf("measured streams = %d, want 1", with.Measured)
+	}
+}

@@ -127,6 +127,7 @@
       origin: u.origin,
       path: u.pathname, // never the query or fragment
       href: u.origin + u.pathname,
+      full: u.href.split('#')[0], // only to look up resource timing in this page; never sent
       method: String(method).toUpperCase(),
       model: model,
       signal: (init && init.signal) || (input && input.signal) || null,
@@ -218,6 +219,7 @@
   var readableStrategy = { highWaterMark: 64 << 10 }; // bytes; > 0: reads run at network pace
 
   function wrap(resp, facts, t0) {
+    var reader = null, out = null, dead = false;
     try {
       if (broken || !api || !resp.body || resp.status < 200 || resp.status > 599) return resp;
       var ct = resp.headers.get('content-type') || '';
@@ -230,7 +232,7 @@
       var id = api.start(t0, performance.timeOrigin + t0, facts.href, facts.method, facts.model,
         ct.split(';')[0].trim().toLowerCase(), resp.status, origin, sid);
       if (typeof id !== 'number' || id < 0) return resp; // not measured: the body is untouched
-      var done = false, dead = false;
+      var done = false;
       var finish = function (kind) {
         if (done) return;
         done = true;
@@ -240,7 +242,7 @@
         try {
           var at = performance.now();
           flush();
-          if (api.end(id, at, kind, resp.status, proto(facts.href), summaryBytes) !== true) return;
+          if (api.end(id, at, kind, resp.status, proto(facts.full), summaryBytes) !== true) return;
           var s = { id: hexID(sid), url: facts.href, model: facts.model };
           for (var i = 0; i < SUMMARY.length; i++) s[SUMMARY[i]] = summaryOut[i];
           s.status = STATUS[s.status] || 'open';
@@ -256,7 +258,6 @@
       // and the page cancelling its body.
       // It is a byte stream like the original, so BYOB readers work too;
       // enqueue transfers the chunk's buffer, so it is staged first.
-      var reader = resp.body.getReader();
       var ctrl = null, sig = facts.signal, onAbort = null;
       var body = new ReadableStream({
         type: 'bytes',
@@ -287,7 +288,9 @@
           return reader.cancel(reason);
         },
       }, readableStrategy);
-      var out;
+      // Locked only now that nothing before it can throw: on a failure
+      // below, the catch unlocks it and the page gets the response untouched.
+      reader = resp.body.getReader();
       try {
         out = new Response(body, { status: resp.status, statusText: resp.statusText, headers: resp.headers });
       } catch (e) {
@@ -297,9 +300,7 @@
         api.end(id, performance.now(), 3, resp.status, '', summaryBytes);
         return resp;
       }
-      Object.defineProperty(out, 'url', { value: resp.url });
-      Object.defineProperty(out, 'redirected', { value: resp.redirected });
-      Object.defineProperty(out, 'type', { value: resp.type });
+      dress(out, resp);
       open++;
       finishers.add(finish);
       // Aborting a fetch errors its body at once and discards what was
@@ -317,9 +318,27 @@
       }
       return out;
     } catch (e) {
+      if (reader && !out) {
+        dead = true;
+        try { reader.releaseLock(); } catch (_) { /* the page's response stays usable */ }
+      }
       fail('shim failed', e);
       return resp;
     }
+  }
+
+  // dress gives a wrapped response what the Response constructor cannot:
+  // the original's url, redirected and type, its immutable headers, and a
+  // clone() whose copy keeps them too.
+  function dress(r, orig) {
+    Object.defineProperty(r, 'url', { value: orig.url });
+    Object.defineProperty(r, 'redirected', { value: orig.redirected });
+    Object.defineProperty(r, 'type', { value: orig.type });
+    Object.defineProperty(r, 'headers', { value: orig.headers });
+    Object.defineProperty(r, 'clone', {
+      value: function clone() { return dress(Response.prototype.clone.call(this), orig); },
+    });
+    return r;
   }
 
   function shimFetch(input, init) {
@@ -334,13 +353,18 @@
 
   // ---- the module ----
 
+  // timerFloorUs measures performance.now()'s resolution, spinning at most
+  // ~2 ms or 100k reads: with coarse clocks (resistFingerprinting: 16-100 ms)
+  // waiting for a tick would freeze the page, so a clock that did not tick
+  // is reported as at least 2 ms.
   function timerFloorUs() {
-    var min = Infinity, last = performance.now(), start = last, seen = 0;
-    while (seen < 5 && last - start < 5) {
-      var t = performance.now();
+    var min = Infinity, start = performance.now(), last = start, seen = 0, t = start;
+    for (var i = 0; seen < 5 && t - start < 2 && i < 100000; i++) {
+      t = performance.now();
       if (t !== last) { min = Math.min(min, t - last); seen++; last = t; }
     }
-    return isFinite(min) ? Math.max(1, Math.round(min * 1000)) : 100;
+    if (!isFinite(min)) min = Math.max(t - start, 2);
+    return Math.max(1, Math.round(min * 1000));
   }
 
   function moduleConfig() {
@@ -405,13 +429,13 @@
     if (loading || broken) return;
     loading = true;
     var col = cfg.collector.replace(/\/+$/, '');
-    var prevGo = g.Go; // a page may run its own Go program: keep its wasm_exec.js
     var wasmURL = col + '/itl.wasm';
     var first = origFetch(wasmURL, { credentials: 'omit' }); // in parallel with wasm_exec.js
     first.catch(function () {});
     loadScript(col + '/wasm_exec.js').then(function () {
-      var Go = g.Go;
-      if (prevGo) g.Go = prevGo; else delete g.Go;
+      // Our wasm_exec.js (rewritten by make wasm) keeps its Go class and its
+      // fs/process/path stubs in one namespace, off the page's globals.
+      var Go = g.__itlmon_wasm_exec && g.__itlmon_wasm_exec.Go;
       if (typeof Go !== 'function') throw new Error('wasm_exec.js defined no Go');
       var go = new Go();
       return instantiate(wasmURL, first, go.importObject).then(function (res) {
