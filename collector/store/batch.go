@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2"
@@ -82,10 +83,22 @@ type insertResult struct {
 	Inserted, Duplicates int
 }
 
+// insertHook, set only by tests, is called before (sent false) and after
+// (sent true) each table's insert; an error it returns fails the insert, as
+// a refused insert or a lost reply would.
+var insertHook atomic.Pointer[func(table string, sent bool) error]
+
 // insertBatch stores b: drops streams whose id is already stored or appears
-// earlier in b, inserts the rest into itl_streams, then their timelines into
-// itl_timelines, each with a deduplication token. A failed insert may be
-// retried with the same b: nothing is counted twice.
+// earlier in b, inserts the timelines of the rest into itl_timelines, then
+// the rest into itl_streams, each with a deduplication token. A failed insert
+// may be retried with the same b: nothing is counted twice.
+//
+// Timelines go first because fresh is computed against itl_stream_ids, which
+// the itl_streams insert fills: until that insert lands a retry computes the
+// same fresh set, so the same timelines with the same token, and ClickHouse
+// drops them if the earlier try landed; once it has landed, the timelines
+// have too. In the other order a retry after a failed timelines insert would
+// find every id stored and never write the timelines.
 func insertBatch(ctx context.Context, conn driver.Conn, b rowBatch, window time.Duration) (insertResult, error) {
 	fresh, err := freshStreams(ctx, conn, b.Streams, window)
 	if err != nil {
@@ -98,9 +111,6 @@ func insertBatch(ctx context.Context, conn driver.Conn, b rowBatch, window time.
 		keep[fresh[i].StreamID] = true
 		ids[i] = fresh[i].StreamID
 	}
-	if err := insertRows(ctx, conn, "itl_streams", streamColumns, dedupToken(ids), fresh); err != nil {
-		return insertResult{}, err
-	}
 	var tls []timelineRow
 	var tlIDs []string
 	for _, tl := range b.Timelines {
@@ -111,6 +121,9 @@ func insertBatch(ctx context.Context, conn driver.Conn, b rowBatch, window time.
 		}
 	}
 	if err := insertRows(ctx, conn, "itl_timelines", timelineColumns, dedupToken(tlIDs), tls); err != nil {
+		return insertResult{}, err
+	}
+	if err := insertRows(ctx, conn, "itl_streams", streamColumns, dedupToken(ids), fresh); err != nil {
 		return insertResult{}, err
 	}
 	return res, nil
@@ -172,6 +185,11 @@ func insertRows[R any](ctx context.Context, conn driver.Conn, table, columns, to
 	ctx = clickhouse.Context(ctx, clickhouse.WithSettings(clickhouse.Settings{
 		"insert_deduplication_token": token,
 	}))
+	if hook := insertHook.Load(); hook != nil {
+		if err := (*hook)(table, false); err != nil {
+			return fmt.Errorf("insert %s: %w", table, err)
+		}
+	}
 	batch, err := conn.PrepareBatch(ctx, "INSERT INTO "+table+" ("+columns+")")
 	if err != nil {
 		return fmt.Errorf("prepare %s insert: %w", table, err)
@@ -182,6 +200,11 @@ func insertRows[R any](ctx context.Context, conn driver.Conn, table, columns, to
 	}
 	if err := batch.Send(); err != nil {
 		return fmt.Errorf("insert %s: %w", table, err)
+	}
+	if hook := insertHook.Load(); hook != nil {
+		if err := (*hook)(table, true); err != nil {
+			return fmt.Errorf("insert %s: %w", table, err)
+		}
 	}
 	return nil
 }

@@ -37,7 +37,9 @@
 // DedupWindow (24 h by default; one lookup per batch, covering resends and
 // spool replays), and sends every insert with an insert_deduplication_token
 // derived from its rows, so retrying an insert whose first try landed but
-// whose answer was lost inserts nothing, views included. Two collectors
+// whose answer was lost inserts nothing, views included. A batch's
+// itl_timelines insert goes before its itl_streams insert, so a retry after
+// either failed still writes each timeline once. Two collectors
 // racing on one resend, or a resend later than the window, can still store
 // a stream twice. See schema/002_stream_ids.sql.
 //

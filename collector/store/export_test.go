@@ -21,3 +21,12 @@ func SpoolStreams(dir string, streams []collector.Stream) error {
 	}
 	return sp.Append(p)
 }
+
+// SetInsertHook makes every insert call hook(table, false) before sending and
+// hook(table, true) after; an error from hook fails the insert. The returned
+// func removes the hook. Set it before starting a writer, remove it only
+// whenever: it is read atomically.
+func SetInsertHook(hook func(table string, sent bool) error) (remove func()) {
+	insertHook.Store(&hook)
+	return func() { insertHook.Store(nil) }
+}

@@ -1,0 +1,71 @@
+package store_test
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/itlmon/itlmon/collector/store"
+)
+
+// TestTimelinesAfterPartialInsert: one of a batch's two inserts fails (before
+// it is sent, or after it landed with the reply lost), the batch is acked
+// through the spool and replayed: every stream and every timeline is stored
+// exactly once.
+func TestTimelinesAfterPartialInsert(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		table string
+		sent  bool
+	}{
+		{"timelines refused", "itl_timelines", false},
+		{"timelines reply lost", "itl_timelines", true},
+		{"streams refused", "itl_streams", false},
+		{"streams reply lost", "itl_streams", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			db := newDB(t, store.Options{})
+			var armed atomic.Bool
+			armed.Store(true)
+			t.Cleanup(store.SetInsertHook(func(table string, sent bool) error {
+				if table == tc.table && sent == tc.sent && armed.CompareAndSwap(true, false) {
+					return errors.New("injected insert failure")
+				}
+				return nil
+			}))
+			w := newWriter(t, db, store.WriterOptions{FlushInterval: 20 * time.Millisecond})
+			in := makeStreams(16, "demo", time.Now().UTC())
+			submit(t, w, in) // acked through the spool
+			if st := w.Stats(); st.RowsSpooled != uint64(len(in)) || st.InsertErrors == 0 {
+				t.Fatalf("the injected failure did not spool the batch: %+v", st)
+			}
+			waitSpoolEmpty(t, w)
+			if err := w.Shutdown(context.Background()); err != nil {
+				t.Fatalf("shutdown: %v", err)
+			}
+			if armed.Load() {
+				t.Fatalf("the injected failure never fired")
+			}
+			wantTL := uint64(0)
+			for i := range in {
+				if len(in[i].Timeline) > 0 {
+					wantTL++
+				}
+			}
+			if got := queryUint(t, db, "SELECT count() FROM itl_streams"); got != uint64(len(in)) {
+				t.Errorf("itl_streams rows = %d, want %d", got, len(in))
+			}
+			if got := queryUint(t, db, "SELECT sum(streams) FROM itl_rollup_1m"); got != uint64(len(in)) {
+				t.Errorf("rollup streams = %d, want %d", got, len(in))
+			}
+			if got := queryUint(t, db, "SELECT count() FROM itl_timelines"); got != wantTL {
+				t.Errorf("itl_timelines rows (no FINAL) = %d, want %d", got, wantTL)
+			}
+			if got := queryUint(t, db, "SELECT uniqExact(stream_id) FROM itl_timelines"); got != wantTL {
+				t.Errorf("distinct timeline ids = %d, want %d", got, wantTL)
+			}
+		})
+	}
+}
