@@ -127,11 +127,25 @@ func (c *conn) stop(reason string, code int, text string) {
 	}
 	c.stopped, c.closeCode, c.closeText = true, code, text
 	close(c.stopCh)
+	c.ws.SetReadDeadline(time.Now()) // wakes a blocked read; under mu so no extension overrides it
 	c.mu.Unlock()
 	if reason != "" {
 		c.h.reject(reason, text)
 	}
-	c.ws.SetReadDeadline(time.Now()) // wakes a blocked read
+}
+
+// extendReadDeadline moves the read deadline pongWait ahead, unless the
+// connection is stopping: stop's deadline of "now" must win, or a client that
+// keeps answering pings would keep the reader (and shutdown) going. It
+// reports whether the connection is still running.
+func (c *conn) extendReadDeadline() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.stopped {
+		return false
+	}
+	c.ws.SetReadDeadline(time.Now().Add(pongWait))
+	return true
 }
 
 func (c *conn) readLoop() {
@@ -139,9 +153,9 @@ func (c *conn) readLoop() {
 	// The hard limit is a backstop; frames over Limits.MaxBytes are refused
 	// below with a reason (gorilla's own limit closes without one).
 	c.ws.SetReadLimit(int64(h.limits.MaxBytes)*2 + 1024)
-	c.ws.SetReadDeadline(time.Now().Add(pongWait))
+	c.extendReadDeadline()
 	c.ws.SetPongHandler(func(string) error {
-		c.ws.SetReadDeadline(time.Now().Add(pongWait))
+		c.extendReadDeadline()
 		return nil
 	})
 	for {
@@ -150,7 +164,9 @@ func (c *conn) readLoop() {
 			c.stop("", websocket.CloseNormalClosure, "") // client gone or stop called
 			break
 		}
-		c.ws.SetReadDeadline(time.Now().Add(pongWait))
+		if !c.extendReadDeadline() {
+			break // stopping: frames already buffered are not taken any more
+		}
 		if mt != websocket.BinaryMessage {
 			c.stop(ReasonTextFrame, websocket.CloseUnsupportedData, "text frame: beacon batches are binary frames")
 			break
@@ -254,6 +270,11 @@ func (c *conn) handleFrame(frame []byte) bool {
 	// At most maxInFlight batches between reading and their ack on the
 	// wire: past that the reader waits (and stops reading), so acks never
 	// pile up and queueAck never blocks.
+	select {
+	case <-c.stopCh: // checked first: select picks among ready cases at random
+		return false
+	default:
+	}
 	select {
 	case c.slots <- struct{}{}:
 	case <-c.stopCh:
