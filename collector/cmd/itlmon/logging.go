@@ -4,6 +4,7 @@ import (
 	"io"
 	"log"
 	"os"
+	"regexp"
 	"strings"
 	"time"
 
@@ -34,14 +35,23 @@ func isTerminal(w io.Writer) bool {
 }
 
 // newStdLogger adapts zerolog for http.Server.ErrorLog (TLS handshake and
-// hijack errors): warn level, one event per line.
+// hijack errors): warn level, one event per line, client addresses redacted
+// (net/http names the peer, e.g. "http: panic serving 1.2.3.4:5678"; itlmon
+// never logs or stores client IPs).
 func newStdLogger(l zerolog.Logger) *log.Logger {
 	return log.New(stdWriter{l}, "", 0)
 }
 
 type stdWriter struct{ l zerolog.Logger }
 
+// peerAddr matches an IPv4 or bracketed IPv6 address with a port, or a
+// bare IPv6 address.
+var peerAddr = regexp.MustCompile(`\[[0-9a-fA-F:.%]+\](:\d+)?|\b\d{1,3}(\.\d{1,3}){3}(:\d+)?\b|\b[0-9a-fA-F]{0,4}(:[0-9a-fA-F]{0,4}){2,7}\b`)
+
 func (w stdWriter) Write(p []byte) (int, error) {
-	w.l.Warn().Msg(strings.TrimSpace(string(p)))
+	w.l.Warn().Msg(redactAddrs(strings.TrimSpace(string(p))))
 	return len(p), nil
 }
+
+// redactAddrs replaces network addresses in s with "[addr]".
+func redactAddrs(s string) string { return peerAddr.ReplaceAllString(s, "[addr]") }
