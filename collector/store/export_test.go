@@ -30,3 +30,25 @@ func SetInsertHook(hook func(table string, sent bool) error) (remove func()) {
 	insertHook.Store(&hook)
 	return func() { insertHook.Store(nil) }
 }
+
+// SpoolBatches appends each batch as one frame, all to one new spool segment
+// in dir, and returns the segment's path.
+func SpoolBatches(dir string, batches ...[]collector.Stream) (string, error) {
+	sp, err := openSpool(dir, zerolog.Nop())
+	if err != nil {
+		return "", err
+	}
+	defer sp.Close()
+	num := sp.next
+	for _, streams := range batches {
+		b := newRowBatch(streams)
+		p, err := encodeBatch(&b)
+		if err != nil {
+			return "", err
+		}
+		if err := sp.Append(p); err != nil {
+			return "", err
+		}
+	}
+	return sp.path(num), nil
+}

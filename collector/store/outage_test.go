@@ -3,6 +3,7 @@ package store_test
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"os"
 	"path/filepath"
 	"strings"
@@ -250,5 +251,58 @@ func TestOutageLogsOnce(t *testing.T) {
 	}
 	if got, want := strings.Count(logs.String(), "clickhouse insert failed"), 1; got != want {
 		t.Fatalf("%d error lines for %d failed inserts, want %d:\n%s", got, st.InsertErrors, want, logs.String())
+	}
+}
+
+// TestReplayKeepsCorruptSegment: a spool segment with a corrupt frame in the
+// middle (not a torn tail) is kept on disk byte for byte and skipped, so the
+// acked frame after the corrupt one is not lost with it; later segments are
+// still replayed.
+func TestReplayKeepsCorruptSegment(t *testing.T) {
+	db := newDB(t, store.Options{})
+	spoolDir := t.TempDir()
+	at := time.Now().UTC()
+	first, second, third := makeStreams(3, "demo", at), makeStreams(4, "demo", at), makeStreams(5, "demo", at)
+	seg, err := store.SpoolBatches(spoolDir, first, second, third)
+	if err != nil {
+		t.Fatalf("spool: %v", err)
+	}
+	later := makeStreams(6, "demo", at)
+	if err := store.SpoolStreams(spoolDir, later); err != nil {
+		t.Fatalf("spool: %v", err)
+	}
+	b, err := os.ReadFile(seg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	second0 := 8 + int(binary.LittleEndian.Uint32(b)) // the second frame's offset
+	b[second0+8+20] ^= 0x55                           // inside its payload: CRC mismatch
+	if err := os.WriteFile(seg, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	w := newWriter(t, db, store.WriterOptions{SpoolDir: spoolDir, FlushInterval: 20 * time.Millisecond})
+	deadline := time.Now().Add(time.Minute)
+	for w.Stats().SpoolSegments > 1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("later segment not replayed: %+v", w.Stats())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := w.Shutdown(context.Background()); err != nil {
+		t.Fatalf("shutdown: %v", err)
+	}
+	if got, want := queryUint(t, db, "SELECT count() FROM itl_streams"), uint64(len(later)); got != want {
+		t.Errorf("itl_streams rows = %d, want %d (the later segment only)", got, want)
+	}
+	got, err := os.ReadFile(seg)
+	if err != nil {
+		t.Fatalf("corrupt segment removed: %v", err)
+	}
+	if !bytes.Equal(got, b) {
+		t.Fatalf("corrupt segment changed on disk")
+	}
+	if st := w.Stats(); st.SpoolSegments != 1 {
+		t.Fatalf("SpoolSegments = %d, want the kept segment (1)", st.SpoolSegments)
 	}
 }

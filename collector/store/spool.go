@@ -22,8 +22,10 @@ import (
 //
 // Every Append writes one frame and fsyncs before it returns, so a frame
 // that was acknowledged is complete on disk. After a crash the last frame of
-// the newest segment may be torn (short or with a bad CRC); reading stops
-// there, logs it, and the segment's complete frames are still replayed.
+// the newest segment may be torn (short, or with a bad CRC and nothing after
+// it); reading stops there, logs it, and the segment's complete frames are
+// still replayed. Any other bad frame is corruption: the segment is kept on
+// disk and skipped, never replayed in part and removed.
 const (
 	frameHeader     = 8
 	maxFrame        = 256 << 20 // larger lengths are corruption, not data
@@ -158,50 +160,77 @@ func (s *spool) Oldest() (uint64, bool) {
 	return s.sealed[0], true
 }
 
-// Read returns the complete frames of segment num. A torn or corrupt tail is
-// logged and dropped; the frames before it are returned.
+// Read returns the frames of segment num. A torn tail (a last frame cut
+// short or failing its CRC, with nothing after it: what a crash in the middle
+// of an Append leaves) is logged and dropped, and the frames before it are
+// returned. Corruption followed by more bytes, an impossible length, or an
+// I/O error returns an error: the segment must be kept, not replayed and
+// removed, since acknowledged frames may follow.
 func (s *spool) Read(num uint64) ([][]byte, error) {
 	f, err := os.Open(s.path(num))
 	if err != nil {
 		return nil, fmt.Errorf("spool: %w", err)
 	}
 	defer f.Close()
-	frames, off, err := readFrames(bufio.NewReader(f))
-	if err != nil {
+	frames, off, err := readFrames(f)
+	if errors.Is(err, errTorn) {
 		s.log.Warn().Err(err).Str("segment", s.path(num)).Int64("offset", off).Int("frames_kept", len(frames)).
 			Msg("spool: dropping torn tail (a write cut short by a crash; never an acknowledged frame)")
+		return frames, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("spool: segment %s at offset %d after %d frames: %w", s.path(num), off, len(frames), err)
 	}
 	return frames, nil
 }
 
-// errTorn marks a frame cut short or failing its CRC.
-var errTorn = errors.New("torn frame")
+var (
+	// errTorn marks a last frame cut short, or failing its CRC with nothing
+	// after it.
+	errTorn = errors.New("torn frame")
+	// errCorrupt marks a bad frame that is not the tail: bytes follow it, or
+	// its length is one Append never writes.
+	errCorrupt = errors.New("corrupt frame")
+)
 
 // readFrames reads frames until EOF. It returns the good frames, the offset
-// after them, and errTorn (wrapped) if the rest could not be read.
-func readFrames(r io.Reader) (frames [][]byte, off int64, err error) {
+// after them, and if the rest could not be read errTorn (wrapped) when the
+// bad frame runs to EOF, errCorrupt when more bytes follow it or its length
+// is impossible, or the I/O error.
+func readFrames(rd io.Reader) (frames [][]byte, off int64, err error) {
+	r := bufio.NewReader(rd)
 	var hdr [frameHeader]byte
 	for {
 		n, err := io.ReadFull(r, hdr[:])
-		if err == io.EOF {
+		switch {
+		case err == io.EOF:
 			return frames, off, nil
-		}
-		if err != nil {
+		case err == io.ErrUnexpectedEOF:
 			return frames, off, fmt.Errorf("%w: header of %d/%d bytes", errTorn, n, frameHeader)
+		case err != nil:
+			return frames, off, fmt.Errorf("spool: read: %w", err)
 		}
 		size := binary.LittleEndian.Uint32(hdr[0:])
 		sum := binary.LittleEndian.Uint32(hdr[4:])
 		if size > maxFrame {
-			return frames, off, fmt.Errorf("%w: length %d", errTorn, size)
+			return frames, off, fmt.Errorf("%w: length %d", errCorrupt, size)
 		}
 		// ReadAll grows with the data actually there: a torn length does not
 		// allocate its full size.
 		payload, err := io.ReadAll(io.LimitReader(r, int64(size)))
-		if err != nil || len(payload) != int(size) {
+		if err != nil {
+			return frames, off, fmt.Errorf("spool: read: %w", err)
+		}
+		if len(payload) != int(size) {
 			return frames, off, fmt.Errorf("%w: payload of %d/%d bytes", errTorn, len(payload), size)
 		}
 		if crc32.Checksum(payload, crcTable) != sum {
-			return frames, off, fmt.Errorf("%w: CRC mismatch", errTorn)
+			if _, err := r.Peek(1); err == io.EOF {
+				return frames, off, fmt.Errorf("%w: CRC mismatch in the last frame", errTorn)
+			} else if err != nil {
+				return frames, off, fmt.Errorf("spool: read: %w", err)
+			}
+			return frames, off, fmt.Errorf("%w: CRC mismatch with more bytes after the frame", errCorrupt)
 		}
 		frames = append(frames, payload)
 		off += frameHeader + int64(size)
@@ -230,7 +259,8 @@ func (s *spool) Remove(num uint64) error {
 }
 
 // Skip leaves segment num on disk but stops returning it from Oldest (a
-// frame this version cannot decode: never deleted, never retried in a loop).
+// corrupt or unreadable segment, or a frame this version cannot decode:
+// never deleted, never retried in a loop).
 func (s *spool) Skip(num uint64) {
 	for i, n := range s.sealed {
 		if n == num {

@@ -3,6 +3,7 @@ package store
 import (
 	"bytes"
 	"errors"
+	"io"
 	"os"
 	"testing"
 	"time"
@@ -179,3 +180,102 @@ func TestColumnLists(t *testing.T) {
 var nopLog = zerolog.Nop()
 
 func readFile(p string) ([]byte, error) { return os.ReadFile(p) }
+
+// threeFrames returns a segment of three frames and the offset of each.
+func threeFrames(t *testing.T) (seg []byte, starts []int) {
+	t.Helper()
+	s := testSpool(t, t.TempDir())
+	off := 0
+	for _, p := range []string{"one", "second", "third frame"} {
+		if err := s.Append([]byte(p)); err != nil {
+			t.Fatal(err)
+		}
+		starts = append(starts, off)
+		off += frameHeader + len(p)
+	}
+	s.Close()
+	seg, err := os.ReadFile(s.path(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return seg, starts
+}
+
+// TestReadFramesTornOnlyAtEOF: a bad frame is a torn tail only when nothing
+// follows it; corruption with frames after it is an error, not a short read.
+func TestReadFramesTornOnlyAtEOF(t *testing.T) {
+	seg, starts := threeFrames(t)
+	tests := []struct {
+		name   string
+		mutate func([]byte) []byte
+		frames int
+		want   error // nil, errTorn or errCorrupt
+	}{
+		{"bad CRC in the last frame", func(b []byte) []byte { b[len(b)-1] ^= 1; return b }, 2, errTorn},
+		{"last frame cut short", func(b []byte) []byte { return b[:len(b)-3] }, 2, errTorn},
+		{"bad CRC in the middle frame", func(b []byte) []byte { b[starts[1]+frameHeader] ^= 1; return b }, 1, errCorrupt},
+		{"bad CRC in the first frame", func(b []byte) []byte { b[frameHeader] ^= 1; return b }, 0, errCorrupt},
+		{"huge length in the middle frame", func(b []byte) []byte { b[starts[1]+3] = 0xff; return b }, 1, errCorrupt},
+		{"garbage after the last frame", func(b []byte) []byte {
+			return append(b, 3, 0, 0, 0, 0, 0, 0, 0, 'x', 'y', 'z', 'w')
+		}, 3, errCorrupt},
+		{"intact", func(b []byte) []byte { return b }, 3, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			frames, _, err := readFrames(bytes.NewReader(tt.mutate(bytes.Clone(seg))))
+			if len(frames) != tt.frames {
+				t.Errorf("%d frames, want %d", len(frames), tt.frames)
+			}
+			if tt.want == nil && err != nil || tt.want != nil && !errors.Is(err, tt.want) {
+				t.Fatalf("err = %v, want %v", err, tt.want)
+			}
+		})
+	}
+}
+
+type failingReader struct{}
+
+func (failingReader) Read([]byte) (int, error) { return 0, errors.New("input/output error") }
+
+// TestReadFramesIOError: a read error is neither EOF nor a torn tail.
+func TestReadFramesIOError(t *testing.T) {
+	seg, starts := threeFrames(t)
+	for _, cut := range []int{starts[1], starts[1] + 4, starts[1] + frameHeader + 2} {
+		frames, _, err := readFrames(io.MultiReader(bytes.NewReader(seg[:cut]), failingReader{}))
+		if err == nil || errors.Is(err, errTorn) {
+			t.Fatalf("cut at %d: err = %v, want the I/O error", cut, err)
+		}
+		if len(frames) != 1 {
+			t.Fatalf("cut at %d: %d frames, want 1", cut, len(frames))
+		}
+	}
+}
+
+// TestSpoolReadCorruptKeepsSegment: Read of a segment with a corrupt frame
+// in the middle fails and leaves the file as it was; a torn tail does not.
+func TestSpoolReadCorruptKeepsSegment(t *testing.T) {
+	seg, starts := threeFrames(t)
+	dir := t.TempDir()
+	s := testSpool(t, dir)
+	bad := bytes.Clone(seg)
+	bad[starts[1]+frameHeader+1] ^= 0x40
+	if err := os.WriteFile(s.path(1), bad, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if frames, err := s.Read(1); err == nil || !errors.Is(err, errCorrupt) {
+		t.Fatalf("Read = %d frames, %v; want errCorrupt", len(frames), err)
+	}
+	if got, err := os.ReadFile(s.path(1)); err != nil || !bytes.Equal(got, bad) {
+		t.Fatalf("segment changed or gone after Read (%v)", err)
+	}
+
+	torn := append(bytes.Clone(seg), 200, 0, 0, 0, 1, 2, 3, 4, 'p', 'a', 'r')
+	if err := os.WriteFile(s.path(2), torn, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	frames, err := s.Read(2)
+	if err != nil || len(frames) != 3 {
+		t.Fatalf("Read of a torn tail = %d frames, %v; want 3, nil", len(frames), err)
+	}
+}

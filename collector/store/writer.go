@@ -308,7 +308,8 @@ func (w *Writer) toSpool(b rowBatch) error {
 // replay moves spool segments into ClickHouse, oldest first, for up to
 // replayBudget. A segment is deleted only after all its frames were
 // inserted; a segment cut short by a failure is replayed again from its
-// start later, which the insert deduplication makes harmless.
+// start later, which the insert deduplication makes harmless. A segment that
+// cannot be read (other than a torn tail) is kept on disk and skipped.
 func (w *Writer) replay() {
 	began := time.Now()
 	for time.Since(began) < replayBudget && !time.Now().Before(w.retryAt) {
@@ -318,8 +319,13 @@ func (w *Writer) replay() {
 		}
 		frames, err := w.spool.Read(num)
 		if err != nil {
-			w.failed(err)
-			return
+			// Not a torn tail: acked frames may follow the bad one, so the
+			// segment is neither replayed in part nor removed.
+			w.log.Error().Err(err).Uint64("segment", num).
+				Msg("spool segment corrupt or unreadable; kept on disk, skipped until restart")
+			w.spool.Skip(num)
+			w.updateSpoolStats()
+			continue
 		}
 		for _, f := range frames {
 			b, err := decodeBatch(f)
