@@ -10,6 +10,8 @@ import (
 
 	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
+
+	"github.com/itlmon/itlmon/collector/demo"
 )
 
 // meter.Status values as stored.
@@ -313,4 +315,25 @@ func TestBFCache(t *testing.T) {
 	}
 	RunStream(t, ctx, StreamOpts{Query: "tokens=5&interval_ms=5"})
 	WaitStreams(t, c, "e2e", 2)
+}
+
+// TestStoredPaths: the page path is the one at the stream's start (a
+// single-page app navigates after init), and id-like segments of page and
+// API paths (conversation and thread ids) are stored as ":id" by default;
+// never a query.
+func TestStoredPaths(t *testing.T) {
+	o, c, ctx := collectorPage(t, nil)
+	o.Handle("/api/threads/", demo.Completions())
+	Eval[bool](t, ctx, `(history.pushState({}, '', '/c/6a1f2b3c-1111-2222-3333-444455556666?q=secret'), true)`)
+	page := RunStream(t, ctx, StreamOpts{Query: "tokens=3&interval_ms=1", Path: "/api/threads/123456/stream"})
+	if page.Error != "" {
+		t.Fatalf("page error: %s", page.Error)
+	}
+	row := StreamByID(t, WaitStreams(t, c, "e2e", 1), lastSummary(t, ctx).ID)
+	if got, want := row.PagePath, "/c/:id"; got != want {
+		t.Errorf("page_path = %q, want %q", got, want)
+	}
+	if got, want := row.URLPath, "/api/threads/:id/stream"; got != want {
+		t.Errorf("url_path = %q, want %q", got, want)
+	}
 }

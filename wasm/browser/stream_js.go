@@ -92,12 +92,15 @@ func (a *module) start(args []js.Value) any {
 		rec: beacon.Record{
 			StartUnixMs: int64(argFloat(args, 1)),
 			PageOrigin:  a.pageOrigin,
-			PagePath:    a.pagePath,
+			PagePath:    a.pagePath, // the page's path when the stream started, if given (below)
 			Model:       limit(argString(args, 4), 128),
 			ContentType: limit(ct, 64),
 			HTTPStatus:  uint16(clamp(argFloat(args, 6), 0, math.MaxUint16)),
 			OriginID:    limit(argString(args, 7), 128),
 		},
+	}
+	if len(args) > 9 && args[9].Type() == js.TypeString { // a single-page app navigates: the path now
+		s.rec.PagePath = limit(cutQuery(args[9].String()), 512)
 	}
 	s.rec.URLOrigin, s.rec.URLPath = beacon.StripQuery(argString(args, 2))
 	s.rec.URLPath = limit(s.rec.URLPath, 512)
@@ -381,4 +384,15 @@ func limit(s string, n int) string {
 		return s[:n]
 	}
 	return s
+}
+
+// cutQuery returns path without a query or fragment (location.pathname has
+// none; this is the module's own guarantee).
+func cutQuery(path string) string {
+	for i := 0; i < len(path); i++ {
+		if path[i] == '?' || path[i] == '#' {
+			return path[:i]
+		}
+	}
+	return path
 }

@@ -2,15 +2,14 @@
  *
  * Install:  <script src="https://COLLECTOR/itl.js" data-site="KEY" async></script>
  * Options:  itlmon.init({ collector, site, sampleRate, match: {contentTypes, urls}, release,
- *                         optOut, modelField })
+ *                         optOut, modelField, paths })
  * Results:  const off = itlmon.onStream(summary => ...)   // one plain object per finished stream
  *
  * What it does: loads wasm_exec.js and itl.wasm from the collector, and once the module is ready
  * replaces window.fetch with a thin shim. The shim calls the page's ORIGINAL fetch first, and only
  * for responses matching the config (default: text/event-stream and application/x-ndjson, plus
- * URL patterns) hands the page a Response whose body is the original body piped through a
- * TransformStream that stamps every network read with performance.now() and copies it to the
- * module. The bytes, status, headers, url, redirected, type and errors the page sees are the
+ * URL patterns) hands the page a Response whose body is a byte stream pulled from the original
+ * one, stamping every network read with performance.now() and staging a copy for the module. The bytes, status, headers, url, redirected, type and errors the page sees are the
  * original ones. Any error in the module or the shim turns measuring off and the page keeps its
  * own fetch. Privacy: no body text leaves the page; the request body is scanned only for its
  * top-level "model" field; URLs lose their query and fragment.
@@ -37,6 +36,11 @@
     release: '',
     optOut: false,
     modelField: 'model',
+    // paths: 'ids' (default) sends page and API paths with id-like segments
+    // (UUIDs, numbers, long tokens with digits: conversation and thread ids)
+    // replaced by ':id', which also keeps dashboards grouped by route;
+    // 'raw' sends them as they are; a function(path) -> path decides itself.
+    paths: 'ids',
     flushMs: 0,
     testHooks: false,
   };
@@ -125,14 +129,26 @@
     }
     return {
       origin: u.origin,
-      path: u.pathname, // never the query or fragment
-      href: u.origin + u.pathname,
+      path: redactPath(u.pathname), // never the query or fragment
+      href: u.origin + redactPath(u.pathname),
       full: u.href.split('#')[0], // only to look up resource timing in this page; never sent
       method: String(method).toUpperCase(),
       model: model,
       signal: (init && init.signal) || (input && input.signal) || null,
       urlMatch: urlMatches(u.href),
     };
+  }
+
+  var ID_SEGMENT = /^(?:[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}|\d{3,}|(?=[\w-]*\d)[\w-]{16,})$/i;
+
+  // redactPath applies cfg.paths to a path (never with a query: callers
+  // pass pathnames).
+  function redactPath(path) {
+    try {
+      if (typeof cfg.paths === 'function') return String(cfg.paths(path));
+      if (cfg.paths === 'raw') return path;
+      return path.split('/').map(function (seg) { return ID_SEGMENT.test(seg) ? ':id' : seg; }).join('/');
+    } catch (_) { return ''; }
   }
 
   function typeMatches(ct) {
@@ -230,7 +246,7 @@
       var sid = new Uint8Array(16);
       crypto.getRandomValues(sid);
       var id = api.start(t0, performance.timeOrigin + t0, facts.href, facts.method, facts.model,
-        ct.split(';')[0].trim().toLowerCase(), resp.status, origin, sid);
+        ct.split(';')[0].trim().toLowerCase(), resp.status, origin, sid, redactPath(location.pathname));
       if (typeof id !== 'number' || id < 0) return resp; // not measured: the body is untouched
       var done = false;
       var finish = function (kind) {
@@ -379,7 +395,7 @@
       flushMs: +cfg.flushMs || 0,
       testHooks: !!cfg.testHooks,
       pageOrigin: location.origin,
-      pagePath: location.pathname,
+      pagePath: redactPath(location.pathname),
       userAgent: nav.userAgent,
       uaBrands: uad && uad.brands ? uad.brands.map(function (b) { return b.brand + ';' + b.version; }).join(',') : '',
       uaPlatform: uad ? uad.platform || '' : '',
