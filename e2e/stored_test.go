@@ -23,36 +23,54 @@ const (
 // TestStoredCadence: 200 tokens at 20 ms through the real collector into
 // ClickHouse: 200 content events, ITL p50 within 2 ms of 20 ms, TTFT within
 // 5 ms of what the page measured itself.
+//
+// The module stamps a read before handing it to the page, so a stored TTFT
+// later than the page's is a bug, and fails at once. A page that saw its
+// first token more than 5 ms after the module stamped it was preempted
+// between the two (2 busy cores): that run is logged and run again, at most
+// three times; every other check applies to every run.
 func TestStoredCadence(t *testing.T) {
 	_, c, ctx := collectorPage(t, nil)
 	const q = "tokens=200&interval_ms=20"
 	wantN, wantSum := wantBody(t, q)
-	page := RunStream(t, ctx, StreamOpts{Query: q})
-	if page.Error != "" || page.Bytes != wantN || page.SHA256 != wantSum {
-		t.Fatalf("page read %d bytes (err %q), want %d bytes identical", page.Bytes, page.Error, wantN)
-	}
-	sum := lastSummary(t, ctx)
-	row := StreamByID(t, WaitStreams(t, c, "e2e", 1), sum.ID)
-	if got, want := row.ContentEvents, uint32(200); got != want {
-		t.Errorf("content_events = %d, want %d", got, want)
-	}
-	if got := row.GapP50Ms; math.Abs(got-20) > 2 {
-		t.Errorf("gap_p50_ms = %.2f, want 20 ± 2", got)
-	}
-	if row.TTFTMs == nil {
-		t.Fatalf("ttft_ms = null, want ≈ %.1f (page)", page.TTFTMs)
-	}
-	if got, want := *row.TTFTMs, page.TTFTMs; math.Abs(got-want) > 5 {
-		t.Errorf("ttft_ms = %.2f, page measured %.2f: want within 5 ms", got, want)
-	}
-	if got, want := row.Status, uint8(statusComplete); got != want {
-		t.Errorf("status = %d, want %d (complete)", got, want)
-	}
-	if row.Model != "e2e-model" || row.URLPath != "/v1/chat/completions" || row.ContentType != "text/event-stream" {
-		t.Errorf("facts: model %q url_path %q content_type %q", row.Model, row.URLPath, row.ContentType)
-	}
-	if got, want := row.Bytes, uint64(wantN); got != want {
-		t.Errorf("bytes = %d, want %d", got, want)
+	for attempt := 1; ; attempt++ {
+		page := RunStream(t, ctx, StreamOpts{Query: q})
+		if page.Error != "" || page.Bytes != wantN || page.SHA256 != wantSum {
+			t.Fatalf("page read %d bytes (err %q), want %d bytes identical", page.Bytes, page.Error, wantN)
+		}
+		sum := lastSummary(t, ctx)
+		row := StreamByID(t, WaitStreams(t, c, "e2e", attempt), sum.ID)
+		if got, want := row.ContentEvents, uint32(200); got != want {
+			t.Errorf("content_events = %d, want %d", got, want)
+		}
+		if got := row.GapP50Ms; math.Abs(got-20) > 2 {
+			t.Errorf("gap_p50_ms = %.2f, want 20 ± 2", got)
+		}
+		if got, want := row.Status, uint8(statusComplete); got != want {
+			t.Errorf("status = %d, want %d (complete)", got, want)
+		}
+		if row.Model != "e2e-model" || row.URLPath != "/v1/chat/completions" || row.ContentType != "text/event-stream" {
+			t.Errorf("facts: model %q url_path %q content_type %q", row.Model, row.URLPath, row.ContentType)
+		}
+		if got, want := row.Bytes, uint64(wantN); got != want {
+			t.Errorf("bytes = %d, want %d", got, want)
+		}
+		if row.TTFTMs == nil {
+			t.Fatalf("ttft_ms = null, want ≈ %.1f (page)", page.TTFTMs)
+		}
+		stored := *row.TTFTMs
+		if stored-page.TTFTMs > 5 {
+			t.Fatalf("ttft_ms = %.2f, page measured %.2f: the module stamped the first token late", stored, page.TTFTMs)
+		}
+		if page.TTFTMs-stored > 5 {
+			if attempt == 3 {
+				t.Fatalf("ttft_ms = %.2f, page measured %.2f: want within 5 ms (page late in 3 runs)", stored, page.TTFTMs)
+			}
+			t.Logf("run %d: the page saw its first token %.1f ms after it was stamped (%.1f vs %.1f): preempted, running again",
+				attempt, page.TTFTMs-stored, page.TTFTMs, stored)
+			continue
+		}
+		return
 	}
 }
 
