@@ -3,7 +3,8 @@ package meter
 // Format detection and per-format classification of events. Each classifier
 // gets one event's payload (an SSE event's data, an NDJSON line), says whether
 // it carried output content and picks up reported output-token counts.
-// Malformed JSON is never content.
+// Malformed JSON is never content: each classifier validates its payload once
+// (validJSON) before it looks into it.
 
 // isDone reports whether an SSE data payload is the "[DONE]" sentinel (OpenAI,
 // Vercel AI SDK).
@@ -101,7 +102,7 @@ func (m *Meter) classifySSE(data, evType []byte) bool {
 	case FormatAnthropic:
 		return m.anthropic(data)
 	case FormatVercelAI:
-		return vercelAI(data)
+		return m.vercelAI(data)
 	}
 	return !isBlank(data)
 }
@@ -110,89 +111,60 @@ func (m *Meter) classifySSE(data, evType []byte) bool {
 // reasoning, reasoning_content or refusal string, or a non-empty tool_calls
 // array (or a legacy completions "text"). A role-only delta or an empty
 // content does not count. usage.completion_tokens reports the output tokens.
+var chatPath = newJPath([]jnode{
+	0:  {key: "choices", parent: -1},
+	1:  {elems: true, parent: 0},
+	2:  {key: "delta", parent: 1},
+	3:  {key: "content", parent: 2, want: '"'},
+	4:  {key: "reasoning", parent: 2, want: '"'},
+	5:  {key: "reasoning_content", parent: 2, want: '"'},
+	6:  {key: "refusal", parent: 2, want: '"'},
+	7:  {key: "tool_calls", parent: 2, want: '['},
+	8:  {key: "function_call", parent: 2},
+	9:  {key: "arguments", parent: 8, want: '"'},
+	10: {key: "name", parent: 8, want: '"'},
+	11: {key: "text", parent: 1, want: '"'},
+	12: {key: "usage", parent: -1},
+	13: {key: "completion_tokens", parent: 12},
+})
+
+const chatContent = 1<<3 | 1<<4 | 1<<5 | 1<<6 | 1<<7 | 1<<9 | 1<<10 | 1<<11
+
 func (m *Meter) openAIChat(data []byte) bool {
-	content := false
-	var usage []byte
-	it := jobject(data)
-	for it.next() {
-		switch {
-		case jstrEqual(it.key, "choices"):
-			for ch := jarray(it.val); ch.next(); {
-				for c := jobject(ch.elem); c.next(); {
-					switch {
-					case jstrEqual(c.key, "delta"):
-						if chatDeltaContent(c.val) {
-							content = true
-						}
-					case jstrEqual(c.key, "text"):
-						if jnonEmptyString(c.val) {
-							content = true
-						}
-					}
-				}
-			}
-		case jstrEqual(it.key, "usage"):
-			usage = it.val
-		}
-	}
-	if !it.valid() {
+	if !scanJSON(data, chatPath, &m.scan) {
 		return false
 	}
-	if v, ok := jfield(usage, "completion_tokens"); ok {
+	if v := m.scan.val(data, 13); v != nil {
 		m.setTokens(v)
 	}
-	return content
-}
-
-func chatDeltaContent(delta []byte) bool {
-	for d := jobject(delta); d.next(); {
-		switch {
-		case jstrEqual(d.key, "content"), jstrEqual(d.key, "reasoning"),
-			jstrEqual(d.key, "reasoning_content"), jstrEqual(d.key, "refusal"):
-			if jnonEmptyString(d.val) {
-				return true
-			}
-		case jstrEqual(d.key, "tool_calls"):
-			if jnonEmptyArray(d.val) {
-				return true
-			}
-		case jstrEqual(d.key, "function_call"):
-			if f, ok := jfield(d.val, "arguments"); ok && jnonEmptyString(f) {
-				return true
-			}
-			if f, ok := jfield(d.val, "name"); ok && jnonEmptyString(f) {
-				return true
-			}
-		}
-	}
-	return false
+	return m.scan.hits&chatContent != 0
 }
 
 // openAIResponses: content for any "response.*.delta" event with a non-empty
 // string delta (output_text, reasoning_text, reasoning_summary_text,
 // function_call_arguments, refusal, ...). response.completed (or incomplete /
 // failed) reports response.usage.output_tokens.
+var responsesPath = newJPath([]jnode{
+	0: {key: "type", parent: -1},
+	1: {key: "delta", parent: -1, want: '"'},
+	2: {key: "response", parent: -1},
+	3: {key: "usage", parent: 2},
+	4: {key: "output_tokens", parent: 3},
+})
+
 func (m *Meter) openAIResponses(data []byte) bool {
-	var t, delta, resp []byte
-	it := jobject(data)
-	for it.next() {
-		switch {
-		case jstrEqual(it.key, "type"):
-			t = it.val
-		case jstrEqual(it.key, "delta"):
-			delta = it.val
-		case jstrEqual(it.key, "response"):
-			resp = it.val
-		}
+	if !scanJSON(data, responsesPath, &m.scan) {
+		return false
 	}
-	if !it.valid() || t == nil {
+	t := m.scan.val(data, 0)
+	if t == nil {
 		return false
 	}
 	if jstrHasPrefix(t, "response.") && jstrHasSuffix(t, ".delta") {
-		return jnonEmptyString(delta)
+		return m.scan.hit(1)
 	}
 	if jstrEqual(t, "response.completed") || jstrEqual(t, "response.incomplete") || jstrEqual(t, "response.failed") {
-		if v, ok := jget(resp, "usage", "output_tokens"); ok {
+		if v := m.scan.val(data, 4); v != nil {
 			m.setTokens(v)
 		}
 	}
@@ -204,32 +176,27 @@ func (m *Meter) openAIResponses(data []byte) bool {
 // (input_json_delta). signature and citation deltas, ping and the other events
 // are not content. message_delta's usage.output_tokens (cumulative) reports
 // the output tokens.
+var anthropicPath = newJPath([]jnode{
+	0: {key: "type", parent: -1},
+	1: {key: "delta", parent: -1},
+	2: {key: "text", parent: 1, want: '"'},
+	3: {key: "thinking", parent: 1, want: '"'},
+	4: {key: "partial_json", parent: 1, want: '"'},
+	5: {key: "usage", parent: -1},
+	6: {key: "output_tokens", parent: 5},
+})
+
 func (m *Meter) anthropic(data []byte) bool {
-	var t, delta, usage []byte
-	it := jobject(data)
-	for it.next() {
-		switch {
-		case jstrEqual(it.key, "type"):
-			t = it.val
-		case jstrEqual(it.key, "delta"):
-			delta = it.val
-		case jstrEqual(it.key, "usage"):
-			usage = it.val
-		}
-	}
-	if !it.valid() || t == nil {
+	if !scanJSON(data, anthropicPath, &m.scan) {
 		return false
 	}
+	t := m.scan.val(data, 0)
 	switch {
+	case t == nil:
 	case jstrEqual(t, "content_block_delta"):
-		for d := jobject(delta); d.next(); {
-			if (jstrEqual(d.key, "text") || jstrEqual(d.key, "thinking") || jstrEqual(d.key, "partial_json")) &&
-				jnonEmptyString(d.val) {
-				return true
-			}
-		}
+		return m.scan.hits&(1<<2|1<<3|1<<4) != 0
 	case jstrEqual(t, "message_delta"):
-		if v, ok := jfield(usage, "output_tokens"); ok {
+		if v := m.scan.val(data, 6); v != nil {
 			m.setTokens(v)
 		}
 	}
@@ -239,21 +206,19 @@ func (m *Meter) anthropic(data []byte) bool {
 // vercelAI: content for text-delta, reasoning-delta and tool-input-delta parts
 // with a non-empty delta (v5: "delta"; tool input: "inputTextDelta"; older:
 // "textDelta"). The UI message stream carries no token usage.
-func vercelAI(data []byte) bool {
-	var t []byte
-	nonEmpty := false
-	it := jobject(data)
-	for it.next() {
-		switch {
-		case jstrEqual(it.key, "type"):
-			t = it.val
-		case jstrEqual(it.key, "delta"), jstrEqual(it.key, "inputTextDelta"), jstrEqual(it.key, "textDelta"):
-			if jnonEmptyString(it.val) {
-				nonEmpty = true
-			}
-		}
+var vercelPath = newJPath([]jnode{
+	0: {key: "type", parent: -1},
+	1: {key: "delta", parent: -1, want: '"'},
+	2: {key: "inputTextDelta", parent: -1, want: '"'},
+	3: {key: "textDelta", parent: -1, want: '"'},
+})
+
+func (m *Meter) vercelAI(data []byte) bool {
+	if !scanJSON(data, vercelPath, &m.scan) {
+		return false
 	}
-	return it.valid() && nonEmpty &&
+	t := m.scan.val(data, 0)
+	return t != nil && m.scan.hits&(1<<1|1<<2|1<<3) != 0 &&
 		(jstrEqual(t, "text-delta") || jstrEqual(t, "reasoning-delta") || jstrEqual(t, "tool-input-delta"))
 }
 
@@ -291,40 +256,25 @@ func (m *Meter) classifyNDJSON(line []byte) bool {
 // ollama: content when message.content, message.thinking (chat) or response,
 // thinking (generate) is a non-empty string, or message.tool_calls is a
 // non-empty array. The final line ("done": true) reports eval_count.
+var ollamaPath = newJPath([]jnode{
+	0: {key: "message", parent: -1},
+	1: {key: "content", parent: 0, want: '"'},
+	2: {key: "thinking", parent: 0, want: '"'},
+	3: {key: "tool_calls", parent: 0, want: '['},
+	4: {key: "response", parent: -1, want: '"'},
+	5: {key: "thinking", parent: -1, want: '"'},
+	6: {key: "done", parent: -1},
+	7: {key: "eval_count", parent: -1},
+})
+
 func (m *Meter) ollama(line []byte) bool {
-	content, done := false, false
-	var evalCount []byte
-	it := jobject(line)
-	for it.next() {
-		switch {
-		case jstrEqual(it.key, "message"):
-			for msg := jobject(it.val); msg.next(); {
-				switch {
-				case jstrEqual(msg.key, "content"), jstrEqual(msg.key, "thinking"):
-					if jnonEmptyString(msg.val) {
-						content = true
-					}
-				case jstrEqual(msg.key, "tool_calls"):
-					if jnonEmptyArray(msg.val) {
-						content = true
-					}
-				}
-			}
-		case jstrEqual(it.key, "response"), jstrEqual(it.key, "thinking"):
-			if jnonEmptyString(it.val) {
-				content = true
-			}
-		case jstrEqual(it.key, "done"):
-			done = string(it.val) == "true"
-		case jstrEqual(it.key, "eval_count"):
-			evalCount = it.val
-		}
-	}
-	if !it.valid() {
+	if !scanJSON(line, ollamaPath, &m.scan) {
 		return false
 	}
-	if done && evalCount != nil {
-		m.setTokens(evalCount)
+	if string(m.scan.val(line, 6)) == "true" {
+		if v := m.scan.val(line, 7); v != nil {
+			m.setTokens(v)
+		}
 	}
-	return content
+	return m.scan.hits&(1<<1|1<<2|1<<3|1<<4|1<<5) != 0
 }

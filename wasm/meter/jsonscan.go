@@ -1,113 +1,358 @@
 package meter
 
+import "unsafe"
+
 // A small allocation-free JSON scanner. It never builds values: it validates a
 // document (validJSON), finds a member of an object by key (jfield, jget),
 // walks array elements (jarray) and answers the few questions the format
 // classifiers ask of a value (non-empty string, string equality or prefix,
 // integer). Every function works on a byte slice holding one value (leading and
-// trailing whitespace allowed), is safe on malformed or truncated input (it
-// reports "not found" instead of panicking) and does not allocate.
+// trailing whitespace allowed) and does not allocate.
+//
+// Validation and lookup are split for speed: a classifier validates an event
+// once (validJSON), then looks into it with jobject, jarray and jfield, which
+// trust that the bytes are valid and only skip over them. On bytes that are
+// not valid they give unspecified results, but never panic or loop.
 
-// maxJSONDepth bounds nesting; deeper documents are treated as malformed so
-// that recursion stays shallow whatever the input.
+// maxJSONDepth bounds nesting; deeper documents are treated as malformed (it
+// is also the width of validJSON's container stack).
 const maxJSONDepth = 64
 
 func isJSONSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
 
 func skipWS(b []byte, i int) int {
-	for i < len(b) && isJSONSpace(b[i]) {
+	for i < len(b) && b[i] <= ' ' && isJSONSpace(b[i]) {
 		i++
 	}
 	return i
 }
 
 // validJSON reports whether b is exactly one well-formed JSON value,
-// surrounded by optional whitespace.
-func validJSON(b []byte) bool {
-	i := skipWS(b, 0)
-	j, ok := skipValue(b, i, 0)
-	return ok && skipWS(b, j) == len(b)
+// surrounded by optional whitespace, nested at most maxJSONDepth deep.
+func validJSON(b []byte) bool { return scanJSON(b, nil, nil) }
+
+// A jpath names the values a classifier wants from an event, as a tree of
+// object keys and array elements under the root object. scanJSON notes them
+// while it validates, so an event is read once: a second look (or a third,
+// into nested values) costs as much again, and WebAssembly makes every pass
+// and every call dear. Make one with newJPath.
+type jpath struct {
+	nodes []jnode
+	kids  [maxJNodes + 1][]int8 // kids[p+1]: the nodes whose parent is p
 }
 
-// skipValue returns the index just past the value starting at b[i] (no
-// leading whitespace).
-func skipValue(b []byte, i, depth int) (int, bool) {
+// A jnode is one step of a jpath.
+type jnode struct {
+	key    string // the member's key (compared after unescaping)
+	elems  bool   // instead of key: every element of the parent array
+	parent int8   // index of the parent node; -1: a member of the root object
+	want   byte   // '"': hit when a non-empty string; '[': when a non-empty array
+}
+
+// newJPath indexes nodes (a parent before its children, at most maxJNodes).
+func newJPath(nodes []jnode) *jpath {
+	if len(nodes) > maxJNodes {
+		panic("meter: jpath too long")
+	}
+	p := &jpath{nodes: nodes}
+	for n, nd := range nodes {
+		if int(nd.parent) >= n || nd.parent < -1 {
+			panic("meter: jpath parent must come first")
+		}
+		p.kids[nd.parent+1] = append(p.kids[nd.parent+1], int8(n))
+	}
+	return p
+}
+
+// maxJNodes bounds a jpath (a jscan's hit mask and spans).
+const maxJNodes = 24
+
+// jscan is what scanJSON noted for a jpath: for each node the span of its
+// last occurrence (duplicate keys: the last wins, as in JavaScript), and
+// whether any occurrence was the non-empty string or array the node wants.
+type jscan struct {
+	span [maxJNodes][2]int32 // [start, end) in the scanned bytes; end 0: absent
+	hits uint32              // bit n: node n was a hit
+}
+
+// val returns node n's last value, or nil.
+func (r *jscan) val(b []byte, n int) []byte {
+	if r.span[n][1] == 0 {
+		return nil
+	}
+	return b[r.span[n][0]:r.span[n][1]]
+}
+
+func (r *jscan) hit(n int) bool { return r.hits&(1<<n) != 0 }
+
+// child returns the node for the member key (a raw string token) of a value
+// at node parent, or for an element of it (elems), or -2 when not wanted.
+func (p *jpath) child(parent int8, key []byte, elems bool) int8 {
+	kids := p.kids[parent+1]
+	if elems {
+		for _, n := range kids {
+			if p.nodes[n].elems {
+				return n
+			}
+		}
+		return -2
+	}
+	k := key[1 : len(key)-1]
+	for _, n := range kids {
+		nd := &p.nodes[n]
+		if !nd.elems && len(k) == len(nd.key) && string(k) == nd.key {
+			return n
+		}
+	}
+	if indexByte(k, '\\') >= 0 { // an escaped key: compare it decoded
+		for _, n := range kids {
+			if nd := &p.nodes[n]; !nd.elems && jstrEqual(key, nd.key) {
+				return n
+			}
+		}
+	}
+	return -2
+}
+
+func (r *jscan) note(p *jpath, n int8, b []byte, s, e int) {
+	r.span[n] = [2]int32{int32(s), int32(e)}
+	switch p.nodes[n].want {
+	case '"':
+		if b[s] == '"' && e-s > 2 {
+			r.hits |= 1 << n
+		}
+	case '[':
+		if jnonEmptyArray(b[s:e]) {
+			r.hits |= 1 << n
+		}
+	}
+}
+
+// scanJSON reports whether b is one well-formed JSON value (validJSON) and,
+// with a jpath, notes the values it names into r (reset first).
+//
+// It is one iterative pass: an explicit stack of container kinds (and their
+// jpath nodes), no recursion, strings and integers scanned in line. It runs
+// once per event and is the bulk of the meter's work, so it is written for
+// speed (in WebAssembly a call costs as much as scanning ~10 bytes). Where a
+// container is not on the jpath its members cost no key comparison.
+func scanJSON(b []byte, p *jpath, r *jscan) bool {
+	var (
+		objects uint64 // bit d: the container at depth d is an object
+		depth   int    // containers open
+		i       = skipWS(b, 0)
+		vs      int       // where the current value (or key) starts
+		vn      int8 = -2 // its jpath node (-1: the root, -2: none)
+		isKey   bool      // the string being scanned is a member's key
+		closed  bool      // a container just closed (its node: nodes[depth])
+		ok      bool
+		c       byte
+		nodes   [maxJSONDepth]int8
+		starts  [maxJSONDepth]int32
+	)
+	if p != nil {
+		*r = jscan{}
+		vn = -1
+		if len(b) > 1<<31-1 {
+			p = nil // spans would not fit: validate only
+			vn = -2
+		}
+	}
+value:
 	if i >= len(b) {
-		return i, false
+		return false
 	}
-	switch c := b[i]; {
+	vs, c = i, b[i]
+	switch {
 	case c == '"':
-		return skipString(b, i)
-	case c == '{':
+		goto str
+	case c == '{' || c == '[':
 		if depth >= maxJSONDepth {
-			return i, false
+			return false
 		}
+		nodes[depth], starts[depth] = vn, int32(vs)
 		i = skipWS(b, i+1)
-		if i < len(b) && b[i] == '}' {
-			return i + 1, true
+		if c == '{' {
+			objects |= 1 << depth
+			depth++
+			if i < len(b) && b[i] == '}' {
+				i++
+				depth--
+				closed = true
+				goto after
+			}
+			goto key
 		}
-		for {
-			if i >= len(b) || b[i] != '"' {
-				return i, false
-			}
-			var ok bool
-			if i, ok = skipString(b, i); !ok {
-				return i, false
-			}
-			i = skipWS(b, i)
-			if i >= len(b) || b[i] != ':' {
-				return i, false
-			}
-			if i, ok = skipValue(b, skipWS(b, i+1), depth+1); !ok {
-				return i, false
-			}
-			i = skipWS(b, i)
-			if i >= len(b) {
-				return i, false
-			}
-			if b[i] == '}' {
-				return i + 1, true
-			}
-			if b[i] != ',' {
-				return i, false
-			}
-			i = skipWS(b, i+1)
-		}
-	case c == '[':
-		if depth >= maxJSONDepth {
-			return i, false
-		}
-		i = skipWS(b, i+1)
+		objects &^= 1 << depth
+		depth++
 		if i < len(b) && b[i] == ']' {
-			return i + 1, true
+			i++
+			depth--
+			closed = true
+			goto after
 		}
-		for {
-			var ok bool
-			if i, ok = skipValue(b, i, depth+1); !ok {
-				return i, false
-			}
-			i = skipWS(b, i)
-			if i >= len(b) {
-				return i, false
-			}
-			if b[i] == ']' {
-				return i + 1, true
-			}
-			if b[i] != ',' {
-				return i, false
-			}
-			i = skipWS(b, i+1)
+		if vn != -2 {
+			vn = p.child(vn, nil, true)
 		}
-	case c == '-' || (c >= '0' && c <= '9'):
-		return skipNumber(b, i)
+		goto value
+	case c >= '1' && c <= '9': // an integer in line; anything else in skipNumber
+		for i++; i < len(b) && b[i] >= '0' && b[i] <= '9'; i++ {
+		}
+		if i < len(b) && (b[i] == '.' || b[i] == 'e' || b[i] == 'E') {
+			if i, ok = skipNumber(b, vs); !ok {
+				return false
+			}
+		}
+	case c == '-' || c == '0':
+		if i, ok = skipNumber(b, i); !ok {
+			return false
+		}
 	case c == 't':
-		return skipLiteral(b, i, "true")
+		if i, ok = skipLiteral(b, i, "true"); !ok {
+			return false
+		}
 	case c == 'f':
-		return skipLiteral(b, i, "false")
+		if i, ok = skipLiteral(b, i, "false"); !ok {
+			return false
+		}
 	case c == 'n':
-		return skipLiteral(b, i, "null")
+		if i, ok = skipLiteral(b, i, "null"); !ok {
+			return false
+		}
+	default:
+		return false
 	}
-	return i, false
+noted:
+	if vn >= 0 {
+		r.note(p, vn, b, vs, i)
+	}
+	// After a value: a separator, the end of its container or of b.
+after:
+	for {
+		if closed {
+			closed = false
+			if n := nodes[depth]; n >= 0 {
+				r.note(p, n, b, int(starts[depth]), i)
+			}
+		}
+		i = skipWS(b, i)
+		if depth == 0 {
+			return i == len(b)
+		}
+		if i >= len(b) {
+			return false
+		}
+		inObject := objects>>(depth-1)&1 == 1
+		switch c = b[i]; {
+		case c == ',':
+			i = skipWS(b, i+1)
+			if inObject {
+				goto key
+			}
+			if vn = nodes[depth-1]; vn != -2 {
+				vn = p.child(vn, nil, true)
+			}
+			goto value
+		case c == '}' && inObject, c == ']' && !inObject:
+			i++
+			depth--
+			closed = true
+			continue
+		}
+		return false
+	}
+key:
+	if i >= len(b) || b[i] != '"' {
+		return false
+	}
+	vs, isKey = i, true
+str: // the string at b[vs]
+	for i = vs + 1; ; i++ {
+		i = skipPlain(b, i)
+		for i < len(b) && !strStop[b[i]] {
+			i++
+		}
+		if i >= len(b) {
+			return false
+		}
+		if b[i] == '"' {
+			i++
+			break
+		}
+		if i, ok = skipEscape(b, i); !ok {
+			return false
+		}
+	}
+	if !isKey {
+		goto noted
+	}
+	isKey = false
+	if vn = nodes[depth-1]; vn != -2 {
+		vn = p.child(vn, b[vs:i], false)
+	}
+	i = skipWS(b, i)
+	if i >= len(b) || b[i] != ':' {
+		return false
+	}
+	i = skipWS(b, i+1)
+	goto value
+}
+
+// skipTrusted returns the index just past the value starting at b[i] in
+// bytes validJSON accepted (a member's or element's value). It checks nothing
+// but bounds: on other input it returns some index <= len(b), never panics.
+func skipTrusted(b []byte, i int) int {
+	if i >= len(b) {
+		return len(b)
+	}
+	switch b[i] {
+	case '"':
+		return skipStringTrusted(b, i)
+	case '{', '[':
+		depth := 0
+		for i < len(b) {
+			switch b[i] {
+			case '"':
+				i = skipStringTrusted(b, i)
+				continue
+			case '{', '[':
+				depth++
+			case '}', ']':
+				depth--
+				if depth == 0 {
+					return i + 1
+				}
+			}
+			i++
+		}
+		return i
+	}
+	for i < len(b) && !scalarEnd[b[i]] { // number, true, false, null
+		i++
+	}
+	return i
+}
+
+// scalarEnd marks the bytes that end a number or literal in valid JSON.
+var scalarEnd = func() (t [256]bool) {
+	for _, c := range []byte(",}] \t\n\r") {
+		t[c] = true
+	}
+	return t
+}()
+
+// skipStringTrusted returns the index just past the string token at b[i] ==
+// '"' of valid JSON.
+func skipStringTrusted(b []byte, i int) int {
+	for i++; i < len(b); i++ {
+		switch b[i] {
+		case '"':
+			return i + 1
+		case '\\':
+			i++
+		}
+	}
+	return len(b)
 }
 
 func skipLiteral(b []byte, i int, lit string) (int, bool) {
@@ -115,6 +360,30 @@ func skipLiteral(b []byte, i int, lit string) (int, bool) {
 		return i, false
 	}
 	return i + len(lit), true
+}
+
+// Word-at-a-time tests on 8 bytes (SWAR): ones*c repeats byte c.
+const (
+	ones  = 0x0101010101010101
+	highs = 0x8080808080808080
+)
+
+// skipPlain returns the index of the first 8-byte word from b[i] on that may
+// hold a byte strStop marks (or where fewer than 8 bytes are left): string
+// bodies are skipped a word per step, which matters most in WebAssembly.
+// A word is flagged when some byte is '"', '\\' or < 0x20 (exact: no byte is
+// missed; a flagged word is then scanned byte by byte).
+func skipPlain(b []byte, i int) int {
+	for i >= 0 && i+8 <= len(b) {
+		w := *(*uint64)(unsafe.Pointer(&b[i])) // little-endian on amd64, arm64 and wasm
+		q := w ^ (ones * '"')
+		e := w ^ (ones * '\\')
+		if ((q-ones)&^q|(e-ones)&^e|(w-ones*0x20)&^w)&highs != 0 {
+			return i
+		}
+		i += 8
+	}
+	return i
 }
 
 // strStop marks the bytes a string scan must look at: the closing quote, an
@@ -129,39 +398,49 @@ var strStop = func() (t [256]bool) {
 
 // skipString returns the index just past the string starting at b[i] == '"'.
 func skipString(b []byte, i int) (int, bool) {
+	var ok bool
 	for i++; i < len(b); i++ {
+		i = skipPlain(b, i)
 		for i < len(b) && !strStop[b[i]] {
 			i++
 		}
 		if i >= len(b) {
 			break
 		}
-		switch c := b[i]; {
-		case c == '"':
+		if b[i] == '"' {
 			return i + 1, true
-		case c == '\\':
-			i++
-			if i >= len(b) {
-				return i, false
-			}
-			switch b[i] {
-			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
-			case 'u':
-				if len(b)-i <= 4 {
-					return len(b), false
-				}
-				for k := 1; k <= 4; k++ {
-					if hexVal(b[i+k]) < 0 {
-						return i, false
-					}
-				}
-				i += 4
-			default:
-				return i, false
-			}
-		default: // a control character
+		}
+		if i, ok = skipEscape(b, i); !ok {
 			return i, false
 		}
+	}
+	return i, false
+}
+
+// skipEscape checks the escape at b[i] == '\\' inside a string (any other
+// byte there is a control character: an error) and returns the index of its
+// last byte.
+func skipEscape(b []byte, i int) (int, bool) {
+	if b[i] != '\\' {
+		return i, false
+	}
+	i++
+	if i >= len(b) {
+		return i, false
+	}
+	switch b[i] {
+	case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+		return i, true
+	case 'u':
+		if len(b)-i <= 4 {
+			return len(b), false
+		}
+		for k := 1; k <= 4; k++ {
+			if hexVal(b[i+k]) < 0 {
+				return i, false
+			}
+		}
+		return i + 4, true
 	}
 	return i, false
 }
@@ -225,42 +504,14 @@ func hexVal(c byte) int {
 // jfield returns the value of member key of the object in b (b holds one
 // value, whitespace allowed around it). The first member with that key wins.
 // Keys are compared after unescaping, so "\u0063ontent" matches "content".
+// Like jobject, it expects bytes validJSON accepted.
 func jfield(b []byte, key string) ([]byte, bool) {
-	i := skipWS(b, 0)
-	if i >= len(b) || b[i] != '{' {
-		return nil, false
+	for it := jobject(b); it.next(); {
+		if jstrEqual(it.key, key) {
+			return it.val, true
+		}
 	}
-	i = skipWS(b, i+1)
-	if i < len(b) && b[i] == '}' {
-		return nil, false
-	}
-	for {
-		if i >= len(b) || b[i] != '"' {
-			return nil, false
-		}
-		ks := i
-		var ok bool
-		if i, ok = skipString(b, i); !ok {
-			return nil, false
-		}
-		match := jstrEqual(b[ks:i], key)
-		i = skipWS(b, i)
-		if i >= len(b) || b[i] != ':' {
-			return nil, false
-		}
-		vs := skipWS(b, i+1)
-		if i, ok = skipValue(b, vs, 1); !ok {
-			return nil, false
-		}
-		if match {
-			return b[vs:i], true
-		}
-		i = skipWS(b, i)
-		if i >= len(b) || b[i] != ',' {
-			return nil, false
-		}
-		i = skipWS(b, i+1)
-	}
+	return nil, false
 }
 
 // jget follows a path of object keys.
@@ -274,7 +525,8 @@ func jget(b []byte, keys ...string) ([]byte, bool) {
 	return b, true
 }
 
-// jarray iterates the elements of a JSON array without allocating:
+// jarray iterates the elements of a JSON array (valid JSON, see above)
+// without allocating:
 //
 //	for it := jarray(v); it.next(); { use(it.elem) }
 type jarrayIter struct {
@@ -304,8 +556,8 @@ func (it *jarrayIter) next() bool {
 		it.done = true
 		return false
 	}
-	j, ok := skipValue(b, i, 1)
-	if !ok {
+	j := skipTrusted(b, i)
+	if j <= i {
 		it.done = true
 		return false
 	}
@@ -429,7 +681,8 @@ func jint(v []byte) (int64, bool) {
 	return n, i == len(v)
 }
 
-// jobject iterates the members of a JSON object without allocating:
+// jobject iterates the members of a JSON object (valid JSON, see above)
+// without allocating:
 //
 //	for it := jobject(v); it.next(); { use(it.key, it.val) }
 //
@@ -444,8 +697,9 @@ type jobjectIter struct {
 	closed   bool // the iteration ended at the object's closing brace
 }
 
-// valid reports, once next has returned false, whether the whole of b was
-// one well-formed object (members are validated as they are skipped).
+// valid reports, once next has returned false, whether the iteration reached
+// the object's closing brace with nothing but whitespace after it. It checks
+// structure, not validity: that is validJSON's job.
 func (it *jobjectIter) valid() bool {
 	return it.closed && skipWS(it.b, it.i) == len(it.b)
 }
@@ -483,19 +737,15 @@ func (it *jobjectIter) next() bool {
 		it.done = true
 		return false
 	}
-	ke, ok := skipString(b, i)
-	if !ok {
-		it.done = true
-		return false
-	}
+	ke := skipStringTrusted(b, i)
 	j := skipWS(b, ke)
 	if j >= len(b) || b[j] != ':' {
 		it.done = true
 		return false
 	}
 	vs := skipWS(b, j+1)
-	ve, ok := skipValue(b, vs, 1)
-	if !ok {
+	ve := skipTrusted(b, vs)
+	if ve <= vs {
 		it.done = true
 		return false
 	}

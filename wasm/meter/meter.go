@@ -111,6 +111,7 @@ type Meter struct {
 	opts    Options
 	framing framing
 	format  Format
+	scan    jscan // the classifiers' scratch (one event at a time)
 
 	ended      bool
 	status     Status

@@ -1,0 +1,134 @@
+package meter
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+)
+
+// refScan notes what scanJSON should note for p, the slow way: validJSON,
+// then a recursive walk with the jobject/jarray iterators. Occurrences of a
+// node are visited in document order, so the last one wins as in scanJSON.
+func refScan(b []byte, p *jpath) jscan {
+	var r jscan
+	base := cap(b)
+	var visit func(n int8, v []byte)
+	members := func(parent int8, v []byte) {
+		for it := jobject(v); it.next(); {
+			if c := p.child(parent, it.key, false); c >= 0 {
+				visit(c, it.val)
+			}
+		}
+	}
+	visit = func(n int8, v []byte) {
+		switch v[0] {
+		case '{':
+			members(n, v)
+		case '[':
+			if c := p.child(n, nil, true); c >= 0 {
+				for it := jarray(v); it.next(); {
+					visit(c, it.elem)
+				}
+			}
+		}
+		s := base - cap(v)
+		r.note(p, n, b, s, s+len(v))
+	}
+	members(-1, b)
+	return r
+}
+
+var jpaths = map[string]*jpath{
+	"chat": chatPath, "responses": responsesPath, "anthropic": anthropicPath,
+	"vercel": vercelPath, "ollama": ollamaPath,
+}
+
+func TestScanJSONNotes(t *testing.T) {
+	doc := []byte(`{"choices":[{"delta":{"role":"assistant","content":""}},` +
+		`{"delta":{"c\u006fntent":"x","tool_calls":[]}},` +
+		`{"text":"", "delta":{"function_call":{"name":"f"}}}],` +
+		`"usage":{"completion_tokens":1},"usage":{"completion_tokens":7}}`)
+	var r jscan
+	if !scanJSON(doc, chatPath, &r) {
+		t.Fatal("valid document rejected")
+	}
+	hit := func(n int) bool { return r.hit(n) }
+	if !hit(3) { // content "x" under an escaped key
+		t.Error("escaped key \"c\\u006fntent\" not matched")
+	}
+	if hit(7) || hit(11) {
+		t.Error("an empty array or string counted as a hit")
+	}
+	if !hit(10) {
+		t.Error("function_call.name not noted")
+	}
+	if got := string(r.val(doc, 13)); got != "7" {
+		t.Errorf("completion_tokens = %q, want the last one, 7", got)
+	}
+	if got := string(r.val(doc, 2)); got != `{"function_call":{"name":"f"}}` {
+		t.Errorf("last delta = %q", got)
+	}
+	if r != refScan(doc, chatPath) {
+		t.Error("scanJSON and refScan disagree")
+	}
+
+	// Paths hold only where the shape does: "choices" as an object has no
+	// elements, a root array has no members.
+	for _, s := range []string{`{"choices":{"delta":{"content":"x"}}}`, `[{"choices":[{"delta":{"content":"x"}}]}]`, `"x"`} {
+		if !scanJSON([]byte(s), chatPath, &r) || r.hits != 0 {
+			t.Errorf("%s: valid %v, hits %b; want valid, none", s, scanJSON([]byte(s), chatPath, &r), r.hits)
+		}
+	}
+	// Invalid documents are rejected whatever they hold.
+	for _, s := range []string{`{"choices":[{"delta":{"content":"x"}}]`, `{"choices":[{"delta":{"content":"x"}}]}}`, `{"usage":{"completion_tokens":01}}`} {
+		if scanJSON([]byte(s), chatPath, &r) {
+			t.Errorf("%s accepted", s)
+		}
+	}
+}
+
+func TestJPathLayout(t *testing.T) {
+	for name, p := range jpaths {
+		if len(p.nodes) > maxJNodes {
+			t.Errorf("%s: %d nodes > %d", name, len(p.nodes), maxJNodes)
+		}
+	}
+	defer func() {
+		if recover() == nil {
+			t.Error("newJPath accepted a child before its parent")
+		}
+	}()
+	newJPath([]jnode{{key: "a", parent: 1}, {key: "b", parent: -1}})
+}
+
+// FuzzScanJSON checks the one-pass scan against encoding/json (validity) and
+// against refScan (what it notes), for every classifier's jpath.
+func FuzzScanJSON(f *testing.F) {
+	for _, fx := range loadFixtures(f) {
+		for _, line := range strings.Split(string(fx.body), "\n") {
+			if i := strings.IndexByte(line, '{'); i >= 0 {
+				f.Add([]byte(line[i:]))
+			}
+		}
+	}
+	f.Add([]byte(`{"choices":[{"delta":{"content":"a","tool_calls":[{}]}}],"usage":{"completion_tokens":3}}`))
+	f.Add([]byte(`{"type":"response.completed","response":{"usage":{"output_tokens":9}}}`))
+	f.Add([]byte(`{"message":{"content":"","tool_calls":[1]},"done":true,"eval_count":4}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		valid := validJSON(b)
+		if std := json.Valid(b); valid != std && !(std && !valid) { // deeper than maxJSONDepth: the one intended difference
+			t.Fatalf("validJSON(%q) = %v, encoding/json says %v", b, valid, std)
+		}
+		var r jscan
+		for name, p := range jpaths {
+			if got := scanJSON(b, p, &r); got != valid {
+				t.Fatalf("%s: scanJSON(%q) = %v, validJSON %v", name, b, got, valid)
+			}
+			if valid {
+				if want := refScan(b, p); r != want {
+					t.Fatalf("%s: scanJSON(%q) noted %+v, refScan %+v", name, b, r, want)
+				}
+			}
+		}
+	})
+}
