@@ -32,11 +32,15 @@ func refScan(b []byte, p *jpath) jscan {
 			}
 		}
 		s := base - cap(v)
-		r.note(p, n, b, s, s+len(v))
+		r.log = append(r.log, jnote{n, int32(s), int32(s + len(v))})
 	}
 	members(-1, b)
+	r.replay(p, b)
 	return r
 }
+
+// same compares what two scans noted.
+func same(a, b *jscan) bool { return a.span == b.span && a.hits == b.hits }
 
 var jpaths = map[string]*jpath{
 	"chat": chatPath, "responses": responsesPath, "anthropic": anthropicPath,
@@ -68,7 +72,7 @@ func TestScanJSONNotes(t *testing.T) {
 	if got := string(r.val(doc, 2)); got != `{"function_call":{"name":"f"}}` {
 		t.Errorf("last delta = %q", got)
 	}
-	if r != refScan(doc, chatPath) {
+	if want := refScan(doc, chatPath); !same(&r, &want) {
 		t.Error("scanJSON and refScan disagree")
 	}
 
@@ -125,10 +129,53 @@ func FuzzScanJSON(f *testing.F) {
 				t.Fatalf("%s: scanJSON(%q) = %v, validJSON %v", name, b, got, valid)
 			}
 			if valid {
-				if want := refScan(b, p); r != want {
+				if want := refScan(b, p); !same(&r, &want) {
 					t.Fatalf("%s: scanJSON(%q) noted %+v, refScan %+v", name, b, r, want)
 				}
 			}
 		}
 	})
+}
+
+// FuzzScanJSONResume checks that a scan resumed from the previous document
+// notes what a fresh scan does: documents b and c share a fuzzed prefix with
+// the one before them (as an SSE stream's events do).
+func FuzzScanJSONResume(f *testing.F) {
+	f.Add([]byte(`{"id":"x","object":"chat.completion.chunk","choices":[{"delta":{"content":"a"}}]}`), []byte(`"b"}}]}`), uint16(60), uint16(20))
+	f.Add([]byte(`{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"a"}}`), []byte(` "usage":{"output_tokens":3}}`), uint16(41), uint16(1))
+	f.Add([]byte(`{"a":1,"choices":[]}`), []byte(`, "usage":{"completion_tokens":2}}`), uint16(6), uint16(5))
+	f.Fuzz(func(t *testing.T, a, tail []byte, cut1, cut2 uint16) {
+		b := append(append([]byte(nil), a[:min(int(cut1), len(a))]...), tail...)
+		c := append(append([]byte(nil), b[:min(int(cut2), len(b))]...), a[min(int(cut2), len(a)):]...)
+		for name, p := range jpaths {
+			var resumed jscan
+			resumed.keep = true
+			for _, doc := range [][]byte{a, b, c} {
+				var fresh jscan
+				want := scanJSON(doc, p, &fresh)
+				if got := scanJSON(doc, p, &resumed); got != want {
+					t.Fatalf("%s: resumed scan of %q = %v, fresh %v (after %q)", name, doc, got, want, a)
+				}
+				if want && !same(&resumed, &fresh) {
+					t.Fatalf("%s: resumed scan of %q noted %+v, fresh %+v", name, doc, resumed.span, fresh.span)
+				}
+			}
+		}
+	})
+}
+
+func TestScanJSONResumes(t *testing.T) {
+	var r jscan
+	r.keep = true
+	a := []byte(`{"id":"chatcmpl-1","object":"chat.completion.chunk","choices":[{"delta":{"content":"a"}}]}`)
+	b := []byte(`{"id":"chatcmpl-1","object":"chat.completion.chunk","choices":[{"delta":{"content":""}}],"usage":{"completion_tokens":5}}`)
+	if !scanJSON(a, chatPath, &r) || !r.hit(3) {
+		t.Fatal("first document")
+	}
+	if cp, ok := r.resumeAt(b, chatPath); !ok || string(b[cp.pos:cp.pos+9]) != `"choices"` {
+		t.Fatalf("resume point %+v %v, want the \"choices\" member", cp, ok)
+	}
+	if !scanJSON(b, chatPath, &r) || r.hit(3) || string(r.val(b, 13)) != "5" {
+		t.Errorf("resumed scan: hits %b, tokens %q", r.hits, r.val(b, 13))
+	}
 }

@@ -70,10 +70,31 @@ const maxJNodes = 24
 // jscan is what scanJSON noted for a jpath: for each node the span of its
 // last occurrence (duplicate keys: the last wins, as in JavaScript), and
 // whether any occurrence was the non-empty string or array the node wants.
+// It is also scanJSON's scratch, reused from one event to the next.
 type jscan struct {
 	span [maxJNodes][2]int32 // [start, end) in the scanned bytes; end 0: absent
 	hits uint32              // bit n: node n was a hit
+	log  []jnote             // the notes in document order (span and hits replay it)
+
+	// keep: the caller leaves the scanned bytes unchanged until its next
+	// scanJSON with this jscan (the meter keeps the previous SSE event in a
+	// second buffer), so that scan may resume where the two agree.
+	keep     bool
+	prev     []byte // the last document scanned with keep
+	prevPath *jpath // its jpath
+	rootAt   int32  // where its root object began
+	cps      []jcheckpoint
 }
+
+// A jnote is one value noted: node n at b[start:end].
+type jnote struct {
+	n          int8
+	start, end int32
+}
+
+// A jcheckpoint is where a member of the root object began in prev, and how
+// many notes had been made before it.
+type jcheckpoint struct{ pos, log int32 }
 
 // val returns node n's last value, or nil.
 func (r *jscan) val(b []byte, n int) []byte {
@@ -114,18 +135,57 @@ func (p *jpath) child(parent int8, key []byte, elems bool) int8 {
 	return -2
 }
 
-func (r *jscan) note(p *jpath, n int8, b []byte, s, e int) {
-	r.span[n] = [2]int32{int32(s), int32(e)}
-	switch p.nodes[n].want {
-	case '"':
-		if b[s] == '"' && e-s > 2 {
-			r.hits |= 1 << n
-		}
-	case '[':
-		if jnonEmptyArray(b[s:e]) {
-			r.hits |= 1 << n
+// replay sets span and hits from log.
+func (r *jscan) replay(p *jpath, b []byte) {
+	r.span, r.hits = [maxJNodes][2]int32{}, 0
+	for _, e := range r.log {
+		r.span[e.n] = [2]int32{e.start, e.end}
+		switch p.nodes[e.n].want {
+		case '"':
+			if b[e.start] == '"' && e.end-e.start > 2 {
+				r.hits |= 1 << e.n
+			}
+		case '[':
+			if jnonEmptyArray(b[e.start:e.end]) {
+				r.hits |= 1 << e.n
+			}
 		}
 	}
+}
+
+// resumeAt returns the last checkpoint of the previous document before the
+// first byte where b differs from it (ok false: none, or the previous scan
+// was of another jpath or not kept). The byte at the checkpoint itself must
+// agree too (the key's opening quote): whitespace there would be skipped.
+func (r *jscan) resumeAt(b []byte, p *jpath) (cp jcheckpoint, ok bool) {
+	if !r.keep || r.prev == nil || r.prevPath != p || len(r.cps) == 0 {
+		return cp, false
+	}
+	same := commonPrefix(b, r.prev)
+	k := len(r.cps) - 1
+	for k >= 0 && int(r.cps[k].pos) >= same {
+		k--
+	}
+	if k < 0 {
+		return cp, false
+	}
+	r.cps = r.cps[:k+1]
+	return r.cps[k], true
+}
+
+// commonPrefix returns how many leading bytes a and b share (8 at a time).
+func commonPrefix(a, b []byte) int {
+	n := min(len(a), len(b))
+	i := 0
+	for ; i+8 <= n; i += 8 {
+		if *(*uint64)(unsafe.Pointer(&a[i])) != *(*uint64)(unsafe.Pointer(&b[i])) {
+			break
+		}
+	}
+	for i < n && a[i] == b[i] {
+		i++
+	}
+	return i
 }
 
 // scanJSON reports whether b is one well-formed JSON value (validJSON) and,
@@ -136,7 +196,36 @@ func (r *jscan) note(p *jpath, n int8, b []byte, s, e int) {
 // once per event and is the bulk of the meter's work, so it is written for
 // speed (in WebAssembly a call costs as much as scanning ~10 bytes). Where a
 // container is not on the jpath its members cost no key comparison.
+//
+// With r.keep it resumes: events of one stream repeat most of their bytes
+// (an OpenAI chat chunk's id, object, created, model and fingerprint come
+// before the delta), so when b starts like the previous document up to one
+// of its root members, the scan starts there, in the state the previous scan
+// had there (which is the state a scan of b would reach: the bytes before it
+// are the same), with the notes made before it.
 func scanJSON(b []byte, p *jpath, r *jscan) bool {
+	if p == nil {
+		return scan(b, nil, nil)
+	}
+	if len(b) > 1<<31-1 { // spans would not fit: validate only
+		r.span, r.hits, r.prev = [maxJNodes][2]int32{}, 0, nil
+		return scan(b, nil, nil)
+	}
+	ok := scan(b, p, r)
+	if ok {
+		r.replay(p, b)
+	} else {
+		r.span, r.hits = [maxJNodes][2]int32{}, 0
+	}
+	r.prev, r.prevPath = nil, nil
+	if r.keep {
+		r.prev, r.prevPath = b, p
+	}
+	return ok
+}
+
+// scan is scanJSON's pass; it leaves the notes in r.log.
+func scan(b []byte, p *jpath, r *jscan) bool {
 	var (
 		objects uint64 // bit d: the container at depth d is an object
 		depth   int    // containers open
@@ -151,12 +240,14 @@ func scanJSON(b []byte, p *jpath, r *jscan) bool {
 		starts  [maxJSONDepth]int32
 	)
 	if p != nil {
-		*r = jscan{}
 		vn = -1
-		if len(b) > 1<<31-1 {
-			p = nil // spans would not fit: validate only
-			vn = -2
+		if cp, ok := r.resumeAt(b, p); ok {
+			r.log = r.log[:cp.log]
+			depth, objects, i = 1, 1, int(cp.pos)
+			nodes[0], starts[0] = -1, r.rootAt
+			goto key
 		}
+		r.log, r.cps = r.log[:0], r.cps[:0]
 	}
 value:
 	if i >= len(b) {
@@ -171,6 +262,9 @@ value:
 			return false
 		}
 		nodes[depth], starts[depth] = vn, int32(vs)
+		if depth == 0 && p != nil {
+			r.rootAt = int32(vs)
+		}
 		i = skipWS(b, i+1)
 		if c == '{' {
 			objects |= 1 << depth
@@ -224,7 +318,7 @@ value:
 	}
 noted:
 	if vn >= 0 {
-		r.note(p, vn, b, vs, i)
+		r.log = append(r.log, jnote{vn, int32(vs), int32(i)})
 	}
 	// After a value: a separator, the end of its container or of b.
 after:
@@ -232,7 +326,7 @@ after:
 		if closed {
 			closed = false
 			if n := nodes[depth]; n >= 0 {
-				r.note(p, n, b, int(starts[depth]), i)
+				r.log = append(r.log, jnote{n, starts[depth], int32(i)})
 			}
 		}
 		i = skipWS(b, i)
@@ -264,6 +358,9 @@ after:
 key:
 	if i >= len(b) || b[i] != '"' {
 		return false
+	}
+	if depth == 1 && p != nil && r.keep && nodes[0] == -1 {
+		r.cps = append(r.cps, jcheckpoint{int32(i), int32(len(r.log))})
 	}
 	vs, isKey = i, true
 str: // the string at b[vs]

@@ -3,6 +3,7 @@ package meter
 import (
 	"bytes"
 	"strings"
+	"unsafe"
 
 	"github.com/itlmon/itlmon/wasm/hist"
 )
@@ -123,6 +124,7 @@ type Meter struct {
 	skipLF   bool // the previous line ended with CR: a following LF belongs to it
 	carry    []byte
 	data     []byte // SSE data buffer (lines joined with LF, trailing LF kept)
+	prevData []byte // the previous event's data buffer, kept for scan to resume from
 	hasData  bool
 	evType   [32]byte // SSE event type buffer (truncated)
 	evTypeN  int
@@ -192,6 +194,8 @@ func (m *Meter) Reset(opts Options) {
 		opts:         opts,
 		carry:        keep(old.carry, keepBytes),
 		data:         keep(old.data, keepBytes),
+		prevData:     keep(old.prevData, keepBytes),
+		scan:         jscan{log: keep(old.scan.log, keepGaps), cps: keep(old.scan.cps, keepGaps)},
 		sniff:        old.sniff[:0],
 		sniffRds:     old.sniffRds[:0],
 		gaps:         keep(old.gaps, keepGaps),
@@ -479,17 +483,24 @@ func (m *Meter) frame(p []byte) {
 	m.lines(p)
 }
 
-// indexLineEnd returns the index of the first CR or LF in p, or -1.
+// indexLineEnd returns the index of the first CR or LF in p, or -1. It looks
+// at 8 bytes per step (see skipPlain): in WebAssembly bytes.IndexByte is a
+// byte loop, and a CR check after it would be a second pass.
 func indexLineEnd(p []byte) int {
-	n := indexByte(p, '\n')
-	q := p
-	if n >= 0 {
-		q = p[:n]
+	i := 0
+	for ; i+8 <= len(p); i += 8 {
+		w := *(*uint64)(unsafe.Pointer(&p[i]))
+		n, r := w^(ones*'\n'), w^(ones*'\r')
+		if ((n-ones)&^n|(r-ones)&^r)&highs != 0 {
+			break
+		}
 	}
-	if r := indexByte(q, '\r'); r >= 0 {
-		return r
+	for ; i < len(p); i++ {
+		if p[i] == '\n' || p[i] == '\r' {
+			return i
+		}
 	}
-	return n
+	return -1
 }
 
 // lines splits p into lines (LF, CR or CRLF, a CRLF split across reads
@@ -570,12 +581,14 @@ func (m *Meter) sseDispatch() {
 	if n := len(data); n > 0 && data[n-1] == '\n' {
 		data = data[:n-1]
 	}
+	m.scan.keep = true // data stays as it is until the dispatch after next
 	content := m.classifySSE(data, m.evType[:m.evTypeN])
 	if m.trace != nil {
 		m.trace(data, content)
 	}
 	m.event(content)
-	m.data, m.hasData, m.evTypeN = m.data[:0], false, 0
+	m.data, m.prevData = m.prevData[:0], m.data
+	m.hasData, m.evTypeN = false, 0
 }
 
 func (m *Meter) ndjsonLine(line []byte) {
@@ -589,6 +602,7 @@ func (m *Meter) ndjsonLine(line []byte) {
 	if i == j {
 		return // blank lines are not events
 	}
+	m.scan.keep = false // line is in the caller's read buffer
 	content := m.classifyNDJSON(line[i:j])
 	if m.trace != nil {
 		m.trace(line[i:j], content)
