@@ -234,7 +234,8 @@ function e2eLoaded() {
 function hex(buf) { return Array.from(new Uint8Array(buf), function (b) { return b.toString(16).padStart(2, '0'); }).join(''); }
 // e2e.stream fetches /v1/chat/completions?query and reads the body the way
 // opts.mode says: "reader" (default), "text", "forawait", "byob" (a BYOB
-// reader with 700-byte views), "clone" (reads a clone, then the original). opts.abortAfterMs aborts through an AbortController.
+// reader with 700-byte views), "clone" (reads a clone, then the original),
+// "clonebyob" (reads a clone, then the original with a BYOB reader). opts.abortAfterMs aborts through an AbortController.
 e2e.stream = async function (query, opts) {
   opts = opts || {};
   var ctrl = new AbortController();
@@ -262,7 +263,12 @@ e2e.stream = async function (query, opts) {
       seen(new TextEncoder().encode(s)); out.reads = -1;
     } else if (mode === 'forawait') {
       for await (var c of resp.body) seen(c);
-    } else if (mode === 'byob') {
+    } else if (mode === 'byob' || mode === 'clonebyob') {
+      if (mode === 'clonebyob') { // cloning swaps the original's body for a tee branch
+        var b1 = new Uint8Array(await resp.clone().arrayBuffer());
+        out.cloneBytes = b1.byteLength;
+        out.cloneSha256 = hex(await crypto.subtle.digest('SHA-256', b1));
+      }
       var br = resp.body.getReader({ mode: 'byob' });
       for (;;) { var x = await br.read(new Uint8Array(700)); if (x.done) break; seen(x.value.slice()); }
     } else {
@@ -373,7 +379,7 @@ func OpenPage(t testing.TB, ctx context.Context, pageURL string) bool {
 // StreamOpts asks the page for one stream.
 type StreamOpts struct {
 	Query        string // cadence, see collector/demo (tokens=200&interval_ms=20...)
-	Mode         string // reader (default), text, forawait, byob, clone
+	Mode         string // reader (default), text, forawait, byob, clone, clonebyob
 	AbortAfterMs int
 	Model        string
 	Path         string // default /v1/chat/completions

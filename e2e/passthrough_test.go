@@ -47,6 +47,7 @@ func TestByteIdentity(t *testing.T) {
 		{"clone", "tokens=30&interval_ms=5&crlf=1&split=1", "clone"},
 		{"bursts", "tokens=48&interval_ms=10&burst=8&split=1", "reader"},
 		{"BYOB reader", "tokens=30&interval_ms=5&split=1&burst=3", "byob"},
+		{"clone, then a BYOB reader", "tokens=30&interval_ms=5&split=1", "clonebyob"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -58,7 +59,7 @@ func TestByteIdentity(t *testing.T) {
 			if got.Bytes != wantN || got.SHA256 != wantSum {
 				t.Fatalf("page read %d bytes sha256 %s, server sent %d bytes sha256 %s", got.Bytes, got.SHA256, wantN, wantSum)
 			}
-			if tc.mode == "clone" && (got.CloneBytes != wantN || got.CloneSHA256 != wantSum) {
+			if (tc.mode == "clone" || tc.mode == "clonebyob") && (got.CloneBytes != wantN || got.CloneSHA256 != wantSum) {
 				t.Fatalf("clone read %d bytes sha256 %s, want %d %s", got.CloneBytes, got.CloneSHA256, wantN, wantSum)
 			}
 			if got.Status != 200 || got.URL != o.URL+"/v1/chat/completions?"+tc.query || got.Type != "basic" || got.Redirected {
