@@ -8,7 +8,9 @@ import (
 	"net/url"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/chromedp/chromedp"
 	"github.com/itlmon/itlmon/collector/demo"
 )
 
@@ -318,5 +320,69 @@ func TestPageGlobalsAndClone(t *testing.T) {
 	}
 	if with.Measured != 1 {
 		t.Fatalf("measured streams = %d, want 1", with.Measured)
+	}
+}
+
+// TestAbortListeners: the module listens for aborts on the page's signal only
+// while an abort can still change what the page reads. A page that reuses one
+// signal for every request does not collect a listener per request, and an
+// abort after the whole body arrived, with chunks the page has not read yet,
+// still errors the body, as without the module.
+func TestAbortListeners(t *testing.T) {
+	o := StartOrigin(t)
+	a := StartAssets(t)
+	o.SetCollector(a.URL, "e2e")
+	const arrivedJS = `(async () => {
+		const ac = new AbortController();
+		const r = await fetch('/v1/chat/completions?tokens=6&interval_ms=20', { signal: ac.signal });
+		const reader = r.body.getReader();
+		await reader.read();
+		await new Promise(res => setTimeout(res, 400)); // the rest arrives, unread
+		ac.abort();
+		let after = 0, err = '';
+		try { for (;;) { const x = await reader.read(); if (x.done) break; after++; } } catch (e) { err = e.name; }
+		return { after, err };
+	})()`
+	type result struct {
+		After int    `json:"after"`
+		Err   string `json:"err"`
+	}
+	var got [2]result
+	for i, module := range []bool{false, true} {
+		ctx := NewTab(t)
+		if ready := OpenPage(t, ctx, o.PageURL(nil, !module)); ready != module {
+			t.Fatalf("itlmon ready = %v, want %v", ready, module)
+		}
+		got[i] = Eval[result](t, ctx, arrivedJS)
+		if !module {
+			continue
+		}
+		// One signal for many requests, each body read to its end.
+		n := Eval[int](t, ctx, `(async () => {
+			window.shared = new AbortController();
+			for (let i = 0; i < 8; i++) {
+				const r = await fetch('/v1/chat/completions?tokens=3&interval_ms=1', { signal: shared.signal });
+				const reader = r.body.getReader();
+				while (!(await reader.read()).done) {}
+			}
+			await new Promise(res => setTimeout(res, 50));
+			return e2e.summaries.length;
+		})()`)
+		if n < 9 {
+			t.Fatalf("itlmon measured %d streams, want 9", n)
+		}
+		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		left, err := chromedp.Run(sctx, chromedp.EvaluateAsDevTools[int](`(getEventListeners(shared.signal).abort || []).length`))
+		cancel()
+		if err != nil {
+			t.Fatalf("getEventListeners: %v", err)
+		}
+		if left != 0 {
+			t.Fatalf("%d abort listeners left on a signal whose 8 bodies were read to the end, want 0", left)
+		}
+	}
+	without, with := got[0], got[1]
+	if without.Err != "AbortError" || with != without {
+		t.Fatalf("abort after the body arrived: with itlmon %+v, without %+v (want AbortError both)", with, without)
 	}
 }

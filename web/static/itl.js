@@ -236,7 +236,9 @@
   // are stamped on arrival even while the page is busy). Network reads are
   // at most a few tens of KB, so this bounds the read-ahead to a few MB in
   // the worst case of a page that stops reading a body that keeps coming.
-  var readableStrategy = { highWaterMark: 128 };
+  // Not a whole number: then desiredSize is 0 only once the stream is closed
+  // and drained (a readable one has 128.5 - queued), which drained() uses.
+  var readableStrategy = { highWaterMark: 128.5 };
 
   var getReader = ReadableStream.prototype.getReader;
 
@@ -317,10 +319,19 @@
       // the buffer). allowBYOB gives BYOB readers a byte stream on demand.
       // The handlers are made once per stream, not per chunk.
       var ctrl = null, sig = facts.signal, onAbort = null;
+      // unlisten drops our abort listener once an abort can no longer change
+      // what the page gets, so a long-lived signal does not collect one per
+      // request: the body errored, was cancelled, or was read to its end.
+      var unlisten = function () {
+        if (onAbort) { try { sig.removeEventListener('abort', onAbort); } catch (_) {} onAbort = null; }
+      };
       var onRead = function (r) {
         var at = performance.now();
         if (r.done) {
           try { ctrl.close(); } catch (_) { /* cancelled or errored meanwhile */ }
+          // Until the page has read what is queued, an abort must still
+          // discard it; after that (closed and drained) it changes nothing.
+          if (ctrl.desiredSize === 0) unlisten();
           finish(1);
           return;
         }
@@ -331,6 +342,7 @@
       };
       var onError = function (err) {
         try { ctrl.error(err); } catch (_) { /* already errored */ }
+        unlisten();
         finish((facts.signal && facts.signal.aborted) || !(err instanceof TypeError) ? 2 : 3);
       };
       var body = new ReadableStream({
@@ -340,6 +352,7 @@
           return reader.read().then(onRead, onError);
         },
         cancel: function (reason) {
+          unlisten();
           finish(2);
           return reader.cancel(reason);
         },
@@ -366,7 +379,7 @@
       // also when the body has already arrived in full.
       if (sig && typeof sig.addEventListener === 'function') {
         onAbort = function () {
-          sig.removeEventListener('abort', onAbort);
+          unlisten();
           var reason = sig.reason !== undefined ? sig.reason : new DOMException('The operation was aborted.', 'AbortError');
           try { ctrl.error(reason); } catch (e) { /* already closed or errored */ }
           finish(2);
