@@ -115,6 +115,8 @@ test: deps vet depscheck wasm
 bench: deps wasm
 	$(GO) test -run '^$$' -bench . -benchmem -count=1 ./wasm/... | tee /tmp/itlmon-bench.txt
 	@echo "wasm/meter: ns/op is wall time per network read (1-3 events); cpu-ns/op and cpu-ns/event are CPU time, steadier on a shared machine"
+	@echo "wasm/meter compiled to WebAssembly, run by Node's V8 (the engine of Chromium): what the page pays"
+	GOOS=js GOARCH=wasm $(GO) test -run '^$$' -bench 'Feed|ValidJSON|ClassifyChat' -count=1 -exec "$$($(GO) env GOROOT)/lib/wasm/go_js_wasm_exec" ./wasm/meter | tee -a /tmp/itlmon-bench.txt
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime 5x -count=1 ./collector/store | tee -a /tmp/itlmon-bench.txt
 	@echo "collector: end-to-end WebSocket ingest vs direct clickhouse-go insert (same run), memory per idle connection at 5,000"
 	ITLMON_BENCH_REPORT=1 $(GO) test -count=1 -v -run '^TestReport' ./collector/cmd/itlmon 2>&1 | grep -v -e '^=== RUN' -e '\.go:[0-9]*: {' | tee -a /tmp/itlmon-bench.txt
@@ -134,6 +136,8 @@ fuzz:
 	$(GO) test ./collector/store -run '^$$' -fuzz '^FuzzReadFrames$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./wasm/meter -run '^$$' -fuzz '^FuzzFeed$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./wasm/meter -run '^$$' -fuzz '^FuzzValidJSON$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./wasm/meter -run '^$$' -fuzz '^FuzzScanJSON$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./wasm/meter -run '^$$' -fuzz '^FuzzScanJSONResume$$' -fuzztime $(FUZZTIME)
 
 clean:
 	rm -rf bin $(WASM_OUT)/itl.wasm* $(WASM_OUT)/wasm_exec.js
