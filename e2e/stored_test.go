@@ -249,6 +249,29 @@ func TestPagehideBeacon(t *testing.T) {
 	}
 }
 
+// TestReinitKeepsRecords: itlmon.init called again (new options, same
+// collector and site) keeps the records the module holds: none is lost.
+func TestReinitKeepsRecords(t *testing.T) {
+	o, c, ctx := collectorPage(t, map[string]any{"flushMs": 60000})
+	const q = "tokens=10&interval_ms=5"
+	RunStream(t, ctx, StreamOpts{Query: q}) // opens the socket; sent on open
+	WaitStreams(t, c, "e2e", 1)
+	RunStream(t, ctx, StreamOpts{Query: q}) // held: the last batch is under flushMs old
+	if st := Eval[map[string]float64](t, ctx, `__itlmon_go.stats()`); st["pending"] != 1 {
+		t.Fatalf("module stats %v: want the second record pending", st)
+	}
+	Eval[bool](t, ctx, `itlmon.init({ release: 'r2', flushMs: 60000 }).then(ok => ok)`)
+	RunStream(t, ctx, StreamOpts{Query: q})
+	sums := PageSummaries(t, ctx)
+	if err := chromedp.Do(ctx, chromedp.Navigate(o.URL+"/plain")); err != nil { // the rest leaves by beacon
+		t.Fatalf("navigate away: %v", err)
+	}
+	rows := WaitStreams(t, c, "e2e", 3)
+	for _, s := range sums {
+		StreamByID(t, rows, s.ID)
+	}
+}
+
 // TestDemoPage: the collector's demo chat streams an answer from its demo
 // endpoint and shows the numbers itlmon measured for it.
 func TestDemoPage(t *testing.T) {

@@ -67,10 +67,25 @@ func (a *module) configure(args []js.Value) any {
 		ModuleVersion:  Version,
 		Release:        propString(c, "release"),
 	}
-	if a.send != nil {
-		a.send.close()
+	beaconURL := propString(c, "beaconURL")
+	if s := a.send; s != nil && s.site == site && s.wsURL == wsURL && s.beaconURL == beaconURL {
+		// Configured again for the same collector and site (itlmon.init
+		// with new options): the sender keeps its connection and the
+		// records it holds. When connected, those waiting for a batch go
+		// now, under the settings (release) they were recorded with.
+		if s.client != client {
+			s.flushNow()
+		}
+		s.client = client
+	} else {
+		if s != nil {
+			// Another collector or site: what the old sender holds was
+			// recorded for it, and leaves for it by sendBeacon, as on pagehide.
+			s.pagehide()
+			s.close()
+		}
+		a.send = newSender(site, wsURL, beaconURL, client)
 	}
-	a.send = newSender(site, wsURL, propString(c, "beaconURL"), client)
 	a.send.flushEvery = durationMs(propFloat(c, "flushMs"), defaultFlushEvery)
 	if f := c.Get("fetch"); f.Type() == js.TypeFunction {
 		a.send.fetch = f // the page's own, not the shim
