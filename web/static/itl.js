@@ -26,8 +26,12 @@
   var warned = false;
   var loading = false;
   var listeners = [];
-  var open = 0; // streams being measured
-  var finishers = new Set(); // their finish functions (pagehide ends them as aborted)
+  var measured = new Set(); // the streams being measured (see streamRec); pagehide ends them as aborted
+  // A body the page drops unread would hold its stream open for good (and
+  // the module measures at most 64 at once): when one is garbage collected,
+  // its stream ends as aborted at its last read.
+  var dropped = typeof FinalizationRegistry === 'function' ?
+    new FinalizationRegistry(function (rec) { endStream(rec, 2, rec.lastAt); }) : null;
   var cfg = {
     collector: '',
     site: '',
@@ -232,6 +236,26 @@
 
   // ---- the fetch shim ----
 
+  // endStream ends a measured stream (kind: 1 complete, 2 aborted, 3 network
+  // error) at time at and gives its summary to the page's listeners.
+  function endStream(rec, kind, at) {
+    if (rec.done) return;
+    rec.done = true;
+    measured.delete(rec);
+    if (dropped) dropped.unregister(rec);
+    if (broken) return;
+    try {
+      flush();
+      if (api.end(rec.id, at, kind, rec.status, proto(rec.full), summaryBytes) !== true) return;
+      var s = { id: hexID(rec.sid), url: rec.href, model: rec.model };
+      for (var i = 0; i < SUMMARY.length; i++) s[SUMMARY[i]] = summaryOut[i];
+      s.status = STATUS[s.status] || 'open';
+      s.smooth = !!s.smooth;
+      s.tokensReported = !!s.tokensReported;
+      emit(s);
+    } catch (e) { fail('module failed', e); }
+  }
+
   // Chunks read ahead of the page (> 0: reads run at network pace, so they
   // are stamped on arrival even while the page is busy). Network reads are
   // at most a few tens of KB, so this bounds the read-ahead to a few MB in
@@ -290,25 +314,11 @@
       var id = api.start(t0, performance.timeOrigin + t0, facts.href, facts.method, facts.model,
         ct.split(';')[0].trim().toLowerCase(), resp.status, origin, sid, redactPath(location.pathname));
       if (typeof id !== 'number' || id < 0) return resp; // not measured: the body is untouched
-      var done = false;
-      var finish = function (kind) {
-        if (done) return;
-        done = true;
-        open--;
-        finishers.delete(finish);
-        if (broken) return;
-        try {
-          var at = performance.now();
-          flush();
-          if (api.end(id, at, kind, resp.status, proto(facts.full), summaryBytes) !== true) return;
-          var s = { id: hexID(sid), url: facts.href, model: facts.model };
-          for (var i = 0; i < SUMMARY.length; i++) s[SUMMARY[i]] = summaryOut[i];
-          s.status = STATUS[s.status] || 'open';
-          s.smooth = !!s.smooth;
-          s.tokensReported = !!s.tokensReported;
-          emit(s);
-        } catch (e) { fail('module failed', e); }
-      };
+      // What ending the stream needs, and nothing that keeps the body alive
+      // (the registry above holds it).
+      var rec = { id: id, sid: sid, href: facts.href, model: facts.model, full: facts.full, status: resp.status,
+        lastAt: t0, done: false };
+      var finish = function (kind) { endStream(rec, kind, performance.now()); };
       // The page's body is a stream pulled from the original one: each read
       // is stamped as it arrives (highWaterMark > 0: pull runs at network
       // pace, not at the page's), staged, and passed on as the same chunk.
@@ -327,6 +337,7 @@
       };
       var onRead = function (r) {
         var at = performance.now();
+        rec.lastAt = at;
         if (r.done) {
           try { ctrl.close(); } catch (_) { /* cancelled or errored meanwhile */ }
           // Until the page has read what is queued, an abort must still
@@ -335,7 +346,7 @@
           finish(1);
           return;
         }
-        if (!broken && !done) {
+        if (!broken && !rec.done) {
           try { pushOp(id, r.value, at, 0); } catch (e) { fail('shim failed', e); }
         }
         ctrl.enqueue(r.value);
@@ -366,13 +377,13 @@
       } catch (e) {
         dead = true;
         reader.releaseLock();
-        done = true;
+        rec.done = true;
         api.end(id, performance.now(), 3, resp.status, '', summaryBytes);
         return resp;
       }
       dress(out, resp);
-      open++;
-      finishers.add(finish);
+      measured.add(rec);
+      if (dropped) dropped.register(body, rec, rec);
       // Aborting a fetch errors its body at once and discards what was
       // queued (Fetch: "abort the fetch"); our stream has read ahead, so it
       // must do the same or the page would still get the queued chunks,
@@ -530,7 +541,7 @@
       addEventListener('pagehide', function () {
         // Streams still open are cut by the navigation: record them now, as
         // aborted, so they leave with the beacon.
-        finishers.forEach(function (f) { f(2); });
+        measured.forEach(function (rec) { endStream(rec, 2, performance.now()); });
         try { if (api && !broken) api.pagehide(); } catch (e) { fail('module failed', e); }
       });
       addEventListener('pageshow', function (e) { try { if (e.persisted && api && !broken) api.pageshow(); } catch (x) { fail('module failed', x); } });
@@ -546,7 +557,7 @@
       var type = types.indexOf('long-animation-frame') >= 0 ? 'long-animation-frame' : types.indexOf('longtask') >= 0 ? 'longtask' : '';
       if (!type) return;
       new PerformanceObserver(function (list) {
-        if (!open || broken) return;
+        if (!measured.size || broken) return;
         var es = list.getEntries();
         for (var i = 0; i < es.length; i++) pushOp(-1, null, es[i].startTime, es[i].startTime + es[i].duration);
       }).observe({ type: type });
