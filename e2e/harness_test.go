@@ -289,6 +289,20 @@ e2e.stream = async function (query, opts) {
 };
 </script></head><body><p>itlmon e2e page</p></body></html>`))
 
+// modulePage opens the test page, with the module served by an assets
+// server (no collector), in a new tab, and waits until the module is ready.
+func modulePage(t *testing.T) (*Origin, context.Context) {
+	t.Helper()
+	o := StartOrigin(t)
+	a := StartAssets(t)
+	o.SetCollector(a.URL, "e2e")
+	ctx := NewTab(t)
+	if !OpenPage(t, ctx, o.PageURL(nil, false)) {
+		t.Fatal("itlmon did not become ready")
+	}
+	return o, ctx
+}
+
 // Assets serves the browser module (itl.js, wasm_exec.js, itl.wasm) with
 // CORS and no ingest, for tests about loading rather than storing.
 type Assets struct {

@@ -35,13 +35,7 @@ func wantBody(t *testing.T, q string) (n int, sum string) {
 // TestByteIdentity: what the page reads through the wrapped fetch is exactly
 // what the server sent, for awkward framings and every way of reading a body.
 func TestByteIdentity(t *testing.T) {
-	o := StartOrigin(t)
-	a := StartAssets(t)
-	o.SetCollector(a.URL, "e2e")
-	ctx := NewTab(t)
-	if !OpenPage(t, ctx, o.PageURL(nil, false)) {
-		t.Fatal("itlmon did not become ready")
-	}
+	o, ctx := modulePage(t)
 	cases := []struct{ name, query, mode string }{
 		{"crlf", "tokens=30&interval_ms=5&crlf=1", "reader"},
 		{"multibyte split across writes", "tokens=40&interval_ms=5&split=1", "reader"},
@@ -80,13 +74,7 @@ func TestByteIdentity(t *testing.T) {
 // TestPassThroughUnmatched: responses that do not match are not wrapped (the
 // page gets the original Response object's behaviour, including json()).
 func TestPassThroughUnmatched(t *testing.T) {
-	o := StartOrigin(t)
-	a := StartAssets(t)
-	o.SetCollector(a.URL, "e2e")
-	ctx := NewTab(t)
-	if !OpenPage(t, ctx, o.PageURL(nil, false)) {
-		t.Fatal("itlmon did not become ready")
-	}
+	_, ctx := modulePage(t)
 	got := Eval[map[string]any](t, ctx, `(async () => {
 		const r = await fetch('/plain?x=1');
 		return { ok: (await r.json()).ok, wrapped: !(r instanceof Response) || Object.getOwnPropertyNames(r).includes('url') };
@@ -394,13 +382,7 @@ func TestAbortListeners(t *testing.T) {
 // streams at once): once the body is garbage collected, the stream ends as
 // aborted.
 func TestDroppedBodiesEnd(t *testing.T) {
-	o := StartOrigin(t)
-	a := StartAssets(t)
-	o.SetCollector(a.URL, "e2e")
-	ctx := NewTab(t)
-	if !OpenPage(t, ctx, o.PageURL(nil, false)) {
-		t.Fatal("itlmon did not become ready")
-	}
+	_, ctx := modulePage(t)
 	// Long streams, never read: the module reads ahead until its queue is
 	// full and then waits for the page, which has let go of the response.
 	open := Eval[float64](t, ctx, `(async () => {
