@@ -214,20 +214,28 @@ func TestRefusedSite(t *testing.T) {
 	}
 }
 
-// TestPagehideBeacon: a record still waiting for its batch when the page is
-// left goes out with navigator.sendBeacon to /v1/beacon, and so does a stream
-// still open then, as aborted. (The socket is closed there too: an open
-// WebSocket keeps a page out of the back/forward cache.)
-func TestPagehideBeacon(t *testing.T) {
+// heldRecordPage opens a page on a collector that batches at most once a
+// minute and streams twice: the first record goes out when the socket opens
+// (and is stored), the second waits in the module for its batch.
+func heldRecordPage(t *testing.T) (*Origin, *Collector, context.Context) {
+	t.Helper()
 	o, c, ctx := collectorPage(t, map[string]any{"flushMs": 60000})
 	const q = "tokens=10&interval_ms=5"
 	RunStream(t, ctx, StreamOpts{Query: q}) // opens the socket; sent on open
 	WaitStreams(t, c, "e2e", 1)
 	RunStream(t, ctx, StreamOpts{Query: q}) // held: the last batch is under flushMs old
-	st := Eval[map[string]float64](t, ctx, `__itlmon_go.stats()`)
-	if st["pending"] != 1 {
+	if st := Eval[map[string]float64](t, ctx, `__itlmon_go.stats()`); st["pending"] != 1 {
 		t.Fatalf("module stats %v: want the second record pending", st)
 	}
+	return o, c, ctx
+}
+
+// TestPagehideBeacon: a record still waiting for its batch when the page is
+// left goes out with navigator.sendBeacon to /v1/beacon, and so does a stream
+// still open then, as aborted. (The socket is closed there too: an open
+// WebSocket keeps a page out of the back/forward cache.)
+func TestPagehideBeacon(t *testing.T) {
+	o, c, ctx := heldRecordPage(t)
 	sums := PageSummaries(t, ctx)
 	// A third stream is still open when the page goes: it leaves as aborted.
 	Eval[bool](t, ctx, `(async () => { e2e.stream('tokens=500&interval_ms=20'); await new Promise(r => setTimeout(r, 400)); return true; })()`)
@@ -252,14 +260,8 @@ func TestPagehideBeacon(t *testing.T) {
 // TestReinitKeepsRecords: itlmon.init called again (new options, same
 // collector and site) keeps the records the module holds: none is lost.
 func TestReinitKeepsRecords(t *testing.T) {
-	o, c, ctx := collectorPage(t, map[string]any{"flushMs": 60000})
+	o, c, ctx := heldRecordPage(t)
 	const q = "tokens=10&interval_ms=5"
-	RunStream(t, ctx, StreamOpts{Query: q}) // opens the socket; sent on open
-	WaitStreams(t, c, "e2e", 1)
-	RunStream(t, ctx, StreamOpts{Query: q}) // held: the last batch is under flushMs old
-	if st := Eval[map[string]float64](t, ctx, `__itlmon_go.stats()`); st["pending"] != 1 {
-		t.Fatalf("module stats %v: want the second record pending", st)
-	}
 	Eval[bool](t, ctx, `itlmon.init({ release: 'r2', flushMs: 60000 }).then(ok => ok)`)
 	RunStream(t, ctx, StreamOpts{Query: q})
 	sums := PageSummaries(t, ctx)
