@@ -386,7 +386,7 @@ func TestDroppedBodiesEnd(t *testing.T) {
 	// Long streams, never read: the module reads ahead until its queue is
 	// full and then waits for the page, which has let go of the response.
 	open := Eval[float64](t, ctx, `(async () => {
-		for (let i = 0; i < 3; i++) await fetch('/v1/chat/completions?tokens=400&interval_ms=3');
+		for (let i = 0; i < 3; i++) await fetch('/v1/chat/completions?tokens=2000&interval_ms=2');
 		await new Promise(r => setTimeout(r, 1500));
 		return __itlmon_go.stats().open;
 	})()`)
