@@ -138,6 +138,7 @@ fuzz:
 	$(GO) test ./wasm/meter -run '^$$' -fuzz '^FuzzValidJSON$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./wasm/meter -run '^$$' -fuzz '^FuzzScanJSON$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./wasm/meter -run '^$$' -fuzz '^FuzzScanJSONResume$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./wasm/meter -run '^$$' -fuzz '^FuzzResumeAgrees$$' -fuzztime $(FUZZTIME)
 
 clean:
 	rm -rf bin $(WASM_OUT)/itl.wasm* $(WASM_OUT)/wasm_exec.js

@@ -179,3 +179,52 @@ func TestScanJSONResumes(t *testing.T) {
 		t.Errorf("resumed scan: hits %b, tokens %q", r.hits, r.val(b, 13))
 	}
 }
+
+// TestResumeAfterUnscannedEvent: an event the classifier does not scan
+// ([DONE] here) sits between two that it does; the buffer of the first is
+// then reused for the third, so the third must not resume from the first.
+func TestResumeAfterUnscannedEvent(t *testing.T) {
+	// The third is shorter than the first, so it is written over it.
+	first := `{"usage":{"completion_tokens":5},"choices":[{"delta":{"content":"x"}}],"x":"` + strings.Repeat("z", 40) + `"}`
+	third := `{"usage":null,"choices":[{"delta":{"content":"y"}}]}`
+	m := New(Options{ContentType: "text/event-stream"})
+	var got []bool
+	m.trace = func(_ []byte, c bool) { got = append(got, c) }
+	m.Feed([]byte("data: "+first+"\n\ndata: [DONE]\n\ndata: "+third+"\n\n"), Millisecond)
+	if want := []bool{true, false, true}; len(got) != 3 || got[0] != want[0] || got[1] != want[1] || got[2] != want[2] {
+		t.Fatalf("content per event = %v, want %v", got, want)
+	}
+}
+
+// FuzzResumeAgrees feeds one SSE body to a meter that resumes scans and to
+// one that scans every event from its start: every event's classification
+// and the reported tokens must agree.
+func FuzzResumeAgrees(f *testing.F) {
+	for _, fx := range loadFixtures(f) {
+		f.Add(fx.body)
+	}
+	f.Add([]byte("data: {\"usage\":{\"completion_tokens\":5},\"choices\":[{\"delta\":{\"content\":\"x\"}}],\"x\":\"zzzzzzzzzzzzzzzzzzzzzz\"}\n\ndata: [DONE]\n\ndata: {\"usage\":null,\"choices\":[{\"delta\":{\"content\":\"y\"}}]}\n\n"))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		var out [2][]bool
+		var sums [2]Summary
+		for k := range out {
+			m := New(Options{ContentType: "text/event-stream"})
+			m.noResume = k == 1
+			m.trace = func(_ []byte, c bool) { out[k] = append(out[k], c) }
+			m.Feed(body, Millisecond)
+			m.End(2*Millisecond, StatusComplete, 200)
+			sums[k] = m.Summary()
+		}
+		if len(out[0]) != len(out[1]) {
+			t.Fatalf("%d events resumed, %d fresh", len(out[0]), len(out[1]))
+		}
+		for i := range out[0] {
+			if out[0][i] != out[1][i] {
+				t.Fatalf("event %d: content %v resumed, %v fresh", i, out[0][i], out[1][i])
+			}
+		}
+		if sums[0].Tokens != sums[1].Tokens || sums[0].TokensReported != sums[1].TokensReported {
+			t.Fatalf("tokens %d/%v resumed, %d/%v fresh", sums[0].Tokens, sums[0].TokensReported, sums[1].Tokens, sums[1].TokensReported)
+		}
+	})
+}

@@ -109,10 +109,11 @@ type sniffRead struct {
 // then End. A Meter is not safe for concurrent use; Reset reuses it for the
 // next stream without allocating.
 type Meter struct {
-	opts    Options
-	framing framing
-	format  Format
-	scan    jscan // the classifiers' scratch (one event at a time)
+	opts     Options
+	framing  framing
+	format   Format
+	scan     jscan // the classifiers' scratch (one event at a time)
+	noResume bool  // tests: scan every event from its start
 
 	ended      bool
 	status     Status
@@ -581,8 +582,14 @@ func (m *Meter) sseDispatch() {
 	if n := len(data); n > 0 && data[n-1] == '\n' {
 		data = data[:n-1]
 	}
-	m.scan.keep = true // data stays as it is until the dispatch after next
+	m.scan.keep = !m.noResume // data stays as it is until the dispatch after next
 	content := m.classifySSE(data, m.evType[:m.evTypeN])
+	if unsafe.SliceData(m.scan.prev) != unsafe.SliceData(data) {
+		// This event was not scanned ([DONE], format detection, plain
+		// SSE): what the scan kept is an older event's, in the buffer the
+		// next event is about to be written to.
+		m.scan.prev = nil
+	}
 	if m.trace != nil {
 		m.trace(data, content)
 	}
