@@ -10,9 +10,10 @@
  * for responses matching the config (default: text/event-stream and application/x-ndjson, plus
  * URL patterns) hands the page a Response whose body is a stream pulled from the original one,
  * stamping every network read with performance.now() and staging a copy for the module. The
- * bytes, status, headers, url, redirected, type and errors the page sees are the original ones. Any error in the module or the shim turns measuring off and the page keeps its
- * own fetch. Privacy: no body text leaves the page; the request body is scanned only for its
- * top-level "model" field; URLs lose their query and fragment.
+ * bytes, status, headers, url, redirected, type and errors the page sees are the original ones.
+ * Any error in the module or the shim turns measuring off and the page keeps its own fetch.
+ * Privacy: no body text leaves the page; the request body is scanned only for its top-level
+ * "model" field; URLs lose their query and fragment.
  */
 (function () {
   'use strict';
@@ -26,7 +27,7 @@
   var warned = false;
   var loading = false;
   var listeners = [];
-  var measured = new Set(); // the streams being measured (see streamRec); pagehide ends them as aborted
+  var measured = new Set(); // the streams being measured (their recs, see wrap); pagehide ends them as aborted
   // A body the page drops unread would hold its stream open for good (and
   // the module measures at most 64 at once): when one is garbage collected,
   // its stream ends as aborted at its last read.
@@ -261,7 +262,7 @@
   // at most a few tens of KB, so this bounds the read-ahead to a few MB in
   // the worst case of a page that stops reading a body that keeps coming.
   // Not a whole number: then desiredSize is 0 only once the stream is closed
-  // and drained (a readable one has 128.5 - queued), which drained() uses.
+  // and drained (a readable one has 128.5 - queued), which wrap relies on.
   var readableStrategy = { highWaterMark: 128.5 };
 
   var getReader = ReadableStream.prototype.getReader;
