@@ -3,16 +3,16 @@ package meter
 import "unsafe"
 
 // A small allocation-free JSON scanner. It never builds values: it validates a
-// document (validJSON), finds a member of an object by key (jfield, jget),
-// walks array elements (jarray) and answers the few questions the format
-// classifiers ask of a value (non-empty string, string equality or prefix,
-// integer). Every function works on a byte slice holding one value (leading and
-// trailing whitespace allowed) and does not allocate.
+// document and notes the values at a few paths on the way (scanJSON, used by
+// the per-event classifiers), finds a member of an object by key (jobject,
+// jfield: format detection, once per stream) and answers the few questions
+// the classifiers ask of a value (non-empty string or array, string equality
+// or prefix, integer). Every function works on a byte slice holding one value
+// (leading and trailing whitespace allowed) and does not allocate.
 //
-// Validation and lookup are split for speed: a classifier validates an event
-// once (validJSON), then looks into it with jobject, jarray and jfield, which
-// trust that the bytes are valid and only skip over them. On bytes that are
-// not valid they give unspecified results, but never panic or loop.
+// jobject and jfield trust that the bytes are valid (validJSON said so) and
+// only skip over them. On bytes that are not valid they give unspecified
+// results, but never panic or loop.
 
 // maxJSONDepth bounds nesting; deeper documents are treated as malformed (it
 // is also the width of validJSON's container stack).
@@ -142,7 +142,7 @@ func (r *jscan) replay(p *jpath, b []byte) {
 		r.span[e.n] = [2]int32{e.start, e.end}
 		switch p.nodes[e.n].want {
 		case '"':
-			if b[e.start] == '"' && e.end-e.start > 2 {
+			if jnonEmptyString(b[e.start:e.end]) {
 				r.hits |= 1 << e.n
 			}
 		case '[':
@@ -611,57 +611,6 @@ func jfield(b []byte, key string) ([]byte, bool) {
 	return nil, false
 }
 
-// jget follows a path of object keys.
-func jget(b []byte, keys ...string) ([]byte, bool) {
-	for _, k := range keys {
-		var ok bool
-		if b, ok = jfield(b, k); !ok {
-			return nil, false
-		}
-	}
-	return b, true
-}
-
-// jarray iterates the elements of a JSON array (valid JSON, see above)
-// without allocating:
-//
-//	for it := jarray(v); it.next(); { use(it.elem) }
-type jarrayIter struct {
-	b    []byte
-	i    int
-	elem []byte
-	done bool
-}
-
-func jarray(b []byte) jarrayIter {
-	i := skipWS(b, 0)
-	if i >= len(b) || b[i] != '[' {
-		return jarrayIter{done: true}
-	}
-	return jarrayIter{b: b, i: i + 1}
-}
-
-func (it *jarrayIter) next() bool {
-	if it.done {
-		return false
-	}
-	b := it.b
-	i := skipWS(b, it.i)
-	if i < len(b) && b[i] == ',' && it.elem != nil {
-		i = skipWS(b, i+1)
-	} else if i < len(b) && b[i] == ']' {
-		it.done = true
-		return false
-	}
-	j := skipTrusted(b, i)
-	if j <= i {
-		it.done = true
-		return false
-	}
-	it.elem, it.i = b[i:j], j
-	return true
-}
-
 // jnonEmptyString reports whether v is a string with at least one character.
 func jnonEmptyString(v []byte) bool {
 	return len(v) >= 3 && v[0] == '"' && v[1] != '"'
@@ -791,14 +740,6 @@ type jobjectIter struct {
 	key, val []byte
 	started  bool
 	done     bool
-	closed   bool // the iteration ended at the object's closing brace
-}
-
-// valid reports, once next has returned false, whether the iteration reached
-// the object's closing brace with nothing but whitespace after it. It checks
-// structure, not validity: that is validJSON's job.
-func (it *jobjectIter) valid() bool {
-	return it.closed && skipWS(it.b, it.i) == len(it.b)
 }
 
 func jobject(b []byte) jobjectIter {
@@ -817,7 +758,7 @@ func (it *jobjectIter) next() bool {
 	i := skipWS(b, it.i)
 	if it.started {
 		if i < len(b) && b[i] == '}' {
-			it.done, it.closed, it.i = true, true, i+1
+			it.done, it.i = true, i+1
 			return false
 		}
 		if i >= len(b) || b[i] != ',' {
@@ -826,7 +767,7 @@ func (it *jobjectIter) next() bool {
 		}
 		i = skipWS(b, i+1)
 	} else if i < len(b) && b[i] == '}' {
-		it.done, it.closed, it.i = true, true, i+1
+		it.done, it.i = true, i+1
 		return false
 	}
 	it.started = true

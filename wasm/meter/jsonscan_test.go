@@ -207,3 +207,57 @@ func BenchmarkValidJSON(b *testing.B) {
 		})
 	}
 }
+
+// Test helpers: since the classifiers scan in one pass (scanJSON), only the
+// tests walk paths and arrays with the trusted iterators.
+
+// jget follows a path of object keys.
+func jget(b []byte, keys ...string) ([]byte, bool) {
+	for _, k := range keys {
+		var ok bool
+		if b, ok = jfield(b, k); !ok {
+			return nil, false
+		}
+	}
+	return b, true
+}
+
+// jarray iterates the elements of a JSON array (valid JSON, see above)
+// without allocating:
+//
+//	for it := jarray(v); it.next(); { use(it.elem) }
+type jarrayIter struct {
+	b    []byte
+	i    int
+	elem []byte
+	done bool
+}
+
+func jarray(b []byte) jarrayIter {
+	i := skipWS(b, 0)
+	if i >= len(b) || b[i] != '[' {
+		return jarrayIter{done: true}
+	}
+	return jarrayIter{b: b, i: i + 1}
+}
+
+func (it *jarrayIter) next() bool {
+	if it.done {
+		return false
+	}
+	b := it.b
+	i := skipWS(b, it.i)
+	if i < len(b) && b[i] == ',' && it.elem != nil {
+		i = skipWS(b, i+1)
+	} else if i < len(b) && b[i] == ']' {
+		it.done = true
+		return false
+	}
+	j := skipTrusted(b, i)
+	if j <= i {
+		it.done = true
+		return false
+	}
+	it.elem, it.i = b[i:j], j
+	return true
+}
