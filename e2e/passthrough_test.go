@@ -71,6 +71,24 @@ func TestByteIdentity(t *testing.T) {
 	}
 }
 
+// bothPages runs js in the test page without the module and then with it
+// (each in a new tab) and returns both results, and the tab with the module.
+func bothPages[T any](t *testing.T, o *Origin, js string) (without, with T, ctx context.Context) {
+	t.Helper()
+	for _, module := range []bool{false, true} {
+		ctx = NewTab(t)
+		if ready := OpenPage(t, ctx, o.PageURL(nil, !module)); ready != module {
+			t.Fatalf("itlmon ready = %v, want %v", ready, module)
+		}
+		if module {
+			with = Eval[T](t, ctx, js)
+		} else {
+			without = Eval[T](t, ctx, js)
+		}
+	}
+	return without, with, ctx
+}
+
 // TestPassThroughUnmatched: responses that do not match are not wrapped (the
 // page gets the original Response object's behaviour, including json()).
 func TestPassThroughUnmatched(t *testing.T) {
@@ -250,15 +268,7 @@ func TestAbortDiscardsQueued(t *testing.T) {
 		Err    string `json:"err"`
 		Status string `json:"status"`
 	}
-	var got [2]result
-	for i, module := range []bool{false, true} {
-		ctx := NewTab(t)
-		if ready := OpenPage(t, ctx, o.PageURL(nil, !module)); ready != module {
-			t.Fatalf("itlmon ready = %v, want %v", ready, module)
-		}
-		got[i] = Eval[result](t, ctx, js)
-	}
-	without, with := got[0], got[1]
+	without, with, _ := bothPages[result](t, o, js)
 	if with.After != without.After || with.Err != without.Err {
 		t.Fatalf("after abort: with itlmon %d chunks, error %q; without %d chunks, error %q", with.After, with.Err, without.After, without.Err)
 	}
@@ -296,15 +306,7 @@ func TestPageGlobalsAndClone(t *testing.T) {
 		N         int    `json:"n"`
 		Measured  int    `json:"measured"`
 	}
-	var got [2]result
-	for i, module := range []bool{false, true} {
-		ctx := NewTab(t)
-		if ready := OpenPage(t, ctx, o.PageURL(nil, !module)); ready != module {
-			t.Fatalf("itlmon ready = %v, want %v", ready, module)
-		}
-		got[i] = Eval[result](t, ctx, js)
-	}
-	without, with := got[0], got[1]
+	without, with, _ := bothPages[result](t, o, js)
 	if with.Globals != without.Globals || with.Clone != without.Clone || with.Immutable != without.Immutable || with.N != without.N {
 		t.Fatalf("with itlmon %+v, without %+v: want the same globals, clone and headers", with, without)
 	}
@@ -337,41 +339,30 @@ func TestAbortListeners(t *testing.T) {
 		After int    `json:"after"`
 		Err   string `json:"err"`
 	}
-	var got [2]result
-	for i, module := range []bool{false, true} {
-		ctx := NewTab(t)
-		if ready := OpenPage(t, ctx, o.PageURL(nil, !module)); ready != module {
-			t.Fatalf("itlmon ready = %v, want %v", ready, module)
+	without, with, ctx := bothPages[result](t, o, arrivedJS)
+	// One signal for many requests, each body read to its end.
+	n := Eval[int](t, ctx, `(async () => {
+		window.shared = new AbortController();
+		for (let i = 0; i < 8; i++) {
+			const r = await fetch('/v1/chat/completions?tokens=3&interval_ms=1', { signal: shared.signal });
+			const reader = r.body.getReader();
+			while (!(await reader.read()).done) {}
 		}
-		got[i] = Eval[result](t, ctx, arrivedJS)
-		if !module {
-			continue
-		}
-		// One signal for many requests, each body read to its end.
-		n := Eval[int](t, ctx, `(async () => {
-			window.shared = new AbortController();
-			for (let i = 0; i < 8; i++) {
-				const r = await fetch('/v1/chat/completions?tokens=3&interval_ms=1', { signal: shared.signal });
-				const reader = r.body.getReader();
-				while (!(await reader.read()).done) {}
-			}
-			await new Promise(res => setTimeout(res, 50));
-			return e2e.summaries.length;
-		})()`)
-		if n < 9 {
-			t.Fatalf("itlmon measured %d streams, want 9", n)
-		}
-		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		left, err := chromedp.Run(sctx, chromedp.EvaluateAsDevTools[int](`(getEventListeners(shared.signal).abort || []).length`))
-		cancel()
-		if err != nil {
-			t.Fatalf("getEventListeners: %v", err)
-		}
-		if left != 0 {
-			t.Fatalf("%d abort listeners left on a signal whose 8 bodies were read to the end, want 0", left)
-		}
+		await new Promise(res => setTimeout(res, 50));
+		return e2e.summaries.length;
+	})()`)
+	if n < 9 {
+		t.Fatalf("itlmon measured %d streams, want 9", n)
 	}
-	without, with := got[0], got[1]
+	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	left, err := chromedp.Run(sctx, chromedp.EvaluateAsDevTools[int](`(getEventListeners(shared.signal).abort || []).length`))
+	cancel()
+	if err != nil {
+		t.Fatalf("getEventListeners: %v", err)
+	}
+	if left != 0 {
+		t.Fatalf("%d abort listeners left on a signal whose 8 bodies were read to the end, want 0", left)
+	}
 	if without.Err != "AbortError" || with != without {
 		t.Fatalf("abort after the body arrived: with itlmon %+v, without %+v (want AbortError both)", with, without)
 	}
