@@ -17,72 +17,34 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rs/zerolog"
-
 	"github.com/itlmon/itlmon/collector"
 	"github.com/itlmon/itlmon/collector/chdb"
 	"github.com/itlmon/itlmon/collector/gate"
 	"github.com/itlmon/itlmon/collector/httpapi"
 	"github.com/itlmon/itlmon/collector/query"
 	"github.com/itlmon/itlmon/collector/store"
+	"github.com/itlmon/itlmon/internal/chtest"
 	"github.com/itlmon/itlmon/wasm/beacon"
 	"github.com/itlmon/itlmon/wasm/hist"
 	"github.com/itlmon/itlmon/wasm/meter"
 )
 
-var engine *chdb.Engine
-
 func TestMain(m *testing.M) {
 	chdb.MaybeRunChild()
-	os.Exit(runTests(m))
-}
-
-func runTests(m *testing.M) int {
-	lib := os.Getenv("CHDB_LIB_PATH")
-	if _, err := os.Stat(lib); lib != "" && err == nil {
-		dir, err := os.MkdirTemp("", "itlmon-query-test-")
-		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			return 1
-		}
-		defer os.RemoveAll(dir)
-		e, err := chdb.Start(context.Background(), chdb.Options{LibPath: lib, Dir: dir,
-			Logger: zerolog.New(os.Stderr).Level(zerolog.WarnLevel)})
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "start engine:", err)
-			return 1
-		}
-		engine = e
-		defer e.Close(context.Background())
-	}
-	defer closeBrowser()
-	return m.Run()
+	code := chtest.Main(m)
+	closeBrowser()
+	os.Exit(code)
 }
 
 var dbSeq atomic.Int64
 
-// newDB opens a fresh, migrated database on the real engine, or skips
-// (fails with ITLMON_REQUIRE_REAL=1) without it. It returns the DB and its DSN.
+// newDB opens a fresh, migrated database on the real engine (chtest) and
+// returns it and its DSN.
 func newDB(t *testing.T) (*store.DB, string) {
 	t.Helper()
-	if engine == nil {
-		if os.Getenv("ITLMON_REQUIRE_REAL") == "1" {
-			t.Fatalf("CHDB_LIB_PATH=%q: real ClickHouse engine required", os.Getenv("CHDB_LIB_PATH"))
-		}
-		t.Skip("CHDB_LIB_PATH not set or missing; skipping real-engine test")
-	}
-	ctx := context.Background()
 	name := fmt.Sprintf("query_test_%d", dbSeq.Add(1))
-	db, err := store.Open(ctx, store.Options{Addr: engine.NativeAddr(), Dial: engine.DialContext,
-		Database: name, CreateDatabase: true})
-	if err != nil {
-		t.Fatalf("open: %v", err)
-	}
-	t.Cleanup(func() { db.Close() })
-	if err := db.Migrate(ctx); err != nil {
-		t.Fatalf("migrate: %v", err)
-	}
-	return db, "clickhouse://" + engine.NativeAddr() + "/" + name
+	db := chtest.NewDB(t, store.Options{Database: name})
+	return db, "clickhouse://" + chtest.Engine(t).NativeAddr() + "/" + name
 }
 
 // synth is one synthetic stream: content events at ttft, then every gap.
@@ -448,19 +410,8 @@ func TestDashboardAPI(t *testing.T) {
 // rollup rows: 20,000 streams over 1,440 minutes and 60 dimension
 // combinations (go test -run '^$' -bench Rollup ./collector/query).
 func BenchmarkRollupQueries(b *testing.B) {
-	if engine == nil {
-		b.Skip("CHDB_LIB_PATH not set or missing")
-	}
 	ctx := context.Background()
-	name := fmt.Sprintf("query_bench_%d", dbSeq.Add(1))
-	db, err := store.Open(ctx, store.Options{Addr: engine.NativeAddr(), Dial: engine.DialContext, Database: name, CreateDatabase: true})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer db.Close()
-	if err := db.Migrate(ctx); err != nil {
-		b.Fatal(err)
-	}
+	db := chtest.NewDB(b, store.Options{})
 	now := time.Now().UTC()
 	browsers := []string{"Chrome", "Firefox", "Safari", "Edge", "Samsung"}
 	regions := []string{"DE-BE", "US-CA", "IN-MH", "BR-SP"}

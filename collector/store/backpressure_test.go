@@ -7,13 +7,14 @@ import (
 	"time"
 
 	"github.com/itlmon/itlmon/collector/store"
+	"github.com/itlmon/itlmon/internal/chtest"
 )
 
 // TestSubmitBackpressure: with the writer busy and the queue full, Submit
 // blocks until its context ends, returns the context's error and never
 // calls done; after Shutdown it returns ErrClosed.
 func TestSubmitBackpressure(t *testing.T) {
-	db := newDB(t, store.Options{})
+	db := chtest.NewDB(t, store.Options{})
 	w := newWriter(t, db, store.WriterOptions{QueueSize: 1, FlushInterval: 10 * time.Millisecond})
 	at := time.Now().UTC()
 

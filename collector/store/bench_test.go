@@ -9,6 +9,7 @@ import (
 
 	"github.com/itlmon/itlmon/collector"
 	"github.com/itlmon/itlmon/collector/store"
+	"github.com/itlmon/itlmon/internal/chtest"
 )
 
 const benchRows = 10_000
@@ -23,7 +24,7 @@ func freshIDs(streams []collector.Stream) {
 // BenchmarkInsertDirect is the baseline: one clickhouse-go batch of
 // benchRows typical rows per table, nothing else.
 func BenchmarkInsertDirect(b *testing.B) {
-	db := newDB(b, store.Options{})
+	db := chtest.NewDB(b, store.Options{})
 	streams := makeStreams(benchRows, "bench", time.Now().UTC())
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -42,7 +43,7 @@ func BenchmarkInsertDirect(b *testing.B) {
 // 100 streams (many clients' batches), waiting for every ack: queue, dedup
 // lookup, batching and the inserts.
 func BenchmarkWriter(b *testing.B) {
-	db := newDB(b, store.Options{})
+	db := chtest.NewDB(b, store.Options{})
 	w := newWriter(b, db, store.WriterOptions{MaxRows: benchRows, FlushInterval: time.Second})
 	streams := makeStreams(benchRows, "bench", time.Now().UTC())
 	const per = 100

@@ -8,6 +8,7 @@ import (
 
 	"github.com/itlmon/itlmon/collector"
 	"github.com/itlmon/itlmon/collector/store"
+	"github.com/itlmon/itlmon/internal/chtest"
 )
 
 func TestOpenErrors(t *testing.T) {
@@ -35,7 +36,7 @@ func TestOpenErrors(t *testing.T) {
 // TestOpenDSN connects the way a production deployment does: a DSN naming
 // the database, no custom dialer.
 func TestOpenDSN(t *testing.T) {
-	e := needEngine(t)
+	e := chtest.Engine(t)
 	ctx := context.Background()
 	dbName := fmt.Sprintf("dsn_%d", time.Now().UnixNano()%1e9)
 	db, err := store.Open(ctx, store.Options{DSN: "clickhouse://" + e.NativeAddr() + "/" + dbName, CreateDatabase: true})

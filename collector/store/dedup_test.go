@@ -8,6 +8,7 @@ import (
 
 	"github.com/itlmon/itlmon/collector"
 	"github.com/itlmon/itlmon/collector/store"
+	"github.com/itlmon/itlmon/internal/chtest"
 	"github.com/itlmon/itlmon/wasm/hist"
 )
 
@@ -19,7 +20,7 @@ func counts(t *testing.T, db *store.DB) (raw, rollup uint64) {
 }
 
 func TestDedupResend(t *testing.T) {
-	db := newDB(t, store.Options{})
+	db := chtest.NewDB(t, store.Options{})
 	w := newWriter(t, db, store.WriterOptions{})
 	at := time.Now().UTC()
 	in := makeStreams(10, "demo", at)
@@ -53,7 +54,7 @@ func TestDedupResend(t *testing.T) {
 // again as the same insert (no id check in InsertDirect) are dropped by the
 // deduplication token, in the table and in the views.
 func TestRetriedInsertCountsOnce(t *testing.T) {
-	db := newDB(t, store.Options{})
+	db := chtest.NewDB(t, store.Options{})
 	in := makeStreams(8, "demo", time.Now().UTC())
 	for try := 0; try < 2; try++ {
 		if err := store.InsertDirect(context.Background(), db.Conn(), in); err != nil {
@@ -72,7 +73,7 @@ func TestRetriedInsertCountsOnce(t *testing.T) {
 // TestRollupMatchesRaw checks the rollup's merged histograms and counters
 // against a Go merge of the records written.
 func TestRollupMatchesRaw(t *testing.T) {
-	db := newDB(t, store.Options{})
+	db := chtest.NewDB(t, store.Options{})
 	w := newWriter(t, db, store.WriterOptions{})
 	at := time.Now().UTC()
 	in := makeStreams(50, "demo", at)
@@ -197,7 +198,7 @@ func checkSparse(t *testing.T, name string, want *hist.Histogram, zero uint64, i
 // TestDedupWindow: the id lookup covers the window before the batch's oldest
 // row, and no further (that bound keeps the lookup cheap).
 func TestDedupWindow(t *testing.T) {
-	db := newDB(t, store.Options{})
+	db := chtest.NewDB(t, store.Options{})
 	w := newWriter(t, db, store.WriterOptions{DedupWindow: time.Hour})
 	at := time.Now().UTC().Add(-3 * time.Hour)
 	in := makeStreams(4, "demo", at)
@@ -225,7 +226,7 @@ func TestDedupWindow(t *testing.T) {
 // TestReplayOfInsertedBatch: an insert that landed but whose answer was lost
 // is spooled too; replaying it later stores nothing twice.
 func TestReplayOfInsertedBatch(t *testing.T) {
-	db := newDB(t, store.Options{})
+	db := chtest.NewDB(t, store.Options{})
 	w := newWriter(t, db, store.WriterOptions{})
 	in := makeStreams(12, "demo", time.Now().UTC())
 	submit(t, w, in)

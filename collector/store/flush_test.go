@@ -6,12 +6,13 @@ import (
 	"time"
 
 	"github.com/itlmon/itlmon/collector/store"
+	"github.com/itlmon/itlmon/internal/chtest"
 )
 
 // TestFlushTriggers: a full batch flushes at once; a partial one waits for
 // the timer, and Shutdown flushes what is left.
 func TestFlushTriggers(t *testing.T) {
-	db := newDB(t, store.Options{})
+	db := chtest.NewDB(t, store.Options{})
 	w := newWriter(t, db, store.WriterOptions{MaxRows: 10, FlushInterval: time.Hour})
 	at := time.Now().UTC()
 

@@ -3,10 +3,7 @@ package store_test
 import (
 	"context"
 	"crypto/rand"
-	"fmt"
 	"os"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -15,74 +12,14 @@ import (
 	"github.com/itlmon/itlmon/collector"
 	"github.com/itlmon/itlmon/collector/chdb"
 	"github.com/itlmon/itlmon/collector/store"
+	"github.com/itlmon/itlmon/internal/chtest"
 	"github.com/itlmon/itlmon/wasm/beacon"
 	"github.com/itlmon/itlmon/wasm/hist"
 )
 
-// The one real ClickHouse engine shared by the package's tests, started by
-// the first test that needs it (fuzzing and unit tests never start it).
-var (
-	engineOnce sync.Once
-	engine     *chdb.Engine
-	engineErr  error
-	engineDir  string
-)
-
 func TestMain(m *testing.M) {
 	chdb.MaybeRunChild()
-	code := m.Run()
-	if engine != nil {
-		engine.Close(context.Background())
-	}
-	if engineDir != "" {
-		os.RemoveAll(engineDir)
-	}
-	os.Exit(code)
-}
-
-// needEngine returns the shared engine. Without CHDB_LIB_PATH it skips the
-// test, or fails it when ITLMON_REQUIRE_REAL=1.
-func needEngine(tb testing.TB) *chdb.Engine {
-	tb.Helper()
-	lib := os.Getenv("CHDB_LIB_PATH")
-	if _, err := os.Stat(lib); lib == "" || err != nil {
-		if os.Getenv("ITLMON_REQUIRE_REAL") == "1" {
-			tb.Fatalf("CHDB_LIB_PATH=%q: real ClickHouse engine required", lib)
-		}
-		tb.Skip("CHDB_LIB_PATH not set or missing; skipping real-engine test")
-	}
-	engineOnce.Do(func() {
-		if engineDir, engineErr = os.MkdirTemp("", "itlmon-store-test-"); engineErr != nil {
-			return
-		}
-		engine, engineErr = chdb.Start(context.Background(), chdb.Options{LibPath: lib, Dir: engineDir,
-			Logger: zerolog.New(os.Stderr).Level(zerolog.WarnLevel)})
-	})
-	if engineErr != nil {
-		tb.Fatalf("start engine: %v", engineErr)
-	}
-	return engine
-}
-
-var dbSeq atomic.Int64
-
-// newDB opens a fresh, migrated database for one test.
-func newDB(tb testing.TB, opts store.Options) *store.DB {
-	tb.Helper()
-	e := needEngine(tb)
-	ctx := context.Background()
-	opts.Addr, opts.Dial, opts.CreateDatabase = e.NativeAddr(), e.DialContext, true
-	opts.Database = fmt.Sprintf("t%d_%d", time.Now().UnixNano()%1e9, dbSeq.Add(1))
-	opts.Logger = zerolog.New(zerolog.NewTestWriter(tb)).Level(zerolog.InfoLevel)
-	db, err := store.Open(ctx, opts)
-	if err != nil {
-		tb.Fatalf("open: %v", err)
-	}
-	tb.Cleanup(func() { db.Close() })
-	if err := db.Migrate(ctx); err != nil {
-		tb.Fatalf("migrate: %v", err)
-	}
-	return db
+	os.Exit(chtest.Main(m))
 }
 
 func newWriter(tb testing.TB, db *store.DB, opts store.WriterOptions) *store.Writer {

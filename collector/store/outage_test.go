@@ -15,6 +15,7 @@ import (
 
 	"github.com/itlmon/itlmon/collector"
 	"github.com/itlmon/itlmon/collector/store"
+	"github.com/itlmon/itlmon/internal/chtest"
 )
 
 // acked collects the ids of streams whose done reported success.
@@ -102,8 +103,8 @@ func checkExactlyOnce(t *testing.T, db *store.DB, a *acked) {
 // are acked through the spool, and after the restart every acked stream is
 // stored exactly once.
 func TestOutageMidIngest(t *testing.T) {
-	db := newDB(t, store.Options{})
-	e := needEngine(t)
+	db := chtest.NewDB(t, store.Options{})
+	e := chtest.Engine(t)
 	w := newWriter(t, db, store.WriterOptions{FlushInterval: 50 * time.Millisecond})
 	ctx := context.Background()
 	var a acked
@@ -147,8 +148,8 @@ func TestOutageMidIngest(t *testing.T) {
 // (its queue goes to the spool), the last spool frame is torn as by a crash,
 // and a new writer on the same spool replays everything acked.
 func TestSpoolSurvivesRestart(t *testing.T) {
-	db := newDB(t, store.Options{})
-	e := needEngine(t)
+	db := chtest.NewDB(t, store.Options{})
+	e := chtest.Engine(t)
 	ctx := context.Background()
 	spoolDir := t.TempDir()
 	if err := e.Stop(ctx); err != nil {
@@ -226,8 +227,8 @@ func (b *lockedBuffer) String() string {
 // TestOutageLogsOnce: a repeating insert error is logged once per interval,
 // not once per batch, while every batch is still acked through the spool.
 func TestOutageLogsOnce(t *testing.T) {
-	db := newDB(t, store.Options{})
-	e := needEngine(t)
+	db := chtest.NewDB(t, store.Options{})
+	e := chtest.Engine(t)
 	ctx := context.Background()
 	if err := e.Stop(ctx); err != nil {
 		t.Fatalf("stop engine: %v", err)
@@ -259,7 +260,7 @@ func TestOutageLogsOnce(t *testing.T) {
 // acked frame after the corrupt one is not lost with it; later segments are
 // still replayed.
 func TestReplayKeepsCorruptSegment(t *testing.T) {
-	db := newDB(t, store.Options{})
+	db := chtest.NewDB(t, store.Options{})
 	spoolDir := t.TempDir()
 	at := time.Now().UTC()
 	first, second, third := makeStreams(3, "demo", at), makeStreams(4, "demo", at), makeStreams(5, "demo", at)

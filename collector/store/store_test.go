@@ -8,12 +8,13 @@ import (
 
 	"github.com/itlmon/itlmon/collector"
 	"github.com/itlmon/itlmon/collector/store"
+	"github.com/itlmon/itlmon/internal/chtest"
 	"github.com/itlmon/itlmon/schema"
 	"github.com/itlmon/itlmon/wasm/hist"
 )
 
 func TestMigrateIdempotent(t *testing.T) {
-	db := newDB(t, store.Options{StreamsTTL: 30 * 24 * time.Hour})
+	db := chtest.NewDB(t, store.Options{StreamsTTL: 30 * 24 * time.Hour})
 	ctx := context.Background()
 	if err := db.Migrate(ctx); err != nil {
 		t.Fatalf("second migrate: %v", err)
@@ -35,7 +36,7 @@ func TestMigrateIdempotent(t *testing.T) {
 }
 
 func TestWriterRoundTrip(t *testing.T) {
-	db := newDB(t, store.Options{})
+	db := chtest.NewDB(t, store.Options{})
 	w := newWriter(t, db, store.WriterOptions{})
 	at := time.Now().UTC().Truncate(time.Millisecond)
 	in := makeStreams(20, "demo", at)

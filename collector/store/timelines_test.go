@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/itlmon/itlmon/collector/store"
+	"github.com/itlmon/itlmon/internal/chtest"
 )
 
 // TestTimelinesAfterPartialInsert: one of a batch's two inserts fails (before
@@ -26,7 +27,7 @@ func TestTimelinesAfterPartialInsert(t *testing.T) {
 		{"streams reply lost", "itl_streams", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			db := newDB(t, store.Options{})
+			db := chtest.NewDB(t, store.Options{})
 			var armed atomic.Bool
 			armed.Store(true)
 			t.Cleanup(store.SetInsertHook(func(table string, sent bool) error {
