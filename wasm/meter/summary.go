@@ -2,7 +2,6 @@ package meter
 
 import (
 	"math"
-	"sort"
 
 	"github.com/itlmon/itlmon/wasm/hist"
 )
@@ -92,8 +91,8 @@ func (m *Meter) SummaryInto(s *Summary) {
 	if n > 0 {
 		if m.overflow.Count() == 0 {
 			// Nothing needs the gaps in arrival order: sort them in place
-			// (mostly sorted already when Summary is taken repeatedly).
-			sort.Sort((*gapOrder)(m))
+			// (already sorted when Summary is taken again with no new gap).
+			heapSort((*gapOrder)(m))
 			s.GapP50 = exactQuantile(m.gaps, 0.50)
 			s.GapP95 = exactQuantile(m.gaps, 0.95)
 			s.GapP99 = exactQuantile(m.gaps, 0.99)
@@ -162,9 +161,9 @@ func (m *Meter) SummaryInto(s *Summary) {
 	// The longest MaxStalls stalls, in time order.
 	m.stallScratch = append(m.stallScratch[:0], m.stallRecs...)
 	if len(m.stallScratch) > m.opts.MaxStalls {
-		sort.Stable((*stallsLongestFirst)(m))
+		heapSort((*stallsLongestFirst)(m))
 		m.stallScratch = m.stallScratch[:m.opts.MaxStalls]
-		sort.Sort((*stallsByStart)(m))
+		heapSort((*stallsByStart)(m))
 	}
 	recs := m.stallScratch
 	for _, r := range recs {
@@ -179,7 +178,7 @@ func (m *Meter) SummaryInto(s *Summary) {
 	s.TimelineDropped = m.events - len(m.timeline)
 }
 
-// Sorting goes through package sort's one non-generic implementation: each
+// Sorting goes through heapSort's one non-generic implementation: each
 // slices.Sort* instantiation would add its own copy to the browser module.
 // The orders are views of the Meter (a pointer conversion, so sorting does
 // not allocate): gapOrder sorts m.gaps, stallsLongestFirst and stallsByStart
@@ -198,7 +197,8 @@ func (o *gapOrder) Swap(i, j int)      { o.gaps[i], o.gaps[j] = o.gaps[j], o.gap
 func (o *stallsLongestFirst) Len() int { return len(o.stallScratch) }
 func (o *stallsLongestFirst) Less(i, j int) bool {
 	r := o.stallScratch
-	return r[i].end-r[i].start > r[j].end-r[j].start
+	di, dj := r[i].end-r[i].start, r[j].end-r[j].start
+	return di > dj || di == dj && r[i].start < r[j].start // the earlier of two as long
 }
 func (o *stallsLongestFirst) Swap(i, j int) {
 	o.stallScratch[i], o.stallScratch[j] = o.stallScratch[j], o.stallScratch[i]
@@ -257,7 +257,7 @@ func (m *Meter) mergeBusy() {
 	if len(m.busy) < 2 {
 		return
 	}
-	sort.Sort((*busyByStart)(m))
+	heapSort((*busyByStart)(m))
 	out := m.busy[:1]
 	for _, b := range m.busy[1:] {
 		last := &out[len(out)-1]
