@@ -14,6 +14,8 @@
 //	                                           float64s (see summaryFields); kind: 1 complete,
 //	                                           2 aborted, 3 network error
 //	pagehide(), pageshow()                  // bfcache: close the socket + sendBeacon; allow reconnect
+//	mirror()                                -> Uint8Array | null: what pagehide would send now, for
+//	                                           a module in a Worker (no sendBeacon there; see itl.js)
 //	stats()                                 -> counters, for tests
 //	_crash(mode)                            test hook, only with configure({testHooks: true})
 //
@@ -63,6 +65,7 @@ func main() {
 	export(api, "end", app.end)
 	export(api, "pagehide", app.pagehide)
 	export(api, "pageshow", app.pageshow)
+	export(api, "mirror", app.mirror)
 	export(api, "stats", app.stats)
 	export(api, "_crash", app.crash)
 	global.Set("__itlmon_go", api)
@@ -82,6 +85,9 @@ func export(obj js.Value, name string, fn func(args []js.Value) any) {
 				ret = js.Null()
 			}
 		}()
+		if name != "mirror" && name != "stats" {
+			app.dirty = true
+		}
 		return fn(args)
 	})
 	exports = append(exports, f)

@@ -63,6 +63,8 @@ type sender struct {
 	probeFuncs [3]js.Func
 
 	sentBatches, ackedBatches, beacons, connects, rejected int
+
+	changed bool // what beaconWire would send changed (module.mirror)
 }
 
 func newSender(site, wsURL, beaconURL string, c beacon.Client) *sender {
@@ -81,6 +83,7 @@ func newSender(site, wsURL, beaconURL string, c beacon.Client) *sender {
 
 // add queues a finished stream's record.
 func (s *sender) add(r beacon.Record) {
+	s.changed = true
 	if s.refused {
 		s.dropped++
 		return
@@ -146,6 +149,7 @@ func (s *sender) keep(b sentBatch) {
 		s.unacked = s.unacked[1:]
 		s.unackedN -= len(old.wire)
 		s.dropped += uint32(len(old.records)) + old.dropped
+		s.changed = true
 	}
 }
 
@@ -259,6 +263,7 @@ func (s *sender) onMessage(data js.Value) {
 	}
 	s.unackedN -= len(b.wire)
 	s.unacked = append(s.unacked[:i:i], s.unacked[i+1:]...)
+	s.changed = true
 }
 
 // now returns performance.now() in ms: package time would add to the module.
@@ -309,6 +314,7 @@ func (s *sender) refuse(reason string) {
 		return
 	}
 	s.refused = true
+	s.changed = true
 	s.flushTimer.stop()
 	s.retryTimer.stop()
 	s.dropSocket()
@@ -376,7 +382,10 @@ func (s *sender) dropSocket() {
 }
 
 // pagehide closes the socket (a page with an open WebSocket cannot enter the
-// back/forward cache) and sends what is left with navigator.sendBeacon.
+// back/forward cache) and sends what is left with navigator.sendBeacon. In a
+// Worker there is no sendBeacon: the page has sent the last mirror (see
+// module.mirror) and the records stay here, for pageshow (the collector keeps
+// one row per stream id, so none is stored twice).
 func (s *sender) pagehide() {
 	s.hidden = true
 	if s.refused {
@@ -385,32 +394,12 @@ func (s *sender) pagehide() {
 	s.flushTimer.stop()
 	s.retryTimer.stop()
 	s.dropSocket()
-	var recs []beacon.Record
-	dropped := s.dropped
-	for _, b := range s.unacked {
-		recs = append(recs, b.records...)
-		dropped += b.dropped
-	}
-	recs = append(recs, s.pending...)
-	if len(recs) == 0 && dropped == 0 {
-		return
-	}
-	s.seq++
-	var wire []byte
-	for {
-		w, err := s.encode(s.seq, recs, dropped)
-		if err == nil && len(w) <= maxBeaconBytes {
-			wire = w
-			break
-		}
-		if len(recs) == 0 {
-			return
-		}
-		recs = recs[1:] // the oldest go first
-		dropped++
-	}
 	nav := global.Get("navigator")
 	if nav.Get("sendBeacon").Type() != js.TypeFunction || s.beaconURL == "" {
+		return
+	}
+	wire := s.beaconWire(nil)
+	if wire == nil {
 		return
 	}
 	u8 := global.Get("Uint8Array").New(len(wire))
@@ -418,6 +407,45 @@ func (s *sender) pagehide() {
 	if nav.Call("sendBeacon", s.beaconURL, u8).Bool() {
 		s.beacons++
 		s.unacked, s.unackedN, s.pending, s.dropped = nil, 0, nil, 0
+		s.changed = true
+	}
+}
+
+// beaconWire encodes one beacon batch: the records held (unacknowledged
+// batches first, then pending) followed by extra, under the beacon size
+// limit; the oldest are left out, and counted as dropped, to fit. It returns
+// nil when there is nothing to send or the collector refused the site.
+func (s *sender) beaconWire(extra []beacon.Record) []byte {
+	if s.refused {
+		return nil
+	}
+	var recs []beacon.Record
+	dropped := s.dropped
+	for _, b := range s.unacked {
+		recs = append(recs, b.records...)
+		dropped += b.dropped
+	}
+	recs = append(recs, s.pending...)
+	recs = append(recs, extra...)
+	if len(recs) == 0 && dropped == 0 {
+		return nil
+	}
+	s.seq++ // a batch number of its own: never the same as a WebSocket batch's
+	for {
+		w, err := s.encode(s.seq, recs, dropped)
+		if err == nil && len(w) <= maxBeaconBytes {
+			return w
+		}
+		if len(recs) == 0 {
+			return nil
+		}
+		// Leave out about the share that does not fit (at least one).
+		n := 1
+		if err == nil {
+			n = max(1, len(recs)*(len(w)-maxBeaconBytes)/len(w))
+		}
+		recs = recs[n:]
+		dropped += uint32(n)
 	}
 }
 

@@ -13,9 +13,10 @@ const maxOpen = 64
 
 // stream is one measured response.
 type stream struct {
-	t0  float64 // performance.now() just before fetch, ms
-	m   *meter.Meter
-	rec beacon.Record // request/response facts; metrics filled at end
+	t0     float64 // performance.now() just before fetch, ms
+	lastAt float64 // performance.now() of the last read fed, ms
+	m      *meter.Meter
+	rec    beacon.Record // request/response facts; metrics filled at end
 }
 
 // module is the browser module's state. Only JS callbacks touch it.
@@ -33,6 +34,7 @@ type module struct {
 
 	send   *sender
 	panics int
+	dirty  bool // streams started, fed or ended since the last mirror
 }
 
 func newModule() *module {
@@ -102,8 +104,9 @@ func (a *module) start(args []js.Value) any {
 	}
 	ct := argString(args, 5) // media type, lowercased, without parameters (itl.js)
 	s := &stream{
-		t0: argFloat(args, 0),
-		m:  meter.New(meter.Options{ContentType: ct, TimerFloor: a.timerFloor}),
+		t0:     argFloat(args, 0),
+		lastAt: argFloat(args, 0),
+		m:      meter.New(meter.Options{ContentType: ct, TimerFloor: a.timerFloor}),
 		rec: beacon.Record{
 			StartUnixMs: int64(argFloat(args, 1)),
 			PageOrigin:  a.pageOrigin,
@@ -158,6 +161,7 @@ func (a *module) feed(args []js.Value) any {
 		}
 		if s := a.streams[int(id)]; s != nil {
 			s.m.Feed(a.buf[off:off+size], since(s.t0, at))
+			s.lastAt = at
 		}
 		off += size
 	}
@@ -253,6 +257,31 @@ func (a *module) markBusy(start, end float64) {
 		}
 		s.m.MarkBusy(since(s.t0, math.Max(start, s.t0)), since(s.t0, end))
 	}
+}
+
+// mirror() -> Uint8Array, or null when nothing changed since the last call.
+// A module running in a Worker (itl.js) has no navigator.sendBeacon and gets
+// no pagehide in time, so the page keeps the latest mirror and sends it on
+// pagehide: what pagehide would send now, the records held and the streams
+// still open, these as aborted at their last read. Empty: nothing to send.
+func (a *module) mirror([]js.Value) any {
+	if a.send == nil || !a.dirty && !a.send.changed {
+		return nil
+	}
+	a.dirty, a.send.changed = false, false
+	open := make([]beacon.Record, 0, len(a.streams))
+	for _, s := range a.streams {
+		sum := s.m.Summary()
+		sum.Status = meter.StatusAborted
+		sum.Duration = since(s.t0, s.lastAt)
+		r := s.rec
+		fillRecord(&r, &sum)
+		open = append(open, r)
+	}
+	wire := a.send.beaconWire(open)
+	u8 := global.Get("Uint8Array").New(len(wire))
+	js.CopyBytesToJS(u8, wire)
+	return u8
 }
 
 func (a *module) pagehide([]js.Value) any {
