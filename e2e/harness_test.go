@@ -187,7 +187,19 @@ func (o *Origin) SetCollector(base, site string) {
 // itlmon.init (JSON-encoded) once itl.js has loaded. noModule leaves out the
 // <script> tag: the same page without itlmon.
 func (o *Origin) PageURL(init map[string]any, noModule bool) string {
+	return o.pageURL(init, noModule, "")
+}
+
+// PageURLWithCSP is PageURL for a page served with this Content-Security-Policy.
+func (o *Origin) PageURLWithCSP(init map[string]any, csp string) string {
+	return o.pageURL(init, false, csp)
+}
+
+func (o *Origin) pageURL(init map[string]any, noModule bool, csp string) string {
 	q := url.Values{}
+	if csp != "" {
+		q.Set("csp", csp)
+	}
 	if init != nil {
 		b, _ := json.Marshal(init)
 		q.Set("init", string(b))
@@ -206,13 +218,18 @@ func (o *Origin) page(w http.ResponseWriter, r *http.Request) {
 	data := struct {
 		Src, Site, Init string
 		NoModule        bool
+		MainThread      bool // data-worker="false"
 	}{Src: o.collector + "/itl.js", Site: o.site, Init: r.URL.Query().Get("init"), NoModule: r.URL.Query().Get("nomodule") == "1" || o.collector == ""}
+	data.MainThread = strings.Contains(data.Init, `"worker":false`)
 	o.mu.Unlock()
 	if data.Init == "" {
 		data.Init = "null"
 	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-cache") // not no-store: that keeps a page out of the back/forward cache
+	if csp := r.URL.Query().Get("csp"); csp != "" {
+		w.Header().Set("Content-Security-Policy", csp)
+	}
 	if err := pageTmpl.Execute(w, data); err != nil {
 		http.Error(w, err.Error(), http.StatusInternalServerError)
 	}
@@ -229,7 +246,7 @@ function e2eLoaded() {
   itlmon.onStream(function (s) { e2e.summaries.push(s); });
 }
 </script>
-{{if not .NoModule}}<script src="{{.Src}}" data-site="{{.Site}}" async onload="e2eLoaded()" onerror="e2e.loaded = 'error'"></script>{{end}}
+{{if not .NoModule}}<script src="{{.Src}}" data-site="{{.Site}}"{{if .MainThread}} data-worker="false"{{end}} async onload="e2eLoaded()" onerror="e2e.loaded = 'error'"></script>{{end}}
 <script>
 function hex(buf) { return Array.from(new Uint8Array(buf), function (b) { return b.toString(16).padStart(2, '0'); }).join(''); }
 // e2e.stream fetches /v1/chat/completions?query and reads the body the way
@@ -285,6 +302,7 @@ e2e.stream = async function (query, opts) {
   var all = new Uint8Array(out.bytes), off = 0;
   parts.forEach(function (p) { all.set(p, off); off += p.byteLength; });
   out.sha256 = hex(await crypto.subtle.digest('SHA-256', all));
+  if (window.itlmon) await itlmon.settled(); // this stream's summary, if measured, is in e2e.summaries
   return out;
 };
 </script></head><body><p>itlmon e2e page</p></body></html>`))
@@ -387,6 +405,20 @@ func OpenPage(t testing.TB, ctx context.Context, pageURL string) bool {
 	if err != nil {
 		t.Fatalf("wait for itlmon: %v", err)
 	}
+	if ok {
+		// The module runs in its Worker unless the page said worker: false
+		// or has a Content-Security-Policy (csp=...) that forbids it.
+		want := "worker"
+		if u, err := url.Parse(pageURL); err == nil && (strings.Contains(u.Query().Get("init"), `"worker":false`) || u.Query().Get("csp") != "") {
+			want = "main"
+		}
+		if mode := Eval[string](t, ctx, `itlmon.timing.mode`); mode != want {
+			t.Fatalf("the module runs in mode %q, want %q (Worker error: %q)", mode, want, Eval[string](t, ctx, `itlmon.timing.workerError`))
+		}
+		if inPage := Eval[bool](t, ctx, `typeof __itlmon_go === 'object'`); inPage != (want == "main") {
+			t.Fatalf("mode %s: the Go module's API on the page's global = %v", want, inPage)
+		}
+	}
 	return ok
 }
 
@@ -454,7 +486,7 @@ func PageSummaries(t testing.TB, ctx context.Context) []Summary {
 	t.Helper()
 	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	got, err := chromedp.Run(sctx, chromedp.Evaluate[[]Summary](`e2e.summaries`))
+	got, err := chromedp.Run(sctx, chromedp.Evaluate[[]Summary](`(window.itlmon ? itlmon.settled() : Promise.resolve()).then(() => e2e.summaries)`, chromedp.EvalAwaitPromise))
 	if err != nil {
 		t.Fatalf("page summaries: %v", err)
 	}

@@ -136,35 +136,42 @@ func TestModuleMissingOrCrashing(t *testing.T) {
 		}
 		check(t, ctx)
 	})
-	t.Run("panic in callback", func(t *testing.T) {
-		a := StartAssets(t)
-		o.SetCollector(a.URL, "e2e")
-		ctx := NewTab(t)
-		if !OpenPage(t, ctx, o.PageURL(map[string]any{"testHooks": true}, false)) {
-			t.Fatal("itlmon did not become ready")
+	// Both where the module runs: in its Worker (default) and on the main thread.
+	for _, init := range []map[string]any{{"testHooks": true}, {"testHooks": true, "worker": false}} {
+		mode := "worker"
+		if init["worker"] == false {
+			mode = "main thread"
 		}
-		if r := Eval[any](t, ctx, `__itlmon_go._crash('callback')`); r != nil {
-			t.Fatalf("_crash('callback') = %v, want null (recovered)", r)
-		}
-		check(t, ctx)
-		if !Eval[bool](t, ctx, `itlmon.active`) {
-			t.Fatal("module off after a recovered panic")
-		}
-	})
-	t.Run("module exits", func(t *testing.T) {
-		a := StartAssets(t)
-		o.SetCollector(a.URL, "e2e")
-		ctx := NewTab(t)
-		if !OpenPage(t, ctx, o.PageURL(map[string]any{"testHooks": true}, false)) {
-			t.Fatal("itlmon did not become ready")
-		}
-		Eval[bool](t, ctx, `(async () => { __itlmon_go._crash('exit'); await new Promise(r => setTimeout(r, 50)); return true; })()`)
-		check(t, ctx)
-		if Eval[bool](t, ctx, `itlmon.active`) {
-			t.Fatal("module still active after the Go program exited")
-		}
-		check(t, ctx)
-	})
+		t.Run("panic in callback, "+mode, func(t *testing.T) {
+			a := StartAssets(t)
+			o.SetCollector(a.URL, "e2e")
+			ctx := NewTab(t)
+			if !OpenPage(t, ctx, o.PageURL(init, false)) {
+				t.Fatal("itlmon did not become ready")
+			}
+			if r := Eval[any](t, ctx, `itlmon._crash('callback')`); r != nil {
+				t.Fatalf("_crash('callback') = %v, want null (recovered)", r)
+			}
+			check(t, ctx)
+			if !Eval[bool](t, ctx, `itlmon.active`) {
+				t.Fatal("module off after a recovered panic")
+			}
+		})
+		t.Run("module exits, "+mode, func(t *testing.T) {
+			a := StartAssets(t)
+			o.SetCollector(a.URL, "e2e")
+			ctx := NewTab(t)
+			if !OpenPage(t, ctx, o.PageURL(init, false)) {
+				t.Fatal("itlmon did not become ready")
+			}
+			Eval[bool](t, ctx, `(async () => { await itlmon._crash('exit'); for (let i = 0; i < 100 && itlmon.active; i++) await new Promise(r => setTimeout(r, 50)); return true; })()`)
+			check(t, ctx)
+			if Eval[bool](t, ctx, `itlmon.active`) {
+				t.Fatal("module still active after the Go program exited")
+			}
+			check(t, ctx)
+		})
+	}
 }
 
 // TestConfig: sampleRate, optOut, match.urls and the model field, in the page.
@@ -210,6 +217,7 @@ func TestConfig(t *testing.T) {
 		got := Eval[[]string](t, ctx, `(async () => {
 			const bodies = ['{"messages":[{"model":"nested"}],"model":"top\\u002d1"}', '{"x":{"model":"nested"}}', '{"model": 42}'];
 			for (const b of bodies) await (await fetch('/v1/chat/completions?tokens=2&interval_ms=1', {method: 'POST', body: b})).text();
+			await itlmon.settled();
 			return e2e.summaries.map(s => s.model);
 		})()`)
 		if want := []string{"top-1", "", ""}; strings.Join(got, ",") != strings.Join(want, ",") {
@@ -230,14 +238,14 @@ func TestRedirected(t *testing.T) {
 		if got := OpenPage(t, ctx, o.PageURL(nil, !module)); got != module {
 			t.Fatalf("itlmon ready = %v, want %v", got, module)
 		}
-		got := Eval[map[string]any](t, ctx, `fetch('/r').then(async r => ({ url: r.url, redirected: r.redirected, type: r.type, status: r.status, n: (await r.text()).length, measured: e2e.summaries.length }))`)
+		got := Eval[map[string]any](t, ctx, `fetch('/r').then(async r => ({ url: r.url, redirected: r.redirected, type: r.type, status: r.status, n: (await r.text()).length, measured: (window.itlmon && await itlmon.settled(), e2e.summaries.length) }))`)
 		want := map[string]any{"url": o.URL + "/v1/chat/completions?tokens=3&interval_ms=1", "redirected": true, "type": "basic", "status": float64(200)}
 		for k, v := range want {
 			if got[k] != v {
 				t.Errorf("module %v: %s = %v, want %v", module, k, got[k], v)
 			}
 		}
-		if m := Eval[int](t, ctx, `e2e.summaries.length`); module && m != 1 {
+		if m := Eval[int](t, ctx, `(window.itlmon ? itlmon.settled() : Promise.resolve()).then(() => e2e.summaries.length)`); module && m != 1 {
 			t.Errorf("summaries = %d, want 1", m)
 		}
 	}
@@ -261,6 +269,7 @@ func TestAbortDiscardsQueued(t *testing.T) {
 		let after = 0, err = '';
 		try { for (;;) { const x = await reader.read(); if (x.done) break; after++; } } catch (e) { err = e.name; }
 		await new Promise(res => setTimeout(res, 50));
+		if (window.itlmon) await itlmon.settled();
 		return { after, err, status: (e2e.summaries[0] || {}).status || '' };
 	})()`
 	type result struct {
@@ -296,6 +305,7 @@ func TestPageGlobalsAndClone(t *testing.T) {
 		try { r.headers.set('x-itlmon-test', '1'); } catch (e) { immutable = true; }
 		const n = (await c.text()).length + (await r.text()).length;
 		await new Promise(res => setTimeout(res, 50));
+		if (window.itlmon) await itlmon.settled();
 		return { globals: [typeof fs, typeof process, typeof path, typeof Go].join(','),
 			clone: [c.url, c.redirected, c.type, c.status].join(' '), immutable: immutable, n: n, measured: e2e.summaries.length };
 	})()`
@@ -349,6 +359,7 @@ func TestAbortListeners(t *testing.T) {
 			while (!(await reader.read()).done) {}
 		}
 		await new Promise(res => setTimeout(res, 50));
+		if (window.itlmon) await itlmon.settled();
 		return e2e.summaries.length;
 	})()`)
 	if n < 9 {
@@ -379,7 +390,7 @@ func TestDroppedBodiesEnd(t *testing.T) {
 	open := Eval[float64](t, ctx, `(async () => {
 		for (let i = 0; i < 3; i++) await fetch('/v1/chat/completions?tokens=2000&interval_ms=2');
 		await new Promise(r => setTimeout(r, 1500));
-		return __itlmon_go.stats().open;
+		return (await itlmon._stats()).open;
 	})()`)
 	if open != 3 {
 		t.Fatalf("%v streams open before the collection, want 3", open)
@@ -389,7 +400,7 @@ func TestDroppedBodiesEnd(t *testing.T) {
 		if _, err := chromedp.Call(ctx, heapprofiler.CollectGarbage, cdp.Empty{}); err != nil {
 			t.Fatalf("collect garbage: %v", err)
 		}
-		n := Eval[float64](t, ctx, `new Promise(r => setTimeout(() => r(__itlmon_go.stats().open), 200))`)
+		n := Eval[float64](t, ctx, `new Promise(r => setTimeout(r, 200)).then(() => itlmon._stats()).then(s => s.open)`)
 		if n == 0 {
 			break
 		}

@@ -48,6 +48,7 @@ func TestOpenAISDK(t *testing.T) {
 			}
 		} catch (e) { err = e.constructor.name; }
 		await new Promise(r => setTimeout(r, 50));
+		if (window.itlmon) await itlmon.settled();
 		return { text, chunks, err, summaries: e2e.summaries.length, last: e2e.summaries[e2e.summaries.length - 1] || null };
 	})`
 	type result struct {

@@ -147,7 +147,7 @@ func TestCollectorDown(t *testing.T) {
 	if len(sums) != streams {
 		t.Fatalf("summaries = %d, want %d", len(sums), streams)
 	}
-	st := Eval[map[string]float64](t, ctx, `__itlmon_go.stats()`)
+	st := Eval[map[string]float64](t, ctx, `itlmon._stats()`)
 	if st["pending"]+st["unacked"] == 0 {
 		t.Fatalf("module stats %v: nothing held while the collector is down", st)
 	}
@@ -182,7 +182,7 @@ func TestRefusedSite(t *testing.T) {
 		}
 		Eval[bool](t, ctx, `(() => { window.__warns = []; const w = console.warn;
 			console.warn = function () { __warns.push([].slice.call(arguments).join(' ')); return w.apply(console, arguments); }; return true; })()`)
-		stats := func() map[string]float64 { return Eval[map[string]float64](t, ctx, `__itlmon_go.stats()`) }
+		stats := func() map[string]float64 { return Eval[map[string]float64](t, ctx, `itlmon._stats()`) }
 		page := RunStream(t, ctx, StreamOpts{Query: q})
 		if page.Error != "" || page.Bytes != wantN || page.SHA256 != wantSum {
 			t.Fatalf("%s: the page read %d bytes sha %s err %q, want %d %s", tc.site, page.Bytes, page.SHA256, page.Error, wantN, wantSum)
@@ -217,14 +217,18 @@ func TestRefusedSite(t *testing.T) {
 // heldRecordPage opens a page on a collector that batches at most once a
 // minute and streams twice: the first record goes out when the socket opens
 // (and is stored), the second waits in the module for its batch.
-func heldRecordPage(t *testing.T) (*Origin, *Collector, context.Context) {
+func heldRecordPage(t *testing.T, mainThread bool) (*Origin, *Collector, context.Context) {
 	t.Helper()
-	o, c, ctx := collectorPage(t, map[string]any{"flushMs": 60000})
+	init := map[string]any{"flushMs": 60000}
+	if mainThread {
+		init["worker"] = false
+	}
+	o, c, ctx := collectorPage(t, init)
 	const q = "tokens=10&interval_ms=5"
 	RunStream(t, ctx, StreamOpts{Query: q}) // opens the socket; sent on open
 	WaitStreams(t, c, "e2e", 1)
 	RunStream(t, ctx, StreamOpts{Query: q}) // held: the last batch is under flushMs old
-	if st := Eval[map[string]float64](t, ctx, `__itlmon_go.stats()`); st["pending"] != 1 {
+	if st := Eval[map[string]float64](t, ctx, `itlmon._stats()`); st["pending"] != 1 {
 		t.Fatalf("module stats %v: want the second record pending", st)
 	}
 	return o, c, ctx
@@ -233,9 +237,17 @@ func heldRecordPage(t *testing.T) (*Origin, *Collector, context.Context) {
 // TestPagehideBeacon: a record still waiting for its batch when the page is
 // left goes out with navigator.sendBeacon to /v1/beacon, and so does a stream
 // still open then, as aborted. (The socket is closed there too: an open
-// WebSocket keeps a page out of the back/forward cache.)
+// WebSocket keeps a page out of the back/forward cache.) With the module in a
+// Worker, the beacon is the page's copy of what the Worker holds (its mirror);
+// on the main thread, the module sends it itself.
 func TestPagehideBeacon(t *testing.T) {
-	o, c, ctx := heldRecordPage(t)
+	for _, mode := range []string{"worker", "main"} {
+		t.Run(mode, func(t *testing.T) { testPagehideBeacon(t, mode == "main") })
+	}
+}
+
+func testPagehideBeacon(t *testing.T, mainThread bool) {
+	o, c, ctx := heldRecordPage(t, mainThread)
 	sums := PageSummaries(t, ctx)
 	// A third stream is still open when the page goes: it leaves as aborted.
 	Eval[bool](t, ctx, `(async () => { e2e.stream('tokens=500&interval_ms=20'); await new Promise(r => setTimeout(r, 400)); return true; })()`)
@@ -257,10 +269,38 @@ func TestPagehideBeacon(t *testing.T) {
 	}
 }
 
+// TestWorkerBlocked: on a page whose Content-Security-Policy forbids
+// workers, the module runs on the page's main thread instead, and its streams
+// are measured and stored the same.
+func TestWorkerBlocked(t *testing.T) {
+	Browser(t)
+	o := StartOrigin(t)
+	c := StartCollector(t, "e2e="+o.URL)
+	o.SetCollector(c.URL, "e2e")
+	ctx := NewTab(t)
+	if !OpenPage(t, ctx, o.PageURLWithCSP(map[string]any{"flushMs": 200}, "worker-src 'none'")) {
+		t.Fatalf("itlmon did not become ready: %s", Eval[string](t, ctx, `itlmon.timing.error`))
+	}
+	if e := Eval[string](t, ctx, `itlmon.timing.workerError`); e == "" {
+		t.Fatal("timing.workerError is empty: the Worker was not refused")
+	}
+	const q = "tokens=20&interval_ms=5"
+	wantN, wantSum := wantBody(t, q)
+	page := RunStream(t, ctx, StreamOpts{Query: q})
+	if page.Error != "" || page.Bytes != wantN || page.SHA256 != wantSum {
+		t.Fatalf("page read %d bytes sha %s err %q, want %d %s", page.Bytes, page.SHA256, page.Error, wantN, wantSum)
+	}
+	sum := lastSummary(t, ctx)
+	row := StreamByID(t, WaitStreams(t, c, "e2e", 1), sum.ID)
+	if row.ContentEvents != 20 || row.Status != statusComplete {
+		t.Fatalf("stored content_events %d status %d, want 20 complete", row.ContentEvents, row.Status)
+	}
+}
+
 // TestReinitKeepsRecords: itlmon.init called again (new options, same
 // collector and site) keeps the records the module holds: none is lost.
 func TestReinitKeepsRecords(t *testing.T) {
-	o, c, ctx := heldRecordPage(t)
+	o, c, ctx := heldRecordPage(t, false)
 	const q = "tokens=10&interval_ms=5"
 	Eval[bool](t, ctx, `itlmon.init({ release: 'r2', flushMs: 60000 }).then(ok => ok)`)
 	RunStream(t, ctx, StreamOpts{Query: q})
@@ -315,7 +355,7 @@ func TestBFCache(t *testing.T) {
 	o, c, ctx := collectorPage(t, nil)
 	RunStream(t, ctx, StreamOpts{Query: "tokens=5&interval_ms=5"})
 	WaitStreams(t, c, "e2e", 1)
-	if Eval[float64](t, ctx, `__itlmon_go.stats().connects`) < 1 {
+	if Eval[float64](t, ctx, `itlmon._stats().then(s => s.connects)`) < 1 {
 		t.Fatal("no WebSocket was opened")
 	}
 	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)

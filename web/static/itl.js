@@ -2,11 +2,13 @@
  *
  * Install:  <script src="https://COLLECTOR/itl.js" data-site="KEY" async></script>
  * Options:  itlmon.init({ collector, site, sampleRate, match: {contentTypes, urls}, release,
- *                         optOut, modelField, paths })
+ *                         optOut, modelField, paths, worker })
  * Results:  const off = itlmon.onStream(summary => ...)   // one plain object per finished stream
+ *           await itlmon.settled()   // every stream ended so far has been given to onStream
  *
- * What it does: loads wasm_exec.js and itl.wasm from the collector, and once the module is ready
- * replaces window.fetch with a thin shim. The shim calls the page's ORIGINAL fetch first, and only
+ * What it does: loads wasm_exec.js and itl.wasm from the collector, in a Worker (default; on
+ * the page's main thread when workers are not allowed, or with worker: false), and once the
+ * module is ready replaces window.fetch with a thin shim. The shim calls the page's ORIGINAL fetch first, and only
  * for responses matching the config (default: text/event-stream and application/x-ndjson, plus
  * URL patterns) hands the page a Response whose body is a stream pulled from the original one,
  * stamping every network read with performance.now() and staging a copy for the module. The
@@ -46,12 +48,22 @@
     // replaced by ':id', which also keeps dashboards grouped by route;
     // 'raw' sends them as they are; a function(path) -> path decides itself.
     paths: 'ids',
+    // worker: run the module in a dedicated Worker (the default), so the
+    // page's main thread only stamps and stages reads; false runs it on the
+    // main thread, as it also does when the Worker cannot start (a CSP
+    // without blob: in worker-src, for instance). Read when the module
+    // loads: with data-site that is at once, so use data-worker="false".
+    worker: true,
     flushMs: 0,
     testHooks: false,
   };
   var readyResolve;
   var ready = new Promise(function (r) { readyResolve = r; });
-  var timing = { loaderStart: loaderStart, readyAt: -1, error: '', feedMs: 0, feedOps: 0, feedCalls: 0 };
+  // mode: 'worker' or 'main' once ready; workerError: why the Worker did not
+  // start (then the module runs on the main thread); feedMs: the main
+  // thread's time handing batches to the module.
+  var timing = { loaderStart: loaderStart, readyAt: -1, error: '', mode: '', workerError: '', feedMs: 0, feedOps: 0,
+    feedCalls: 0 };
 
   function warn(msg, e) {
     if (warned) return;
@@ -176,15 +188,17 @@
     }
   }
 
-  // ---- staging: one call into Go per batch, not per chunk ----
-  // A call into the Go module costs tens of µs; a read costs ~1 µs to stage.
+  // ---- staging: one hand-over to the module per batch, not per chunk ----
+  // A call into the Go module costs tens of µs, a message to its Worker
+  // about as much; a read costs well under 1 µs to stage.
   // ops holds 4 float64s per operation: [id, n, at, 0] for a read of stream
   // id (its n bytes are next in stage), [-1, 0, start, end] for a busy interval.
 
-  var stage = new Uint8Array(64 << 10), staged = 0;
-  var ops = new Float64Array(4 * 256), nops = 0;
+  // A batch leaves at api.flushBytes staged: the stage has room for one
+  // more read of a usual size past it, so it does not have to grow (see load).
+  var stage = new Uint8Array(0), staged = 0;
+  var ops = new Float64Array(4 * 512), nops = 0;
   var flushTimer = 0;
-  var FLUSH_BYTES = 64 << 10, FLUSH_MS = 1000;
 
   function pushOp(id, chunk, a, b) {
     var n = chunk ? chunk.byteLength : 0;
@@ -201,20 +215,24 @@
     }
     var i = 4 * nops++;
     ops[i] = id; ops[i + 1] = n; ops[i + 2] = a; ops[i + 3] = b;
-    if (staged >= FLUSH_BYTES) flush();
-    else if (!flushTimer) flushTimer = setTimeout(flush, FLUSH_MS);
+    if (staged >= api.flushBytes) flush();
+    else if (!flushTimer) flushTimer = setTimeout(flush, api.flushMs);
   }
 
   function flush() {
     if (flushTimer) { clearTimeout(flushTimer); flushTimer = 0; }
     if (!nops) return;
-    var n = nops;
+    var n = nops, nb = staged;
     nops = 0;
-    var bytes = stage.subarray(0, staged);
     staged = 0;
     if (broken) return;
     var t = performance.now();
-    try { api.feed(bytes, new Uint8Array(ops.buffer, 0, 32 * n), n); } catch (e) { fail('module failed', e); }
+    try {
+      // A module in a Worker takes the buffers (transferred: no copy) and
+      // gives others back to stage into.
+      var next = api.feed(stage, nb, ops, n);
+      if (next) { stage = next[0]; ops = next[1]; }
+    } catch (e) { fail('module failed', e); }
     timing.feedMs += performance.now() - t;
     timing.feedOps += n;
     timing.feedCalls++;
@@ -226,8 +244,6 @@
     'tokensPerSec', 'stalls', 'stalledMs', 'jank', 'smooth', 'eventsPerRead', 'ttftCause', 'tokensReported',
     'subFloorShare'];
   var STATUS = ['open', 'complete', 'aborted', 'error', 'http_error'];
-  var summaryOut = new Float64Array(SUMMARY.length);
-  var summaryBytes = new Uint8Array(summaryOut.buffer);
 
   function hexID(u8) {
     var s = '';
@@ -247,13 +263,14 @@
     if (broken) return;
     try {
       flush();
-      if (api.end(rec.id, at, kind, rec.status, proto(rec.full), summaryBytes) !== true) return;
-      var s = { id: hexID(rec.sid), url: rec.href, model: rec.model };
-      for (var i = 0; i < SUMMARY.length; i++) s[SUMMARY[i]] = summaryOut[i];
-      s.status = STATUS[s.status] || 'open';
-      s.smooth = !!s.smooth;
-      s.tokensReported = !!s.tokensReported;
-      emit(s);
+      api.end(rec.id, at, kind, rec.status, proto(rec.full), function (f) {
+        var s = { id: hexID(rec.sid), url: rec.href, model: rec.model };
+        for (var i = 0; i < SUMMARY.length; i++) s[SUMMARY[i]] = f[i];
+        s.status = STATUS[s.status] || 'open';
+        s.smooth = !!s.smooth;
+        s.tokensReported = !!s.tokensReported;
+        emit(s);
+      });
     } catch (e) { fail('module failed', e); }
   }
 
@@ -379,7 +396,7 @@
         dead = true;
         reader.releaseLock();
         rec.done = true;
-        api.end(id, performance.now(), 3, resp.status, '', summaryBytes);
+        api.end(id, performance.now(), 3, resp.status, '', null);
         return resp;
       }
       dress(out, resp);
@@ -455,11 +472,13 @@
     return Math.max(1, Math.round(min * 1000));
   }
 
-  function moduleConfig() {
+  // moduleConfig is what the module's configure gets. In a Worker the
+  // module's refusal probe uses the Worker's fetch, which is never the shim.
+  function moduleConfig(mode) {
     var nav = navigator, uad = nav.userAgentData, conn = nav.connection;
     var col = cfg.collector.replace(/\/+$/, '');
     var site = encodeURIComponent(cfg.site);
-    return {
+    var c = {
       site: cfg.site,
       wsURL: col.replace(/^http/, 'ws') + '/v1/ws?site=' + site,
       beaconURL: col + '/v1/beacon?site=' + site,
@@ -476,8 +495,9 @@
       connRTTMs: conn && +conn.rtt || 0,
       timerFloorUs: timerFloorUs(),
       crossOriginIsolated: !!g.crossOriginIsolated,
-      fetch: origFetch, // the module's refusal probe bypasses the shim
     };
+    if (mode === 'main') c.fetch = origFetch; // the module's refusal probe bypasses the shim
+    return c;
   }
 
   function loadScript(src) {
@@ -513,14 +533,23 @@
       .then(function (b) { return WebAssembly.instantiate(b, imports); });
   }
 
-  function load() {
-    if (loading || broken) return;
-    loading = true;
-    var col = cfg.collector.replace(/\/+$/, '');
+  // The module's API as the shim uses it, the same in both modes:
+  //   configure(cfg) -> Promise(true | error text)
+  //   start(...) -> stream id, or -1: not measured (see wasm/browser)
+  //   feed(stage, nb, ops, n) -> next  a staged batch: nb bytes, n ops; next: null to
+  //                                  reuse the buffers, or [stage, ops] to stage into
+  //                                  (in a Worker, which takes them)
+  //   end(id, at, kind, httpStatus, proto, done)
+  //                                  done(summary float64s), now or later, if it was measured
+  //   pagehide(), pageshow(), settled() -> Promise, query('stats' | 'crash', arg) -> Promise
+  //   flushMs, flushBytes            a batch leaves after this long, or this many bytes
+
+  // startMain runs the module on the page's main thread.
+  function startMain(col) {
     var wasmURL = col + '/itl.wasm';
     var first = origFetch(wasmURL, { credentials: 'omit' }); // in parallel with wasm_exec.js
     first.catch(function () {});
-    loadScript(col + '/wasm_exec.js').then(function () {
+    return loadScript(col + '/wasm_exec.js').then(function () {
       // Our wasm_exec.js (rewritten by make wasm) keeps its Go class and its
       // fs/process/path stubs in one namespace, off the page's globals.
       var Go = g.__itlmon_wasm_exec && g.__itlmon_wasm_exec.Go;
@@ -533,22 +562,296 @@
           setTimeout(function () { reject(new Error('module not ready')); }, 10000);
         });
       });
-    }).then(function (a) {
-      if (broken) return;
-      var r = a.configure(moduleConfig());
-      if (r !== true) throw new Error(String(r));
-      api = a;
-      observeBusy();
-      addEventListener('pagehide', function () {
-        // Streams still open are cut by the navigation: record them now, as
-        // aborted, so they leave with the beacon.
-        measured.forEach(function (rec) { endStream(rec, 2, performance.now()); });
-        try { if (api && !broken) api.pagehide(); } catch (e) { fail('module failed', e); }
+    }).then(function (m) {
+      var out = new Float64Array(SUMMARY.length), outBytes = new Uint8Array(out.buffer);
+      return {
+        mode: 'main',
+        flushMs: 1000,
+        flushBytes: 64 << 10, // a batch of 64 KB keeps the module ~1.5 ms
+        configure: function (c) { return Promise.resolve(m.configure(c)); },
+        start: function () { return m.start.apply(m, arguments); },
+        feed: function (stage, nb, ops, n) {
+          m.feed(stage.subarray(0, nb), new Uint8Array(ops.buffer, 0, 32 * n), n);
+          return null;
+        },
+        end: function (id, at, kind, status, proto, done) {
+          if (m.end(id, at, kind, status, proto, outBytes) === true && done) done(out);
+        },
+        pagehide: function () { m.pagehide(); },
+        pageshow: function () { m.pageshow(); },
+        settled: function () { return Promise.resolve(); },
+        query: function (what, arg) { return Promise.resolve(what === 'stats' ? m.stats() : m._crash(arg)); },
+      };
+    });
+  }
+
+  // workerHost is the module's Worker. It runs from this function's source
+  // text alone (startWorker), so it uses nothing else from this file: it
+  // loads wasm_exec.js and itl.wasm from the collector and serves the
+  // page's messages with the module's API. Messages are arrays; the first
+  // item says what:
+  //   page -> worker: ['module', WebAssembly.Module | null] first, ['c', cfg] configure, ['s', id, ...start args],
+  //     ['f', stage, ops, n, nb] feed (ArrayBuffers), ['e', id, at, kind, status, proto] end,
+  //     ['h'] pagehide, ['p'] pageshow, ['q', qid, 'stats' | 'crash', arg]
+  //   worker -> page: ['r'] ready, ['c', result], ['e', id, summary | null],
+  //     ['m', mirror] what a beacon would carry now (sent on pagehide),
+  //     ['q', qid, result], ['w', text] a console warning, ['x', why] stopped,
+  //     ['b', stage, ops] a batch's buffers back, for reuse
+  // The page numbers its streams; ids maps them to the module's (-1: not
+  // measured).
+  function workerHost(col, nSummary) {
+    'use strict';
+    var api = null, ids = new Map(), out = new Uint8Array(8 * nSummary), mirrorTimer = 0;
+    var UNMEASURED = 2147483647; // a stream id the module never gives
+    var post = function (m, transfer) { self.postMessage(m, transfer || []); };
+    var stop = function (e) { post(['x', String(e && e.message || e || 'module exited')]); };
+    // The module's warnings belong on the page's console.
+    console.warn = function () { post(['w', Array.prototype.join.call(arguments, ' ')]); };
+    var mirror = function () {
+      mirrorTimer = 0;
+      var m = api.mirror();
+      if (m) post(['m', m], [m.buffer]);
+    };
+    var handle = function (m) {
+      var i, id;
+      switch (m[0]) {
+        case 'c': post(['c', api.configure(m[1])]); break;
+        case 's':
+          id = api.start.apply(null, m.slice(2));
+          ids.set(m[1], typeof id === 'number' ? id : -1);
+          break;
+        case 'f':
+          var ops = new Float64Array(m[2], 0, 4 * m[3]);
+          for (i = 0; i < ops.length; i += 4) {
+            if (ops[i] < 0) continue; // a busy interval
+            id = ids.get(ops[i]);
+            ops[i] = id >= 0 ? id : UNMEASURED;
+          }
+          api.feed(new Uint8Array(m[1], 0, m[4]), new Uint8Array(m[2], 0, 32 * m[3]), m[3]);
+          post(['b', m[1], m[2]], [m[1], m[2]]); // the module copied them: back for reuse
+          break;
+        case 'e':
+          id = ids.get(m[1]);
+          ids.delete(m[1]);
+          var ok = id >= 0 && api.end(id, m[2], m[3], m[4], m[5], out) === true;
+          post(['e', m[1], ok ? new Float64Array(out.slice().buffer) : null]);
+          break;
+        case 'h': api.pagehide(); break;
+        case 'p': api.pageshow(); break;
+        case 'q': post(['q', m[1], m[2] === 'stats' ? api.stats() : api._crash(m[3])]); break;
+      }
+      // A stream's end shows in the mirror at once; reads within 100 ms.
+      if (m[0] === 'e') { clearTimeout(mirrorTimer); mirror(); } else if (!mirrorTimer) mirrorTimer = setTimeout(mirror, 100);
+    };
+    try {
+      importScripts(col + '/wasm_exec.js');
+      var Go = self.__itlmon_wasm_exec && self.__itlmon_wasm_exec.Go;
+      if (typeof Go !== 'function') throw new Error('wasm_exec.js defined no Go');
+      var go = new Go(), url = col + '/itl.wasm';
+      var get = function () {
+        return fetch(url, { credentials: 'omit' }).then(function (r) {
+          if (!r.ok) throw new Error('GET ' + url + ': ' + r.status);
+          return r;
+        });
+      };
+      var compile = function () {
+        return get().then(function (r) { return r.arrayBuffer(); })
+          .then(function (b) { return WebAssembly.instantiate(b, go.importObject); });
+      };
+      // The page compiles the module while this Worker starts and sends it
+      // (['module', WebAssembly.Module]), or null: then it is fetched here.
+      var run = function (mod) {
+        (mod ? WebAssembly.instantiate(mod, go.importObject).then(function (instance) { return { instance: instance }; }) :
+          WebAssembly.instantiateStreaming ? WebAssembly.instantiateStreaming(get(), go.importObject).catch(function (e) {
+            if (e && /^GET /.test(e.message)) throw e;
+            return compile(); // served with another MIME type
+          }) : compile()).then(function (res) { return go.run(res.instance); }).then(function () { stop(); }, stop);
+      };
+      self.__itlmon_ready = function (a) {
+        delete self.__itlmon_ready;
+        api = a;
+        // Acknowledgements change what a beacon would carry too.
+        setInterval(function () { if (!mirrorTimer) mirror(); }, 1000);
+        post(['r']);
+      };
+      self.onmessage = function (ev) {
+        if (ev.data[0] === 'module') return run(ev.data[1]);
+        if (!api) return;
+        try { handle(ev.data); } catch (e) { stop(e); }
+      };
+    } catch (e) { stop(e); }
+  }
+
+  // startWorker runs the module in a dedicated Worker made from a blob: URL
+  // (a Worker's script must be same-origin; what it imports need not be).
+  // It rejects when the Worker cannot start or load the module, and the
+  // module then runs on the main thread.
+  function startWorker(col) {
+    return new Promise(function (resolve, reject) {
+      var src = '(' + workerHost + ')(' + JSON.stringify(col) + ', ' + SUMMARY.length + ');\n';
+      var url = URL.createObjectURL(new Blob([src], { type: 'text/javascript' }));
+      var w = null, timer = 0;
+      var done = function (e) {
+        clearTimeout(timer);
+        URL.revokeObjectURL(url);
+        if (!w) return reject(e);
+        w.onmessage = w.onerror = null;
+        if (e) { w.terminate(); reject(e); } else resolve(workerAPI(w));
+      };
+      try { w = new Worker(url, { name: 'itlmon' }); } catch (e) { return done(e); }
+      // Compiling here (off the main thread: V8 compiles in the background)
+      // while the Worker starts, rather than after, takes ~100 ms off the
+      // time to ready; a WebAssembly.Module is sent without a copy.
+      // A module the collector does not serve is not tried again anywhere.
+      var wasmURL = col + '/itl.wasm';
+      origFetch(wasmURL, { credentials: 'omit' }).then(function (r) {
+        if (!r.ok) {
+          var e = new Error('GET ' + wasmURL + ': ' + r.status);
+          e.final = true;
+          throw e;
+        }
+        return WebAssembly.compileStreaming ? WebAssembly.compileStreaming(r) : null;
+      }).then(function (mod) {
+        w.postMessage(['module', mod]);
+      }, function (e) {
+        if (e && e.final) done(e);
+        else w.postMessage(['module', null]); // the Worker fetches and compiles it itself
       });
-      addEventListener('pageshow', function (e) { try { if (e.persisted && api && !broken) api.pageshow(); } catch (x) { fail('module failed', x); } });
-      if (g.fetch === origFetch && !optedOut()) g.fetch = shimFetch;
-      timing.readyAt = performance.now();
-      readyResolve(true);
+      timer = setTimeout(function () { done(new Error('module not ready in its Worker')); }, 10000);
+      w.onmessage = function (ev) {
+        var m = ev.data;
+        if (m[0] === 'r') done(null);
+        else if (m[0] === 'x') done(new Error(m[1]));
+        else if (m[0] === 'w') warnFromModule(m[1]);
+      };
+      w.onerror = function (ev) {
+        if (ev && ev.preventDefault) ev.preventDefault();
+        done(new Error(ev && ev.message || 'Worker failed'));
+      };
+    });
+  }
+
+  function warnFromModule(text) {
+    try { console.warn(String(text)); } catch (_) {}
+  }
+
+  // workerAPI is the module's API over messages to its Worker. Ids are the
+  // page's; summaries and query results come back as messages. The last
+  // mirror leaves by sendBeacon on pagehide, and for the collector
+  // configured before, when configure changes it.
+  function workerAPI(w) {
+    var nextID = 0, open = 0, ends = new Map(), waiting = [], queries = new Map(), nq = 0;
+    var mirror = null, beaconURL = '', configs = [];
+    var spares = []; // staging buffers the Worker has given back: no allocation per batch
+    var settle = function () {
+      if (ends.size) return;
+      var ws = waiting;
+      waiting = [];
+      ws.forEach(function (r) { r(); });
+    };
+    var beacon = function (url) {
+      try { if (mirror && url && navigator.sendBeacon) navigator.sendBeacon(url, mirror); } catch (_) {}
+    };
+    w.onmessage = function (ev) {
+      var m = ev.data, f;
+      switch (m[0]) {
+        case 'e':
+          f = ends.get(m[1]);
+          ends.delete(m[1]);
+          if (f && m[2]) { try { f(m[2]); } catch (e) { fail('shim failed', e); } }
+          settle();
+          break;
+        case 'm': mirror = m[1].byteLength ? m[1] : null; break;
+        case 'b': if (spares.length < 2) spares.push([new Uint8Array(m[1]), new Float64Array(m[2])]); break;
+        case 'c': (configs.shift() || function () {})(m[1]); break;
+        case 'q': f = queries.get(m[1]); queries.delete(m[1]); if (f) f(m[2]); break;
+        case 'w': warnFromModule(m[1]); break;
+        case 'x': stopped('module exited', m[1]); break;
+      }
+    };
+    w.onerror = function (ev) {
+      if (ev && ev.preventDefault) ev.preventDefault();
+      stopped('module failed', ev && ev.message);
+    };
+    // stopped: the Worker is gone, and with it any summary still to come.
+    var stopped = function (msg, why) {
+      fail(msg, why);
+      w.terminate();
+      ends.clear();
+      settle();
+    };
+    return {
+      mode: 'worker',
+      flushMs: 250, // a message is cheap: stage briefly, so the mirror stays recent
+      // A message costs a few hundred µs on the page's side whatever its
+      // size (measured in Chromium), and the page does not wait for the module.
+      flushBytes: 256 << 10,
+      configure: function (c) {
+        if (beaconURL && c.beaconURL !== beaconURL) beacon(beaconURL); // what it held leaves for it
+        beaconURL = c.beaconURL;
+        return new Promise(function (resolve) { configs.push(resolve); w.postMessage(['c', c]); });
+      },
+      start: function (t0, unixMs, href, method, model, ct, status, origin, sid, path) {
+        if (open >= 64) return -1; // as the module itself (wasm/browser maxOpen)
+        var id = nextID++;
+        open++;
+        w.postMessage(['s', id, t0, unixMs, href, method, model, ct, status, origin, sid, path]);
+        return id;
+      },
+      feed: function (stage, nb, ops, n) {
+        var next = spares.pop() || [new Uint8Array(stage.length), new Float64Array(ops.length)];
+        // ArrayBuffers, not their views: Chromium posts a view several
+        // times slower (measured: 95 vs 14 µs for 72 KB).
+        w.postMessage(['f', stage.buffer, ops.buffer, n, nb], [stage.buffer, ops.buffer]);
+        return next;
+      },
+      end: function (id, at, kind, status, proto, done) {
+        open--;
+        ends.set(id, done);
+        w.postMessage(['e', id, at, kind, status, proto]);
+      },
+      pagehide: function () { beacon(beaconURL); w.postMessage(['h']); },
+      pageshow: function () { w.postMessage(['p']); },
+      settled: function () {
+        return new Promise(function (r) { waiting.push(r); settle(); });
+      },
+      query: function (what, arg) {
+        var q = nq++;
+        return new Promise(function (r) { queries.set(q, r); w.postMessage(['q', q, what, arg]); });
+      },
+    };
+  }
+
+  function load() {
+    if (loading || broken) return;
+    loading = true;
+    var col = cfg.collector.replace(/\/+$/, '');
+    var worker = cfg.worker !== false && typeof Worker === 'function' && typeof Blob === 'function' && g.URL &&
+      typeof URL.createObjectURL === 'function';
+    (worker ? startWorker(col).catch(function (e) {
+      if (e && e.final) throw e;
+      timing.workerError = String(e && e.message || e);
+      return startMain(col);
+    }) : startMain(col)).then(function (a) {
+      if (broken) return;
+      return a.configure(moduleConfig(a.mode)).then(function (r) {
+        if (r !== true) throw new Error(String(r));
+        if (broken) return;
+        api = a;
+        timing.mode = a.mode;
+        stage = new Uint8Array(a.flushBytes + (8 << 10));
+        observeBusy();
+        addEventListener('pagehide', function () {
+          // Streams still open are cut by the navigation: record them now, as
+          // aborted, so they leave with the beacon.
+          measured.forEach(function (rec) { endStream(rec, 2, performance.now()); });
+          try { if (api && !broken) api.pagehide(); } catch (e) { fail('module failed', e); }
+        });
+        addEventListener('pageshow', function (e) { try { if (e.persisted && api && !broken) api.pageshow(); } catch (x) { fail('module failed', x); } });
+        if (g.fetch === origFetch && !optedOut()) g.fetch = shimFetch;
+        timing.readyAt = performance.now();
+        readyResolve(true);
+      });
     }).catch(function (e) { fail('not loaded', e); });
   }
 
@@ -583,9 +886,12 @@
       cfg.sampleRate = Math.max(0, Math.min(1, cfg.sampleRate == null ? 1 : +cfg.sampleRate));
       if (optedOut()) { if (g.fetch === shimFetch) g.fetch = origFetch; return ready; }
       if (api && !broken) {
-        var r = api.configure(moduleConfig());
-        if (r !== true) fail('configure', r);
-        else if (g.fetch === origFetch) g.fetch = shimFetch;
+        // Resolves once the module has the new settings.
+        return api.configure(moduleConfig(api.mode)).then(function (r) {
+          if (r !== true) { fail('configure', r); return false; }
+          if (g.fetch === origFetch && !broken) g.fetch = shimFetch;
+          return !broken;
+        }, function (e) { fail('configure', e); return false; });
       }
       if (!cfg.site) throw new Error('no site key (data-site or itlmon.init({site}))');
       if (!cfg.collector) throw new Error('no collector URL');
@@ -606,15 +912,26 @@
   } catch (_) {}
   var auto = script && script.getAttribute('data-site');
   if (script && script.getAttribute('data-release')) cfg.release = script.getAttribute('data-release');
+  // Where the module runs is chosen when it loads, which data-site starts
+  // at once: data-worker="false" keeps it on the main thread from the start.
+  if (script && script.getAttribute('data-worker') === 'false') cfg.worker = false;
 
   g.itlmon = {
     __itlmon: true,
     init: init,
     onStream: onStream,
     ready: ready, // resolves true once fetch is wrapped, false if the module is off
-    timing: timing, // loaderStart, readyAt (performance.now() ms), error
+    // settled resolves once every stream that has ended so far has been given
+    // to the onStream listeners (with the module in a Worker, a summary
+    // arrives a message later than the stream's end).
+    settled: function () { return api && !broken ? api.settled() : Promise.resolve(); },
+    timing: timing, // loaderStart, readyAt (performance.now() ms), error, mode
     get active() { return !!api && !broken && g.fetch === shimFetch; },
     get originalFetch() { return origFetch; },
+    // _stats: the module's counters (for tests and debugging).
+    _stats: function () { return api && !broken ? api.query('stats') : Promise.resolve(null); },
+    // _crash(mode): makes the module panic (testHooks only, see wasm/browser).
+    _crash: function (mode) { return api && !broken ? api.query('crash', mode) : Promise.resolve(false); },
     // _wrap measures a Response as if fetch had returned it (testHooks only:
     // the browser cost benchmark feeds it a local stream).
     _wrap: function (resp, href) {
