@@ -176,6 +176,43 @@ func freshStreams(ctx context.Context, conn driver.Conn, rows []streamRow, windo
 	return fresh, nil
 }
 
+// errUnencodable marks rows the driver refuses to encode: like a ClickHouse
+// refusal, trying again cannot help.
+var errUnencodable = errors.New("rows the driver cannot encode")
+
+// refused reports whether err is ClickHouse (or the driver) refusing the
+// rows themselves: the server answered with an exception other than those
+// that pass (overload, timeouts, read-only, memory, too many parts), so the
+// same insert would fail again, where an unreachable server would not.
+func refused(err error) bool {
+	if errors.Is(err, errUnencodable) {
+		return true
+	}
+	var ex *clickhouse.Exception
+	if !errors.As(err, &ex) {
+		return false
+	}
+	switch ex.Code {
+	case 159, // TIMEOUT_EXCEEDED
+		164, // READONLY
+		202, // TOO_MANY_SIMULTANEOUS_QUERIES
+		203, // NO_FREE_CONNECTION
+		209, // SOCKET_TIMEOUT
+		210, // NETWORK_ERROR
+		236, // ABORTED
+		241, // MEMORY_LIMIT_EXCEEDED
+		242, // TABLE_IS_READ_ONLY
+		252, // TOO_MANY_PARTS
+		285, // TOO_FEW_LIVE_REPLICAS
+		319, // UNKNOWN_STATUS_OF_INSERT
+		394, // QUERY_WAS_CANCELLED
+		425, // SYSTEM_ERROR
+		999: // KEEPER_EXCEPTION
+		return false
+	}
+	return true
+}
+
 // insertRows sends rows as one batch: PrepareBatch with an explicit column
 // list, Append, Send.
 func insertRows[R any](ctx context.Context, conn driver.Conn, table, columns, token string, rows []R) error {
@@ -196,7 +233,7 @@ func insertRows[R any](ctx context.Context, conn driver.Conn, table, columns, to
 	}
 	defer batch.Close()
 	if err := appendColumns(batch, toColumns(rows)); err != nil {
-		return fmt.Errorf("append %s rows: %w", table, err)
+		return fmt.Errorf("append %s rows: %w: %w", table, errUnencodable, err)
 	}
 	if err := batch.Send(); err != nil {
 		return fmt.Errorf("insert %s: %w", table, err)

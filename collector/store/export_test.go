@@ -52,3 +52,30 @@ func SpoolBatches(dir string, batches ...[]collector.Stream) (string, error) {
 	}
 	return sp.path(num), nil
 }
+
+// SpooledStreamIDs returns the ids of the streams in every frame of the spool
+// in dir (SpoolDir, or its quarantine).
+func SpooledStreamIDs(dir string) (map[[16]byte]bool, error) {
+	sp, err := openSpool(dir, zerolog.Nop())
+	if err != nil {
+		return nil, err
+	}
+	defer sp.Close()
+	ids := map[[16]byte]bool{}
+	for _, num := range sp.sealed {
+		frames, err := sp.Read(num)
+		if err != nil {
+			return nil, err
+		}
+		for _, f := range frames {
+			b, err := decodeBatch(f)
+			if err != nil {
+				return nil, err
+			}
+			for _, s := range b.Streams {
+				ids[[16]byte([]byte(s.StreamID))] = true
+			}
+		}
+	}
+	return ids, nil
+}

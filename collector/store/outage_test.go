@@ -307,3 +307,64 @@ func TestReplayKeepsCorruptSegment(t *testing.T) {
 		t.Fatalf("SpoolSegments = %d, want the kept segment (1)", st.SpoolSegments)
 	}
 }
+
+// TestReplaySetsAsideRefusedStreams: a spooled batch holding a stream that
+// ClickHouse refuses every time (here: it violates a CHECK constraint) does
+// not hold up the spool or the live inserts. Replay backs off on its own, and
+// after a few refusals stores the batch in parts and sets the refused stream
+// aside in SpoolDir/quarantine; the frames and segments after it are
+// replayed, and live batches are inserted meanwhile (a live batch ClickHouse
+// refuses is spooled, and set aside the same way).
+func TestReplaySetsAsideRefusedStreams(t *testing.T) {
+	db := chtest.NewDB(t, store.Options{})
+	ctx := context.Background()
+	if err := db.Conn().Exec(ctx, "ALTER TABLE itl_streams ADD CONSTRAINT no_poison CHECK model != 'poison'"); err != nil {
+		t.Fatalf("add constraint: %v", err)
+	}
+	spoolDir := t.TempDir()
+	at := time.Now().UTC()
+	poisoned, after, later := makeStreams(9, "demo", at), makeStreams(4, "demo", at), makeStreams(3, "demo", at)
+	poisoned[5].Model = "poison"
+	if _, err := store.SpoolBatches(spoolDir, poisoned, after); err != nil {
+		t.Fatalf("spool: %v", err)
+	}
+	if err := store.SpoolStreams(spoolDir, later); err != nil {
+		t.Fatalf("spool: %v", err)
+	}
+
+	w := newWriter(t, db, store.WriterOptions{SpoolDir: spoolDir, FlushInterval: 20 * time.Millisecond})
+	time.Sleep(100 * time.Millisecond) // the first refusal has happened
+	live := makeStreams(5, "demo", at)
+	submit(t, w, live)
+	if st := w.Stats(); st.RowsSpooled != 0 || st.SpoolSegments == 0 {
+		t.Fatalf("stats %+v: want the live batch inserted (nothing spooled) while the spool is held up", st)
+	}
+	refusedLive := makeStreams(4, "demo", at)
+	refusedLive[2].Model = "poison"
+	submit(t, w, refusedLive)
+	if st := w.Stats(); st.RowsSpooled != uint64(len(refusedLive)) {
+		t.Fatalf("stats %+v: want the refused live batch spooled", st)
+	}
+	waitSpoolEmpty(t, w)
+	if err := w.Shutdown(ctx); err != nil {
+		t.Fatalf("shutdown: %v", err)
+	}
+
+	want := uint64(len(poisoned) + len(after) + len(later) + len(live) + len(refusedLive) - 2)
+	if got := queryUint(t, db, "SELECT count() FROM itl_streams"); got != want {
+		t.Errorf("itl_streams rows = %d, want %d (all but the 2 refused)", got, want)
+	}
+	if got := queryUint(t, db, "SELECT uniqExact(stream_id) FROM itl_streams"); got != want {
+		t.Errorf("distinct stored ids = %d, want %d", got, want)
+	}
+	if st := w.Stats(); st.RowsQuarantined != 2 {
+		t.Errorf("RowsQuarantined = %d, want 2", st.RowsQuarantined)
+	}
+	set, err := store.SpooledStreamIDs(filepath.Join(spoolDir, "quarantine"))
+	if err != nil {
+		t.Fatalf("read quarantine: %v", err)
+	}
+	if len(set) != 2 || !set[poisoned[5].StreamID] || !set[refusedLive[2].StreamID] {
+		t.Fatalf("quarantine holds %d streams, want exactly the 2 refused ones", len(set))
+	}
+}

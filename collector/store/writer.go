@@ -3,7 +3,9 @@ package store
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -23,6 +25,10 @@ const (
 	maxRetry             = 30 * time.Second
 	errorLogInterval     = 30 * time.Second
 	replayBudget         = 2 * time.Second // replay work per tick, so live rows keep flowing
+	// quarantineAfter refusals of one spooled frame, with backoff between
+	// them, and it is stored in parts: the streams ClickHouse refuses on
+	// their own are set aside in SpoolDir/quarantine.
+	quarantineAfter = 3
 )
 
 // ErrClosed is returned by Submit after Shutdown.
@@ -49,6 +55,7 @@ type Stats struct {
 	RowsReplayed     uint64 // streams moved from the spool to ClickHouse
 	RowsDeduplicated uint64 // streams dropped because their id was already stored
 	RowsFailed       uint64 // streams whose done got an error (neither inserted nor spooled)
+	RowsQuarantined  uint64 // spooled streams ClickHouse refuses, set aside in SpoolDir/quarantine
 
 	Inserts       uint64  // successful batch inserts (live and replay)
 	InsertErrors  uint64  // failed batch inserts
@@ -82,12 +89,25 @@ type Writer struct {
 	lastErr  string
 	lastLog  time.Time
 	repeated int
+	// Replay's own backoff, for a spooled frame ClickHouse refuses while it
+	// answers: live inserts go on meanwhile. refusals counts them per frame.
+	replayAt    time.Time
+	replayRetry time.Duration
+	refusals    map[frameKey]int
+	quarantine  *spool // opened on first use
 
 	st struct {
 		inserted, spooled, replayed, dedup, failed atomic.Uint64
+		quarantined                                atomic.Uint64
 		inserts, insertErrors, insertNanos         atomic.Uint64
 		lastBatch, spoolSegments, spoolBytes       atomic.Int64
 	}
+}
+
+// frameKey names frame i of spool segment seg.
+type frameKey struct {
+	seg uint64
+	i   int
 }
 
 // job is one Submit call.
@@ -125,7 +145,7 @@ func NewWriter(db *DB, opts WriterOptions) (*Writer, error) {
 		return nil, err
 	}
 	w := &Writer{
-		db: db, opts: opts, log: log, spool: sp,
+		db: db, opts: opts, log: log, spool: sp, refusals: map[frameKey]int{},
 		queue:   make(chan job, opts.QueueSize),
 		closing: make(chan struct{}),
 		drain:   make(chan struct{}),
@@ -189,6 +209,7 @@ func (w *Writer) Stats() Stats {
 		RowsReplayed:     w.st.replayed.Load(),
 		RowsDeduplicated: w.st.dedup.Load(),
 		RowsFailed:       w.st.failed.Load(),
+		RowsQuarantined:  w.st.quarantined.Load(),
 		Inserts:          w.st.inserts.Load(),
 		InsertErrors:     w.st.insertErrors.Load(),
 		InsertSeconds:    time.Duration(w.st.insertNanos.Load()).Seconds(),
@@ -202,6 +223,11 @@ func (w *Writer) Stats() Stats {
 func (w *Writer) run() {
 	defer close(w.done)
 	defer w.spool.Close()
+	defer func() {
+		if w.quarantine != nil {
+			w.quarantine.Close()
+		}
+	}()
 	tick := time.NewTicker(w.opts.FlushInterval)
 	defer tick.Stop()
 	var pending []job
@@ -268,18 +294,31 @@ func (w *Writer) flush(jobs []job) {
 }
 
 // insert inserts b unless ClickHouse is known to be down, and keeps the
-// retry state and counters.
+// retry state and counters. Rows ClickHouse refuses do not mean it is down:
+// they are logged, spooled by the caller, and set aside by the replay.
 func (w *Writer) insert(b rowBatch) error {
 	if time.Now().Before(w.retryAt) {
 		return errors.New("clickhouse down: waiting to retry")
 	}
+	err := w.tryInsert(b)
+	if err != nil {
+		if refused(err) {
+			w.logError(err, "clickhouse refused a batch; spooled, and its refused streams will be set aside")
+		} else {
+			w.failed(err)
+		}
+	}
+	return err
+}
+
+// tryInsert inserts b and keeps the counters.
+func (w *Writer) tryInsert(b rowBatch) error {
 	ctx, cancel := context.WithTimeout(context.Background(), insertTimeout)
 	defer cancel()
 	began := time.Now()
 	res, err := insertBatch(ctx, w.db.conn, b, w.opts.DedupWindow)
 	if err != nil {
 		w.st.insertErrors.Add(1)
-		w.failed(err)
 		return err
 	}
 	w.st.inserts.Add(1)
@@ -309,10 +348,13 @@ func (w *Writer) toSpool(b rowBatch) error {
 // replayBudget. A segment is deleted only after all its frames were
 // inserted; a segment cut short by a failure is replayed again from its
 // start later, which the insert deduplication makes harmless. A segment that
-// cannot be read (other than a torn tail) is kept on disk and skipped.
+// cannot be read (other than a torn tail) is kept on disk and skipped. A
+// frame ClickHouse refuses while it answers is retried with replay's own
+// backoff, and after quarantineAfter refusals stored in parts (see isolate),
+// so it cannot hold up the frames after it.
 func (w *Writer) replay() {
 	began := time.Now()
-	for time.Since(began) < replayBudget && !time.Now().Before(w.retryAt) {
+	for time.Since(began) < replayBudget && !time.Now().Before(w.retryAt) && !time.Now().Before(w.replayAt) {
 		num, ok := w.spool.Oldest()
 		if !ok {
 			return
@@ -327,7 +369,7 @@ func (w *Writer) replay() {
 			w.updateSpoolStats()
 			continue
 		}
-		for _, f := range frames {
+		for i, f := range frames {
 			b, err := decodeBatch(f)
 			if err != nil {
 				w.log.Error().Err(err).Uint64("segment", num).Msg("spool segment unreadable; kept on disk, skipped until restart")
@@ -335,8 +377,19 @@ func (w *Writer) replay() {
 				return
 			}
 			before := w.st.inserted.Load()
-			if err := w.insert(b); err != nil {
-				return
+			if err := w.tryInsert(b); err != nil {
+				if !refused(err) {
+					w.failed(err)
+					return
+				}
+				k := frameKey{num, i}
+				if w.refusals[k]++; w.refusals[k] < quarantineAfter {
+					w.replayRefused(err)
+					return
+				}
+				if err := w.isolate(num, i, b); err != nil {
+					return
+				}
 			}
 			w.st.replayed.Add(w.st.inserted.Load() - before)
 		}
@@ -344,6 +397,12 @@ func (w *Writer) replay() {
 			w.failed(err)
 			return
 		}
+		for k := range w.refusals {
+			if k.seg == num {
+				delete(w.refusals, k)
+			}
+		}
+		w.replayRetry = 0
 		w.updateSpoolStats()
 		w.log.Info().Uint64("segment", num).Int("frames", len(frames)).Msg("spool segment replayed")
 	}
@@ -354,20 +413,117 @@ func (w *Writer) updateSpoolStats() {
 	w.st.spoolBytes.Store(w.spool.Bytes())
 }
 
-// failed backs off further inserts with jitter and logs err, a repeating
-// error once per errorLogInterval (logtail style).
+// failed backs off further inserts with jitter and logs err.
 func (w *Writer) failed(err error) {
-	jitter := time.Duration(rand.Int64N(int64(w.retry) / 2))
-	w.retryAt = time.Now().Add(w.retry/2 + jitter + w.retry/4)
-	w.retry = min(2*w.retry, maxRetry)
-	msg := err.Error()
-	if msg == w.lastErr && time.Since(w.lastLog) < errorLogInterval {
+	w.retryAt, w.retry = backoff(w.retry)
+	w.logError(err, "clickhouse insert failed; spooling")
+}
+
+// replayRefused backs off the replay alone after ClickHouse refused a spooled
+// frame: live inserts are not held up by it.
+func (w *Writer) replayRefused(err error) {
+	w.replayAt, w.replayRetry = backoff(w.replayRetry)
+	w.logError(err, "clickhouse refused a spooled batch; retrying it later")
+}
+
+// backoff returns when to try again after a failure, waiting about retry
+// (at least minRetry) with jitter, and the wait for the next failure.
+func backoff(retry time.Duration) (time.Time, time.Duration) {
+	retry = max(retry, minRetry)
+	jitter := time.Duration(rand.Int64N(int64(retry) / 2))
+	return time.Now().Add(retry/2 + jitter + retry/4), min(2*retry, maxRetry)
+}
+
+// logError logs err, a repeating error once per errorLogInterval (logtail
+// style).
+func (w *Writer) logError(err error, msg string) {
+	text := err.Error()
+	if text == w.lastErr && time.Since(w.lastLog) < errorLogInterval {
 		w.repeated++
 		return
 	}
-	w.log.Error().Err(err).Int("repeated", w.repeated).Time("retry_at", w.retryAt).
-		Msg("clickhouse insert failed; spooling")
-	w.lastErr, w.lastLog, w.repeated = msg, time.Now(), 0
+	at := w.retryAt
+	if w.replayAt.After(at) {
+		at = w.replayAt
+	}
+	w.log.Error().Err(err).Int("repeated", w.repeated).Time("retry_at", at).Msg(msg)
+	w.lastErr, w.lastLog, w.repeated = text, time.Now(), 0
+}
+
+// isolate stores frame i of segment seg, a batch ClickHouse keeps refusing,
+// in halves, and those halves in halves, down to the streams it refuses on
+// their own: these are appended to the quarantine spool (SpoolDir/quarantine),
+// kept there for an operator, never deleted. It returns an error, and the
+// frame is tried again later, when ClickHouse stops answering meanwhile or
+// the quarantine cannot be written.
+func (w *Writer) isolate(seg uint64, i int, b rowBatch) error {
+	var bad rowBatch
+	var why error
+	var split func(b rowBatch) error
+	split = func(b rowBatch) error {
+		if len(b.Streams) == 1 {
+			bad.append(b)
+			return nil
+		}
+		for _, half := range halves(b) {
+			err := w.tryInsert(half)
+			if err != nil && refused(err) {
+				why = err
+				err = split(half)
+			} else if err != nil {
+				w.failed(err)
+			}
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if err := split(b); err != nil {
+		return err
+	}
+	if len(bad.Streams) == 0 {
+		return nil
+	}
+	if w.quarantine == nil {
+		q, err := openSpool(filepath.Join(w.opts.SpoolDir, "quarantine"), w.log)
+		if err != nil {
+			w.failed(err)
+			return err
+		}
+		w.quarantine = q
+	}
+	p, err := encodeBatch(&bad)
+	if err == nil {
+		err = w.quarantine.Append(p)
+	}
+	if err != nil {
+		w.failed(fmt.Errorf("quarantine: %w", err))
+		return err
+	}
+	w.st.quarantined.Add(uint64(len(bad.Streams)))
+	w.log.Error().AnErr("clickhouse", why).Uint64("segment", seg).Int("frame", i).Int("streams", len(bad.Streams)).
+		Str("dir", w.quarantine.dir).Msg("clickhouse refuses these spooled streams; set aside in quarantine, the rest stored")
+	return nil
+}
+
+// halves splits b's streams, with their timelines, in two.
+func halves(b rowBatch) [2]rowBatch {
+	n := len(b.Streams) / 2
+	var h [2]rowBatch
+	h[0].Streams, h[1].Streams = b.Streams[:n:n], b.Streams[n:]
+	first := make(map[string]bool, n)
+	for _, s := range h[0].Streams {
+		first[s.StreamID] = true
+	}
+	for _, tl := range b.Timelines {
+		k := 1
+		if first[tl.StreamID] {
+			k = 0
+		}
+		h[k].Timelines = append(h[k].Timelines, tl)
+	}
+	return h
 }
 
 // recovered resets the backoff after a successful insert.

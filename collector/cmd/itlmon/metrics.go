@@ -29,6 +29,8 @@ func registerStoreMetrics(reg prometheus.Registerer, w *store.Writer) {
 			func(s store.Stats) float64 { return float64(s.RowsDeduplicated) }),
 		counter("itlmon_store_rows_failed_total", "Streams neither inserted nor spooled (their batch was not acked).",
 			func(s store.Stats) float64 { return float64(s.RowsFailed) }),
+		counter("itlmon_store_rows_quarantined_total", "Spooled streams ClickHouse refuses (not unreachable: it answers no), set aside in DATA/spool/quarantine.",
+			func(s store.Stats) float64 { return float64(s.RowsQuarantined) }),
 		counter("itlmon_store_inserts_total", "Successful batch inserts into ClickHouse.",
 			func(s store.Stats) float64 { return float64(s.Inserts) }),
 		counter("itlmon_store_insert_errors_total", "Failed batch inserts into ClickHouse.",
