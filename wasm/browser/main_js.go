@@ -1,5 +1,8 @@
 // Command browser is the itlmon browser module (itl.wasm): the thin glue
-// between a web page and the pure packages wasm/meter and wasm/beacon.
+// between a web page and the pure packages wasm/meter and wasm/beacon. It
+// runs in a dedicated Worker that itl.js starts (the default; the page's
+// calls then arrive as messages, see workerHost in itl.js), or on the page's
+// main thread. Its global object is the Worker's or the window.
 //
 // It exports one object, globalThis.__itlmon_go, whose functions the JS shim
 // in web/static/itl.js calls:
@@ -28,12 +31,15 @@
 //	id = -1: [-1, 0, start, end] the main thread was busy (long animation frame / long task)
 //
 // and hands the batch to feed when a stream ends, when the staging buffer
-// passes 64 KiB, or one second after the first staged operation. Arrival
-// times are taken in JS at arrival, so the batching changes no measurement.
+// passes 256 KiB in a Worker (64 KiB on the main thread), or 250 ms (1 s)
+// after the first staged operation. Arrival times are taken in JS on the
+// page's main thread at arrival, so neither the batching nor the Worker
+// changes a measurement (a Worker's performance.now() has another origin:
+// the module only ever compares the page's stamps with each other).
 //
 // Rules (DESIGN.md "Browser module facts"): nothing here blocks inside a
-// js.FuncOf callback. All state is touched only from JS callbacks (the page's
-// event loop serialises them), timers are JS timers, and there are no
+// js.FuncOf callback. All state is touched only from JS callbacks (the event
+// loop of the page or the Worker serialises them), timers are JS timers, and there are no
 // goroutines, channels or locks to wait on. A panic inside a callback is
 // recovered, reported once with console.warn, and returns null: the shim
 // leaves that response unmeasured and the page untouched. If the Go program
