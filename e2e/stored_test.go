@@ -271,29 +271,38 @@ func testPagehideBeacon(t *testing.T, mainThread bool) {
 
 // TestWorkerBlocked: on a page whose Content-Security-Policy forbids
 // workers, the module runs on the page's main thread instead, and its streams
-// are measured and stored the same.
+// are measured and stored the same. Two policies: workers forbidden outright,
+// and the common script-src allowlist that does not list blob: (so a
+// blob: Worker falls under it).
 func TestWorkerBlocked(t *testing.T) {
 	Browser(t)
 	o := StartOrigin(t)
 	c := StartCollector(t, "e2e="+o.URL)
 	o.SetCollector(c.URL, "e2e")
-	ctx := NewTab(t)
-	if !OpenPage(t, ctx, o.PageURLWithCSP(map[string]any{"flushMs": 200}, "worker-src 'none'")) {
-		t.Fatalf("itlmon did not become ready: %s", Eval[string](t, ctx, `itlmon.timing.error`))
-	}
-	if e := Eval[string](t, ctx, `itlmon.timing.workerError`); e == "" {
-		t.Fatal("timing.workerError is empty: the Worker was not refused")
-	}
 	const q = "tokens=20&interval_ms=5"
 	wantN, wantSum := wantBody(t, q)
-	page := RunStream(t, ctx, StreamOpts{Query: q})
-	if page.Error != "" || page.Bytes != wantN || page.SHA256 != wantSum {
-		t.Fatalf("page read %d bytes sha %s err %q, want %d %s", page.Bytes, page.SHA256, page.Error, wantN, wantSum)
-	}
-	sum := lastSummary(t, ctx)
-	row := StreamByID(t, WaitStreams(t, c, "e2e", 1), sum.ID)
-	if row.ContentEvents != 20 || row.Status != statusComplete {
-		t.Fatalf("stored content_events %d status %d, want 20 complete", row.ContentEvents, row.Status)
+	stored := 0
+	for _, csp := range []string{
+		"worker-src 'none'",
+		"script-src 'self' 'unsafe-inline' 'wasm-unsafe-eval' " + c.URL,
+	} {
+		ctx := NewTab(t)
+		if !OpenPage(t, ctx, o.PageURLWithCSP(map[string]any{"flushMs": 200}, csp)) {
+			t.Fatalf("%s: itlmon did not become ready: %s", csp, Eval[string](t, ctx, `itlmon.timing.error`))
+		}
+		if e := Eval[string](t, ctx, `itlmon.timing.workerError`); e == "" {
+			t.Fatalf("%s: timing.workerError is empty: the Worker was not refused", csp)
+		}
+		page := RunStream(t, ctx, StreamOpts{Query: q})
+		if page.Error != "" || page.Bytes != wantN || page.SHA256 != wantSum {
+			t.Fatalf("%s: page read %d bytes sha %s err %q, want %d %s", csp, page.Bytes, page.SHA256, page.Error, wantN, wantSum)
+		}
+		sum := lastSummary(t, ctx)
+		stored++
+		row := StreamByID(t, WaitStreams(t, c, "e2e", stored), sum.ID)
+		if row.ContentEvents != 20 || row.Status != statusComplete {
+			t.Fatalf("%s: stored content_events %d status %d, want 20 complete", csp, row.ContentEvents, row.Status)
+		}
 	}
 }
 
