@@ -602,6 +602,7 @@
   function workerHost(col, nSummary) {
     'use strict';
     var api = null, ids = new Map(), out = new Uint8Array(8 * nSummary), mirrorTimer = 0;
+    var watch = 0, idle = 0; // the 1 s watch for acknowledgements, and its ticks without news
     var UNMEASURED = 2147483647; // a stream id the module never gives
     var post = function (m, transfer) { self.postMessage(m, transfer || []); };
     var stop = function (e) { post(['x', String(e && e.message || e || 'module exited')]); };
@@ -642,6 +643,17 @@
       }
       // A stream's end shows in the mirror at once; reads within 100 ms.
       if (m[0] === 'e') { clearTimeout(mirrorTimer); mirror(); } else if (!mirrorTimer) mirrorTimer = setTimeout(mirror, 100);
+      // Acknowledgements change what a beacon would carry too: watch for
+      // them each second until 30 s pass without news. (A stale mirror only
+      // resends records the collector already has: it keeps one per id.)
+      idle = 0;
+      if (!watch) {
+        watch = setInterval(function () {
+          if (mirrorTimer) return;
+          var m = api.mirror();
+          if (m) { idle = 0; post(['m', m], [m.buffer]); } else if (++idle >= 30) { clearInterval(watch); watch = 0; }
+        }, 1000);
+      }
     };
     try {
       importScripts(col + '/wasm_exec.js');
@@ -670,8 +682,6 @@
       self.__itlmon_ready = function (a) {
         delete self.__itlmon_ready;
         api = a;
-        // Acknowledgements change what a beacon would carry too.
-        setInterval(function () { if (!mirrorTimer) mirror(); }, 1000);
         post(['r']);
       };
       self.onmessage = function (ev) {
