@@ -783,12 +783,15 @@
       if (ev && ev.preventDefault) ev.preventDefault();
       stopped('module failed', ev && ev.message);
     };
-    // stopped: the Worker is gone, and with it any summary still to come.
+    // stopped: the Worker is gone, and with it any answer still to come.
     var stopped = function (msg, why) {
       fail(msg, why);
       w.terminate();
       ends.clear();
       settle();
+      configs.splice(0).forEach(function (r) { r('module stopped'); });
+      queries.forEach(function (r) { r(null); });
+      queries.clear();
     };
     return {
       mode: 'worker',
