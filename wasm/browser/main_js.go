@@ -84,6 +84,7 @@ func main() {
 // export sets obj[name] to a js.Func that runs fn with panics recovered. A
 // recovered panic returns js.Null() (the shim treats it as "not measured").
 func export(obj js.Value, name string, fn func(args []js.Value) any) {
+	changes := name != "mirror" && name != "stats" // what a mirror would hold
 	f := js.FuncOf(func(_ js.Value, args []js.Value) (ret any) {
 		defer func() {
 			if r := recover(); r != nil {
@@ -91,7 +92,7 @@ func export(obj js.Value, name string, fn func(args []js.Value) any) {
 				ret = js.Null()
 			}
 		}()
-		if name != "mirror" && name != "stats" {
+		if changes {
 			app.dirty = true
 		}
 		return fn(args)
