@@ -170,9 +170,12 @@ func BenchmarkSummary(b *testing.B) {
 	})
 }
 
+// apiChatChunk is one OpenAI chat content chunk, as the API sends it.
+const apiChatChunk = `{"id":"chatcmpl-B9MHDbslfkBeAs8l4bebGdFOJ6PeG","object":"chat.completion.chunk","created":1741569952,"model":"gpt-4o-mini-2024-07-18","system_fingerprint":"fp_06737a9306","choices":[{"index":0,"delta":{"content":" tok42"},"logprobs":null,"finish_reason":null}],"usage":null}`
+
 // BenchmarkClassifyChat is the JSON scan of one OpenAI chat chunk.
 func BenchmarkClassifyChat(b *testing.B) {
-	data := []byte(`{"id":"chatcmpl-B9MHDbslfkBeAs8l4bebGdFOJ6PeG","object":"chat.completion.chunk","created":1741569952,"model":"gpt-4o-mini-2024-07-18","system_fingerprint":"fp_06737a9306","choices":[{"index":0,"delta":{"content":" tok42"},"logprobs":null,"finish_reason":null}],"usage":null}`)
+	data := []byte(apiChatChunk)
 	m := New(Options{ContentType: "text/event-stream"})
 	b.SetBytes(int64(len(data)))
 	b.ReportAllocs()

@@ -189,7 +189,7 @@ func FuzzValidJSON(f *testing.F) {
 // BenchmarkValidJSON compares the scanner's validation with encoding/json's
 // on one OpenAI chat chunk (a yardstick for the machine the numbers come from).
 func BenchmarkValidJSON(b *testing.B) {
-	data := []byte(`{"id":"chatcmpl-B9MHDbslfkBeAs8l4bebGdFOJ6PeG","object":"chat.completion.chunk","created":1741569952,"model":"gpt-4o-mini-2024-07-18","system_fingerprint":"fp_06737a9306","choices":[{"index":0,"delta":{"content":" tok42"},"logprobs":null,"finish_reason":null}],"usage":null}`)
+	data := []byte(apiChatChunk)
 	for _, v := range []struct {
 		name  string
 		valid func([]byte) bool
