@@ -213,6 +213,9 @@ func (o *Origin) pageURL(init map[string]any, noModule bool, csp string) string 
 	return o.URL + "/?" + q.Encode()
 }
 
+// asksMainThread reports whether a page's init options (JSON) say worker: false.
+func asksMainThread(init string) bool { return strings.Contains(init, `"worker":false`) }
+
 func (o *Origin) page(w http.ResponseWriter, r *http.Request) {
 	o.mu.Lock()
 	data := struct {
@@ -220,7 +223,7 @@ func (o *Origin) page(w http.ResponseWriter, r *http.Request) {
 		NoModule        bool
 		MainThread      bool // data-worker="false"
 	}{Src: o.collector + "/itl.js", Site: o.site, Init: r.URL.Query().Get("init"), NoModule: r.URL.Query().Get("nomodule") == "1" || o.collector == ""}
-	data.MainThread = strings.Contains(data.Init, `"worker":false`)
+	data.MainThread = asksMainThread(data.Init)
 	o.mu.Unlock()
 	if data.Init == "" {
 		data.Init = "null"
@@ -409,7 +412,7 @@ func OpenPage(t testing.TB, ctx context.Context, pageURL string) bool {
 		// The module runs in its Worker unless the page said worker: false
 		// or has a Content-Security-Policy (csp=...) that forbids it.
 		want := "worker"
-		if u, err := url.Parse(pageURL); err == nil && (strings.Contains(u.Query().Get("init"), `"worker":false`) || u.Query().Get("csp") != "") {
+		if u, err := url.Parse(pageURL); err == nil && (asksMainThread(u.Query().Get("init")) || u.Query().Get("csp") != "") {
 			want = "main"
 		}
 		if mode := Eval[string](t, ctx, `itlmon.timing.mode`); mode != want {
