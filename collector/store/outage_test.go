@@ -333,7 +333,13 @@ func TestReplaySetsAsideRefusedStreams(t *testing.T) {
 	}
 
 	w := newWriter(t, db, store.WriterOptions{SpoolDir: spoolDir, FlushInterval: 20 * time.Millisecond})
-	time.Sleep(100 * time.Millisecond) // the first refusal has happened
+	deadline := time.Now().Add(time.Minute)
+	for w.Stats().InsertErrors == 0 { // the replay's first refusal
+		if time.Now().After(deadline) {
+			t.Fatalf("no refusal within a minute: %+v", w.Stats())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 	live := makeStreams(5, "demo", at)
 	submit(t, w, live)
 	if st := w.Stats(); st.RowsSpooled != 0 || st.SpoolSegments == 0 {
