@@ -44,9 +44,14 @@ type Record struct {
 	HTTPProto   string   // resource timing nextHopProtocol ("h2", "http/1.1", "h3")
 	ContentType string   // response media type without parameters
 
-	Format     uint8 // meter.Format
-	Status     uint8 // meter.Status
-	HTTPStatus uint16
+	Format     uint8  // meter.Format
+	Status     uint8  // meter.Status
+	HTTPStatus uint16 // 0 when the request ended before response headers
+	End        uint8  // meter.End: how the body ended (meter.EndNone from older senders)
+	// HeadersUs is when the response headers arrived; NoTime when the
+	// request was aborted or failed before them (then DurationUs is the
+	// time waited, and the stream has no body facts).
+	HeadersUs uint32
 
 	TTFBUs, TTFCUs, TTFTUs, DurationUs uint32 // NoTime when absent
 

@@ -30,6 +30,20 @@ const (
 	StatusHTTPError                  // the response status was >= 400
 )
 
+// End says how a stream's body ended, as far as the page is concerned. It
+// refines Status: a page (or its client library) that closes the body after
+// the stream's terminal event arrived ends it EndClosedAfterEnd, and the
+// stream is complete; the same close before the terminal event is an abort.
+type End uint8
+
+const (
+	EndNone           End = iota // not ended yet, or not known (an older sender)
+	EndBody                      // the body was read to its end
+	EndClosedAfterEnd            // the page cancelled or aborted the body after the terminal event
+	EndAbort                     // the page (or user) aborted or cancelled before the terminal event
+	EndError                     // the body (or the request, before headers) failed with a network error
+)
+
 // Cause says why a stall (or the wait for the first token) happened.
 type Cause uint8
 
@@ -61,6 +75,25 @@ func (d Duration) Seconds() float64 {
 	sec := d / Second
 	nsec := d % Second
 	return float64(sec) + float64(nsec)/1e9
+}
+
+// Names are the plain names stored in ClickHouse and used by every API
+// ("status = 'aborted'", "ttft_cause = 'network'"). Index by the code; a
+// code past the end (a newer sender) has no name here: see Name.
+var (
+	FormatNames = [...]string{"unknown", "openai_chat", "openai_responses", "anthropic", "vercel_ai", "ollama",
+		"sse", "ndjson", "text"}
+	StatusNames = [...]string{"open", "complete", "aborted", "error", "http_error"}
+	CauseNames  = [...]string{"none", "unknown", "network", "page", "origin"}
+	EndNames    = [...]string{"", "body_end", "closed_after_end", "abort", "error"}
+)
+
+// Name returns names[code], or "unknown" for a code it does not know.
+func Name[T ~uint8](names []string, code T) string {
+	if int(code) < len(names) {
+		return names[code]
+	}
+	return "unknown"
 }
 
 // NumCauses is the number of Cause values, for per-cause arrays.
