@@ -7,6 +7,8 @@
 //
 //	Browser(t)                       the package's one Chromium (started in TestMain); skips or fails
 //	                                 (ITLMON_REQUIRE_REAL=1) when Chromium is missing
+//	testCert                         the self-signed certificate (e2e/nginx.SelfSigned) that Browser
+//	                                 trusts, for HTTPS proxies (nginx.Options.TLS)
 //	NewTab(t) context.Context        a fresh tab, closed at cleanup
 //	StartOrigin(t) *Origin           the page's server: /, /v1/chat/completions (collector/demo's
 //	                                 cadence-controlled SSE), /plain; Origin.Handle adds routes,
@@ -49,6 +51,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/itlmon/itlmon/collector/demo"
+	"github.com/itlmon/itlmon/e2e/nginx"
 	"github.com/itlmon/itlmon/web"
 )
 
@@ -57,6 +60,11 @@ const chromiumPath = "/usr/lib/chromium/chromium"
 var (
 	browserCtx context.Context // the shared browser; nil when it could not start
 	browserErr error
+	// testCert is the certificate the shared browser trusts (and no other
+	// unknown one): Chromium is launched with its public key hash in
+	// --ignore-certificate-errors-spki-list, so pages served with it count
+	// as valid HTTPS, secure contexts without certificate errors.
+	testCert *nginx.Cert
 )
 
 func TestMain(m *testing.M) {
@@ -70,8 +78,22 @@ func TestMain(m *testing.M) {
 			browserErr = errors.New("chromium not installed at " + chromiumPath)
 			return m.Run()
 		}
+		// The certificate must exist before the browser starts; chromedp
+		// gives the browser a --user-data-dir, without which Chromium
+		// ignores the SPKI list.
+		certDir, err := os.MkdirTemp("", "itlmon-e2e-cert")
+		if err != nil {
+			browserErr = err
+			return m.Run()
+		}
+		defer os.RemoveAll(certDir)
+		if testCert, err = nginx.SelfSigned(certDir); err != nil {
+			browserErr = err
+			return m.Run()
+		}
 		opts := []chromedp.ExecAllocatorOption{
 			chromedp.ExecPath(chromiumPath),
+			chromedp.Flag("ignore-certificate-errors-spki-list", testCert.SPKIHash),
 			chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun,
 			chromedp.Flag("disable-quic", true),
 			chromedp.Flag("disable-background-networking", true),
