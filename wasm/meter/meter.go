@@ -1,8 +1,6 @@
 package meter
 
 import (
-	"bytes"
-	"strings"
 	"unsafe"
 
 	"github.com/itlmon/itlmon/wasm/hist"
@@ -240,7 +238,7 @@ func keep[T any](s []T, limit int) []T {
 // says nothing (missing or application/octet-stream).
 func framingFor(contentType string) framing {
 	mt := contentType
-	if i := strings.IndexByte(mt, ';'); i >= 0 {
+	if i := indexByteString(mt, ';'); i >= 0 {
 		mt = mt[:i]
 	}
 	mt = trimSpace(mt)
@@ -444,14 +442,14 @@ func sniffFraming(b []byte, final bool) (framing, bool) {
 	if l != "" && (l[0] == '{' || l[0] == '[') {
 		return frameNDJSON, true
 	}
-	if strings.HasPrefix(l, ":") {
+	if hasPrefix(l, ":") {
 		return frameSSE, true
 	}
 	for _, f := range [...]string{"data", "event", "id", "retry"} {
-		if strings.HasPrefix(l, f+":") || (complete && l == f) {
+		if hasPrefix(l, f+":") || (complete && l == f) {
 			return frameSSE, true
 		}
-		if !complete && strings.HasPrefix(f+":", l) {
+		if !complete && hasPrefix(f+":", l) {
 			return frameText, false // could still become an SSE field
 		}
 	}
@@ -702,5 +700,3 @@ func (m *Meter) setTokens(v []byte) {
 		m.tokens, m.tokensReported = n, true
 	}
 }
-
-func indexByte(b []byte, c byte) int { return bytes.IndexByte(b, c) }
