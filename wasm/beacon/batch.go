@@ -349,12 +349,12 @@ func (b *Batch) check() error {
 // numEnds is the number of meter.End values this minor knows.
 const numEnds = 5
 
-func endRange(e uint8) string {
-	return strconv.Itoa(int(e)) + " out of range [0, " + strconv.Itoa(numEnds-1) + "]"
-}
+func endRange(e uint8) string { return outOfRange(e, numEnds) }
 
-func causeRange(c uint8) string {
-	return strconv.Itoa(int(c)) + " out of range [0, " + strconv.Itoa(numCauses-1) + "]"
+func causeRange(c uint8) string { return outOfRange(c, numCauses) }
+
+func outOfRange(v uint8, n int) string {
+	return strconv.Itoa(int(v)) + " out of range [0, " + strconv.Itoa(n-1) + "]"
 }
 
 // DecodeBatch decodes a KindBatch message, enforcing lim (zero fields:
