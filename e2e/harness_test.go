@@ -49,6 +49,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/itlmon/itlmon/collector/demo"
+	"github.com/itlmon/itlmon/e2e/browsers"
 	"github.com/itlmon/itlmon/web"
 )
 
@@ -62,6 +63,7 @@ var (
 func TestMain(m *testing.M) {
 	code := func() int {
 		flag.Parse()
+		defer closeEngines() // Firefox and WebKit, launched by the first test that asks (engine_test.go)
 		if testing.Short() {
 			browserErr = errSkipShort
 			return m.Run()
@@ -390,39 +392,11 @@ func moduleDist(t testing.TB) fs.FS {
 }
 
 // OpenPage navigates ctx's tab to pageURL and waits until itlmon is ready
-// (true) or has definitely turned itself off (false). Pages without the
-// module return false at once.
+// (true) or has definitely turned itself off (false): OpenIn for a chromedp
+// tab.
 func OpenPage(t testing.TB, ctx context.Context, pageURL string) bool {
 	t.Helper()
-	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	if err := chromedp.Do(sctx, chromedp.Navigate(pageURL)); err != nil {
-		t.Fatalf("navigate %s: %v", pageURL, err)
-	}
-	ok, err := chromedp.Run(sctx, chromedp.Evaluate[bool](`(async () => {
-		if (!document.querySelector('script[src$="/itl.js"]')) return false;
-		while (!window.itlmon && window.e2e.loaded !== 'error') await new Promise(r => setTimeout(r, 5));
-		if (!window.itlmon) return false;
-		return await itlmon.ready;
-	})()`, chromedp.EvalAwaitPromise))
-	if err != nil {
-		t.Fatalf("wait for itlmon: %v", err)
-	}
-	if ok {
-		// The module runs in its Worker unless the page said worker: false
-		// or has a Content-Security-Policy (csp=...) that forbids it.
-		want := "worker"
-		if u, err := url.Parse(pageURL); err == nil && (asksMainThread(u.Query().Get("init")) || u.Query().Get("csp") != "") {
-			want = "main"
-		}
-		if mode := Eval[string](t, ctx, `itlmon.timing.mode`); mode != want {
-			t.Fatalf("the module runs in mode %q, want %q (Worker error: %q)", mode, want, Eval[string](t, ctx, `itlmon.timing.workerError`))
-		}
-		if inPage := Eval[bool](t, ctx, `typeof __itlmon_go === 'object'`); inPage != (want == "main") {
-			t.Fatalf("mode %s: the Go module's API on the page's global = %v", want, inPage)
-		}
-	}
-	return ok
+	return OpenIn(t, browsers.ChromiumTab(ctx, nil), pageURL)
 }
 
 // StreamOpts asks the page for one stream.
@@ -455,15 +429,7 @@ type PageRead struct {
 // RunStream makes the page fetch and read one stream and returns what it saw.
 func RunStream(t testing.TB, ctx context.Context, o StreamOpts) PageRead {
 	t.Helper()
-	sctx, cancel := context.WithTimeout(ctx, 60*time.Second)
-	defer cancel()
-	opts, _ := json.Marshal(map[string]any{"mode": o.Mode, "abortAfterMs": o.AbortAfterMs, "model": o.Model, "path": o.Path})
-	q, _ := json.Marshal(o.Query)
-	got, err := chromedp.Run(sctx, chromedp.Evaluate[PageRead](`e2e.stream(`+string(q)+`, `+string(opts)+`)`, chromedp.EvalAwaitPromise))
-	if err != nil {
-		t.Fatalf("page stream %q: %v", o.Query, err)
-	}
-	return got
+	return StreamIn(t, browsers.ChromiumTab(ctx, nil), o)
 }
 
 // Summary is what itlmon.onStream gave the page for one stream.
@@ -487,23 +453,11 @@ type Summary struct {
 // PageSummaries returns the summaries itlmon.onStream delivered so far.
 func PageSummaries(t testing.TB, ctx context.Context) []Summary {
 	t.Helper()
-	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	got, err := chromedp.Run(sctx, chromedp.Evaluate[[]Summary](`(window.itlmon ? itlmon.settled() : Promise.resolve()).then(() => e2e.summaries)`, chromedp.EvalAwaitPromise))
-	if err != nil {
-		t.Fatalf("page summaries: %v", err)
-	}
-	return got
+	return SummariesIn(t, browsers.ChromiumTab(ctx, nil))
 }
 
 // Eval evaluates a JS expression (awaiting a promise) in the tab.
 func Eval[T any](t testing.TB, ctx context.Context, expr string) T {
 	t.Helper()
-	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	v, err := chromedp.Run(sctx, chromedp.Evaluate[T](expr, chromedp.EvalAwaitPromise))
-	if err != nil {
-		t.Fatalf("eval %q: %v", expr, err)
-	}
-	return v
+	return EvalIn[T](t, browsers.ChromiumTab(ctx, nil), expr)
 }
