@@ -599,7 +599,7 @@ func (s attrStored) row(name, injected string) attrRow {
 
 // busyJS keeps the page's main thread busy 300 ms of every 600 ms (long
 // tasks), so the stream's reads wait behind it.
-const busyJS = `window.__busy = setInterval(function () { var end = performance.now() + 300; while (performance.now() < end) {} }, 600); true`
+const busyJS = `(window.__busy = setInterval(function () { var end = performance.now() + 300; while (performance.now() < end) {} }, 600), true)`
 
 // TestAttributionBrowser runs the six scenarios in headless Chromium: the
 // page (behind whatever the scenario puts in between) streams from the

@@ -45,10 +45,10 @@ func launchEngine(name string) (browsers.Engine, error) {
 	panic("BUG: unknown engine " + name)
 }
 
-// Engine returns the package's browser of the named engine, launching it
+// BrowserEngine returns the package's browser of the named engine, launching it
 // on first use. A missing browser skips t (fails it under
 // ITLMON_REQUIRE_REAL=1); one that is installed but does not start fails t.
-func Engine(t testing.TB, name string) browsers.Engine {
+func BrowserEngine(t testing.TB, name string) browsers.Engine {
 	t.Helper()
 	if name == "chromium" {
 		return browsers.Chromium(Browser(t))
@@ -72,7 +72,7 @@ func Engine(t testing.TB, name string) browsers.Engine {
 	return slot.e
 }
 
-// closeEngines ends every engine launched by Engine (TestMain, at the end).
+// closeEngines ends every engine launched by BrowserEngine (TestMain, at the end).
 func closeEngines() {
 	for _, s := range engineSlots {
 		if s.e != nil {

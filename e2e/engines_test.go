@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"math"
 	"testing"
 	"time"
 
@@ -14,7 +15,7 @@ import (
 // forEachEngine runs f in a subtest per engine.
 func forEachEngine(t *testing.T, f func(t *testing.T, e browsers.Engine)) {
 	for _, name := range engineNames {
-		t.Run(name, func(t *testing.T) { f(t, Engine(t, name)) })
+		t.Run(name, func(t *testing.T) { f(t, BrowserEngine(t, name)) })
 	}
 }
 
@@ -117,9 +118,13 @@ func TestEnginesStored(t *testing.T) {
 			}
 		})
 
-		// A run in which the page itself saw another gap over 200 ms (a
-		// starved machine, not the product) is logged and run again, at
-		// most three times, as in TestStoredStall.
+		// The stored stall must be the gap the page itself saw (within the
+		// timers' resolution), and that gap is the pause plus one interval
+		// unless the machine delayed delivery. A run in which the page saw
+		// another gap over 200 ms, or the pause's gap over 660 ms (a starved
+		// machine, not the product), is logged and run again, at most five
+		// times; the timing assertions apply to a run the page saw as
+		// clean, the others to every run.
 		t.Run("stall", func(t *testing.T) {
 			for attempt := 1; ; attempt++ {
 				page := StreamIn(t, p, StreamOpts{Query: "tokens=40&interval_ms=20&pause_at=20&pause_ms=600"})
@@ -127,21 +132,22 @@ func TestEnginesStored(t *testing.T) {
 					t.Fatalf("page error: %s", page.Error)
 				}
 				row := last()
-				if page.LongGaps != 1 {
-					if attempt == 3 {
-						t.Fatalf("the page itself saw %d gaps over 200 ms in each of 3 runs, want a run with only the injected one", page.LongGaps)
-					}
-					t.Logf("run %d: the page itself saw %d gaps over 200 ms (stored stalls %d): machine noise, running again", attempt, page.LongGaps, row.Stalls)
-					continue
-				}
 				if row.Status != statusComplete || row.ContentEvents != 40 {
-					t.Errorf("stored status %d with %d content events, want %d (complete) with 40", row.Status, row.ContentEvents, statusComplete)
+					t.Errorf("run %d: stored status %d with %d content events, want %d (complete) with 40", attempt, row.Status, row.ContentEvents, statusComplete)
+				}
+				if page.LongGaps != 1 || page.MaxGapMs > 660 {
+					if attempt == 5 {
+						t.Fatalf("in each of 5 runs the page itself saw another gap over 200 ms or the pause's over 660 ms (last: %d gaps, longest %.1f ms)", page.LongGaps, page.MaxGapMs)
+					}
+					t.Logf("run %d: the page itself saw %d gaps over 200 ms, the longest %.1f ms (stored: %d stalls, %.1f ms): machine noise, running again",
+						attempt, page.LongGaps, page.MaxGapMs, row.Stalls, row.StalledMs)
+					continue
 				}
 				if got, want := row.Stalls, uint32(1); got != want {
 					t.Errorf("stalls = %d, want %d", got, want)
 				}
-				if got := row.StalledMs; got < 600 || got > 660 {
-					t.Errorf("stalled_ms = %.1f, want 620 (600 ms pause + 20 ms interval), within [600, 660]", got)
+				if got := row.StalledMs; got < 600 || got > 660 || math.Abs(got-page.MaxGapMs) > 5 {
+					t.Errorf("stalled_ms = %.1f, want the page's own longest gap %.1f ± 5, within [600, 660] (600 ms pause + 20 ms interval)", got, page.MaxGapMs)
 				}
 				return
 			}

@@ -1,7 +1,9 @@
-// Package e2e runs itlmon end to end: real headless Chromium (chromedp), the
-// real collector (`itlmon serve`, built from collector/cmd/itlmon, with its
-// embedded ClickHouse engine) and an origin server on another port, so the
-// page is cross-origin to the collector as in production.
+// Package e2e runs itlmon end to end: real headless Chromium (chromedp; the
+// core scenarios, TestEngines*, also in Firefox ESR and WebKitGTK through
+// e2e/browsers, see engine_test.go), the real collector (`itlmon serve`,
+// built from collector/cmd/itlmon, with its embedded ClickHouse engine) and
+// an origin server on another port, so the page is cross-origin to the
+// collector as in production.
 //
 // The harness (this file) is shared by every e2e test in the package:
 //
@@ -22,6 +24,9 @@
 //	RunStream(t, ctx, StreamOpts)    make the page fetch and read a stream; what the page saw
 //	WaitStreams(t, c, site, n)       poll /api/streams until n streams are stored, with a deadline
 //	PageSummaries(t, ctx)            what itlmon.onStream gave the page
+//	BrowserEngine(t, name), NewPage  a browser of any engine and a page of it; OpenIn, StreamIn,
+//	                                 SummariesIn, EvalIn are the helpers above for any engine's page
+//	                                 (the chromedp ones are these on browsers.ChromiumTab)
 //
 // The page (Origin "/") loads `<script src="{collector}/itl.js" data-site="{site}" async>`
 // and exposes window.e2e.stream(query, opts), which fetches /v1/chat/completions?{query},
@@ -261,12 +266,13 @@ function hex(buf) { return Array.from(new Uint8Array(buf), function (b) { return
 e2e.stream = async function (query, opts) {
   opts = opts || {};
   var ctrl = new AbortController();
-  var out = { ttftMs: -1, bytes: 0, sha256: '', error: '', errorName: '', status: 0, reads: 0, url: '', type: '', redirected: false, ctype: '', longGaps: 0 };
+  var out = { ttftMs: -1, bytes: 0, sha256: '', error: '', errorName: '', status: 0, reads: 0, url: '', type: '', redirected: false, ctype: '', longGaps: 0, maxGapMs: 0 };
   var parts = [], text = '', dec = new TextDecoder(), last = -1;
   var t0 = performance.now();
   var seen = function (u8) {
     var now = performance.now();
     if (last >= 0 && now - last > 200) out.longGaps++;
+    if (last >= 0 && now - last > out.maxGapMs) out.maxGapMs = now - last;
     last = now;
     parts.push(u8); out.bytes += u8.byteLength; out.reads++;
     if (out.ttftMs < 0) { text += dec.decode(u8, { stream: true }); if (text.indexOf('"delta":{"content":') >= 0) out.ttftMs = performance.now() - t0; }
@@ -424,6 +430,7 @@ type PageRead struct {
 	CloneBytes  int     `json:"cloneBytes"`
 	CloneSHA256 string  `json:"cloneSha256"`
 	LongGaps    int     `json:"longGaps"` // gaps over 200 ms between the page's own reads
+	MaxGapMs    float64 `json:"maxGapMs"` // the longest gap between the page's own reads
 }
 
 // RunStream makes the page fetch and read one stream and returns what it saw.
