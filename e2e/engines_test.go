@@ -1,7 +1,9 @@
 package e2e
 
 import (
+	"fmt"
 	"math"
+	"strings"
 	"testing"
 	"time"
 
@@ -121,8 +123,9 @@ func TestEnginesStored(t *testing.T) {
 		// The stored stall must be the gap the page itself saw (within the
 		// timers' resolution), and that gap is the pause plus one interval
 		// unless the machine delayed delivery. A run in which the page saw
-		// another gap over 200 ms, or the pause's gap over 660 ms (a starved
-		// machine, not the product), is logged and run again, at most five
+		// another gap over 200 ms, or the pause's gap outside [600, 660] ms
+		// (a read before or after it delivered late: a starved machine, not
+		// the product), is logged and run again, at most five
 		// times; the timing assertions apply to a run the page saw as
 		// clean, the others to every run.
 		t.Run("stall", func(t *testing.T) {
@@ -135,9 +138,9 @@ func TestEnginesStored(t *testing.T) {
 				if row.Status != statusComplete || row.ContentEvents != 40 {
 					t.Errorf("run %d: stored status %d with %d content events, want %d (complete) with 40", attempt, row.Status, row.ContentEvents, statusComplete)
 				}
-				if page.LongGaps != 1 || page.MaxGapMs > 660 {
+				if page.LongGaps != 1 || page.MaxGapMs < 600 || page.MaxGapMs > 660 {
 					if attempt == 5 {
-						t.Fatalf("in each of 5 runs the page itself saw another gap over 200 ms or the pause's over 660 ms (last: %d gaps, longest %.1f ms)", page.LongGaps, page.MaxGapMs)
+						t.Fatalf("in each of 5 runs the page itself saw another gap over 200 ms or the pause's outside [600, 660] ms (last: %d gaps, longest %.1f ms)", page.LongGaps, page.MaxGapMs)
 					}
 					t.Logf("run %d: the page itself saw %d gaps over 200 ms, the longest %.1f ms (stored: %d stalls, %.1f ms): machine noise, running again",
 						attempt, page.LongGaps, page.MaxGapMs, row.Stalls, row.StalledMs)
@@ -198,13 +201,15 @@ func TestEnginesPagehide(t *testing.T) {
 			StreamByID(t, rows, s.ID)
 		}
 		var aborted int
+		var got []string
 		for _, r := range rows {
 			if r.Status == statusAborted && r.ContentEvents > 0 && r.ContentEvents < 500 {
 				aborted++
 			}
+			got = append(got, fmt.Sprintf("%s: status %d, %d content events", r.StreamID, r.Status, r.ContentEvents))
 		}
 		if aborted != 1 {
-			t.Fatalf("streams stored as aborted with some content = %d, want 1 (the one open at pagehide): %+v", aborted, rows)
+			t.Fatalf("streams stored as aborted with some content = %d, want 1 (the one open at pagehide); stored: %s", aborted, strings.Join(got, "; "))
 		}
 	})
 }
