@@ -23,8 +23,8 @@ func forEachEngine(t *testing.T, f func(t *testing.T, e browsers.Engine)) {
 
 // TestEnginesPassThrough: what the page reads through the wrapped fetch is
 // exactly what the server sent, for each way of reading a body the engine
-// has (a BYOB reader only where fetch bodies are byte streams), with the
-// module in its Worker.
+// has (for await and BYOB readers only where its own bodies support them:
+// WebKitGTK 2.50 has neither), with the module in its Worker.
 func TestEnginesPassThrough(t *testing.T) {
 	o := StartOrigin(t)
 	a := StartAssets(t)
