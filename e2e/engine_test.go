@@ -159,7 +159,7 @@ func OpenIn(t testing.TB, p browsers.Page, pageURL string) bool {
 // returns what it saw.
 func StreamIn(t testing.TB, p browsers.Page, o StreamOpts) PageRead {
 	t.Helper()
-	opts, _ := json.Marshal(map[string]any{"mode": o.Mode, "abortAfterMs": o.AbortAfterMs, "model": o.Model, "path": o.Path})
+	opts, _ := json.Marshal(map[string]any{"mode": o.Mode, "abortAfterMs": o.AbortAfterMs, "cancelAfterDone": o.CancelAfterDone, "model": o.Model, "path": o.Path})
 	q, _ := json.Marshal(o.Query)
 	return evalFor[PageRead](t, p, 60*time.Second, `e2e.stream(`+string(q)+`, `+string(opts)+`)`)
 }

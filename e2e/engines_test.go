@@ -82,8 +82,9 @@ func TestEnginesPassThrough(t *testing.T) {
 // TestEnginesStored: streams read in each engine, stored through the real
 // collector: a long stream complete with all its 100 content events (the
 // first long stream of a fresh page), a stream with a 600 ms pause stored
-// as one stall, and an AbortController abort that reaches the page as
-// AbortError and is stored as aborted.
+// as one stall, a stream the page cancels after [DONE] stored as complete,
+// and an AbortController abort that reaches the page as AbortError and is
+// stored as aborted.
 func TestEnginesStored(t *testing.T) {
 	origins, c := engineOrigins(t)
 	forEachEngine(t, func(t *testing.T, e browsers.Engine) {
@@ -153,6 +154,22 @@ func TestEnginesStored(t *testing.T) {
 					t.Errorf("stalled_ms = %.1f, want the page's own longest gap %.1f ± 5, within [600, 660] (600 ms pause + 20 ms interval)", got, page.MaxGapMs)
 				}
 				return
+			}
+		})
+
+		// The page cancels the body once it has read [DONE], before the
+		// body's end, as the OpenAI JS SDK 7.x does: the stream was
+		// complete, and a cancel after its terminal event is not an abort.
+		t.Run("cancel after DONE", func(t *testing.T) {
+			const q = "tokens=30&interval_ms=10"
+			wantN, wantSum := wantBody(t, q)
+			page := StreamIn(t, p, StreamOpts{Query: q, CancelAfterDone: true})
+			if page.Error != "" || !page.Cancelled || page.Bytes != wantN || page.SHA256 != wantSum {
+				t.Fatalf("page read %d bytes (err %q, cancelled %v), want all %d bytes identical, then the cancel", page.Bytes, page.Error, page.Cancelled, wantN)
+			}
+			row := last()
+			if row.Status != statusComplete || row.ContentEvents != 30 {
+				t.Errorf("stored status %d with %d content events, want %d (complete) with 30", row.Status, row.ContentEvents, statusComplete)
 			}
 		})
 

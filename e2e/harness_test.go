@@ -263,10 +263,12 @@ function hex(buf) { return Array.from(new Uint8Array(buf), function (b) { return
 // opts.mode says: "reader" (default), "text", "forawait", "byob" (a BYOB
 // reader with 700-byte views), "clone" (reads a clone, then the original),
 // "clonebyob" (reads a clone, then the original with a BYOB reader). opts.abortAfterMs aborts through an AbortController.
+// opts.cancelAfterDone (reader mode) cancels the body once it has read the "data: [DONE]" event, as the
+// OpenAI JS SDK 7.x does, without waiting for its end.
 e2e.stream = async function (query, opts) {
   opts = opts || {};
   var ctrl = new AbortController();
-  var out = { ttftMs: -1, bytes: 0, sha256: '', error: '', errorName: '', status: 0, reads: 0, url: '', type: '', redirected: false, ctype: '', longGaps: 0, maxGapMs: 0 };
+  var out = { ttftMs: -1, bytes: 0, sha256: '', error: '', errorName: '', status: 0, reads: 0, url: '', type: '', redirected: false, ctype: '', longGaps: 0, maxGapMs: 0, cancelled: false };
   var parts = [], text = '', dec = new TextDecoder(), last = -1;
   var t0 = performance.now();
   var seen = function (u8) {
@@ -306,8 +308,14 @@ e2e.stream = async function (query, opts) {
         out.cloneBytes = b2.byteLength;
         out.cloneSha256 = hex(await crypto.subtle.digest('SHA-256', b2));
       }
-      var reader = resp.body.getReader();
-      for (;;) { var r = await reader.read(); if (r.done) break; seen(r.value); }
+      var reader = resp.body.getReader(), tail = '', tailDec = new TextDecoder();
+      for (;;) {
+        var r = await reader.read(); if (r.done) break; seen(r.value);
+        if (opts.cancelAfterDone) {
+          tail = (tail + tailDec.decode(r.value, { stream: true })).slice(-64);
+          if (/data: \[DONE\]\r?\n\r?\n$/.test(tail)) { await reader.cancel(); out.cancelled = true; break; }
+        }
+      }
     }
   } catch (e) { out.error = String(e && e.message || e); out.errorName = e && e.name || ''; }
   var all = new Uint8Array(out.bytes), off = 0;
@@ -410,7 +418,10 @@ type StreamOpts struct {
 	Query        string // cadence, see collector/demo (tokens=200&interval_ms=20...)
 	Mode         string // reader (default), text, forawait, byob, clone, clonebyob
 	AbortAfterMs int
-	Model        string
+	// CancelAfterDone cancels the body once the page has read `data: [DONE]`
+	// (reader mode), as the OpenAI JS SDK 7.x does.
+	CancelAfterDone bool
+	Model           string
 	Path         string // default /v1/chat/completions
 }
 
@@ -431,6 +442,7 @@ type PageRead struct {
 	CloneSHA256 string  `json:"cloneSha256"`
 	LongGaps    int     `json:"longGaps"` // gaps over 200 ms between the page's own reads
 	MaxGapMs    float64 `json:"maxGapMs"` // the longest gap between the page's own reads
+	Cancelled   bool    `json:"cancelled"` // the page cancelled the body after [DONE] (CancelAfterDone)
 }
 
 // RunStream makes the page fetch and read one stream and returns what it saw.
