@@ -422,7 +422,7 @@ type StreamOpts struct {
 	// (reader mode), as the OpenAI JS SDK 7.x does.
 	CancelAfterDone bool
 	Model           string
-	Path         string // default /v1/chat/completions
+	Path            string // default /v1/chat/completions
 }
 
 // PageRead is what the page saw of one stream, measured by the page itself.
@@ -440,8 +440,8 @@ type PageRead struct {
 	ContentType string  `json:"ctype"`
 	CloneBytes  int     `json:"cloneBytes"`
 	CloneSHA256 string  `json:"cloneSha256"`
-	LongGaps    int     `json:"longGaps"` // gaps over 200 ms between the page's own reads
-	MaxGapMs    float64 `json:"maxGapMs"` // the longest gap between the page's own reads
+	LongGaps    int     `json:"longGaps"`  // gaps over 200 ms between the page's own reads
+	MaxGapMs    float64 `json:"maxGapMs"`  // the longest gap between the page's own reads
 	Cancelled   bool    `json:"cancelled"` // the page cancelled the body after [DONE] (CancelAfterDone)
 }
 
