@@ -17,7 +17,7 @@ export CHDB_LIB_PATH
 OPENAI_JS_VERSION := 5.23.2
 OPENAI_JS_DIR ?= $(CACHE_DIR)/openai-js-$(OPENAI_JS_VERSION)/node_modules/openai
 export OPENAI_JS_DIR
-APT_PKGS    := chromium chromium-driver nginx brotli
+APT_PKGS    := chromium chromium-driver nginx brotli firefox-esr webkit2gtk-driver xvfb
 SUDO        := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 WASM_OUT    := web/dist
 TEST_TIMEOUT ?= 25m

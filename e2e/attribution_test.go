@@ -15,6 +15,8 @@ package e2e
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"io"
 	"net/http"
@@ -448,7 +450,9 @@ var (
 // engineExe builds the itlmon binary once per test run: it runs the engine
 // child (chdb.MaybeRunChild first thing in main), which this test binary
 // does not. It lives in the user cache (~/.cache/itlmon/e2e), replaced
-// atomically, so runs do not pile binaries up in /tmp.
+// atomically, so runs do not pile binaries up in /tmp; one per checkout (its
+// name carries a hash of the directory), so runs of two checkouts at once
+// never start each other's build.
 func engineExe(t *testing.T) string {
 	itlmonExeOnce.Do(func() {
 		cache, err := os.UserCacheDir()
@@ -460,7 +464,13 @@ func engineExe(t *testing.T) string {
 			itlmonExeErr = err
 			return
 		}
-		itlmonExe = filepath.Join(dir, "itlmon")
+		wd, err := os.Getwd()
+		if err != nil {
+			itlmonExeErr = err
+			return
+		}
+		sum := sha256.Sum256([]byte(wd))
+		itlmonExe = filepath.Join(dir, "itlmon-"+hex.EncodeToString(sum[:4]))
 		tmp := itlmonExe + ".tmp" + strconv.Itoa(os.Getpid())
 		out, err := exec.Command("go", "build", "-o", tmp, "github.com/itlmon/itlmon/collector/cmd/itlmon").CombinedOutput()
 		if err != nil {
@@ -600,7 +610,7 @@ func (s attrStored) row(name, injected string) attrRow {
 
 // busyJS keeps the page's main thread busy 300 ms of every 600 ms (long
 // tasks), so the stream's reads wait behind it.
-const busyJS = `window.__busy = setInterval(function () { var end = performance.now() + 300; while (performance.now() < end) {} }, 600); true`
+const busyJS = `(window.__busy = setInterval(function () { var end = performance.now() + 300; while (performance.now() < end) {} }, 600), true)`
 
 // TestAttributionBrowser runs the six scenarios in headless Chromium: the
 // page (behind whatever the scenario puts in between) streams from the
