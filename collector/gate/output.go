@@ -69,7 +69,14 @@ func (r *Result) WriteText(w io.Writer) error {
 	case r.Source == "probe":
 		fmt.Fprintf(&b, " (%s failed)", group(rep.Errors))
 	case rep.Errors > 0:
-		fmt.Fprintf(&b, " (%s not completed: aborted or failed)", group(rep.Errors))
+		fmt.Fprintf(&b, " (%s not completed: %s aborted, %s failed", group(rep.Errors), group(rep.Aborted), group(rep.Failed))
+		if rep.BeforeHeaders > 0 {
+			fmt.Fprintf(&b, "; %s of them before the response headers, after %.0f ms on average", group(rep.BeforeHeaders), rep.BeforeHeadersWaitMs)
+		}
+		b.WriteString(")")
+	}
+	if r.Source == "probe" && rep.BeforeHeaders > 0 {
+		fmt.Fprintf(&b, " (%s of them before the response headers)", group(rep.BeforeHeaders))
 	}
 	if r.Concurrency > 0 {
 		fmt.Fprintf(&b, ", concurrency %d", r.Concurrency)
@@ -226,6 +233,7 @@ func (r *Result) WriteJUnit(w io.Writer) error {
 			{"target", r.Target},
 			{"streams", strconv.FormatInt(r.Report.Streams, 10)},
 			{"failed_streams", strconv.FormatInt(r.Report.Errors, 10)},
+			{"before_headers", strconv.FormatInt(r.Report.BeforeHeaders, 10)},
 			{"verdict", r.Report.Verdict},
 		},
 	}
