@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/chromedp"
+
 	"github.com/itlmon/itlmon/collector"
 	"github.com/itlmon/itlmon/collector/chdb"
 	"github.com/itlmon/itlmon/collector/gate"
@@ -27,6 +29,7 @@ import (
 	"github.com/itlmon/itlmon/wasm/beacon"
 	"github.com/itlmon/itlmon/wasm/hist"
 	"github.com/itlmon/itlmon/wasm/meter"
+	"github.com/itlmon/itlmon/web"
 )
 
 func TestMain(m *testing.M) {
@@ -533,10 +536,7 @@ func TestGateRUMBeforeHeaders(t *testing.T) {
 		t.Errorf("--json: exit %d, %v, report %+v:\n%s", code, err, res.Report, out)
 	}
 
-	mux := http.NewServeMux()
-	httpapi.RegisterDashboard(mux, httpapi.DashboardConfig{Conn: db.Conn()})
-	srv := httptest.NewServer(mux)
-	t.Cleanup(srv.Close)
+	srv := dashboardServer(t, db.Conn())
 	resp, err := http.Get(srv.URL + "/api/summary?site=gaveup&since=1h")
 	if err != nil {
 		t.Fatal(err)
@@ -552,4 +552,57 @@ func TestGateRUMBeforeHeaders(t *testing.T) {
 		fmt.Sprint(3.0, 3.0, 1.0, 4000.0); got != want {
 		t.Errorf("/api/summary before_headers, aborted, failed, wait = %s, want %s", got, want)
 	}
+}
+
+// TestDashboardBeforeHeadersTile: the dashboard page shows the share of
+// streams that ended before the response headers, their count and mean wait.
+func TestDashboardBeforeHeadersTile(t *testing.T) {
+	db, _ := newDB(t)
+	at := time.Now().UTC().Add(-5 * time.Minute)
+	var streams []collector.Stream
+	for i := range 4 {
+		var r beacon.Record
+		if i < 3 {
+			r = synth{ttft: 300 * time.Millisecond, gaps: steady(9, 25*time.Millisecond)}.record(t)
+		} else {
+			rand.Read(r.StreamID[:])
+			r.Status, r.End, r.HeadersUs, r.DurationUs = uint8(meter.StatusAborted), uint8(meter.EndAbort), beacon.NoTime, 2_500_000
+			r.TTFBUs, r.TTFCUs, r.TTFTUs = beacon.NoTime, beacon.NoTime, beacon.NoTime
+		}
+		streams = append(streams, collector.Stream{Record: r, Site: "tile", ReceivedAt: at, Browser: "Chrome"})
+	}
+	if err := store.InsertDirect(context.Background(), db.Conn(), streams); err != nil {
+		t.Fatalf("insert: %v", err)
+	}
+	srv := dashboardServer(t, db.Conn())
+	ctx := tab(t)
+	sctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	if err := chromedp.Do(sctx, chromedp.Navigate(srv.URL+"/dashboard/?site=tile&since=1h")); err != nil {
+		t.Fatalf("navigate: %v", err)
+	}
+	got, err := chromedp.Run(sctx, chromedp.Poll[string](`(() => {
+		const t = document.querySelector('.tile[data-k="before"]');
+		const v = t.querySelector('.v').textContent;
+		return v === "—" ? null : v + " | " + t.querySelector('.d').textContent + " | " + t.className })()`,
+		chromedp.WithPollingInterval(50*time.Millisecond)))
+	if err != nil {
+		t.Fatalf("before-headers tile: %v", err)
+	}
+	if want := "25.0 % | 1 streams · waited 2.50 s on average | tile bad"; got != want {
+		t.Errorf("before-headers tile = %q, want %q", got, want)
+	}
+}
+
+// dashboardServer serves the dashboard page and its API over conn.
+func dashboardServer(t *testing.T, conn query.Conn) *httptest.Server {
+	t.Helper()
+	mux, err := httpapi.New(httpapi.Config{Static: web.Static()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	httpapi.RegisterDashboard(mux, httpapi.DashboardConfig{Conn: conn})
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	return srv
 }
