@@ -111,7 +111,7 @@ func TestMigrateNames(t *testing.T) {
 			t.Fatalf("%s: %d old rows, want %d", when, i, oldRows)
 		}
 		var origin string
-		if err := db.Conn().QueryRow(ctx, "SELECT toString((format, status, ttft_cause, stall_cause)) FROM itl_origin WHERE site = 'old'").Scan(&origin); err != nil {
+		if err := db.Conn().QueryRow(ctx, "SELECT toString((format, status, ttft_cause, stall_cause)) FROM itl_origin WHERE origin_id = 'req-old'").Scan(&origin); err != nil {
 			t.Fatalf("%s: %v", when, err)
 		}
 		if want := "('openai_chat','aborted','origin',['origin','network'])"; origin != want {
@@ -122,6 +122,26 @@ func TestMigrateNames(t *testing.T) {
 	if got, want := rollup("old"), "(10,1,1,1,1,1,0,0,0,0)"; got != want {
 		t.Fatalf("old rollup after migrating = %s, want %s (kept as it was)", got, want)
 	}
+	// itl_origin_1m keeps what it held and counts new rows by name.
+	originRollup := func() string {
+		t.Helper()
+		var s string
+		if err := db.Conn().QueryRow(ctx, `SELECT toString((sum(streams), sum(ttft_unknown), sum(ttft_network), sum(ttft_page), sum(ttft_origin)))
+			FROM itl_origin_1m WHERE site = 'old'`).Scan(&s); err != nil {
+			t.Fatalf("read itl_origin_1m: %v", err)
+		}
+		return s
+	}
+	if got, want := originRollup(), "(1,0,0,0,1)"; got != want {
+		t.Fatalf("itl_origin_1m after migrating = %s, want %s", got, want)
+	}
+	exec(`INSERT INTO itl_origin (received_at, site, origin_id, version, started_at, route, format, status,
+		client_received_at, ttft_cause, stall_cause) VALUES (?, 'old', 'req-new', 1, ?, '/v1/chat', 'openai_chat', 'complete', ?, 'network', ['network'])`,
+		at, at, at)
+	if got, want := originRollup(), "(2,0,1,0,1)"; got != want {
+		t.Fatalf("itl_origin_1m after a new row = %s, want %s", got, want)
+	}
+
 	var codeType, nameType string
 	if err := db.Conn().QueryRow(ctx, `SELECT
 		(SELECT type FROM system.columns WHERE database = currentDatabase() AND table = 'itl_streams' AND name = 'status_code'),
