@@ -66,6 +66,8 @@ func (r *Result) WriteText(w io.Writer) error {
 	fmt.Fprintf(&b, "itlmon gate %s · %s\n", r.Source, r.Target)
 	fmt.Fprintf(&b, "%s streams", group(rep.Streams))
 	switch {
+	case r.Source == "probe" && rep.BeforeHeaders > 0:
+		fmt.Fprintf(&b, " (%s failed, %s of them before the response headers)", group(rep.Errors), group(rep.BeforeHeaders))
 	case r.Source == "probe":
 		fmt.Fprintf(&b, " (%s failed)", group(rep.Errors))
 	case rep.Errors > 0:
@@ -74,9 +76,6 @@ func (r *Result) WriteText(w io.Writer) error {
 			fmt.Fprintf(&b, "; %s of them before the response headers, after %.0f ms on average", group(rep.BeforeHeaders), rep.BeforeHeadersWaitMs)
 		}
 		b.WriteString(")")
-	}
-	if r.Source == "probe" && rep.BeforeHeaders > 0 {
-		fmt.Fprintf(&b, " (%s of them before the response headers)", group(rep.BeforeHeaders))
 	}
 	if r.Concurrency > 0 {
 		fmt.Fprintf(&b, ", concurrency %d", r.Concurrency)
