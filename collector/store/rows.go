@@ -149,6 +149,17 @@ func fromOptTime(p *uint32) uint32 {
 	return *p
 }
 
+// headersTime is r's headers_us: NULL when the request ended before the
+// headers, and when the sender does not say how its streams end (End is
+// meter.EndNone: a sender older than End and HeadersUs, whose zero HeadersUs
+// means nothing), as in rows stored before these columns existed.
+func headersTime(r *beacon.Record) *uint32 {
+	if meter.End(r.End) == meter.EndNone {
+		return nil
+	}
+	return optTime(r.HeadersUs)
+}
+
 // newStreamRow flattens s into its itl_streams row.
 func newStreamRow(s *collector.Stream) streamRow {
 	r := &s.Record
@@ -162,7 +173,7 @@ func newStreamRow(s *collector.Stream) streamRow {
 		PageOrigin: r.PageOrigin, PagePath: r.PagePath, URLOrigin: r.URLOrigin, URLPath: r.URLPath,
 		Model: r.Model, HTTPProto: r.HTTPProto, ContentType: r.ContentType,
 		FormatName: meter.Name(meter.FormatNames[:], r.Format), StatusName: meter.Name(meter.StatusNames[:], r.Status),
-		HTTPStatus: r.HTTPStatus, EndReason: meter.Name(meter.EndNames[:], r.End), HeadersUs: optTime(r.HeadersUs),
+		HTTPStatus: r.HTTPStatus, EndReason: meter.Name(meter.EndNames[:], r.End), HeadersUs: headersTime(r),
 
 		TTFBUs: optTime(r.TTFBUs), TTFCUs: optTime(r.TTFCUs), TTFTUs: optTime(r.TTFTUs),
 		DurationUs: optTime(r.DurationUs),
