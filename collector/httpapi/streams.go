@@ -148,13 +148,13 @@ func (h *streamsHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	resp := streamsResponse{Site: site, Since: from, Limit: limit, Count: len(got), Streams: make([]streamJSON, len(got))}
 	for i := range got {
-		resp.Streams[i] = withStalls(toJSON(&got[i]), &got[i])
+		resp.Streams[i] = toJSON(&got[i])
 	}
 	writeJSON(w, http.StatusOK, resp)
 }
 
 func toJSON(s *collector.Stream) streamJSON {
-	return streamJSON{
+	j := streamJSON{
 		StreamID:      hex.EncodeToString(s.StreamID[:]),
 		OriginID:      s.OriginID,
 		Start:         time.UnixMilli(s.StartUnixMs).UTC(),
@@ -212,10 +212,6 @@ func toJSON(s *collector.Stream) streamJSON {
 		Release:       s.Release,
 		ModuleVersion: s.ModuleVersion,
 	}
-}
-
-// withStalls fills j's per-cause counts and stall list from s.
-func withStalls(j streamJSON, s *collector.Stream) streamJSON {
 	for c := meter.CauseUnknown; c < meter.NumCauses; c++ {
 		name := meter.CauseNames[c]
 		j.StallsByCause[name] = s.StallsByCause[c]
