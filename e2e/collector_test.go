@@ -138,8 +138,10 @@ type StoredStream struct {
 	Model         string   `json:"model"`
 	OriginID      string   `json:"origin_id"`
 	ContentType   string   `json:"content_type"`
-	Format        uint8    `json:"format"`
-	Status        uint8    `json:"status"`
+	Format        string   `json:"format"`
+	Status        string   `json:"status"`
+	End           string   `json:"end"`
+	HeadersMs     *float64 `json:"headers_ms"`
 	HTTPStatus    uint16   `json:"http_status"`
 	TTFBMs        *float64 `json:"ttfb_ms"`
 	TTFTMs        *float64 `json:"ttft_ms"`

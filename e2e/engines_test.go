@@ -113,7 +113,7 @@ func TestEnginesStored(t *testing.T) {
 			}
 			row := last()
 			if row.Status != statusComplete || row.ContentEvents != 100 {
-				t.Errorf("stored status %d with %d content events, want %d (complete) with 100; the page read all %d bytes",
+				t.Errorf("stored status %s with %d content events, want %s with 100; the page read all %d bytes",
 					row.Status, row.ContentEvents, statusComplete, page.Bytes)
 			}
 			if got, want := row.Bytes, uint64(wantN); got != want {
@@ -137,7 +137,7 @@ func TestEnginesStored(t *testing.T) {
 				}
 				row := last()
 				if row.Status != statusComplete || row.ContentEvents != 40 {
-					t.Errorf("run %d: stored status %d with %d content events, want %d (complete) with 40", attempt, row.Status, row.ContentEvents, statusComplete)
+					t.Errorf("run %d: stored status %s with %d content events, want %s with 40", attempt, row.Status, row.ContentEvents, statusComplete)
 				}
 				if page.LongGaps != 1 || page.MaxGapMs < 600 || page.MaxGapMs > 660 {
 					if attempt == 5 {
@@ -169,7 +169,7 @@ func TestEnginesStored(t *testing.T) {
 			}
 			row := last()
 			if row.Status != statusComplete || row.ContentEvents != 30 {
-				t.Errorf("stored status %d with %d content events, want %d (complete) with 30", row.Status, row.ContentEvents, statusComplete)
+				t.Errorf("stored status %s with %d content events, want %s with 30", row.Status, row.ContentEvents, statusComplete)
 			}
 		})
 
@@ -179,8 +179,8 @@ func TestEnginesStored(t *testing.T) {
 				t.Fatalf("page error = %q (%s), want AbortError", page.ErrorName, page.Error)
 			}
 			row := last()
-			if got, want := row.Status, uint8(statusAborted); got != want {
-				t.Errorf("status = %d, want %d (aborted)", got, want)
+			if got, want := row.Status, statusAborted; got != want {
+				t.Errorf("status = %s, want %s", got, want)
 			}
 			if row.ContentEvents == 0 || row.ContentEvents >= 200 {
 				t.Errorf("content_events = %d, want some but not all of 200", row.ContentEvents)
@@ -223,7 +223,7 @@ func TestEnginesPagehide(t *testing.T) {
 			if r.Status == statusAborted && r.ContentEvents > 0 && r.ContentEvents < 500 {
 				aborted++
 			}
-			got = append(got, fmt.Sprintf("%s: status %d, %d content events", r.StreamID, r.Status, r.ContentEvents))
+			got = append(got, fmt.Sprintf("%s: status %s, %d content events", r.StreamID, r.Status, r.ContentEvents))
 		}
 		if aborted != 1 {
 			t.Fatalf("streams stored as aborted with some content = %d, want 1 (the one open at pagehide); stored: %s", aborted, strings.Join(got, "; "))
@@ -268,7 +268,7 @@ func TestEnginesOpenAISDK(t *testing.T) {
 			stored++
 			row := StreamByID(t, WaitStreams(t, c, site, stored), with.Last.ID)
 			if row.Status != statusComplete || row.ContentEvents != 25 {
-				t.Errorf("stored status %d with %d content events, want %d (complete) with 25", row.Status, row.ContentEvents, statusComplete)
+				t.Errorf("stored status %s with %d content events, want %s with 25", row.Status, row.ContentEvents, statusComplete)
 			}
 		})
 		// Abort at the 5th chunk; the server pauses before the next token,
@@ -284,7 +284,7 @@ func TestEnginesOpenAISDK(t *testing.T) {
 			stored++
 			row := StreamByID(t, WaitStreams(t, c, site, stored), with.Last.ID)
 			if row.Status != statusAborted || row.ContentEvents != 4 {
-				t.Errorf("stored status %d with %d content events, want %d (aborted) with 4 (the role chunk, then 4 tokens)", row.Status, row.ContentEvents, statusAborted)
+				t.Errorf("stored status %s with %d content events, want %s with 4 (the role chunk, then 4 tokens)", row.Status, row.ContentEvents, statusAborted)
 			}
 		})
 	})

@@ -92,7 +92,7 @@ func TestHTTP2Browser(t *testing.T) {
 			t.Errorf("ITL p50 h2 %v, http/1.1 %v; want the same within %v", usDur(h2.GapP50), usDur(h1.GapP50), attrCadence/4)
 		}
 		if h2.Stalls != h1.Stalls || h2.ByCause != h1.ByCause || h2.JoinedByCause != h1.JoinedByCause || h2.TTFTCause != h1.TTFTCause {
-			t.Errorf("h2 stalls %d by cause %v (joined %v), TTFT cause %d; http/1.1 %d, %v (%v), %d: want the same",
+			t.Errorf("h2 stalls %d by cause %v (joined %v), TTFT cause %s; http/1.1 %d, %v (%v), %s: want the same",
 				h2.Stalls, h2.ByCause, h2.JoinedByCause, h2.TTFTCause, h1.Stalls, h1.ByCause, h1.JoinedByCause, h1.TTFTCause)
 		}
 	})

@@ -53,7 +53,7 @@ func TestStoredMultibyte(t *testing.T) {
 			t.Errorf("stream %d: origin_id %q, want the 127 r before the cut", i, got)
 		}
 		if row.Status != statusComplete {
-			t.Errorf("stream %d: status %d, want complete", i, row.Status)
+			t.Errorf("stream %d: status %s, want complete", i, row.Status)
 		}
 	}
 }
