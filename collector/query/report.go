@@ -2,7 +2,7 @@
 // dashboard API: it turns stored gap histograms into the numbers a person (or a
 // CI gate) judges a stream by.
 //
-// Definitions are DESIGN.md's, stated once here:
+// Definitions (the README's "What it measures"), stated once here:
 //
 //   - TTFT: t0 (just before the request) to the first event that carries output
 //     content.
@@ -40,7 +40,7 @@ const (
 	// ReadingFloorTPS is the human reading floor: below about 5-6 tokens/s a
 	// reader waits for the text instead of reading along.
 	ReadingFloorTPS = 6.0
-	// SmoothMaxJank and SmoothMinTPS decide SMOOTH (DESIGN.md).
+	// SmoothMaxJank and SmoothMinTPS decide SMOOTH: jank < 4 and tokens/s > 7.
 	SmoothMaxJank = 4.0
 	SmoothMinTPS  = 7.0
 	// jankFloor is the median floor of the jank ratio.

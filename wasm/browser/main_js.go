@@ -42,8 +42,8 @@
 // changes a measurement (a Worker's performance.now() has another origin:
 // the module only ever compares the page's stamps with each other).
 //
-// Rules (DESIGN.md "Browser module facts"): nothing here blocks inside a
-// js.FuncOf callback. All state is touched only from JS callbacks (the event
+// Rules: nothing here blocks inside a js.FuncOf callback (a blocked callback
+// makes Go exit, and every later call from the page throws). All state is touched only from JS callbacks (the event
 // loop of the page or the Worker serialises them), timers are JS timers, and there are no
 // goroutines, channels or locks to wait on. A panic inside a callback is
 // recovered, reported once with console.warn, and returns null: the shim
