@@ -43,9 +43,10 @@
 // the module only ever compares the page's stamps with each other).
 //
 // Rules: nothing here blocks inside a js.FuncOf callback (a blocked callback
-// makes Go exit, and every later call from the page throws). All state is touched only from JS callbacks (the event
-// loop of the page or the Worker serialises them), timers are JS timers, and there are no
-// goroutines, channels or locks to wait on. A panic inside a callback is
+// makes Go exit, and every later call from the page throws). All state is
+// touched only from JS callbacks (the event loop of the page or the Worker
+// serialises them), timers are JS timers, and there are no goroutines,
+// channels or locks to wait on. A panic inside a callback is
 // recovered, reported once with console.warn, and returns null: the shim
 // leaves that response unmeasured and the page untouched. If the Go program
 // exits anyway, every later call throws and the shim restores the page's own
