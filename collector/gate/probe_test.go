@@ -165,7 +165,11 @@ func TestProbeSmoothPasses(t *testing.T) {
 func TestProbeSlowFailsTokensPerSecond(t *testing.T) {
 	t.Parallel()
 	srv := streamServer(t, cadence{events: 14, every: 150 * time.Millisecond, usage: true})
-	r, res := probeJSON(t, srv.URL)
+	// The ITL p99 limit is raised from its default (250 ms) to 1 s so that only
+	// tokens/s can fail here: on a loaded machine one late arrival among
+	// these 52 gaps is their p99 and can pass 250 ms (seen: 432 ms).
+	// TestProbeStutterFailsP99AndJank tests the p99 check itself.
+	r, res := probeJSON(t, srv.URL, "--max-itl-p99", "1s")
 	if got, want := r.code, ExitFail; got != want {
 		t.Fatalf("exit = %d, want %d\n%s%s", got, want, r.stdout, r.stderr)
 	}
