@@ -324,7 +324,8 @@ func modulePage(t *testing.T) (*Origin, context.Context) {
 	return o, ctx
 }
 
-// Assets serves the browser module (itl.js, wasm_exec.js, itl.wasm) with
+// Assets serves the browser module (itl.js, itl-module.js, itl-worker.js,
+// wasm_exec.js, itl.wasm) with
 // CORS and no ingest, for tests about loading rather than storing.
 type Assets struct {
 	URL      string
@@ -332,7 +333,7 @@ type Assets struct {
 	Override map[string][]byte // names served with these bytes instead
 }
 
-// StartAssets starts an assets server. Files come from web.Static() (itl.js)
+// StartAssets starts an assets server. Files come from web.Static() (itl*.js)
 // and the built module: $ITLMON_E2E_DIST if set, else web.Dist() (make wasm).
 func StartAssets(t testing.TB, missing ...string) *Assets {
 	t.Helper()
@@ -355,9 +356,7 @@ func StartAssets(t testing.TB, missing ...string) *Assets {
 		var err error
 		if o, ok := a.Override[name]; ok {
 			b = o
-		} else if name == "itl.js" {
-			b, err = fs.ReadFile(web.Static(), name)
-		} else {
+		} else if b, err = fs.ReadFile(web.Static(), name); err != nil {
 			b, err = fs.ReadFile(dist, name)
 		}
 		if err != nil {

@@ -20,6 +20,10 @@ var moduleAssets = []struct {
 }{
 	// The loader is small and names no version: short cache, revalidated by ETag.
 	{"itl.js", "text/javascript; charset=utf-8", "public, max-age=300"},
+	// What the loader fetches lazily: the module host and its Worker go with
+	// the module (itl.js checks the host's protocol version).
+	{"itl-module.js", "text/javascript; charset=utf-8", "public, max-age=3600"},
+	{"itl-worker.js", "text/javascript; charset=utf-8", "public, max-age=3600"},
 	{"wasm_exec.js", "text/javascript; charset=utf-8", "public, max-age=3600"},
 	{"itl.wasm", "application/wasm", "public, max-age=3600"},
 }
