@@ -82,14 +82,14 @@
   // A body the page drops unread would hold its stream (one of MAX_OPEN) open
   // for good. The registry says when a body was collected, but engines decide
   // when that is said: JavaScriptCore has called back while the page still
-  // held a reader on the body and was reading it. So a callback only makes
-  // the stream a candidate (collected); any later pull or read proves the
-  // body alive and clears that (a body truly collected is never pulled
-  // again: while a read is pending the network holds it). Candidates end, at
-  // their last read and as cancelled by the page, only when their slot is
-  // needed, at pagehide, or after SILENT_MS without a read: a wrong callback
-  // then costs nothing while the body is read, and a right one at most a
-  // slot for a while.
+  // held a reader on the body and was reading it. So a callback only marks
+  // the stream (collected), and the mark counts only while nothing proves the
+  // body alive: a read in flight (while one is pending, the network holds the
+  // stream: a collected body is never pulled again) or any later read clears
+  // or outweighs it. Marked streams end, at their last read and as cancelled
+  // by the page, only when their slot is needed, at pagehide, or after
+  // SILENT_MS without a read: a wrong callback then costs nothing while the
+  // body is being read, and a right one at most a slot for a while.
   var dropped = typeof FinalizationRegistry === 'function' ?
     new FinalizationRegistry(/** @param {ItlmonRec} rec */ function (rec) {
       if (rec.done) return;
@@ -393,7 +393,7 @@
     if (measured.size >= MAX_OPEN) {
       /** @type {ItlmonRec | null} */
       var oldest = null;
-      measured.forEach(function (r) { if (r.collected && (!oldest || r.lastAt < oldest.lastAt)) oldest = r; });
+      measured.forEach(function (r) { if (abandoned(r) && (!oldest || r.lastAt < oldest.lastAt)) oldest = r; });
       if (!oldest) { timing.unmeasured++; return null; }
       endStream(oldest, CANCELLED, /** @type {ItlmonRec} */ (oldest).lastAt);
     }
@@ -401,7 +401,7 @@
     crypto.getRandomValues(sid);
     /** @type {ItlmonRec} */
     var rec = { pid: nextPID++, sid: sid, href: facts.href, model: facts.model, full: facts.full, status: status,
-      lastAt: t0, done: false, collected: false };
+      lastAt: t0, done: false, collected: false, pulling: false };
     call(['s', rec.pid, [t0, performance.timeOrigin + t0, facts.href, facts.method, facts.model, ct, status, origin,
       sid, redactPath(location.pathname), headersAt]]);
     measured.add(rec);
@@ -472,12 +472,16 @@
     sweepTimer = 0;
     var now = performance.now(), next = Infinity, n = 0;
     measured.forEach(function (rec) {
-      if (!rec.collected) return;
+      if (!abandoned(rec)) return;
       if (now - rec.lastAt >= silentMs) { endStream(rec, CANCELLED, rec.lastAt); n++; } else next = Math.min(next, rec.lastAt + silentMs - now);
     });
     if (next < Infinity) sweepTimer = setTimeout(function () { sweep(SILENT_MS); }, next + 1000);
     return n;
   }
+
+  // abandoned: the stream's body was reported collected and nothing says otherwise.
+  /** @param {ItlmonRec} rec */
+  function abandoned(rec) { return rec.collected && !rec.pulling; }
 
   function sweepLater() {
     if (!sweepTimer) sweepTimer = setTimeout(function () { sweep(SILENT_MS); }, 1000);
@@ -572,7 +576,7 @@
       var onRead = function (x) {
         var at = performance.now();
         r.lastAt = at;
-        r.collected = false; // read: alive
+        r.collected = r.pulling = false; // read: alive
         if (x.done) {
           try { ctrl.close(); } catch (_) { /* cancelled or errored meanwhile */ }
           // Until the page has read what is queued, an abort must still
@@ -588,6 +592,7 @@
       };
       /** @param {any} err */
       var onError = function (err) {
+        r.pulling = false;
         try { ctrl.error(err); } catch (_) { /* already errored */ }
         unlisten();
         finish((sig && sig.aborted) || (err && err.name === 'AbortError') ? ABORTED : NET_ERROR);
@@ -597,6 +602,7 @@
         pull: function () {
           if (dead || !reader) return;
           r.collected = false; // pulled: alive
+          r.pulling = true;
           return reader.read().then(onRead, onError);
         },
         // The page cancelled its body (reader.cancel(), or an SDK that stops
@@ -843,7 +849,7 @@
         // they leave with the beacon (those whose bodies were collected, at
         // their last read).
         var now = performance.now();
-        measured.forEach(function (rec) { if (rec.collected) endStream(rec, CANCELLED, rec.lastAt); else endStream(rec, PAGEHIDE, now); });
+        measured.forEach(function (rec) { if (abandoned(rec)) endStream(rec, CANCELLED, rec.lastAt); else endStream(rec, PAGEHIDE, now); });
         try { if (api && !broken) api.pagehide(); } catch (e) { fail('module failed', e); }
       });
       addEventListener('pageshow', function (e) {

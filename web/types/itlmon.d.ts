@@ -24,6 +24,7 @@ interface ItlmonRec {
   lastAt: number; // performance.now() of its last read
   done: boolean;
   collected: boolean; // its body was reported garbage collected and not read since
+  pulling: boolean; // a read of the original body is in flight: the body is alive
 }
 
 /** A call to the module made before it was ready, replayed in order. */
