@@ -286,6 +286,10 @@ func (e encoder) appendRecord(dst []byte, r, prev *Record) []byte {
 	if flags&flagITLTokens != 0 {
 		dst = r.ITLTokens.AppendBinary(dst)
 	}
+	if e.minor >= 1 {
+		dst = append(dst, r.End)
+		dst = appendOptTime(dst, r.HeadersUs)
+	}
 	return append(dst, e.extra...)
 }
 
@@ -329,6 +333,9 @@ func (b *Batch) check() error {
 		if r.TTFTCause >= numCauses {
 			return fail(i, "ttft_cause", causeRange(r.TTFTCause))
 		}
+		if r.End >= numEnds {
+			return fail(i, "end", endRange(r.End))
+		}
 		for k, s := range r.StallList {
 			if s.Cause >= numCauses {
 				return fail(i, "stall_list["+strconv.Itoa(k)+"].cause", causeRange(s.Cause))
@@ -336,6 +343,13 @@ func (b *Batch) check() error {
 		}
 	}
 	return nil
+}
+
+// numEnds is the number of meter.End values this minor knows.
+const numEnds = 5
+
+func endRange(e uint8) string {
+	return strconv.Itoa(int(e)) + " out of range [0, " + strconv.Itoa(numEnds-1) + "]"
 }
 
 func causeRange(c uint8) string {
@@ -540,6 +554,27 @@ func (r *reader) record(rec *Record, prev *Record) {
 	if flags&flagITLTokens != 0 {
 		rec.ITLTokens = r.hist("itl_tokens")
 	}
+	if r.minor < 1 {
+		rec.End, rec.HeadersUs = 0, olderHeadersUs(rec)
+		return
+	}
+	rec.End = r.byte("end")
+	if r.err == nil && rec.End >= numEnds && r.minor <= Minor {
+		r.fail("end", endRange(rec.End), ErrInvalid)
+	}
+	rec.HeadersUs = r.optTime("headers_us")
+}
+
+// olderHeadersUs is HeadersUs for a record from a sender older than minor 1,
+// which did not report it. Such senders measured only responses whose
+// headers had arrived, so NoTime ("ended before the headers") would be
+// false: the headers came no later than the first body byte, or than the
+// end of a body that had none, and that bound stands in for the time.
+func olderHeadersUs(rec *Record) uint32 {
+	if rec.TTFBUs != NoTime {
+		return rec.TTFBUs
+	}
+	return rec.DurationUs
 }
 
 // indexField puts the entry index into the field of an error just raised

@@ -9,15 +9,20 @@
 //
 //	configure(cfg)                          -> true | error string
 //	start(t0, startUnixMs, url, method, model, contentType, httpStatus,
-//	      originID, streamID Uint8Array(16)) -> stream id (>= 0), or -1
+//	      originID, streamID Uint8Array(16), pagePath, headersAt)
+//	                                        -> stream id (>= 0), or -1; headersAt: performance.now()
+//	                                           when the response headers arrived, -1 when the request
+//	                                           ended before them (end() follows); absent: not known
 //	feed(bytes Uint8Array, ops Uint8Array, nOps)
 //	                                        // a batch of staged operations, see below
 //	end(id, at, kind, httpStatus, proto, out Uint8Array)
 //	                                        -> true, the summary written to out as
-//	                                           float64s (see summaryFields); kind: 1 complete,
-//	                                           2 aborted, 3 network error
+//	                                           float64s (see summaryFields); kind (meter.Stop): 1 body
+//	                                           read to its end, 2 aborted (AbortSignal), 3 network
+//	                                           error, 4 the page cancelled the body, 5 the page went
+//	                                           away; status and end follow meter.Outcome
 //	pagehide(), pageshow()                  // bfcache: close the socket + sendBeacon; allow reconnect
-//	mirror()                                -> Uint8Array | null: what pagehide would send now, for
+//	mirror(now?)                            -> Uint8Array | null: what pagehide would send now, for
 //	                                           a module in a Worker (no sendBeacon there; see itl.js)
 //	stats()                                 -> counters, for tests
 //	_crash(mode)                            test hook, only with configure({testHooks: true})

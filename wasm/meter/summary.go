@@ -56,6 +56,8 @@ func (m *Meter) SummaryInto(s *Summary) {
 	*s = Summary{
 		Format:         m.format,
 		Status:         m.status,
+		End:            m.end,
+		Terminal:       m.terminal,
 		HTTPStatus:     m.httpStatus,
 		TTFB:           m.ttfb,
 		TTFC:           m.ttfc,

@@ -123,6 +123,8 @@ type Stall struct {
 type Summary struct {
 	Format     Format
 	Status     Status
+	End        End  // how the body ended (EndNone while open)
+	Terminal   bool // the format's terminal event arrived (Meter.Terminal)
 	HTTPStatus int
 
 	TTFB, TTFC, TTFT Duration // first body byte, first event, first content event
