@@ -119,6 +119,9 @@ func (a *asset) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.Set("ETag", v.etag)
 	h.Set("Vary", "Accept-Encoding")
 	h.Set("Access-Control-Allow-Origin", "*")
+	// Pages may see what itlmon's own files cost them (Resource Timing sizes
+	// and phases are hidden cross-origin without it).
+	h.Set("Timing-Allow-Origin", "*")
 	h.Set("Cross-Origin-Resource-Policy", "cross-origin")
 	h.Set("X-Content-Type-Options", "nosniff")
 	if v.encoding != "" {
