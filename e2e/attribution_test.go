@@ -15,6 +15,8 @@ package e2e
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"io"
 	"net/http"
@@ -447,15 +449,18 @@ var (
 
 // engineExe builds the itlmon binary once per test run: it runs the engine
 // child (chdb.MaybeRunChild first thing in main), which this test binary
-// does not. It lives in the user cache (~/.cache/itlmon/e2e), replaced
-// atomically, so runs do not pile binaries up in /tmp.
+// does not. It lives in the user cache (~/.cache/itlmon/e2e/<checkout>), one
+// per checkout (two checkouts tested at once must not run each other's
+// build), replaced atomically, so runs do not pile binaries up in /tmp.
 func engineExe(t *testing.T) string {
 	itlmonExeOnce.Do(func() {
 		cache, err := os.UserCacheDir()
 		if err != nil {
 			cache = os.TempDir()
 		}
-		dir := filepath.Join(cache, "itlmon", "e2e")
+		wd, _ := os.Getwd()
+		sum := sha256.Sum256([]byte(wd))
+		dir := filepath.Join(cache, "itlmon", "e2e", hex.EncodeToString(sum[:6]))
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			itlmonExeErr = err
 			return

@@ -910,7 +910,8 @@
   function settled() {
     if (broken) return Promise.resolve();
     if (api) return api.settled();
-    return queuedEnds ? ready.then(function () { return settled(); }) : Promise.resolve();
+    // Ends wait in the queue for the module (loading: a stream started it).
+    return queuedEnds && !readySettled ? ready.then(function () { return settled(); }) : Promise.resolve();
   }
 
   try {
