@@ -329,8 +329,9 @@ func modulePage(t *testing.T) (*Origin, context.Context) {
 // CORS and no ingest, for tests about loading rather than storing.
 type Assets struct {
 	URL      string
-	Missing  map[string]bool   // names answered with 404
-	Override map[string][]byte // names served with these bytes instead
+	Missing  map[string]bool          // names answered with 404
+	Override map[string][]byte        // names served with these bytes instead
+	Hold     map[string]chan struct{} // names answered once the channel is closed (set before use)
 }
 
 // StartAssets starts an assets server. Files come from web.Static() (itl*.js)
@@ -340,7 +341,7 @@ func StartAssets(t testing.TB, missing ...string) *Assets {
 	if testing.Short() {
 		t.Skip(errSkipShort.Error())
 	}
-	a := &Assets{Missing: map[string]bool{}, Override: map[string][]byte{}}
+	a := &Assets{Missing: map[string]bool{}, Override: map[string][]byte{}, Hold: map[string]chan struct{}{}}
 	for _, m := range missing {
 		a.Missing[m] = true
 	}
@@ -351,6 +352,13 @@ func StartAssets(t testing.TB, missing ...string) *Assets {
 		if a.Missing[name] {
 			http.NotFound(w, r)
 			return
+		}
+		if hold := a.Hold[name]; hold != nil {
+			select {
+			case <-hold:
+			case <-r.Context().Done():
+				return
+			}
 		}
 		var b []byte
 		var err error

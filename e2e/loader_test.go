@@ -281,6 +281,61 @@ func TestModuleAfterLoad(t *testing.T) {
 	}
 }
 
+// TestQueueBound: while the module loads, streams are stamped and queued up
+// to a bound (8 MB): a stream past it goes unmeasured, and is counted, with
+// its bytes untouched; a stream within it is measured once the module is
+// ready.
+func TestQueueBound(t *testing.T) {
+	o := StartOrigin(t)
+	a := StartAssets(t)
+	hold := make(chan struct{})
+	a.Hold["itl-module.js"] = hold
+	released := false
+	release := func() {
+		if !released {
+			released = true
+			close(hold)
+		}
+	}
+	t.Cleanup(release)
+	o.SetCollector(a.URL, "e2e")
+	ctx := navigate(t, o.PageURL(nil, false))
+	const big = "tokens=60000&interval_ms=0"
+	wantN, wantSum := wantBody(t, big)
+	if wantN <= 8<<20 {
+		t.Fatalf("the big stream is %d bytes: not past the queue's bound", wantN)
+	}
+	Eval[bool](t, ctx, `(async () => { while (!window.itlmon || !e2e.loaded) await new Promise(r => setTimeout(r, 5)); return true; })()`)
+	got := RunStream(t, ctx, StreamOpts{Query: big})
+	if got.Error != "" || got.Bytes != wantN || got.SHA256 != wantSum {
+		t.Fatalf("page read %d bytes sha %s err %q, want %d %s", got.Bytes, got.SHA256, got.Error, wantN, wantSum)
+	}
+	n := Eval[int](t, ctx, `(async () => {
+		const r = await fetch('/v1/chat/completions?tokens=5&interval_ms=1', { method: 'POST', body: '{"model":"small","stream":true}' });
+		return (await r.text()).length;
+	})()`)
+	if n == 0 {
+		t.Fatal("small stream: empty body")
+	}
+	type state struct {
+		ReadyAt    float64 `json:"readyAt"`
+		Unmeasured int     `json:"unmeasured"`
+		Summaries  int     `json:"summaries"`
+	}
+	st := Eval[state](t, ctx, `({ readyAt: itlmon.timing.readyAt, unmeasured: itlmon.timing.unmeasured, summaries: e2e.summaries.length })`)
+	if st.ReadyAt != -1 || st.Unmeasured != 1 || st.Summaries != 0 {
+		t.Fatalf("while the module was held: %+v; want not ready, 1 stream unmeasured, no summaries yet", st)
+	}
+	release()
+	if !Eval[bool](t, ctx, `itlmon.ready`) {
+		t.Fatalf("itlmon did not become ready: %s", Eval[string](t, ctx, `itlmon.timing.error`))
+	}
+	sums := PageSummaries(t, ctx)
+	if len(sums) != 1 || sums[0].Model != "small" || sums[0].ContentEvents != 5 || sums[0].Status != "complete" {
+		t.Fatalf("summaries = %+v, want the small stream only, complete with 5 content events", sums)
+	}
+}
+
 // slowHeaders answers a streamed completion only after wait (or never, when
 // the client leaves first); with hangUp, it closes the connection without
 // an answer instead.
