@@ -37,11 +37,12 @@ type loaderPage struct {
 	Debug bool
 	Init  template.JS // options for itlmon.init before anything else, or empty
 	App   template.JS
+	Nonce string // when set, every script carries it and the page's CSP allows scripts by this nonce only
 }
 
 var loaderTmpl = template.Must(template.New("loader").Parse(`<!doctype html>
 <html><head><meta charset="utf-8"><title>itlmon loader e2e</title>
-<script>
+<script{{if .Nonce}} nonce="{{.Nonce}}"{{end}}>
 window.e2e = { summaries: [], hints: [], atLoad: null };
 (function () {
   var info = console.info;
@@ -59,19 +60,19 @@ window.addTag = function () {
   });
 };
 </script>
-{{if .Head}}<script src="{{.Src}}" data-site="e2e"{{if .Debug}} data-debug{{end}}></script>
-<script>
+{{if .Head}}<script src="{{.Src}}" data-site="e2e"{{if .Debug}} data-debug{{end}}{{if .Nonce}} nonce="{{.Nonce}}"{{end}}></script>
+<script{{if .Nonce}} nonce="{{.Nonce}}"{{end}}>
 e2e.wrappedAtOnce = window.fetch === itlmon.fetch && window.fetch !== itlmon.originalFetch;
 {{if .Init}}itlmon.init({{.Init}});{{end}}
 itlmon.onStream(function (s) { e2e.summaries.push(s); });
 </script>{{end}}
-<script>
+<script{{if .Nonce}} nonce="{{.Nonce}}"{{end}}>
 addEventListener('load', function () {
   // After every other load listener: what was requested before the load event ended.
   setTimeout(function () { e2e.atLoad = performance.getEntriesByType('resource').map(function (e) { return { name: e.name, size: e.encodedBodySize, transfer: e.transferSize }; }); });
 });
 </script>
-<script type="module">{{.App}}</script>
+<script type="module"{{if .Nonce}} nonce="{{.Nonce}}"{{end}}>{{.App}}</script>
 </head><body><p>itlmon loader e2e</p></body></html>`))
 
 // servePage adds the page at path to the origin.
@@ -82,6 +83,9 @@ func servePage(t *testing.T, o *Origin, path string, p loaderPage) string {
 		t.Fatalf("page template: %v", err)
 	}
 	o.Handle(path, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if p.Nonce != "" {
+			w.Header().Set("Content-Security-Policy", "script-src 'nonce-"+p.Nonce+"' 'wasm-unsafe-eval'")
+		}
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
 		w.Header().Set("Cache-Control", "no-cache")
 		w.Write(b.Bytes())
@@ -333,6 +337,31 @@ func TestQueueBound(t *testing.T) {
 	sums := PageSummaries(t, ctx)
 	if len(sums) != 1 || sums[0].Model != "small" || sums[0].ContentEvents != 5 || sums[0].Status != "complete" {
 		t.Fatalf("summaries = %+v, want the small stream only, complete with 5 content events", sums)
+	}
+}
+
+// TestNonceCSP: on a page whose Content-Security-Policy allows scripts by
+// nonce only, the scripts the loader adds later (itl-module.js, and
+// wasm_exec.js for the main-thread fallback: a blob: Worker is refused
+// there) carry the tag's nonce, and streams are measured.
+func TestNonceCSP(t *testing.T) {
+	o := StartOrigin(t)
+	a := StartAssets(t)
+	pageURL := servePage(t, o, "/nonce", loaderPage{Src: a.URL + "/itl.js", Head: true, Nonce: "e2e-nonce-1"})
+	ctx := navigate(t, pageURL)
+	if !Eval[bool](t, ctx, `(async () => { while (!window.itlmon) await new Promise(r => setTimeout(r, 5)); return itlmon.ready; })()`) {
+		t.Fatalf("itlmon did not become ready: %s", Eval[string](t, ctx, `itlmon.timing.error`))
+	}
+	if mode := Eval[string](t, ctx, `itlmon.timing.mode`); mode != "main" {
+		t.Fatalf("mode %q, want main (the policy refuses blob: workers)", mode)
+	}
+	got := Eval[pageSummary](t, ctx, `(async () => {
+		await (await fetch('/v1/chat/completions?tokens=7&interval_ms=2')).text();
+		await itlmon.settled();
+		return e2e.summaries[e2e.summaries.length - 1];
+	})()`)
+	if got.Status != "complete" || got.ContentEvents != 7 {
+		t.Fatalf("summary %+v, want complete with 7 content events", got)
 	}
 }
 

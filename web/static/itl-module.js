@@ -242,11 +242,12 @@
 
   // ---- on the main thread ----
 
-  /** @param {string} src @returns {Promise<unknown>} */
-  function loadScript(src) {
+  /** @param {string} src @param {string} nonce @returns {Promise<unknown>} */
+  function loadScript(src, nonce) {
     return new Promise(function (resolve, reject) {
       var s = document.createElement('script');
       s.src = src;
+      s.nonce = nonce;
       s.async = true;
       s.onload = resolve;
       s.onerror = function () { reject(new Error('load ' + src)); };
@@ -283,7 +284,7 @@
     var wasmURL = col + '/itl.wasm';
     var first = env.fetch.call(undefined, wasmURL, { credentials: 'omit' }); // in parallel with wasm_exec.js
     first.catch(function () {});
-    return loadScript(col + '/wasm_exec.js').then(function () {
+    return loadScript(col + '/wasm_exec.js', env.nonce).then(function () {
       // Our wasm_exec.js (rewritten by make wasm) keeps its Go class and its
       // fs/process/path stubs in one namespace, off the page's globals.
       var Go = g.__itlmon_wasm_exec && g.__itlmon_wasm_exec.Go;

@@ -36,6 +36,7 @@
   if (g.itlmon && g.itlmon.__itlmon) return; // loaded twice
   var loaderStart = performance.now();
   var script = /** @type {HTMLScriptElement | null} */ (document.currentScript);
+  var nonce = script && script.nonce || '';
   /** @type {typeof fetch} */
   var origFetch = g.fetch;
 
@@ -797,13 +798,14 @@
       var s = document.createElement('script');
       s.src = col + '/itl-module.js';
       s.async = true;
+      s.nonce = nonce; // a page whose CSP allows scripts by nonce gave the tag one
       s.onload = function () { reject(new Error('itl-module.js defined no module host')); };
       s.onerror = function () { reject(new Error('load ' + s.src)); };
       (document.head || document.documentElement).appendChild(s);
     }).then(function (host) {
       if (host.protocol !== PROTOCOL) throw new Error('itl-module.js speaks protocol ' + host.protocol + ', want ' + PROTOCOL);
       return host.start({ collector: col, worker: cfg.worker !== false, summaryFields: SUMMARY.length, fetch: origFetch,
-        fail: fail, timing: timing });
+        fail: fail, timing: timing, nonce: nonce });
     }).then(function (a) {
       if (broken) return;
       return a.configure(moduleConfig()).then(function (ok) {
@@ -857,7 +859,8 @@
       });
     }
     if (g.fetch === origFetch && !optedOut()) g.fetch = shimFetch;
-    scheduleLoad();
+    if (loadScheduled && readySettled) load(); // opted in again after ready said false
+    else scheduleLoad();
   }
 
   // ---- public API ----

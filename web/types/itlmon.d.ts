@@ -57,6 +57,7 @@ interface ItlmonHostEnv {
   fetch: typeof fetch; // the page's original fetch
   fail(msg: string, e?: unknown): void; // turns measuring off for good
   timing: { workerError: string };
+  nonce: string; // the tag's CSP nonce, for the scripts the host adds
 }
 
 /** The module as itl.js uses it, the same with it in a Worker or on the main thread (see itl-module.js). */
