@@ -136,6 +136,7 @@ type StoredStream struct {
 	URLOrigin     string   `json:"url_origin"`
 	URLPath       string   `json:"url_path"`
 	Model         string   `json:"model"`
+	OriginID      string   `json:"origin_id"`
 	ContentType   string   `json:"content_type"`
 	Format        uint8    `json:"format"`
 	Status        uint8    `json:"status"`

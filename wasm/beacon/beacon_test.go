@@ -618,14 +618,25 @@ func FuzzDecodeBatch(f *testing.F) {
 	}
 	f.Add(Ack{Seq: 1}.AppendBinary(nil))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		b, err := DecodeBatch(data, Limits{})
-		if err != nil {
+		isDecodeError := func(err error) {
 			var de *DecodeError
 			if !errors.As(err, &de) || de.Err == nil || !strings.HasPrefix(err.Error(), "beacon: ") {
 				t.Fatalf("error %#v is not a *DecodeError with a sentinel", err)
 			}
+		}
+		b, bad, err := DecodeBatchRecords(data, Limits{})
+		strict, strictErr := DecodeBatch(data, Limits{})
+		if (err != nil || len(bad) > 0) != (strictErr != nil) || (strictErr == nil) != (strict != nil) {
+			t.Fatalf("DecodeBatch and DecodeBatchRecords disagree: %v / %d bad, %v", err, len(bad), strictErr)
+		}
+		if err != nil {
+			isDecodeError(err)
 			return
 		}
+		for _, e := range bad {
+			isDecodeError(e)
+		}
+		// What was kept is a batch any decoder accepts.
 		enc, err := b.AppendBinary(nil)
 		if err != nil {
 			t.Fatalf("decoded batch does not encode: %v", err)
@@ -763,5 +774,64 @@ func TestTimelineOneRead(t *testing.T) {
 		if !batchesEqual(got, b) {
 			t.Fatalf("n=%d: round trip differs", n)
 		}
+	}
+}
+
+// TestBadRecordsAlone: DecodeBatchRecords leaves out each record whose own
+// bytes are wrong and keeps the others, the strings they repeat included;
+// DecodeBatch refuses the batch for the first of them.
+func TestBadRecordsAlone(t *testing.T) {
+	b := typicalBatch()
+	b.Records[2].Model = "gpt-\xff"                // invalid UTF-8
+	b.Records[3].Model = b.Records[2].Model        // repeats it (0 marker): invalid too
+	b.Records[4].Model = "gpt-4o"                  // a new value again
+	b.Records[5].Jank = float32(math.NaN())        // an invalid rate
+	b.Records[6].URLPath = "/v1/chat?key=x"        // a query
+	b.Records[7].StallList = []Stall{{Cause: 200}} // a cause out of range
+	enc := reencode(t, b, encoder{minor: Minor, unchecked: true})
+	if !bytes.Contains(enc, []byte("gpt-\xff")) || bytes.Count(enc, []byte("gpt-\xff")) != 1 {
+		t.Fatal("the invalid model is not written once (record 3 should repeat it with the 0 marker)")
+	}
+	got, bad, err := DecodeBatchRecords(enc, Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var msgs []string
+	for _, e := range bad {
+		msgs = append(msgs, e.Error())
+		if !errors.Is(e, ErrInvalid) {
+			t.Errorf("%v: not ErrInvalid", e)
+		}
+	}
+	want := []string{
+		"beacon: record 2: model: invalid UTF-8",
+		"beacon: record 3: model: invalid UTF-8",
+		"beacon: record 5: jank: not a finite non-negative number",
+		"beacon: record 6: url_path: contains a query or fragment",
+		"beacon: record 7: stall_list[0].cause: 200 out of range [0, 4]",
+	}
+	if strings.Join(msgs, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("left out:\n%s\nwant:\n%s", strings.Join(msgs, "\n"), strings.Join(want, "\n"))
+	}
+	keep := &Batch{Seq: b.Seq, Site: b.Site, Client: b.Client, Dropped: b.Dropped}
+	for _, i := range []int{0, 1, 4, 8, 9} {
+		keep.Records = append(keep.Records, b.Records[i])
+	}
+	if !batchesEqual(got, keep) {
+		t.Fatal("the records kept differ from those sent")
+	}
+	if _, err := DecodeBatch(enc, Limits{}); fmt.Sprint(err) != want[0] {
+		t.Fatalf("DecodeBatch err = %v, want %q", err, want[0])
+	}
+	// A record section that ends too soon is left out alone too; one whose
+	// strings cannot be read fails the batch (the next records' repeated
+	// strings could not be resolved).
+	short := patchRecord(t, minimalBatch(), func(body []byte) []byte { return body[:len(body)-1] })
+	if got, bad, err := DecodeBatchRecords(short, Limits{}); err != nil || len(bad) != 1 || len(got.Records) != 0 || !errors.Is(bad[0], ErrTruncated) {
+		t.Fatalf("record cut after its strings: %v, %v, %v", got, bad, err)
+	}
+	cut := patchRecord(t, minimalBatch(), func(body []byte) []byte { return body[:17+3] })
+	if _, _, err := DecodeBatchRecords(cut, Limits{}); !errors.Is(err, ErrTruncated) {
+		t.Fatalf("record cut inside its strings: err = %v, want ErrTruncated for the batch", err)
 	}
 }

@@ -3,7 +3,6 @@ package main
 import (
 	"math"
 	"syscall/js"
-	"unicode/utf8"
 
 	"github.com/itlmon/itlmon/wasm/beacon"
 	"github.com/itlmon/itlmon/wasm/meter"
@@ -16,18 +15,18 @@ const maxOpen = 64
 type stream struct {
 	t0     float64 // performance.now() just before fetch, ms
 	lastAt float64 // performance.now() of the last read fed, ms
-	// headersAt is performance.now() when the response headers arrived;
-	// headersNone: the request ended before them; headersUnknown: the
-	// caller did not say (a 10-argument start).
-	headersAt float64
-	m         *meter.Meter
-	rec       beacon.Record // request/response facts; metrics filled at end
+	// headers is when the response headers arrived, since t0; headersNone:
+	// the request ended before them; headersUnknown: the caller did not say
+	// (a 10-argument start).
+	headers meter.Duration
+	m       *meter.Meter
+	rec     beacon.Record // request/response facts; metrics filled at end
 }
 
-// stream.headersAt values that are not times.
+// stream.headers values that are not times.
 const (
-	headersNone    = -1
-	headersUnknown = -2
+	headersNone    meter.Duration = -1
+	headersUnknown meter.Duration = -2
 )
 
 // module is the browser module's state. Only JS callbacks touch it.
@@ -68,14 +67,14 @@ func (a *module) configure(args []js.Value) any {
 	a.testHooks = propBool(c, "testHooks")
 	a.pageOrigin = limit(propString(c, "pageOrigin"), 512)
 	a.pagePath = limit(cutQuery(propString(c, "pagePath")), 512)
-	// Every string bound for a record or a batch goes through limit: valid
-	// UTF-8, within the collector's string limit.
+	// The strings the page chooses are cut on rune boundaries to stay
+	// within the collector's string limit (the browser's own are short).
 	client := beacon.Client{
-		UserAgent:      limit(propString(c, "userAgent"), 512),
-		UABrands:       limit(propString(c, "uaBrands"), 512),
-		UAPlatform:     limit(propString(c, "uaPlatform"), 64),
+		UserAgent:      propString(c, "userAgent"),
+		UABrands:       propString(c, "uaBrands"),
+		UAPlatform:     propString(c, "uaPlatform"),
 		UAMobile:       propBool(c, "uaMobile"),
-		ConnType:       limit(propString(c, "connType"), 16),
+		ConnType:       propString(c, "connType"),
 		ConnRTTMs:      uint16(clamp(propFloat(c, "connRTTMs"), 0, math.MaxUint16)),
 		TimerFloorUs:   uint32(clamp(propFloat(c, "timerFloorUs"), 0, math.MaxUint32)),
 		CrossOriginIso: propBool(c, "crossOriginIsolated"),
@@ -122,18 +121,18 @@ func (a *module) start(args []js.Value) any {
 	}
 	ct := argString(args, 5) // media type, lowercased, without parameters (itl.js)
 	t0 := argFloat(args, 0)
-	headersAt := float64(headersUnknown)
+	headers := headersUnknown
 	if len(args) > 10 && args[10].Type() == js.TypeNumber {
-		headersAt = math.Max(args[10].Float(), t0)
-		if args[10].Float() < 0 {
-			headersAt = headersNone
+		headers = headersNone
+		if at := args[10].Float(); at >= 0 {
+			headers = max(since(t0, at), 0)
 		}
 	}
 	s := &stream{
-		t0:        t0,
-		lastAt:    t0,
-		headersAt: headersAt,
-		m:         meter.New(meter.Options{ContentType: ct, TimerFloor: a.timerFloor}),
+		t0:      t0,
+		lastAt:  t0,
+		headers: headers,
+		m:       meter.New(meter.Options{ContentType: ct, TimerFloor: a.timerFloor}),
 		rec: beacon.Record{
 			StartUnixMs: int64(argFloat(args, 1)),
 			PageOrigin:  a.pageOrigin,
@@ -249,15 +248,14 @@ func (a *module) end(args []js.Value) any {
 // say, its bound: the first body byte, or the end of a body that had none
 // (the headers came no later; beacon decodes older senders the same way).
 func (s *stream) headersUs(sum *meter.Summary) uint32 {
-	switch {
-	case s.headersAt == headersNone:
-		return beacon.NoTime
-	case s.headersAt != headersUnknown:
-		return usTime(since(s.t0, s.headersAt))
-	case sum.TTFB >= 0:
-		return usTime(sum.TTFB)
+	h := s.headers
+	if h == headersUnknown {
+		h = sum.TTFB
+		if h < 0 {
+			h = max(sum.Duration, 0)
+		}
 	}
-	return usTime(max(sum.Duration, 0))
+	return usTime(h) // headersNone: NoTime
 }
 
 // summaryFields is the order of the float64s end writes for itl.js (times in
@@ -330,7 +328,7 @@ func (a *module) mirror(args []js.Value) any {
 		}
 		sum.Status, sum.End = meter.Outcome(s.m.Terminal(), meter.StopPageHide, hs)
 		end := s.lastAt
-		if s.headersAt == headersNone {
+		if s.headers == headersNone {
 			end = math.Max(end, now)
 		}
 		sum.Duration = since(s.t0, end)
@@ -485,39 +483,31 @@ func u32(n int) uint32 {
 
 // f32 is v as a rate the wire format accepts: finite and non-negative (NaN
 // and negative values become 0, +Inf the largest float32).
+//
+//go:noinline
 func f32(v float64) float32 {
 	if !(v > 0) {
 		return 0
 	}
-	return float32(math.Min(v, math.MaxFloat32))
+	if v > math.MaxFloat32 {
+		return math.MaxFloat32
+	}
+	return float32(v)
 }
 
 func clamp(v, lo, hi float64) float64 { return math.Max(lo, math.Min(hi, v)) }
 
-// limit returns s as valid UTF-8 (each run of invalid bytes replaced with
-// U+FFFD, as strings.ToValidUTF8 does) cut to at most n bytes on a rune
-// boundary: a record string is always one the wire format accepts. Strings
-// from JS are valid UTF-8 already (wasm_exec.js encodes them with
-// TextEncoder, which turns a lone surrogate into U+FFFD): only a byte cut
-// could break one, and limit never cuts inside a rune.
+// limit returns s cut to at most n bytes on a rune boundary, so a valid
+// UTF-8 string stays valid: the wire format refuses a record with an invalid
+// string. Strings from JS are valid UTF-8 (wasm_exec.js encodes them with
+// TextEncoder, which turns a lone surrogate into U+FFFD; Latin-1 header
+// bytes arrive as the characters U+0080-U+00FF), so only a byte cut could
+// break one. Should a record still be refused, the sender leaves it out
+// alone (sender.encode). Not inlined: it is called for every string of a
+// record and of the client, and each inlined copy adds to the module.
+//
+//go:noinline
 func limit(s string, n int) string {
-	if !utf8.ValidString(s) {
-		b := make([]byte, 0, len(s)+8)
-		bad := false
-		for i := 0; i < len(s); {
-			r, size := utf8.DecodeRuneInString(s[i:])
-			if r == utf8.RuneError && size == 1 {
-				if !bad {
-					b = append(b, "\uFFFD"...)
-				}
-			} else {
-				b = append(b, s[i:i+size]...)
-			}
-			bad = r == utf8.RuneError && size == 1
-			i += size
-		}
-		s = string(b)
-	}
 	if len(s) <= n {
 		return s
 	}
