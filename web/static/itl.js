@@ -470,6 +470,7 @@
   // have not been read for silentMs.
   /** @param {number} silentMs */
   function sweep(silentMs) {
+    if (sweepTimer) clearTimeout(sweepTimer);
     sweepTimer = 0;
     var now = performance.now(), next = Infinity, n = 0;
     measured.forEach(function (rec) {
