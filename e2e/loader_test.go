@@ -62,7 +62,7 @@ window.addTag = function () {
 </script>
 {{if .Head}}<script src="{{.Src}}" data-site="e2e"{{if .Debug}} data-debug{{end}}{{if .Nonce}} nonce="{{.Nonce}}"{{end}}></script>
 <script{{if .Nonce}} nonce="{{.Nonce}}"{{end}}>
-e2e.wrappedAtOnce = window.fetch === itlmon.fetch && window.fetch !== itlmon.originalFetch;
+e2e.wrappedAtOnce = itlmon.active && window.fetch !== itlmon.originalFetch;
 {{if .Init}}itlmon.init({{.Init}});{{end}}
 itlmon.onStream(function (s) { e2e.summaries.push(s); });
 </script>{{end}}
@@ -259,6 +259,15 @@ func TestModuleAfterLoad(t *testing.T) {
 	}
 	if !Eval[bool](t, ctx, `e2e.wrappedAtOnce`) {
 		t.Fatal("window.fetch was not the shim right after the tag ran")
+	}
+	// itlmon.fetch works as a method of whatever object a client keeps it in.
+	if got := Eval[int](t, ctx, `(async () => {
+		const client = { fetch: itlmon.fetch };
+		await (await client.fetch('/v1/chat/completions?tokens=2&interval_ms=1')).text();
+		await itlmon.settled();
+		return e2e.summaries.length;
+	})()`); got != 1 {
+		t.Fatalf("a stream through client.fetch = itlmon.fetch: %d summaries, want 1", got)
 	}
 	atLoad := Eval[[]string](t, ctx, `(async () => { while (!e2e.atLoad) await new Promise(r => setTimeout(r, 5)); return e2e.atLoad.map(e => e.name); })()`)
 	var ours []string

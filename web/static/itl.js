@@ -690,15 +690,15 @@
   }
 
   /**
-   * The page's fetch, measured: installed as window.fetch and offered as
-   * itlmon.fetch.
+   * The page's fetch, measured: installed as window.fetch (and called with
+   * the page's this, so it throws where the page's would).
    * @this {any}
    * @param {RequestInfo | URL} input
    * @param {RequestInit} [init]
    * @returns {Promise<Response>}
    */
   function shimFetch(input, init) {
-    var self = this === pub ? undefined : this; // itlmon.fetch(...): the page's fetch gets no strange this
+    var self = this;
     if (!on()) return origFetch.apply(self, /** @type {any} */ (arguments));
     /** @type {ItlmonFacts | null} */
     var facts = null;
@@ -939,8 +939,10 @@
     // it: a message later with the module in a Worker, or once it loaded).
     settled: settled,
     // fetch is the measuring fetch: give it to clients that keep their own
-    // (the SDKs keep the fetch they saw when constructed).
-    fetch: shimFetch,
+    // (the SDKs keep the fetch they saw when constructed). Whatever this a
+    // client calls it with, the page's fetch gets none.
+    /** @param {RequestInfo | URL} input @param {RequestInit} [init] */
+    fetch: function fetch(input, init) { return shimFetch.apply(undefined, /** @type {any} */ (arguments)); },
     timing: timing,
     get active() { return installed && !broken && g.fetch === shimFetch; },
     get originalFetch() { return origFetch; },
