@@ -405,6 +405,7 @@ func TestBeforeHeaders(t *testing.T) {
 	Browser(t)
 	o := StartOrigin(t)
 	o.Handle("/slow/v1/chat/completions", slowHeaders(30*time.Second, false))
+	o.Handle("/slow/v1/other", slowHeaders(30*time.Second, false))
 	o.Handle("/hangup/api/chat", slowHeaders(300*time.Millisecond, true))
 	c := StartCollector(t, "e2e="+o.URL)
 	o.SetCollector(c.URL, "e2e")
@@ -445,7 +446,11 @@ func TestBeforeHeaders(t *testing.T) {
 	if s := ne.Summary[0]; s.Status != "error" || s.End != "error" || s.HeadersMs != -1 || s.DurationMs < 300 {
 		t.Fatalf("network error before headers: summary %+v; want error/error, headersMs -1, >= 300 ms waited", s)
 	}
-	// Not streams: a body that says stream: false, and a GET.
+	// Not streams: a body that says stream: false, one whose "stream" is
+	// not at its top level (on a path that is no endpoint), and a GET.
+	if r := run("/slow/v1/other", `{"model":"m","options":{"stream":true}}`, 100); r.Err != "AbortError" || len(r.Summary) != 0 {
+		t.Fatalf("nested stream: true aborted: error %q, summaries %+v; want AbortError and none", r.Err, r.Summary)
+	}
 	if r := run("/slow/v1/chat/completions", `{"model":"m","stream":false}`, 100); r.Err != "AbortError" || len(r.Summary) != 0 {
 		t.Fatalf("stream: false aborted: error %q, summaries %+v; want AbortError and none", r.Err, r.Summary)
 	}
