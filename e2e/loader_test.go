@@ -69,7 +69,7 @@ itlmon.onStream(function (s) { e2e.summaries.push(s); });
 <script{{if .Nonce}} nonce="{{.Nonce}}"{{end}}>
 addEventListener('load', function () {
   // After every other load listener: what was requested before the load event ended.
-  setTimeout(function () { e2e.atLoad = performance.getEntriesByType('resource').map(function (e) { return { name: e.name, size: e.encodedBodySize, transfer: e.transferSize }; }); });
+  setTimeout(function () { e2e.atLoad = performance.getEntriesByType('resource').map(function (e) { return { name: e.name, size: e.encodedBodySize, transfer: e.transferSize, ms: e.responseEnd - e.startTime }; }); });
 });
 </script>
 <script type="module"{{if .Nonce}} nonce="{{.Nonce}}"{{end}}>{{.App}}</script>

@@ -187,6 +187,7 @@ type pageLoad struct {
 	Entries []struct {
 		Name     string  `json:"name"`
 		Transfer float64 `json:"transfer"`
+		Ms       float64 `json:"ms"` // request start -> response end
 	} `json:"entries"`
 	DCL      float64 `json:"dcl"`      // domContentLoadedEventEnd
 	Load     float64 `json:"load"`     // loadEventEnd
@@ -265,7 +266,7 @@ func brotliSize(b []byte) (int, error) {
 }
 
 func (lc loadCosts) print(kb func(int) string, verdict func(bool) string) {
-	var bytesWith, loaderMs, dcl, load []float64
+	var bytesWith, fetchMs, loaderMs, dcl, load []float64
 	var names []string
 	for i, w := range lc.With {
 		n := 0.0
@@ -274,6 +275,9 @@ func (lc loadCosts) print(kb func(int) string, verdict func(bool) string) {
 			if strings.HasPrefix(e.Name, lc.Collector+"/") {
 				n += e.Transfer
 				names = append(names, strings.TrimPrefix(e.Name, lc.Collector+"/"))
+				if strings.HasSuffix(e.Name, "/itl.js") {
+					fetchMs = append(fetchMs, e.Ms)
+				}
 			}
 		}
 		bytesWith = append(bytesWith, n)
@@ -295,6 +299,10 @@ func (lc loadCosts) print(kb func(int) string, verdict func(bool) string) {
 		fmt.Printf("  %-40s %14s   <= 15 KB %s\n", "the loader, itl.js, brotli -q 11", kb(br), verdict(br <= 15_000))
 		fmt.Printf("  %-40s %14s   (itl-module.js %s, itl-worker.js %s)\n", "fetched lazily, brotli -q 11",
 			kb(lc.Brotli["itl-module.js"]+lc.Brotli["itl-worker.js"]), kb(lc.Brotli["itl-module.js"]), kb(lc.Brotli["itl-worker.js"]))
+	}
+	if len(fetchMs) > 0 {
+		fmt.Printf("  %-40s %11.1f ms   (median; quartiles %.1f-%.1f: the parser waits for it)\n", "fetching itl.js (request -> response end)",
+			median(fetchMs), quartile(fetchMs, 1), quartile(fetchMs, 3))
 	}
 	fmt.Printf("  %-40s %11.2f ms   (median; quartiles %.2f-%.2f)\n", "the loader's own run (main thread)",
 		median(loaderMs), quartile(loaderMs, 1), quartile(loaderMs, 3))
