@@ -21,7 +21,6 @@
  * @param {string} col the collector's base URL
  * @param {number} nSummary float64s in a summary
  */
-// eslint-disable-next-line no-unused-vars
 function itlmonWorker(col, nSummary) {
   'use strict';
   /** @type {any} */
