@@ -331,7 +331,7 @@ type Assets struct {
 	URL      string
 	Missing  map[string]bool          // names answered with 404
 	Override map[string][]byte        // names served with these bytes instead
-	Hold     map[string]chan struct{} // names answered once the channel is closed (set before use)
+	Hold     map[string]chan struct{} // names answered (or refused) once the channel is closed; set before use
 }
 
 // StartAssets starts an assets server. Files come from web.Static() (itl*.js)
@@ -349,16 +349,16 @@ func StartAssets(t testing.TB, missing ...string) *Assets {
 	a.URL, _ = serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Access-Control-Allow-Origin", "*")
 		name := strings.TrimPrefix(path.Clean(r.URL.Path), "/")
-		if a.Missing[name] {
-			http.NotFound(w, r)
-			return
-		}
 		if hold := a.Hold[name]; hold != nil {
 			select {
 			case <-hold:
 			case <-r.Context().Done():
 				return
 			}
+		}
+		if a.Missing[name] {
+			http.NotFound(w, r)
+			return
 		}
 		var b []byte
 		var err error

@@ -349,6 +349,54 @@ func TestQueueBound(t *testing.T) {
 	}
 }
 
+// TestModuleFailsWhileQueued: when the module fails to load while streams
+// are queued for it, the queue is dropped, the page gets its own fetch back,
+// and a stream in flight reads to its end with its bytes intact.
+func TestModuleFailsWhileQueued(t *testing.T) {
+	o := StartOrigin(t)
+	a := StartAssets(t, "itl-module.js")
+	hold := make(chan struct{})
+	a.Hold["itl-module.js"] = hold
+	released := false
+	release := func() {
+		if !released {
+			released = true
+			close(hold)
+		}
+	}
+	t.Cleanup(release)
+	o.SetCollector(a.URL, "e2e")
+	ctx := navigate(t, o.PageURL(nil, false))
+	const q = "tokens=100&interval_ms=10"
+	wantN, wantSum := wantBody(t, q)
+	Eval[bool](t, ctx, `(async () => {
+		while (!window.itlmon || !e2e.loaded) await new Promise(r => setTimeout(r, 5));
+		window.inFlight = e2e.stream(`+jsString(q)+`);
+		await new Promise(r => setTimeout(r, 300)); // a third of it read and queued
+		return true;
+	})()`)
+	if !Eval[bool](t, ctx, `itlmon.active && itlmon.timing.loadAt > 0 && itlmon.timing.readyAt === -1`) {
+		t.Fatal("want the shim active and the module requested, not ready, while the stream is read")
+	}
+	release() // itl-module.js: 404
+	if Eval[bool](t, ctx, `itlmon.ready`) {
+		t.Fatal("itlmon ready without itl-module.js")
+	}
+	got := Eval[PageRead](t, ctx, `inFlight`)
+	if got.Error != "" || got.Bytes != wantN || got.SHA256 != wantSum {
+		t.Fatalf("the stream in flight: page read %d bytes sha %s err %q, want %d %s", got.Bytes, got.SHA256, got.Error, wantN, wantSum)
+	}
+	type state struct {
+		Restored  bool   `json:"restored"`
+		Error     string `json:"error"`
+		Summaries int    `json:"summaries"`
+	}
+	st := Eval[state](t, ctx, `({ restored: window.fetch === itlmon.originalFetch, error: itlmon.timing.error, summaries: e2e.summaries.length })`)
+	if !st.Restored || st.Error != "not loaded" || st.Summaries != 0 {
+		t.Fatalf("after the module failed to load: %+v; want the page's fetch back, error \"not loaded\", no summaries", st)
+	}
+}
+
 // TestNonceCSP: on a page whose Content-Security-Policy allows scripts by
 // nonce only, the scripts the loader adds later (itl-module.js, and
 // wasm_exec.js for the main-thread fallback: a blob: Worker is refused
