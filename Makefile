@@ -13,19 +13,26 @@ CHDB_PKG    := @chdb/lib-linux-x64-gnu@$(CHDB_VERSION)
 CHDB_DIR    := $(CACHE_DIR)/chdb-$(CHDB_VERSION)
 CHDB_LIB_PATH ?= $(CHDB_DIR)/node_modules/@chdb/lib-linux-x64-gnu/libchdb.so
 export CHDB_LIB_PATH
-# The official OpenAI JS SDK, for the e2e test that streams through it in Chromium.
-OPENAI_JS_VERSION := 5.23.2
+# The official OpenAI JS SDK, for the e2e tests that stream through it in Chromium. Version 7
+# cancels the response body after `data: [DONE]` (TestCancelAfterDone needs that).
+OPENAI_JS_VERSION := 7.59.0
 OPENAI_JS_DIR ?= $(CACHE_DIR)/openai-js-$(OPENAI_JS_VERSION)/node_modules/openai
 export OPENAI_JS_DIR
+# TypeScript checks the page-side JavaScript (web/static/*.js, // @ts-check with JSDoc types) without a
+# build step: `tsc --noEmit` in make vet. 5.9 is the JavaScript implementation (the 7.x native port
+# installs a platform binary package besides); pinned exactly, installed once, offline afterwards.
+TS_VERSION  := 5.9.3
+TS_DIR      := $(CACHE_DIR)/typescript-$(TS_VERSION)
+TSC         := $(TS_DIR)/node_modules/typescript/bin/tsc
 APT_PKGS    := chromium chromium-driver nginx brotli firefox-esr webkit2gtk-driver xvfb
 SUDO        := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 WASM_OUT    := web/dist
 TEST_TIMEOUT ?= 25m
 
-.PHONY: build run test unit bench fuzz vet depscheck wasm deps deps-apt deps-chdb deps-go deps-openai-js clean
+.PHONY: build run test unit bench fuzz vet depscheck wasm deps deps-apt deps-chdb deps-go deps-openai-js deps-ts clean
 
 ## deps: install what is missing (apt packages, the pinned ClickHouse engine from npm, Go modules)
-deps: deps-apt deps-chdb deps-go deps-openai-js
+deps: deps-apt deps-chdb deps-go deps-openai-js deps-ts
 
 deps-apt:
 	@missing=""; for p in $(APT_PKGS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
@@ -47,6 +54,12 @@ deps-openai-js: $(OPENAI_JS_DIR)/index.mjs
 $(OPENAI_JS_DIR)/index.mjs:
 	@mkdir -p $(CACHE_DIR)/openai-js-$(OPENAI_JS_VERSION)
 	cd $(CACHE_DIR)/openai-js-$(OPENAI_JS_VERSION) && npm install --no-save --no-audit --no-fund --loglevel=error openai@$(OPENAI_JS_VERSION)
+
+deps-ts: $(TSC)
+
+$(TSC):
+	@mkdir -p $(TS_DIR)
+	cd $(TS_DIR) && npm install --no-save --no-audit --no-fund --loglevel=error typescript@$(TS_VERSION)
 
 deps-go:
 	@$(GO) mod download
@@ -88,12 +101,14 @@ build: wasm
 run: deps-chdb build
 	./bin/itlmon serve --addr 127.0.0.1:8080 --data ./data --demo
 
-## vet: gofmt, go vet (host and js/wasm)
-vet:
+## vet: gofmt, go vet (host and js/wasm), tsc --noEmit on the page-side JavaScript
+vet: deps-ts
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	GOOS=js GOARCH=wasm $(GO) vet ./wasm/...
+	node $(TSC) -p web/tsconfig.json
+	node $(TSC) -p web/tsconfig.worker.json
 
 ## depscheck: nothing the browser module imports may pull fmt, encoding/json, net/http or reflection-based encoders
 # (nor, for its size, time: ~40 KB brotli, nor unicode, which strings and bytes pull in: 3 KB)
