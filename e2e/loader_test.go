@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"html/template"
 	"net/http"
 	"os"
@@ -518,6 +519,60 @@ func TestBeforeHeaders(t *testing.T) {
 		t.Fatalf("stored url_path %q model %q", r.URLPath, r.Model)
 	}
 	StreamByID(t, rows, ne.Summary[0].ID)
+}
+
+// TestBodyNetworkError: a body that fails mid-stream (the connection drops
+// after three content events, no terminal event) is stored as a network
+// error once its grace has passed without a pagehide (see endOnError in
+// itl.js), and settled() waits for it.
+func TestBodyNetworkError(t *testing.T) {
+	Browser(t)
+	o := StartOrigin(t)
+	o.Handle("/drop/v1/chat/completions", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.WriteHeader(http.StatusOK)
+		for i := range 3 {
+			fmt.Fprintf(w, "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":%q}}]}\n\n", demo.Token(i))
+			w.(http.Flusher).Flush()
+			time.Sleep(20 * time.Millisecond)
+		}
+		if c, _, err := w.(http.Hijacker).Hijack(); err == nil {
+			c.Close() // mid-body: the chunked encoding never ends
+		}
+	}))
+	c := StartCollector(t, "e2e="+o.URL)
+	o.SetCollector(c.URL, "e2e")
+	ctx := NewTab(t)
+	if !OpenPage(t, ctx, o.PageURL(map[string]any{"flushMs": 200}, false)) {
+		t.Fatalf("itlmon did not become ready: %s", Eval[string](t, ctx, `itlmon.timing.error`))
+	}
+	type result struct {
+		Err     string        `json:"err"`
+		Bytes   int           `json:"bytes"`
+		Summary []pageSummary `json:"summary"`
+	}
+	got := Eval[result](t, ctx, `(async () => {
+		const n = e2e.summaries.length;
+		let err = '', bytes = 0;
+		try {
+			const r = await fetch('/drop/v1/chat/completions', { method: 'POST', body: '{"stream":true}' });
+			const rd = r.body.getReader();
+			for (;;) { const x = await rd.read(); if (x.done) break; bytes += x.value.byteLength; }
+		} catch (e) { err = e.name; }
+		await itlmon.settled();
+		return { err, bytes, summary: e2e.summaries.slice(n) };
+	})()`)
+	if got.Err != "TypeError" || got.Bytes == 0 || len(got.Summary) != 1 {
+		t.Fatalf("page: error %q after %d bytes, summaries %+v; want TypeError after some bytes and one summary", got.Err, got.Bytes, got.Summary)
+	}
+	s := got.Summary[0]
+	if s.Status != "error" || s.End != "error" || s.ContentEvents != 3 || s.HeadersMs < 0 {
+		t.Fatalf("summary %+v; want error/error with 3 content events and headers", s)
+	}
+	r := StreamByID(t, WaitStreams(t, c, "e2e", 1), s.ID)
+	if r.Status != "error" || r.ContentEvents != 3 || r.HTTPStatus != 200 {
+		t.Fatalf("stored %+v; want error, 3 content events, HTTP 200", r)
+	}
 }
 
 // TestCancelAfterDone: an SDK that stops reading at its terminal event and

@@ -402,7 +402,7 @@
     crypto.getRandomValues(sid);
     /** @type {ItlmonRec} */
     var rec = { pid: nextPID++, sid: sid, href: facts.href, model: facts.model, full: facts.full, status: status,
-      lastAt: t0, done: false, collected: false, pulling: false };
+      lastAt: t0, done: false, collected: false, pulling: false, failedAt: -1 };
     call(['s', rec.pid, [t0, performance.timeOrigin + t0, facts.href, facts.method, facts.model, ct, status, origin,
       sid, redactPath(location.pathname), headersAt]]);
     measured.add(rec);
@@ -448,6 +448,30 @@
       s.tokensReported = !!s.tokensReported;
       emit(s);
     }]);
+  }
+
+  // Firefox and WebKit fail the bodies (and pending fetches) of a page being
+  // left with a network error (TypeError) after beforeunload and before
+  // pagehide (Firefox ~25-40 ms before it, WebKitGTK ~2 ms; Chromium fires
+  // pagehide first). So a network error ends its stream only after
+  // ERROR_GRACE_MS without a pagehide; a pagehide meanwhile ends it as cut
+  // by the navigation (PAGEHIDE), at the time of the error. A beforeunload
+  // listener would tell sooner, but it costs the page Firefox's
+  // back/forward cache.
+  var ERROR_GRACE_MS = 250;
+  var inGrace = 0; // streams waiting out their grace
+  /** @type {Array<() => void>} */
+  var graceWaiters = [];
+
+  /** @param {ItlmonRec} rec @param {number} at */
+  function endOnError(rec, at) {
+    if (rec.done || rec.failedAt >= 0) return;
+    rec.failedAt = at;
+    inGrace++;
+    setTimeout(function () {
+      endStream(rec, NET_ERROR, at); // a no-op when pagehide ended it
+      if (--inGrace === 0) graceWaiters.splice(0).forEach(function (w) { w(); });
+    }, ERROR_GRACE_MS);
   }
 
   // unmeasure lets a stream through unmeasured: its reads did not fit in the
@@ -597,7 +621,8 @@
         r.pulling = false;
         try { ctrl.error(err); } catch (_) { /* already errored */ }
         unlisten();
-        finish((sig && sig.aborted) || (err && err.name === 'AbortError') ? ABORTED : NET_ERROR);
+        if ((sig && sig.aborted) || (err && err.name === 'AbortError')) finish(ABORTED);
+        else endOnError(r, performance.now());
       };
       var body = new ReadableStream({
         start: function (c) { ctrl = c; },
@@ -685,7 +710,8 @@
       var at = performance.now();
       var kind = (facts.signal && facts.signal.aborted) || (err && err.name === 'AbortError') ? ABORTED : NET_ERROR;
       var rec = begin(facts, t0, 0, '', '', -1);
-      if (rec) endStream(rec, kind, at);
+      if (rec && kind === NET_ERROR) endOnError(rec, at);
+      else if (rec) endStream(rec, kind, at);
     } catch (e) { fail('shim failed', e); }
   }
 
@@ -852,7 +878,11 @@
         // they leave with the beacon (those whose bodies were collected, at
         // their last read).
         var now = performance.now();
-        measured.forEach(function (rec) { if (abandoned(rec)) endStream(rec, CANCELLED, rec.lastAt); else endStream(rec, PAGEHIDE, now); });
+        measured.forEach(function (rec) {
+          if (rec.failedAt >= 0) endStream(rec, PAGEHIDE, rec.failedAt); // failed by the page's teardown
+          else if (abandoned(rec)) endStream(rec, CANCELLED, rec.lastAt);
+          else endStream(rec, PAGEHIDE, now);
+        });
         try { if (api && !broken) api.pagehide(); } catch (e) { fail('module failed', e); }
       });
       addEventListener('pageshow', function (e) {
@@ -913,6 +943,7 @@
   /** @returns {Promise<void>} */
   function settled() {
     if (broken) return Promise.resolve();
+    if (inGrace) return new Promise(function (w) { graceWaiters.push(function () { w(undefined); }); }).then(settled);
     if (api) return api.settled();
     // Ends wait in the queue for the module (loading: a stream started it).
     return queuedEnds && !readySettled ? ready.then(function () { return settled(); }) : Promise.resolve();

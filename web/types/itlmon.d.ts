@@ -25,6 +25,7 @@ interface ItlmonRec {
   done: boolean;
   collected: boolean; // its body was reported garbage collected and not read since
   pulling: boolean; // a read of the original body is in flight: the body is alive
+  failedAt: number; // performance.now() of a network error waiting out its grace (see endOnError), else -1
 }
 
 /** A call to the module made before it was ready, replayed in order. */
