@@ -13,19 +13,28 @@ CHDB_PKG    := @chdb/lib-linux-x64-gnu@$(CHDB_VERSION)
 CHDB_DIR    := $(CACHE_DIR)/chdb-$(CHDB_VERSION)
 CHDB_LIB_PATH ?= $(CHDB_DIR)/node_modules/@chdb/lib-linux-x64-gnu/libchdb.so
 export CHDB_LIB_PATH
-# The official OpenAI JS SDK, for the e2e test that streams through it in Chromium.
-OPENAI_JS_VERSION := 5.23.2
-OPENAI_JS_DIR ?= $(CACHE_DIR)/openai-js-$(OPENAI_JS_VERSION)/node_modules/openai
+# The real browser SDKs the e2e matrix streams through in Chromium (e2e/sdk_matrix_test.go),
+# pinned exactly, installed from npm together with esbuild (its binary ships as an npm package)
+# and bundled for the browser as one ESM file each (entries: e2e/sdkjs/*.mjs) into SDK_JS_DIR.
+SDK_JS_PKGS := openai@7.59.0 @anthropic-ai/sdk@1.15.0 ai@7.0.173 ollama@0.6.4
+ESBUILD_VERSION := 0.28.2
+SDK_JS_ID   := $(shell printf '%s ' $(SDK_JS_PKGS) esbuild@$(ESBUILD_VERSION) | sha256sum | cut -c1-12)
+SDK_JS_ROOT := $(CACHE_DIR)/sdk-js-$(SDK_JS_ID)
+SDK_JS_DIR ?= $(SDK_JS_ROOT)/dist
+export SDK_JS_DIR
+SDK_JS_ENTRIES := $(wildcard e2e/sdkjs/*.mjs)
+# The OpenAI JS SDK unbundled (its ESM files as npm ships them), for e2e/sdk_test.go.
+OPENAI_JS_DIR ?= $(SDK_JS_ROOT)/node_modules/openai
 export OPENAI_JS_DIR
 APT_PKGS    := chromium chromium-driver nginx brotli
 SUDO        := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 WASM_OUT    := web/dist
 TEST_TIMEOUT ?= 25m
 
-.PHONY: build run test unit bench fuzz vet depscheck wasm deps deps-apt deps-chdb deps-go deps-openai-js clean
+.PHONY: build run test unit bench fuzz vet depscheck wasm deps deps-apt deps-chdb deps-go deps-sdk-js clean
 
 ## deps: install what is missing (apt packages, the pinned ClickHouse engine from npm, Go modules)
-deps: deps-apt deps-chdb deps-go deps-openai-js
+deps: deps-apt deps-chdb deps-go deps-sdk-js
 
 deps-apt:
 	@missing=""; for p in $(APT_PKGS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
@@ -42,11 +51,26 @@ $(CHDB_LIB_PATH):
 	cd $(CHDB_DIR) && npm install --no-save --no-audit --no-fund --loglevel=error $(CHDB_PKG)
 	@test -f $@ || { echo "libchdb.so not found at $@ after npm install" >&2; exit 1; }
 
-deps-openai-js: $(OPENAI_JS_DIR)/index.mjs
+## deps-sdk-js: the pinned browser SDKs, installed and bundled (one ESM file each) into $(SDK_JS_DIR)
+deps-sdk-js: $(SDK_JS_DIR)/versions.json
 
-$(OPENAI_JS_DIR)/index.mjs:
-	@mkdir -p $(CACHE_DIR)/openai-js-$(OPENAI_JS_VERSION)
-	cd $(CACHE_DIR)/openai-js-$(OPENAI_JS_VERSION) && npm install --no-save --no-audit --no-fund --loglevel=error openai@$(OPENAI_JS_VERSION)
+$(SDK_JS_ROOT)/.installed:
+	@echo "installing $(SDK_JS_PKGS) esbuild@$(ESBUILD_VERSION) (npm) into $(SDK_JS_ROOT)"
+	@mkdir -p $(SDK_JS_ROOT)
+	cd $(SDK_JS_ROOT) && npm install --no-save --no-audit --no-fund --loglevel=error $(SDK_JS_PKGS) esbuild@$(ESBUILD_VERSION)
+	@touch $@
+
+# Rebundled when an entry changes (esbuild takes about a second for all four).
+$(SDK_JS_DIR)/versions.json: $(SDK_JS_ROOT)/.installed $(SDK_JS_ENTRIES)
+	@mkdir -p $(SDK_JS_DIR) $(SDK_JS_ROOT)/entry
+	@# The entries are copied beside node_modules, where their imports resolve.
+	cp $(SDK_JS_ENTRIES) $(SDK_JS_ROOT)/entry/
+	cd $(SDK_JS_ROOT) && node_modules/.bin/esbuild $(addprefix entry/,$(notdir $(SDK_JS_ENTRIES))) --bundle --format=esm \
+		--platform=browser --target=es2022 --log-level=warning --outdir=$(SDK_JS_DIR) --out-extension:.js=.mjs
+	@# versions.json: what was bundled, for the tests' logs.
+	cd $(SDK_JS_ROOT) && node -p 'JSON.stringify(Object.fromEntries(process.argv.slice(1).map(p => [p, JSON.parse(require("fs").readFileSync("node_modules/" + p + "/package.json")).version])))' \
+		openai @anthropic-ai/sdk ai ollama esbuild > $@.tmp
+	@mv $@.tmp $@
 
 deps-go:
 	@$(GO) mod download
