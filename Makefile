@@ -24,17 +24,18 @@ SDK_JS_DIR ?= $(SDK_JS_ROOT)/dist
 export SDK_JS_DIR
 SDK_JS_ENTRIES := $(wildcard e2e/sdkjs/*.mjs)
 # The OpenAI JS SDK unbundled (its ESM files as npm ships them), for e2e/sdk_test.go.
-OPENAI_JS_DIR ?= $(SDK_JS_ROOT)/node_modules/openai
+OPENAI_JS_VERSION := 5.23.2
+OPENAI_JS_DIR ?= $(CACHE_DIR)/openai-js-$(OPENAI_JS_VERSION)/node_modules/openai
 export OPENAI_JS_DIR
 APT_PKGS    := chromium chromium-driver nginx brotli
 SUDO        := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 WASM_OUT    := web/dist
 TEST_TIMEOUT ?= 25m
 
-.PHONY: build run test unit bench fuzz vet depscheck wasm deps deps-apt deps-chdb deps-go deps-sdk-js clean
+.PHONY: build run test unit bench fuzz vet depscheck wasm deps deps-apt deps-chdb deps-go deps-openai-js deps-sdk-js clean
 
 ## deps: install what is missing (apt packages, the pinned ClickHouse engine from npm, Go modules)
-deps: deps-apt deps-chdb deps-go deps-sdk-js
+deps: deps-apt deps-chdb deps-go deps-openai-js deps-sdk-js
 
 deps-apt:
 	@missing=""; for p in $(APT_PKGS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
@@ -50,6 +51,12 @@ $(CHDB_LIB_PATH):
 	@mkdir -p $(CHDB_DIR)
 	cd $(CHDB_DIR) && npm install --no-save --no-audit --no-fund --loglevel=error $(CHDB_PKG)
 	@test -f $@ || { echo "libchdb.so not found at $@ after npm install" >&2; exit 1; }
+
+deps-openai-js: $(OPENAI_JS_DIR)/index.mjs
+
+$(OPENAI_JS_DIR)/index.mjs:
+	@mkdir -p $(CACHE_DIR)/openai-js-$(OPENAI_JS_VERSION)
+	cd $(CACHE_DIR)/openai-js-$(OPENAI_JS_VERSION) && npm install --no-save --no-audit --no-fund --loglevel=error openai@$(OPENAI_JS_VERSION)
 
 ## deps-sdk-js: the pinned browser SDKs, installed and bundled (one ESM file each) into $(SDK_JS_DIR)
 deps-sdk-js: $(SDK_JS_DIR)/versions.json
