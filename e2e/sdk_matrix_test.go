@@ -403,7 +403,7 @@ func TestSDKMatrix(t *testing.T) {
 	}
 	t.Logf("matrix: %d runs in %v", 2*len(checks), time.Since(start).Round(time.Millisecond))
 
-	rows := waitSDKRows(t, c, len(checks))
+	rows := waitSDKRows(t, c, "e2e", len(checks))
 	for _, ck := range checks {
 		row, ok := rows[ck.id]
 		if !ok {
@@ -452,14 +452,14 @@ func storedName(raw json.RawMessage, names []string) string {
 	return "?" + string(raw)
 }
 
-// waitSDKRows polls /api/streams until n streams are stored
+// waitSDKRows polls /api/streams until the site has n streams stored
 // (deadline 45 s) and returns the rows by stream id.
-func waitSDKRows(t *testing.T, c *Collector, n int) map[string]sdkRow {
+func waitSDKRows(t *testing.T, c *Collector, site string, n int) map[string]sdkRow {
 	t.Helper()
 	deadline := time.Now().Add(45 * time.Second)
 	for {
 		rows := map[string]sdkRow{}
-		resp, err := http.Get(c.URL + "/api/streams?" + url.Values{"site": {"e2e"}, "since": {"1h"}, "limit": {"1000"}}.Encode())
+		resp, err := http.Get(c.URL + "/api/streams?" + url.Values{"site": {site}, "since": {"1h"}, "limit": {"1000"}}.Encode())
 		if err == nil {
 			var out struct {
 				Streams []sdkRow `json:"streams"`
