@@ -66,6 +66,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -422,7 +423,27 @@ func TestSDKMatrix(t *testing.T) {
 		if got != want {
 			t.Errorf("%s: stored %s;\n%*s want %s", ck.name, got, len(ck.name)+1, "", want)
 		}
+		if ends := wantEnds(ck.c, s); row.End != "" && !slices.Contains(ends, row.End) {
+			t.Errorf("%s: stored end %s, want %s", ck.name, row.End, strings.Join(ends, " or "))
+		}
 	}
+}
+
+// wantEnds returns how the body may have ended (meter.EndNames): through the
+// SDK's abort; cancelled by the OpenAI SDK at [DONE] before the server ended
+// the body (always with a tail, a race without one); else read to its end
+// (ollama leaves the rest of the body unread: the pass-through still reads
+// it to the end).
+func wantEnds(c sdkCase, s sdkScenario) []string {
+	switch {
+	case s.abortAt > 0:
+		return []string{"abort"}
+	case c.name == "openai-chat" && s.cadence["tail_ms"] != nil:
+		return []string{"closed_after_end"}
+	case c.name == "openai-chat":
+		return []string{"body_end", "closed_after_end"}
+	}
+	return []string{"body_end"}
 }
 
 // sdkRow is the part of an /api/streams row the matrix checks. Format and
@@ -432,6 +453,7 @@ type sdkRow struct {
 	Model         string          `json:"model"`
 	Format        json.RawMessage `json:"format"`
 	Status        json.RawMessage `json:"status"`
+	End           string          `json:"end"` // how the body ended; absent from rows before the names schema
 	ContentEvents uint32          `json:"content_events"`
 	Tokens        uint32          `json:"tokens"`
 	Stalls        uint32          `json:"stalls"`
