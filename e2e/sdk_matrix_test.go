@@ -404,7 +404,11 @@ func TestSDKMatrix(t *testing.T) {
 	}
 	t.Logf("matrix: %d runs in %v", 2*len(checks), time.Since(start).Round(time.Millisecond))
 
-	rows := waitSDKRows(t, c, "e2e", len(checks))
+	ids := make([]string, len(checks))
+	for i, ck := range checks {
+		ids[i] = ck.id
+	}
+	rows := waitSDKRows(t, c, "e2e", ids)
 	for _, ck := range checks {
 		row, ok := rows[ck.id]
 		if !ok {
@@ -474,9 +478,9 @@ func storedName(raw json.RawMessage, names []string) string {
 	return "?" + string(raw)
 }
 
-// waitSDKRows polls /api/streams until the site has n streams stored
-// (deadline 45 s) and returns the rows by stream id.
-func waitSDKRows(t *testing.T, c *Collector, site string, n int) map[string]sdkRow {
+// waitSDKRows polls /api/streams until the site's streams with these ids are
+// all stored (deadline 45 s) and returns the site's rows by stream id.
+func waitSDKRows(t *testing.T, c *Collector, site string, ids []string) map[string]sdkRow {
 	t.Helper()
 	deadline := time.Now().Add(45 * time.Second)
 	for {
@@ -492,7 +496,12 @@ func waitSDKRows(t *testing.T, c *Collector, site string, n int) map[string]sdkR
 				rows[r.StreamID] = r
 			}
 		}
-		if err == nil && len(rows) >= n || time.Now().After(deadline) {
+		all := err == nil
+		for _, id := range ids {
+			_, ok := rows[id]
+			all = all && ok
+		}
+		if all || time.Now().After(deadline) {
 			if err != nil {
 				t.Errorf("/api/streams: %v", err)
 			}

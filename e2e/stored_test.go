@@ -371,7 +371,7 @@ func TestDemoPage(t *testing.T) {
 	if len(ids) != len(apis) {
 		t.Fatalf("%d streams measured, want %d", len(ids), len(apis))
 	}
-	rows := waitSDKRows(t, c, "demo", len(apis))
+	rows := waitSDKRows(t, c, "demo", ids)
 	for i, a := range apis {
 		r := rows[ids[i]]
 		if got := storedName(r.Format, meter.FormatNames[:]); got != a.format || r.ContentEvents != 30 {
