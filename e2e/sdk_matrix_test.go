@@ -424,6 +424,7 @@ func TestSDKMatrix(t *testing.T) {
 			storedName(row.Format, meter.FormatNames[:]), storedName(row.Status, meter.StatusNames[:]), row.ContentEvents, row.Tokens, row.Stalls, row.Model)
 		want := fmt.Sprintf("format %s, status %s, content events %d, tokens %d, stalls %d, model %q",
 			ck.c.format, s.status, s.content, wantTokens, s.stalls, sdkModel)
+		t.Logf("%-26s stored %s, end %q", ck.name, got, row.End)
 		if got != want {
 			t.Errorf("%s: stored %s;\n%*s want %s", ck.name, got, len(ck.name)+1, "", want)
 		}
