@@ -307,10 +307,19 @@ type sdkOut struct {
 	Status  string `json:"status"`
 }
 
+// sdkSummary is what itlmon.onStream gave the page for one stream.
+type sdkSummary struct {
+	ID            string `json:"id"`
+	Status        string `json:"status"`
+	End           string `json:"end"` // absent before the module reports how the body ended
+	ContentEvents int    `json:"contentEvents"`
+	Stalls        int    `json:"stalls"`
+}
+
 type sdkRun struct {
 	Out       sdkOut                 `json:"out"`
 	Page      struct{ LongGaps int } `json:"page"`
-	Summaries []Summary              `json:"summaries"`
+	Summaries []sdkSummary           `json:"summaries"`
 }
 
 // TestSDKMatrix: every SDK x scenario (see the file comment) gives the page
@@ -396,7 +405,13 @@ func TestSDKMatrix(t *testing.T) {
 						t.Logf("%s run %d: %d stalls measured, the page itself saw %d long gaps: starved, running again", name, attempt, sum.Stalls, got.Page.LongGaps)
 						continue
 					}
-					checks = append(checks, check{name, sc, s, got.Summaries[0].ID})
+					sum := got.Summaries[0]
+					if sum.Status != s.status || sum.ContentEvents != s.content || sum.Stalls != s.stalls ||
+						sum.End != "" && !slices.Contains(wantEnds(sc, s), sum.End) {
+						t.Errorf("%s: itlmon.onStream summary: status %s, end %q, %d content events, %d stalls; want %s, %s, %d, %d",
+							name, sum.Status, sum.End, sum.ContentEvents, sum.Stalls, s.status, strings.Join(wantEnds(sc, s), " or "), s.content, s.stalls)
+					}
+					checks = append(checks, check{name, sc, s, sum.ID})
 					break
 				}
 			}
