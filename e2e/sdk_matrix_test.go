@@ -210,12 +210,12 @@ import * as SDK from '/sdk-js/{{.Bundle}}.mjs';
 {{.Drivers}}
 const d = drivers[{{.Bundle}}];
 window.e2e = { summaries: [], loaded: false, early: null, earlyBeforeReady: null };
-// run streams one answer through the SDK (opts.early: with the client made at
+// run streams one answer through the SDK (opts.early: with a client made at
 // page load) and returns what the SDK gave, the page's timing and the
 // itlmon.onStream summaries of this run.
 e2e.run = async function (api, opts) {
   const before = e2e.summaries.length;
-  const r = await d[api](opts.early ? e2e.early : d.make(), opts);
+  const r = await d[api](opts.early ? e2e.early.shift() : d.make(), opts);
   if (window.itlmon) {
     // A body the SDK left open (ollama after done: true) ends later.
     const t0 = performance.now();
@@ -226,16 +226,17 @@ e2e.run = async function (api, opts) {
   return r;
 };
 {{if .NoModule}}
-e2e.early = d.make();
+e2e.early = Array.from({ length: 4 }, () => d.make()); // one per early run on this page
 {{else}}
 // The tag a site would have (async), added here so that the SDK is loaded
 // first: its onload runs right after itl.js has run, long before the module
-// (itl.wasm in its Worker) is ready. The early client is made there.
+// (itl.wasm in its Worker) is ready. The early clients are made there, one for
+// early run (an AbstractChat is one conversation): 2 APIs x 2 modes at most.
 const tag = document.createElement('script');
-tag.src = {{.Src}}; tag.async = true; tag.dataset.site = {{.Site}};
+tag.src = {{.Src}}; tag.async = true; tag.dataset.site = {{.Site}};{{if .MainThread}} tag.dataset.worker = 'false';{{end}}
 tag.onload = () => {
   e2e.earlyBeforeReady = !(itlmon.timing && itlmon.timing.readyAt > 0);
-  e2e.early = d.make();
+  e2e.early = Array.from({ length: 4 }, () => d.make()); // one per early run on this page
   itlmon.onStream(s => e2e.summaries.push(s));
   e2e.loaded = true;
 };
@@ -344,11 +345,12 @@ func TestSDKMatrix(t *testing.T) {
 	}))
 	o.Handle("GET /sdk-page", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		o.mu.Lock()
+		q := r.URL.Query()
 		data := struct {
-			Bundle, Src, Site string
-			Drivers           template.JS
-			NoModule          bool
-		}{r.URL.Query().Get("sdk"), o.collector + "/itl.js", o.site, template.JS(sdkDrivers), r.URL.Query().Get("nomodule") == "1"}
+			Bundle, Src, Site    string
+			Drivers              template.JS
+			NoModule, MainThread bool
+		}{q.Get("sdk"), o.collector + "/itl.js", o.site, template.JS(sdkDrivers), q.Get("nomodule") == "1", asksMainThread(q.Get("init"))}
 		o.mu.Unlock()
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
 		if err := sdkPageTmpl.Execute(w, data); err != nil {
@@ -363,56 +365,74 @@ func TestSDKMatrix(t *testing.T) {
 		id   string
 	}
 	var checks []check
+	// run runs one SDK x scenario on the page without itlmon and on one with
+	// it, at the same time, and keeps the stream to check in the store.
+	run := func(name string, without, with context.Context, sc sdkCase, s sdkScenario) {
+		opts := map[string]any{"model": sdkModel, "cadence": s.cadence, "abortAt": s.abortAt, "abortText": demo.Text(s.abortAt), "early": s.early}
+		js, _ := json.Marshal(opts)
+		expr := `e2e.run(` + strconv.Quote(sc.call) + `, ` + string(js) + `)`
+		for attempt := 1; ; attempt++ {
+			ref, got := bothRuns(t, without, with, expr)
+			if ref.Out != got.Out {
+				t.Errorf("%s: the SDK gave the page\n%+v with itlmon,\n%+v without", name, got.Out, ref.Out)
+			}
+			if want := demo.Text(s.content); ref.Out.Text != want {
+				t.Errorf("%s: the SDK's text without itlmon = %q (err %q), want %q", name, ref.Out.Text, ref.Out.Err, want)
+			}
+			if len(got.Summaries) != 1 {
+				t.Errorf("%s: %d itlmon.onStream summaries, want 1 (the stream was not measured)", name, len(got.Summaries))
+				return
+			}
+			sum := got.Summaries[0]
+			// A page that itself saw another number of long gaps between
+			// content items than the cadence has was starved (2 busy
+			// cores): run again, at most three times.
+			if sum.Stalls != s.stalls && got.Page.LongGaps != s.stalls && attempt < 3 {
+				t.Logf("%s run %d: %d stalls measured, the page itself saw %d long gaps: starved, running again", name, attempt, sum.Stalls, got.Page.LongGaps)
+				continue
+			}
+			if sum.Status != s.status || sum.ContentEvents != s.content || sum.Stalls != s.stalls ||
+				sum.End != "" && !slices.Contains(wantEnds(sc, s), sum.End) {
+				t.Errorf("%s: itlmon.onStream summary: status %s, end %q, %d content events, %d stalls; want %s, %s, %d, %d",
+					name, sum.Status, sum.End, sum.ContentEvents, sum.Stalls, s.status, strings.Join(wantEnds(sc, s), " or "), s.content, s.stalls)
+			}
+			checks = append(checks, check{name, sc, s, sum.ID})
+			return
+		}
+	}
+	// openWith opens the bundle's page with itlmon (the module in its Worker,
+	// or on the main thread) and checks that the early client came first.
+	openWith := func(bundle, query string) context.Context {
+		ctx := NewTab(t)
+		if !OpenPage(t, ctx, o.URL+"/sdk-page?sdk="+bundle+query) {
+			t.Fatalf("%s: itlmon did not become ready: %s", bundle, Eval[string](t, ctx, `itlmon.timing.error`))
+		}
+		if !Eval[bool](t, ctx, `e2e.earlyBeforeReady`) {
+			t.Fatalf("%s: the early client was made after the module was ready", bundle)
+		}
+		return ctx
+	}
 	start := time.Now()
 	for _, bundle := range []string{"openai", "anthropic", "ai", "ollama"} {
-		without, with := NewTab(t), NewTab(t)
+		without := NewTab(t)
 		if OpenPage(t, without, o.URL+"/sdk-page?sdk="+bundle+"&nomodule=1") {
 			t.Fatalf("%s: itlmon ready on the page without it", bundle)
 		}
 		Eval[bool](t, without, `(async () => { while (!window.e2e || !e2e.early) await new Promise(r => setTimeout(r, 5)); return true; })()`)
-		if !OpenPage(t, with, o.URL+"/sdk-page?sdk="+bundle) {
-			t.Fatalf("%s: itlmon did not become ready: %s", bundle, Eval[string](t, with, `itlmon.timing.error`))
-		}
-		if !Eval[bool](t, with, `e2e.earlyBeforeReady`) {
-			t.Fatalf("%s: the early client was made after the module was ready", bundle)
-		}
+		with := openWith(bundle, "")
+		// The module on the main thread (a CSP without blob: workers): the
+		// scenarios whose end or start differ there.
+		main := openWith(bundle, "&init="+url.QueryEscape(`{"worker":false}`))
 		for _, sc := range sdkCases {
 			if sc.bundle != bundle {
 				continue
 			}
 			for _, s := range sdkScenarios() {
-				name := sc.name + "/" + s.name
-				opts := map[string]any{"model": sdkModel, "cadence": s.cadence, "abortAt": s.abortAt, "abortText": demo.Text(s.abortAt), "early": s.early}
-				js, _ := json.Marshal(opts)
-				expr := `e2e.run(` + strconv.Quote(sc.call) + `, ` + string(js) + `)`
-				for attempt := 1; ; attempt++ {
-					ref, got := bothRuns(t, without, with, expr)
-					if ref.Out != got.Out {
-						t.Errorf("%s: the SDK gave the page\n%+v with itlmon,\n%+v without", name, got.Out, ref.Out)
-					}
-					wantText := demo.Text(s.content)
-					if ref.Out.Text != wantText {
-						t.Errorf("%s: the SDK's text without itlmon = %q (err %q), want %q", name, ref.Out.Text, ref.Out.Err, wantText)
-					}
-					if len(got.Summaries) != 1 {
-						t.Errorf("%s: %d itlmon.onStream summaries, want 1 (the stream was not measured)", name, len(got.Summaries))
-						break
-					}
-					// A page that itself saw another number of long gaps
-					// between content items than the cadence has was starved
-					// (2 busy cores): run again, at most three times.
-					if sum := got.Summaries[0]; sum.Stalls != s.stalls && got.Page.LongGaps != s.stalls && attempt < 3 {
-						t.Logf("%s run %d: %d stalls measured, the page itself saw %d long gaps: starved, running again", name, attempt, sum.Stalls, got.Page.LongGaps)
-						continue
-					}
-					sum := got.Summaries[0]
-					if sum.Status != s.status || sum.ContentEvents != s.content || sum.Stalls != s.stalls ||
-						sum.End != "" && !slices.Contains(wantEnds(sc, s), sum.End) {
-						t.Errorf("%s: itlmon.onStream summary: status %s, end %q, %d content events, %d stalls; want %s, %s, %d, %d",
-							name, sum.Status, sum.End, sum.ContentEvents, sum.Stalls, s.status, strings.Join(wantEnds(sc, s), " or "), s.content, s.stalls)
-					}
-					checks = append(checks, check{name, sc, s, sum.ID})
-					break
+				run(sc.name+"/"+s.name, without, with, sc, s)
+			}
+			for _, s := range sdkScenarios() {
+				if s.abortAt > 0 || s.early || s.cadence["tail_ms"] != nil {
+					run(sc.name+"/main/"+s.name, without, main, sc, s)
 				}
 			}
 		}
