@@ -13,18 +13,20 @@ package e2e
 //     the client keeps the global fetch it saw when constructed
 //     (Shims.getDefaultFetch() in the constructor); the body is read with
 //     body.getReader() and parsed by its own LineDecoder/SSEDecoder. At
-//     `data: [DONE]` it stops iterating and, since the body is not closed
-//     yet, cleanup calls reader.cancel(): the body is CANCELLED after the
-//     terminal event whenever the server has not ended it in the same read
-//     (scenario "tail": that cancel is not an abort). Responses has no
-//     [DONE]: its iterator reads until the body ends, after
-//     response.completed. stream.controller.abort() aborts the
-//     AbortController whose signal went to fetch, then cancels the reader.
+//     `data: [DONE]` it stops reading and, as it has not read the body's end,
+//     its cleanup calls reader.cancel(): every Chat stream is CANCELLED after
+//     its terminal event. Whether that cancel or the server's end of the body
+//     comes first is a race; scenario "tail" makes the cancel come first (it
+//     must not count as an abort). Responses has no [DONE]: its iterator
+//     reads until the body ends, after response.completed.
+//     stream.controller.abort() aborts the AbortController whose signal went
+//     to fetch, then cancels the reader.
 //   - @anthropic-ai/sdk 1.15.0 (POST {baseURL}/v1/messages): keeps the fetch
 //     it saw when constructed; parses SSE itself over
 //     ReadableStreamToAsyncIterable(body) and skips events without an
 //     `event:` line and `ping`s, so the endpoint must name every event. It
-//     reads until the body ends (no cancel after message_stop).
+//     reads until the body ends (no cancel after message_stop; an iterator
+//     dropped unfinished has its body cancelled by a FinalizationRegistry).
 //     stream.controller.abort() aborts the signal given to fetch.
 //   - ai 7.0.173, AbstractChat + DefaultChatTransport (what useChat runs):
 //     the transport calls `this.fetch ?? globalThis.fetch` at request time
@@ -51,7 +53,9 @@ package e2e
 // exactly 8); "tail" (300 ms between the terminal event's write and the end
 // of the body); "early" (a client constructed at the moment itl.js has run,
 // before its module is ready: itl.js must have wrapped fetch by then and hold
-// the request until the module is ready).
+// the request until the module is ready). Abort, tail and early run again
+// with the module on the page's main thread (the fallback under a CSP
+// without blob: workers), where ends and the wait for the module differ.
 //
 // Stored status and format are compared as names (storedName), whether the
 // collector stores the numeric codes or the names.
