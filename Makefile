@@ -13,16 +13,17 @@ CHDB_PKG    := @chdb/lib-linux-x64-gnu@$(CHDB_VERSION)
 CHDB_DIR    := $(CACHE_DIR)/chdb-$(CHDB_VERSION)
 CHDB_LIB_PATH ?= $(CHDB_DIR)/node_modules/@chdb/lib-linux-x64-gnu/libchdb.so
 export CHDB_LIB_PATH
-# The real browser SDKs the e2e matrix streams through in Chromium (e2e/sdk_matrix_test.go),
-# pinned exactly, installed from npm together with esbuild (its binary ships as an npm package)
-# and bundled for the browser as one ESM file each (entries: e2e/sdkjs/*.mjs) into SDK_JS_DIR.
-SDK_JS_PKGS := openai@7.59.0 @anthropic-ai/sdk@1.15.0 ai@7.0.173 ollama@0.6.4
-ESBUILD_VERSION := 0.28.2
-SDK_JS_ID   := $(shell printf '%s ' $(SDK_JS_PKGS) esbuild@$(ESBUILD_VERSION) | sha256sum | cut -c1-12)
+# The real browser SDKs the e2e matrix streams through in Chromium (e2e/sdk_matrix_test.go):
+# e2e/sdkjs/package.json pins them exactly (openai 7.59.0, @anthropic-ai/sdk 1.15.0, ai 7.0.173,
+# ollama 0.6.4) with esbuild 0.28.2 (its binary ships as an npm package), its package-lock.json
+# pins everything they pull in; `npm ci` installs them into a directory named by the lock's
+# hash, and esbuild bundles each entry (e2e/sdkjs/*.mjs) for the browser as one ESM file.
+SDK_JS_SRC  := e2e/sdkjs
+SDK_JS_ID   := $(shell sha256sum $(SDK_JS_SRC)/package-lock.json | cut -c1-12)
 SDK_JS_ROOT := $(CACHE_DIR)/sdk-js-$(SDK_JS_ID)
 SDK_JS_DIR ?= $(SDK_JS_ROOT)/dist
 export SDK_JS_DIR
-SDK_JS_ENTRIES := $(wildcard e2e/sdkjs/*.mjs)
+SDK_JS_ENTRIES := $(wildcard $(SDK_JS_SRC)/*.mjs)
 # The OpenAI JS SDK unbundled (its ESM files as npm ships them), for e2e/sdk_test.go.
 OPENAI_JS_VERSION := 5.23.2
 OPENAI_JS_DIR ?= $(CACHE_DIR)/openai-js-$(OPENAI_JS_VERSION)/node_modules/openai
@@ -62,9 +63,10 @@ $(OPENAI_JS_DIR)/index.mjs:
 deps-sdk-js: $(SDK_JS_DIR)/versions.json
 
 $(SDK_JS_ROOT)/.installed:
-	@echo "installing $(SDK_JS_PKGS) esbuild@$(ESBUILD_VERSION) (npm) into $(SDK_JS_ROOT)"
+	@echo "installing the browser SDKs pinned in $(SDK_JS_SRC)/package-lock.json (npm ci) into $(SDK_JS_ROOT)"
 	@mkdir -p $(SDK_JS_ROOT)
-	cd $(SDK_JS_ROOT) && npm install --no-save --no-audit --no-fund --loglevel=error $(SDK_JS_PKGS) esbuild@$(ESBUILD_VERSION)
+	cp $(SDK_JS_SRC)/package.json $(SDK_JS_SRC)/package-lock.json $(SDK_JS_ROOT)/
+	cd $(SDK_JS_ROOT) && npm ci --no-audit --no-fund --loglevel=error
 	@touch $@
 
 # Rebundled when an entry changes (esbuild takes about a second for all four).
