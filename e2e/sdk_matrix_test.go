@@ -1,7 +1,7 @@
 package e2e
 
-// The real-SDK matrix: each browser SDK, pinned exactly and bundled by `make
-// deps-sdk-js` ($SDK_JS_DIR), streams from collector/demo's endpoint for its
+// The real-SDK matrix: each browser SDK, pinned exactly (e2e/sdkjs) and
+// bundled by `make deps-sdk-js` ($SDK_JS_DIR), streams from collector/demo's endpoint for its
 // API in headless Chromium, on the same page with and without itlmon, and the
 // real collector stores what the module measured.
 //
