@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/itlmon/itlmon/wasm/beacon"
+	"github.com/itlmon/itlmon/wasm/meter"
 )
 
 // Stream is one stored stream: a browser record plus what the collector adds.
@@ -55,4 +56,16 @@ type StreamFilter struct {
 // StreamReader reads stored streams back, newest first.
 type StreamReader interface {
 	LatestStreams(ctx context.Context, f StreamFilter) ([]Stream, error)
+}
+
+// BeforeHeaders reports whether r's request ended before its response
+// headers: aborted or failed (meter.StatusAborted or StatusNetworkError)
+// with HeadersUs NoTime, from a sender that says how its streams end (End is
+// not meter.EndNone; older senders never sent such records, and their
+// HeadersUs means nothing). Its DurationUs is then the time waited. The
+// rollup's before_headers (schema/006_names.sql) counts the same streams.
+func BeforeHeaders(r *beacon.Record) bool {
+	s := meter.Status(r.Status)
+	return (s == meter.StatusAborted || s == meter.StatusNetworkError) &&
+		r.HeadersUs == beacon.NoTime && meter.End(r.End) != meter.EndNone
 }

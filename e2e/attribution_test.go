@@ -15,6 +15,8 @@ package e2e
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"io"
 	"net/http"
@@ -448,7 +450,9 @@ var (
 // engineExe builds the itlmon binary once per test run: it runs the engine
 // child (chdb.MaybeRunChild first thing in main), which this test binary
 // does not. It lives in the user cache (~/.cache/itlmon/e2e), replaced
-// atomically, so runs do not pile binaries up in /tmp.
+// atomically, so runs do not pile binaries up in /tmp; one per checkout (its
+// name carries a hash of the directory), so runs of two checkouts at once
+// never start each other's build.
 func engineExe(t *testing.T) string {
 	itlmonExeOnce.Do(func() {
 		cache, err := os.UserCacheDir()
@@ -460,7 +464,13 @@ func engineExe(t *testing.T) string {
 			itlmonExeErr = err
 			return
 		}
-		itlmonExe = filepath.Join(dir, "itlmon")
+		wd, err := os.Getwd()
+		if err != nil {
+			itlmonExeErr = err
+			return
+		}
+		sum := sha256.Sum256([]byte(wd))
+		itlmonExe = filepath.Join(dir, "itlmon-"+hex.EncodeToString(sum[:4]))
 		tmp := itlmonExe + ".tmp" + strconv.Itoa(os.Getpid())
 		out, err := exec.Command("go", "build", "-o", tmp, "github.com/itlmon/itlmon/collector/cmd/itlmon").CombinedOutput()
 		if err != nil {
@@ -530,12 +540,13 @@ func startAttrCollector(t *testing.T) *attrCollector {
 type attrStored struct {
 	OriginID                  string
 	TTFTUs                    *uint32
-	GapP50, GapP99            uint32
+	HTTPProto                 string // resource timing's nextHopProtocol: "h2", "http/1.1"
+	GapP50, GapP99, GapMax    uint32
 	EventsPerRead             float32
 	Reads, Stalls             uint32
 	SubFloor                  float32
 	ByCause                   [meter.NumCauses]uint32
-	TTFTCause                 uint8
+	TTFTCause                 string
 	OriginTTFTUs              *uint32
 	OriginP50                 uint32
 	OriginStalls              uint32
@@ -543,7 +554,7 @@ type attrStored struct {
 	AddedTTFT, AddedP50       *int64
 	Version                   uint8
 	JoinedByCause             [meter.NumCauses]uint32
-	JoinedTTFTCause           uint8
+	JoinedTTFTCause           string
 	ContentEvents, OriginEvts uint32
 }
 
@@ -558,10 +569,10 @@ func (c *attrCollector) waitStored(t *testing.T, id string) attrStored {
 		if time.Now().After(deadline) {
 			t.Fatalf("collector: stream %s and its join not stored within 30s (last: %+v, %v)", id, s, err)
 		}
-		err = c.DB.Conn().QueryRow(ctx, `SELECT origin_id, ttft_us, gap_p50_us, gap_p99_us, events_per_read, reads, stalls, sub_floor_share,
+		err = c.DB.Conn().QueryRow(ctx, `SELECT origin_id, http_proto, ttft_us, gap_p50_us, gap_p99_us, gap_max_us, events_per_read, reads, stalls, sub_floor_share,
 			stalls_unknown, stalls_network, stalls_page, stalls_origin, ttft_cause, content_events
 			FROM itl_streams FINAL WHERE site = ? AND origin_id = ?`, attrSite, id).Scan(
-			&s.OriginID, &s.TTFTUs, &s.GapP50, &s.GapP99, &s.EventsPerRead, &s.Reads, &s.Stalls, &s.SubFloor,
+			&s.OriginID, &s.HTTPProto, &s.TTFTUs, &s.GapP50, &s.GapP99, &s.GapMax, &s.EventsPerRead, &s.Reads, &s.Stalls, &s.SubFloor,
 			&s.ByCause[1], &s.ByCause[2], &s.ByCause[3], &s.ByCause[4], &s.TTFTCause, &s.ContentEvents)
 		if err != nil || s.OriginID == "" {
 			continue
@@ -575,6 +586,16 @@ func (c *attrCollector) waitStored(t *testing.T, id string) attrStored {
 			return s
 		}
 	}
+}
+
+// causeOf is the meter.Cause of a stored cause name.
+func causeOf(name string) meter.Cause {
+	for c, n := range meter.CauseNames {
+		if n == name {
+			return meter.Cause(c)
+		}
+	}
+	return meter.CauseNone // a name this test does not know, shown as "-"
 }
 
 func (s attrStored) row(name, injected string) attrRow {
@@ -594,12 +615,12 @@ func (s attrStored) row(name, injected string) attrRow {
 		clientP50: usDur(s.GapP50), clientP99: usDur(s.GapP99), originP50: usDur(s.OriginP50),
 		eventsPerRead: float64(s.EventsPerRead), eventsPerFlush: float64(s.EventsPerFlush), reads: int(s.Reads), stalls: int(s.Stalls),
 		subFloorPct: int(100*s.SubFloor + 0.5), byCause: s.JoinedByCause, clientCauses: s.ByCause,
-		clientTTFTCause: meter.Cause(s.TTFTCause), refinedTTFTCause: meter.Cause(s.JoinedTTFTCause)}
+		clientTTFTCause: causeOf(s.TTFTCause), refinedTTFTCause: causeOf(s.JoinedTTFTCause)}
 }
 
 // busyJS keeps the page's main thread busy 300 ms of every 600 ms (long
 // tasks), so the stream's reads wait behind it.
-const busyJS = `window.__busy = setInterval(function () { var end = performance.now() + 300; while (performance.now() < end) {} }, 600); true`
+const busyJS = `(window.__busy = setInterval(function () { var end = performance.now() + 300; while (performance.now() < end) {} }, 600), true)`
 
 // TestAttributionBrowser runs the six scenarios in headless Chromium: the
 // page (behind whatever the scenario puts in between) streams from the
@@ -609,16 +630,8 @@ const busyJS = `window.__busy = setInterval(function () { var end = performance.
 func TestAttributionBrowser(t *testing.T) {
 	Browser(t)
 	nginx.RequireReal(t)
-	col := startAttrCollector(t)
-	og := StartOrigin(t)
-	rp, err := origin.New(origin.Config{Collector: col.URL, Site: attrSite, Key: attrKey, FlushInterval: 50 * time.Millisecond, Logf: t.Logf})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { rp.Shutdown(context.Background()) })
-	ids := make(chan string, 1)
-	og.Handle("/v1/attr", rp.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { attrStream(w, r, ids) })))
-	og.SetCollector(col.URL, attrSite)
+	p := startAttrPage(t)
+	og := p.og
 	upstream := strings.TrimPrefix(og.URL, "http://")
 	var rows []attrRow
 	var jp *jitterproxy.Proxy
@@ -641,20 +654,7 @@ func TestAttributionBrowser(t *testing.T) {
 		}},
 		{"2 nginx buffer+gzip", "proxy_buffering on; gzip on", func(t *testing.T) string {
 			return nginx.Start(t, nginx.Options{Upstream: upstream, Buffering: true, Gzip: true}).URL()
-		}, "", false, func(t *testing.T, s attrStored) {
-			if s.EventsPerRead < 10 || s.GapP50 > 1000 || s.Stalls != 0 {
-				t.Errorf("events/read %.1f, ITL p50 %d µs, stalls %d; want re-chunked (>= 10, < 1 ms, none)", s.EventsPerRead, s.GapP50, s.Stalls)
-			}
-			if s.TTFTUs == nil || *s.TTFTUs < uint32(attrTokens*attrCadence/time.Microsecond*8/10) {
-				t.Errorf("TTFT %v µs, want near the stream's duration", s.TTFTUs)
-			}
-			if meter.Cause(s.TTFTCause) != meter.CauseNetwork || meter.Cause(s.JoinedTTFTCause) != meter.CauseNetwork {
-				t.Errorf("TTFT cause %d (joined %d), want network", s.TTFTCause, s.JoinedTTFTCause)
-			}
-			if s.OriginStalls != 0 || s.EventsPerFlush > 1.01 {
-				t.Errorf("origin stalls %d, events/flush %.2f; want the origin smooth", s.OriginStalls, s.EventsPerFlush)
-			}
-		}},
+		}, "", false, wantStoredCoalesced},
 		{"3 nginx accel=no", "as 2, X-Accel-Buffering: no", func(t *testing.T) string {
 			return nginx.Start(t, nginx.Options{Upstream: upstream, Buffering: true, Gzip: true}).URL()
 		}, "accel=no", false, func(t *testing.T, s attrStored) {
@@ -675,63 +675,133 @@ func TestAttributionBrowser(t *testing.T) {
 				t.Errorf("stalls %d, joined causes %v; want stalls attributed to page", s.Stalls, s.JoinedByCause)
 			}
 		}},
-		{"6 origin pause", "origin sleeps 600ms mid-stream", func(*testing.T) string { return og.URL }, "pause=600", false, func(t *testing.T, s attrStored) {
-			if s.Stalls != 1 || s.JoinedByCause[meter.CauseOrigin] != 1 || s.ByCause[meter.CauseOrigin] != 1 {
-				t.Errorf("stalls %d, causes in itl_streams %v, joined %v; want one, origin", s.Stalls, s.ByCause, s.JoinedByCause)
-			}
-		}},
+		{"6 origin pause", "origin sleeps 600ms mid-stream", func(*testing.T) string { return og.URL }, "pause=600", false, wantStoredOriginPause},
 	} {
 		t.Run(sc.name, func(t *testing.T) {
 			jp = nil
 			base := sc.via(t)
-			tab := NewTab(t)
-			if !OpenPage(t, tab, strings.Replace(og.PageURL(nil, false), og.URL, base, 1)) {
-				t.Fatal("itlmon did not start in the page")
-			}
-			wantOriginStalls := uint32(0)
-			if strings.Contains(sc.query, "pause=") {
-				wantOriginStalls = 1
-			}
-			for attempt := 1; ; attempt++ {
-				if sc.busy {
-					Eval[bool](t, tab, busyJS)
-				}
-				read := RunStream(t, tab, StreamOpts{Path: "/v1/attr", Query: sc.query})
-				if read.Error != "" || read.Status != 200 {
-					t.Fatalf("page read: status %d, error %q", read.Status, read.Error)
-				}
-				if sc.busy {
-					Eval[bool](t, tab, "clearInterval(window.__busy), true")
-				}
-				var id string
-				select {
-				case id = <-ids:
-				default:
-					t.Fatal("the origin served no stream")
-				}
-				s := col.waitStored(t, id)
-				// As in TestAttributionHTTP: a run whose origin stalled on
-				// its own (machine load) is run again.
-				if s.OriginStalls != wantOriginStalls && attempt < attrAttempts {
-					t.Logf("attempt %d: the origin itself stalled %d times (machine load), again", attempt, s.OriginStalls)
-					continue
-				}
-				if attrSmooth(sc.name) && s.Stalls > 0 && attempt < attrAttempts {
-					t.Logf("attempt %d: %d stalls (%v) on a clean path: the browser was starved (machine load), again", attempt, s.Stalls, s.JoinedByCause)
-					continue
-				}
-				rows = append(rows, s.row(sc.name, sc.injected+jitterNote(jp)))
-				want := uint32(attrTokens)
-				if sc.busy {
-					want = attrBusyTokens
-				}
-				if s.ContentEvents != want || s.OriginEvts != want {
-					t.Fatalf("content events client %d, origin %d; want %d", s.ContentEvents, s.OriginEvts, want)
-				}
-				sc.check(t, s)
-				return
-			}
+			s := p.run(t, base, attrRun{query: sc.query, busy: sc.busy, smooth: attrSmooth(sc.name)})
+			rows = append(rows, s.row(sc.name, sc.injected+jitterNote(jp)))
+			sc.check(t, s)
 		})
+	}
+}
+
+// attrPage is the browser scenarios' set-up: the collector (with the join),
+// and the page's origin serving attrStream at /v1/attr behind the origin
+// middleware, which reports to the collector.
+type attrPage struct {
+	col *attrCollector
+	og  *Origin
+	ids chan string // the stream id of each /v1/attr response
+}
+
+func startAttrPage(t *testing.T) *attrPage {
+	t.Helper()
+	col := startAttrCollector(t)
+	og := StartOrigin(t)
+	rp, err := origin.New(origin.Config{Collector: col.URL, Site: attrSite, Key: attrKey, FlushInterval: 50 * time.Millisecond, Logf: t.Logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rp.Shutdown(context.Background()) })
+	ids := make(chan string, 1)
+	og.Handle("/v1/attr", rp.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { attrStream(w, r, ids) })))
+	og.SetCollector(col.URL, attrSite)
+	return &attrPage{col: col, og: og, ids: ids}
+}
+
+// attrRun is one browser scenario's stream.
+type attrRun struct {
+	query string // attrStream's query
+	busy  bool   // the page's main thread is kept busy (busyJS) while it reads
+	// smooth: the path injects nothing that stalls, so client stalls beyond
+	// the origin's own mean the browser was starved (machine load).
+	smooth bool
+}
+
+// run opens the test page at base (the origin's page, through whatever base
+// fronts it) in a new tab, streams /v1/attr?query there and returns what the
+// collector stored for it, its join included. A run whose origin stalled on
+// its own where the query asked for no pause, or (smooth) whose client
+// stalled more than its origin, is run again (attrAttempts in all); the
+// stored content events must match what the origin sent.
+func (p *attrPage) run(t *testing.T, base string, r attrRun) attrStored {
+	t.Helper()
+	tab := NewTab(t)
+	if !OpenPage(t, tab, strings.Replace(p.og.PageURL(nil, false), p.og.URL, base, 1)) {
+		t.Fatal("itlmon did not start in the page")
+	}
+	wantOriginStalls := uint32(0)
+	if strings.Contains(r.query, "pause=") {
+		wantOriginStalls = 1
+	}
+	want := uint32(attrTokens)
+	if r.busy {
+		want = attrBusyTokens
+	}
+	for attempt := 1; ; attempt++ {
+		if r.busy {
+			Eval[bool](t, tab, busyJS)
+		}
+		read := RunStream(t, tab, StreamOpts{Path: "/v1/attr", Query: r.query})
+		if read.Error != "" || read.Status != 200 {
+			t.Fatalf("page read: status %d, error %q", read.Status, read.Error)
+		}
+		if r.busy {
+			Eval[bool](t, tab, "clearInterval(window.__busy), true")
+		}
+		var id string
+		select {
+		case id = <-p.ids:
+		default:
+			t.Fatal("the origin served no stream")
+		}
+		s := p.col.waitStored(t, id)
+		// As in TestAttributionHTTP: a run whose origin stalled on its own
+		// (machine load) is run again.
+		if s.OriginStalls != wantOriginStalls && attempt < attrAttempts {
+			t.Logf("attempt %d: the origin itself stalled %d times (machine load), again", attempt, s.OriginStalls)
+			continue
+		}
+		if r.smooth && s.Stalls > s.OriginStalls && attempt < attrAttempts {
+			t.Logf("attempt %d: %d stalls (%v) on a clean path: the browser was starved (machine load), again", attempt, s.Stalls, s.JoinedByCause)
+			continue
+		}
+		if s.ContentEvents != want || s.OriginEvts != want {
+			t.Fatalf("content events client %d, origin %d; want %d", s.ContentEvents, s.OriginEvts, want)
+		}
+		return s
+	}
+}
+
+// wantStoredCoalesced checks a stream stored as a buffering proxy delivers
+// it (scenario 2): the whole answer in a read or two at the end, so no gaps
+// worth the name, a TTFT as long as the answer, and the wait for the first
+// token blamed on the network, while the origin itself streamed smoothly.
+func wantStoredCoalesced(t *testing.T, s attrStored) {
+	t.Helper()
+	if s.EventsPerRead < 10 || s.GapP50 > 1000 || s.Stalls != 0 {
+		t.Errorf("events/read %.1f, ITL p50 %d µs, stalls %d; want re-chunked (>= 10, < 1 ms, none)", s.EventsPerRead, s.GapP50, s.Stalls)
+	}
+	if s.TTFTUs == nil || *s.TTFTUs < uint32(attrTokens*attrCadence/time.Microsecond*8/10) {
+		t.Errorf("TTFT %v µs, want near the stream's duration", s.TTFTUs)
+	}
+	if s.TTFTCause != "network" || s.JoinedTTFTCause != "network" {
+		t.Errorf("TTFT cause %s (joined %s), want network", s.TTFTCause, s.JoinedTTFTCause)
+	}
+	if s.OriginStalls != 0 || s.EventsPerFlush > 1.01 {
+		t.Errorf("origin stalls %d, events/flush %.2f; want the origin smooth", s.OriginStalls, s.EventsPerFlush)
+	}
+}
+
+// wantStoredOriginPause checks a stream whose origin paused once
+// (pause=...) on a path that adds nothing (scenario 6): exactly one stall,
+// blamed on the origin both by the client and by the join.
+func wantStoredOriginPause(t *testing.T, s attrStored) {
+	t.Helper()
+	if s.Stalls != 1 || s.JoinedByCause[meter.CauseOrigin] != 1 || s.ByCause[meter.CauseOrigin] != 1 {
+		t.Errorf("stalls %d, causes in itl_streams %v, joined %v; want one, origin", s.Stalls, s.ByCause, s.JoinedByCause)
 	}
 }
 

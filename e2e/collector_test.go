@@ -136,9 +136,12 @@ type StoredStream struct {
 	URLOrigin     string   `json:"url_origin"`
 	URLPath       string   `json:"url_path"`
 	Model         string   `json:"model"`
+	OriginID      string   `json:"origin_id"`
 	ContentType   string   `json:"content_type"`
-	Format        uint8    `json:"format"`
-	Status        uint8    `json:"status"`
+	Format        string   `json:"format"`
+	Status        string   `json:"status"`
+	End           string   `json:"end"`
+	HeadersMs     *float64 `json:"headers_ms"`
 	HTTPStatus    uint16   `json:"http_status"`
 	TTFBMs        *float64 `json:"ttfb_ms"`
 	TTFTMs        *float64 `json:"ttft_ms"`

@@ -1,12 +1,16 @@
-// Package e2e runs itlmon end to end: real headless Chromium (chromedp), the
-// real collector (`itlmon serve`, built from collector/cmd/itlmon, with its
-// embedded ClickHouse engine) and an origin server on another port, so the
-// page is cross-origin to the collector as in production.
+// Package e2e runs itlmon end to end: real headless Chromium (chromedp; the
+// core scenarios, TestEngines*, also in Firefox ESR and WebKitGTK through
+// e2e/browsers, see engine_test.go), the real collector (`itlmon serve`,
+// built from collector/cmd/itlmon, with its embedded ClickHouse engine) and
+// an origin server on another port, so the page is cross-origin to the
+// collector as in production.
 //
 // The harness (this file) is shared by every e2e test in the package:
 //
 //	Browser(t)                       the package's one Chromium (started in TestMain); skips or fails
 //	                                 (ITLMON_REQUIRE_REAL=1) when Chromium is missing
+//	testCert                         the self-signed certificate (e2e/nginx.SelfSigned) that Browser
+//	                                 trusts, for HTTPS proxies (nginx.Options.TLS)
 //	NewTab(t) context.Context        a fresh tab, closed at cleanup
 //	StartOrigin(t) *Origin           the page's server: /, /v1/chat/completions and collector/demo's
 //	                                 other cadence-controlled APIs, /plain; Origin.Handle adds routes,
@@ -22,6 +26,9 @@
 //	RunStream(t, ctx, StreamOpts)    make the page fetch and read a stream; what the page saw
 //	WaitStreams(t, c, site, n)       poll /api/streams until n streams are stored, with a deadline
 //	PageSummaries(t, ctx)            what itlmon.onStream gave the page
+//	BrowserEngine(t, name), NewPage  a browser of any engine and a page of it; OpenIn, StreamIn,
+//	                                 SummariesIn, EvalIn are the helpers above for any engine's page
+//	                                 (the chromedp ones are these on browsers.ChromiumTab)
 //
 // The page (Origin "/") loads `<script src="{collector}/itl.js" data-site="{site}" async>`
 // and exposes window.e2e.stream(query, opts), which fetches /v1/chat/completions?{query},
@@ -49,6 +56,8 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/itlmon/itlmon/collector/demo"
+	"github.com/itlmon/itlmon/e2e/browsers"
+	"github.com/itlmon/itlmon/e2e/nginx"
 	"github.com/itlmon/itlmon/web"
 )
 
@@ -57,11 +66,17 @@ const chromiumPath = "/usr/lib/chromium/chromium"
 var (
 	browserCtx context.Context // the shared browser; nil when it could not start
 	browserErr error
+	// testCert is the certificate the shared browser trusts (and no other
+	// unknown one): Chromium is launched with its public key hash in
+	// --ignore-certificate-errors-spki-list, so pages served with it count
+	// as valid HTTPS, secure contexts without certificate errors.
+	testCert *nginx.Cert
 )
 
 func TestMain(m *testing.M) {
 	code := func() int {
 		flag.Parse()
+		defer closeEngines() // Firefox and WebKit, launched by the first test that asks (engine_test.go)
 		if testing.Short() {
 			browserErr = errSkipShort
 			return m.Run()
@@ -70,8 +85,22 @@ func TestMain(m *testing.M) {
 			browserErr = errors.New("chromium not installed at " + chromiumPath)
 			return m.Run()
 		}
+		// The certificate must exist before the browser starts; chromedp
+		// gives the browser a --user-data-dir, without which Chromium
+		// ignores the SPKI list.
+		certDir, err := os.MkdirTemp("", "itlmon-e2e-cert")
+		if err != nil {
+			browserErr = err
+			return m.Run()
+		}
+		defer os.RemoveAll(certDir)
+		if testCert, err = nginx.SelfSigned(certDir); err != nil {
+			browserErr = err
+			return m.Run()
+		}
 		opts := []chromedp.ExecAllocatorOption{
 			chromedp.ExecPath(chromiumPath),
+			chromedp.Flag("ignore-certificate-errors-spki-list", testCert.SPKIHash),
 			chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun,
 			chromedp.Flag("disable-quic", true),
 			chromedp.Flag("disable-background-networking", true),
@@ -260,15 +289,18 @@ function hex(buf) { return Array.from(new Uint8Array(buf), function (b) { return
 // opts.mode says: "reader" (default), "text", "forawait", "byob" (a BYOB
 // reader with 700-byte views), "clone" (reads a clone, then the original),
 // "clonebyob" (reads a clone, then the original with a BYOB reader). opts.abortAfterMs aborts through an AbortController.
+// opts.cancelAfterDone (reader mode) cancels the body once it has read the "data: [DONE]" event, as the
+// OpenAI JS SDK 7.x does, without waiting for its end.
 e2e.stream = async function (query, opts) {
   opts = opts || {};
   var ctrl = new AbortController();
-  var out = { ttftMs: -1, bytes: 0, sha256: '', error: '', errorName: '', status: 0, reads: 0, url: '', type: '', redirected: false, ctype: '', longGaps: 0 };
+  var out = { ttftMs: -1, bytes: 0, sha256: '', error: '', errorName: '', status: 0, reads: 0, url: '', type: '', redirected: false, ctype: '', longGaps: 0, maxGapMs: 0, cancelled: false };
   var parts = [], text = '', dec = new TextDecoder(), last = -1;
   var t0 = performance.now();
   var seen = function (u8) {
     var now = performance.now();
     if (last >= 0 && now - last > 200) out.longGaps++;
+    if (last >= 0 && now - last > out.maxGapMs) out.maxGapMs = now - last;
     last = now;
     parts.push(u8); out.bytes += u8.byteLength; out.reads++;
     if (out.ttftMs < 0) { text += dec.decode(u8, { stream: true }); if (text.indexOf('"delta":{"content":') >= 0) out.ttftMs = performance.now() - t0; }
@@ -302,8 +334,14 @@ e2e.stream = async function (query, opts) {
         out.cloneBytes = b2.byteLength;
         out.cloneSha256 = hex(await crypto.subtle.digest('SHA-256', b2));
       }
-      var reader = resp.body.getReader();
-      for (;;) { var r = await reader.read(); if (r.done) break; seen(r.value); }
+      var reader = resp.body.getReader(), tail = '', tailDec = new TextDecoder();
+      for (;;) {
+        var r = await reader.read(); if (r.done) break; seen(r.value);
+        if (opts.cancelAfterDone) {
+          tail = (tail + tailDec.decode(r.value, { stream: true })).slice(-64);
+          if (/data: \[DONE\]\r?\n\r?\n$/.test(tail)) { await reader.cancel(); out.cancelled = true; break; }
+        }
+      }
     }
   } catch (e) { out.error = String(e && e.message || e); out.errorName = e && e.name || ''; }
   var all = new Uint8Array(out.bytes), off = 0;
@@ -394,39 +432,11 @@ func moduleDist(t testing.TB) fs.FS {
 }
 
 // OpenPage navigates ctx's tab to pageURL and waits until itlmon is ready
-// (true) or has definitely turned itself off (false). Pages without the
-// module return false at once.
+// (true) or has definitely turned itself off (false): OpenIn for a chromedp
+// tab.
 func OpenPage(t testing.TB, ctx context.Context, pageURL string) bool {
 	t.Helper()
-	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	if err := chromedp.Do(sctx, chromedp.Navigate(pageURL)); err != nil {
-		t.Fatalf("navigate %s: %v", pageURL, err)
-	}
-	ok, err := chromedp.Run(sctx, chromedp.Evaluate[bool](`(async () => {
-		if (!document.querySelector('script[src$="/itl.js"]')) return false;
-		while (!window.itlmon && window.e2e.loaded !== 'error') await new Promise(r => setTimeout(r, 5));
-		if (!window.itlmon) return false;
-		return await itlmon.ready;
-	})()`, chromedp.EvalAwaitPromise))
-	if err != nil {
-		t.Fatalf("wait for itlmon: %v", err)
-	}
-	if ok {
-		// The module runs in its Worker unless the page said worker: false
-		// or has a Content-Security-Policy (csp=...) that forbids it.
-		want := "worker"
-		if u, err := url.Parse(pageURL); err == nil && (asksMainThread(u.Query().Get("init")) || u.Query().Get("csp") != "") {
-			want = "main"
-		}
-		if mode := Eval[string](t, ctx, `itlmon.timing.mode`); mode != want {
-			t.Fatalf("the module runs in mode %q, want %q (Worker error: %q)", mode, want, Eval[string](t, ctx, `itlmon.timing.workerError`))
-		}
-		if inPage := Eval[bool](t, ctx, `typeof __itlmon_go === 'object'`); inPage != (want == "main") {
-			t.Fatalf("mode %s: the Go module's API on the page's global = %v", want, inPage)
-		}
-	}
-	return ok
+	return OpenIn(t, browsers.ChromiumTab(ctx, nil), pageURL)
 }
 
 // StreamOpts asks the page for one stream.
@@ -434,8 +444,11 @@ type StreamOpts struct {
 	Query        string // cadence, see collector/demo (tokens=200&interval_ms=20...)
 	Mode         string // reader (default), text, forawait, byob, clone, clonebyob
 	AbortAfterMs int
-	Model        string
-	Path         string // default /v1/chat/completions
+	// CancelAfterDone cancels the body once the page has read `data: [DONE]`
+	// (reader mode), as the OpenAI JS SDK 7.x does.
+	CancelAfterDone bool
+	Model           string
+	Path            string // default /v1/chat/completions
 }
 
 // PageRead is what the page saw of one stream, measured by the page itself.
@@ -453,21 +466,15 @@ type PageRead struct {
 	ContentType string  `json:"ctype"`
 	CloneBytes  int     `json:"cloneBytes"`
 	CloneSHA256 string  `json:"cloneSha256"`
-	LongGaps    int     `json:"longGaps"` // gaps over 200 ms between the page's own reads
+	LongGaps    int     `json:"longGaps"`  // gaps over 200 ms between the page's own reads
+	MaxGapMs    float64 `json:"maxGapMs"`  // the longest gap between the page's own reads
+	Cancelled   bool    `json:"cancelled"` // the page cancelled the body after [DONE] (CancelAfterDone)
 }
 
 // RunStream makes the page fetch and read one stream and returns what it saw.
 func RunStream(t testing.TB, ctx context.Context, o StreamOpts) PageRead {
 	t.Helper()
-	sctx, cancel := context.WithTimeout(ctx, 60*time.Second)
-	defer cancel()
-	opts, _ := json.Marshal(map[string]any{"mode": o.Mode, "abortAfterMs": o.AbortAfterMs, "model": o.Model, "path": o.Path})
-	q, _ := json.Marshal(o.Query)
-	got, err := chromedp.Run(sctx, chromedp.Evaluate[PageRead](`e2e.stream(`+string(q)+`, `+string(opts)+`)`, chromedp.EvalAwaitPromise))
-	if err != nil {
-		t.Fatalf("page stream %q: %v", o.Query, err)
-	}
-	return got
+	return StreamIn(t, browsers.ChromiumTab(ctx, nil), o)
 }
 
 // Summary is what itlmon.onStream gave the page for one stream.
@@ -491,23 +498,11 @@ type Summary struct {
 // PageSummaries returns the summaries itlmon.onStream delivered so far.
 func PageSummaries(t testing.TB, ctx context.Context) []Summary {
 	t.Helper()
-	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	got, err := chromedp.Run(sctx, chromedp.Evaluate[[]Summary](`(window.itlmon ? itlmon.settled() : Promise.resolve()).then(() => e2e.summaries)`, chromedp.EvalAwaitPromise))
-	if err != nil {
-		t.Fatalf("page summaries: %v", err)
-	}
-	return got
+	return SummariesIn(t, browsers.ChromiumTab(ctx, nil))
 }
 
 // Eval evaluates a JS expression (awaiting a promise) in the tab.
 func Eval[T any](t testing.TB, ctx context.Context, expr string) T {
 	t.Helper()
-	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	v, err := chromedp.Run(sctx, chromedp.Evaluate[T](expr, chromedp.EvalAwaitPromise))
-	if err != nil {
-		t.Fatalf("eval %q: %v", expr, err)
-	}
-	return v
+	return EvalIn[T](t, browsers.ChromiumTab(ctx, nil), expr)
 }

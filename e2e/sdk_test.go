@@ -11,15 +11,15 @@ import (
 	"github.com/itlmon/itlmon/collector/demo"
 )
 
-// TestOpenAISDK: the official OpenAI JS SDK (npm openai, $OPENAI_JS_DIR, make
-// deps-openai-js) streams through the wrapped fetch exactly as without it, its
-// abort works, and itlmon measures the stream.
-func TestOpenAISDK(t *testing.T) {
+// serveOpenAISDK serves the official OpenAI JS SDK (npm openai,
+// $OPENAI_JS_DIR, make deps-openai-js) from the origin at /openai/ and
+// returns the text its 25-token stream must give.
+func serveOpenAISDK(t *testing.T, o *Origin) (want string) {
+	t.Helper()
 	dir := os.Getenv("OPENAI_JS_DIR")
 	if _, err := os.Stat(filepath.Join(dir, "index.mjs")); dir == "" || err != nil {
 		requireReal(t, "openai JS SDK (OPENAI_JS_DIR)", errors.Join(errors.New("run make deps-openai-js"), err))
 	}
-	o := StartOrigin(t)
 	files := http.StripPrefix("/openai/", http.FileServer(http.Dir(dir)))
 	o.Handle("/openai/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if strings.HasSuffix(r.URL.Path, ".mjs") {
@@ -27,51 +27,73 @@ func TestOpenAISDK(t *testing.T) {
 		}
 		files.ServeHTTP(w, r)
 	}))
+	var b strings.Builder
+	for i := range 25 {
+		b.WriteString(demo.Token(i))
+	}
+	return b.String()
+}
+
+// sdkJS(n, abortAfter) streams n tokens through the SDK's
+// chat.completions.create and, when abortAfter > 0, aborts through the
+// SDK's controller at chunk abortAfter (the server pauses 1 s before the
+// token after it); the result is an sdkResult.
+const sdkJS = `(async (n, abortAfter) => {
+	const { default: OpenAI } = await import('/openai/index.mjs');
+	const client = new OpenAI({ apiKey: 'sk-test', baseURL: location.origin + '/v1', dangerouslyAllowBrowser: true, maxRetries: 0 });
+	const stream = await client.chat.completions.create({ model: 'sdk-model', stream: true, messages: [{ role: 'user', content: 'hi' }] },
+		{ query: abortAfter ? { tokens: n, interval_ms: 5, pause_at: abortAfter - 1, pause_ms: 1000 } : { tokens: n, interval_ms: 5 } });
+	let text = '', chunks = 0, err = '';
+	try {
+		for await (const c of stream) {
+			chunks++;
+			text += (c.choices[0] && c.choices[0].delta && c.choices[0].delta.content) || '';
+			if (abortAfter && chunks === abortAfter) stream.controller.abort();
+		}
+	} catch (e) { err = e.constructor.name; }
+	await new Promise(r => setTimeout(r, 50));
+	if (window.itlmon) await itlmon.settled();
+	return { text, chunks, err, summaries: e2e.summaries.length, last: e2e.summaries[e2e.summaries.length - 1] || null };
+})`
+
+// sdkResult is what sdkJS returns.
+type sdkResult struct {
+	Text      string   `json:"text"`
+	Chunks    int      `json:"chunks"`
+	Err       string   `json:"err"`
+	Summaries int      `json:"summaries"`
+	Last      *Summary `json:"last"`
+}
+
+// sdkCall is the expression that runs sdkJS for 25 tokens, aborting at
+// the 5th chunk when abort is set.
+func sdkCall(abort bool) string {
+	return sdkJS + `(25, ` + map[bool]string{true: "5", false: "0"}[abort] + `)`
+}
+
+// TestOpenAISDK: the official OpenAI JS SDK (npm openai, $OPENAI_JS_DIR, make
+// deps-openai-js) streams through the wrapped fetch exactly as without it, its
+// abort works, and itlmon measures the stream.
+func TestOpenAISDK(t *testing.T) {
+	o := StartOrigin(t)
+	want := serveOpenAISDK(t, o)
 	a := StartAssets(t)
 	o.SetCollector(a.URL, "e2e")
 
-	var want strings.Builder
-	for i := range 25 {
-		want.WriteString(demo.Token(i))
-	}
-	const sdkJS = `(async (n, abortAfter) => {
-		const { default: OpenAI } = await import('/openai/index.mjs');
-		const client = new OpenAI({ apiKey: 'sk-test', baseURL: location.origin + '/v1', dangerouslyAllowBrowser: true, maxRetries: 0 });
-		const stream = await client.chat.completions.create({ model: 'sdk-model', stream: true, messages: [{ role: 'user', content: 'hi' }] },
-			{ query: abortAfter ? { tokens: n, interval_ms: 5, pause_at: abortAfter - 1, pause_ms: 1000 } : { tokens: n, interval_ms: 5 } });
-		let text = '', chunks = 0, err = '';
-		try {
-			for await (const c of stream) {
-				chunks++;
-				text += (c.choices[0] && c.choices[0].delta && c.choices[0].delta.content) || '';
-				if (abortAfter && chunks === abortAfter) stream.controller.abort();
-			}
-		} catch (e) { err = e.constructor.name; }
-		await new Promise(r => setTimeout(r, 50));
-		if (window.itlmon) await itlmon.settled();
-		return { text, chunks, err, summaries: e2e.summaries.length, last: e2e.summaries[e2e.summaries.length - 1] || null };
-	})`
-	type result struct {
-		Text      string   `json:"text"`
-		Chunks    int      `json:"chunks"`
-		Err       string   `json:"err"`
-		Summaries int      `json:"summaries"`
-		Last      *Summary `json:"last"`
-	}
-	run := func(t *testing.T, module bool, abortAfter int) result {
+	run := func(t *testing.T, module bool, abortAfter int) sdkResult {
 		t.Helper()
 		ctx := NewTab(t)
 		if got := OpenPage(t, ctx, o.PageURL(nil, !module)); got != module {
 			t.Fatalf("itlmon ready = %v, want %v", got, module)
 		}
-		return Eval[result](t, ctx, sdkJS+`(25, `+map[bool]string{true: "5", false: "0"}[abortAfter > 0]+`)`)
+		return Eval[sdkResult](t, ctx, sdkCall(abortAfter > 0))
 	}
 
 	without := run(t, false, 0)
 	with := run(t, true, 0)
-	if without.Text != want.String() || with.Text != without.Text || with.Chunks != without.Chunks || with.Err != "" {
+	if without.Text != want || with.Text != without.Text || with.Chunks != without.Chunks || with.Err != "" {
 		t.Fatalf("SDK stream with itlmon = %q (%d chunks, err %q), without = %q (%d chunks); want %q",
-			with.Text, with.Chunks, with.Err, without.Text, without.Chunks, want.String())
+			with.Text, with.Chunks, with.Err, without.Text, without.Chunks, want)
 	}
 	if with.Summaries != 1 || with.Last.ContentEvents != 25 || with.Last.Model != "sdk-model" || with.Last.Status != "complete" {
 		t.Fatalf("itlmon summary = %d, %+v; want one complete stream of 25 content events, model sdk-model", with.Summaries, with.Last)

@@ -16,10 +16,10 @@ import (
 	"github.com/itlmon/itlmon/wasm/meter"
 )
 
-// meter.Status values as stored.
+// meter.StatusNames as stored and shown by /api/streams.
 const (
-	statusComplete = 1
-	statusAborted  = 2
+	statusComplete = "complete"
+	statusAborted  = "aborted"
 )
 
 // TestStoredCadence: 200 tokens at 20 ms through the real collector into
@@ -48,8 +48,8 @@ func TestStoredCadence(t *testing.T) {
 		if got := row.GapP50Ms; math.Abs(got-20) > 2 {
 			t.Errorf("gap_p50_ms = %.2f, want 20 ± 2", got)
 		}
-		if got, want := row.Status, uint8(statusComplete); got != want {
-			t.Errorf("status = %d, want %d (complete)", got, want)
+		if got, want := row.Status, statusComplete; got != want {
+			t.Errorf("status = %q, want %q", got, want)
 		}
 		if row.Model != "e2e-model" || row.URLPath != "/v1/chat/completions" || row.ContentType != "text/event-stream" {
 			t.Errorf("facts: model %q url_path %q content_type %q", row.Model, row.URLPath, row.ContentType)
@@ -118,8 +118,8 @@ func TestStoredAbort(t *testing.T) {
 		t.Fatalf("page error = %q (%s), want AbortError", page.ErrorName, page.Error)
 	}
 	row := StreamByID(t, WaitStreams(t, c, "e2e", 1), lastSummary(t, ctx).ID)
-	if got, want := row.Status, uint8(statusAborted); got != want {
-		t.Errorf("status = %d, want %d (aborted)", got, want)
+	if got, want := row.Status, statusAborted; got != want {
+		t.Errorf("status = %q, want %q", got, want)
 	}
 	if row.ContentEvents == 0 || row.ContentEvents >= 200 {
 		t.Errorf("content_events = %d, want some but not all of 200", row.ContentEvents)
@@ -303,7 +303,7 @@ func TestWorkerBlocked(t *testing.T) {
 		stored++
 		row := StreamByID(t, WaitStreams(t, c, "e2e", stored), sum.ID)
 		if row.ContentEvents != 20 || row.Status != statusComplete {
-			t.Fatalf("%s: stored content_events %d status %d, want 20 complete", csp, row.ContentEvents, row.Status)
+			t.Fatalf("%s: stored content_events %d status %s, want 20 complete", csp, row.ContentEvents, row.Status)
 		}
 	}
 }

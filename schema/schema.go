@@ -9,9 +9,12 @@
 // Rules for the files: named NNN_name.sql, never renumbered or edited once
 // released (add a new file instead), every statement idempotent (IF NOT
 // EXISTS), statements end with ";" at the end of a line, no data-rewriting
-// mutations. Tables: itl_streams (raw, one row per stream), itl_stream_ids
-// (dedup check), itl_rollup_1m (per-minute aggregates via a materialized
-// view), itl_timelines (sampled raw timelines).
+// mutations. The one statement ClickHouse cannot make idempotent, ALTER TABLE
+// t RENAME COLUMN [IF EXISTS] a TO b, is skipped by the runner when t already
+// has a column b (see RenameColumn). Tables: itl_streams (raw, one row per
+// stream), itl_stream_ids (dedup check), itl_rollup_1m (per-minute aggregates
+// via a materialized view), itl_timelines (sampled raw timelines), itl_origin
+// and itl_origin_1m (the origin vantage point and its rollup).
 package schema
 
 import (
@@ -107,4 +110,39 @@ func hasCode(s string) bool {
 		}
 	}
 	return false
+}
+
+// RenameColumn reports whether stmt is a single-column rename,
+// "ALTER TABLE t RENAME COLUMN [IF EXISTS] from TO to" (keywords in any case,
+// leading comment lines allowed, identifiers plain or in backquotes), and
+// returns its table and column names. Such a statement is done once t has a
+// column named to: running it again would fail (or, had a column of the old
+// name been added since, rename the wrong one), so the runner skips it then.
+func RenameColumn(stmt string) (table, from, to string, ok bool) {
+	var words []string
+	for _, line := range strings.Split(stmt, "\n") {
+		if l := strings.TrimSpace(line); l != "" && !strings.HasPrefix(l, "--") {
+			words = append(words, strings.Fields(l)...)
+		}
+	}
+	kw := func(i int, want string) bool { return i < len(words) && strings.EqualFold(words[i], want) }
+	if !kw(0, "ALTER") || !kw(1, "TABLE") || len(words) < 3 || !kw(3, "RENAME") || !kw(4, "COLUMN") {
+		return "", "", "", false
+	}
+	i := 5
+	if kw(i, "IF") && kw(i+1, "EXISTS") {
+		i += 2
+	}
+	if len(words) != i+3 || !kw(i+1, "TO") {
+		return "", "", "", false
+	}
+	return unquote(words[2]), unquote(words[i]), unquote(words[i+2]), true
+}
+
+// unquote strips one pair of backquotes.
+func unquote(id string) string {
+	if len(id) >= 2 && id[0] == '`' && id[len(id)-1] == '`' {
+		return id[1 : len(id)-1]
+	}
+	return id
 }

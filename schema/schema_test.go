@@ -50,3 +50,43 @@ func TestSplit(t *testing.T) {
 		})
 	}
 }
+
+func TestRenameColumn(t *testing.T) {
+	tests := []struct {
+		in              string
+		table, from, to string
+		ok              bool
+	}{
+		{"ALTER TABLE itl_streams RENAME COLUMN IF EXISTS status TO status_code", "itl_streams", "status", "status_code", true},
+		{"-- why\nalter table `t` rename column `a` to `b`", "t", "a", "b", true},
+		{"ALTER TABLE t RENAME COLUMN a TO b, RENAME COLUMN c TO d", "", "", "", false},
+		{"ALTER TABLE t ADD COLUMN IF NOT EXISTS a UInt8", "", "", "", false},
+		{"ALTER TABLE t RENAME COLUMN a", "", "", "", false},
+		{"RENAME TABLE a TO b", "", "", "", false},
+	}
+	for _, tt := range tests {
+		table, from, to, ok := RenameColumn(tt.in)
+		if table != tt.table || from != tt.from || to != tt.to || ok != tt.ok {
+			t.Errorf("RenameColumn(%q) = %q, %q, %q, %v, want %q, %q, %q, %v",
+				tt.in, table, from, to, ok, tt.table, tt.from, tt.to, tt.ok)
+		}
+	}
+}
+
+// TestRenamesGuarded: every RENAME COLUMN in the files is one the runner can
+// guard (a single rename, parsed by RenameColumn).
+func TestRenamesGuarded(t *testing.T) {
+	migs, err := Migrations()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range migs {
+		for _, s := range m.Statements {
+			if strings.Contains(strings.ToUpper(s), "RENAME COLUMN") {
+				if _, _, _, ok := RenameColumn(s); !ok {
+					t.Errorf("%s: a RENAME COLUMN the runner cannot guard: %.80s", m.Name, s)
+				}
+			}
+		}
+	}
+}

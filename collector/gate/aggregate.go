@@ -25,6 +25,7 @@ type Aggregator struct {
 	tpot           []float64 // microseconds
 	streams        int64
 	errors         int64
+	beforeHeaders  int64
 	tokens         int64
 	stalls         int64
 	smooth         int64
@@ -67,6 +68,13 @@ func (a *Aggregator) Fail(reason string) {
 	a.errors++
 }
 
+// FailBeforeHeaders counts a stream whose request ended before any response
+// headers (a connection failure or a timeout), by reason.
+func (a *Aggregator) FailBeforeHeaders(reason string) {
+	a.beforeHeaders++
+	a.Fail(reason)
+}
+
 // Failures returns the failed streams by reason.
 func (a *Aggregator) Failures() map[string]int { return a.failures }
 
@@ -88,14 +96,15 @@ func failure(s *meter.Summary) string {
 // Report returns the aggregate so far.
 func (a *Aggregator) Report() query.Report {
 	r := query.Report{
-		Streams:   a.streams,
-		Errors:    a.errors,
-		Tokens:    a.tokens,
-		Stalls:    a.stalls,
-		Smooth:    a.smooth,
-		ITL:       query.DistOf(&a.itl),
-		ITLTokens: query.DistOf(&a.itlTokens),
-		TTFT:      exactDist(a.ttft),
+		Streams:       a.streams,
+		Errors:        a.errors,
+		BeforeHeaders: a.beforeHeaders,
+		Tokens:        a.tokens,
+		Stalls:        a.stalls,
+		Smooth:        a.smooth,
+		ITL:           query.DistOf(&a.itl),
+		ITLTokens:     query.DistOf(&a.itlTokens),
+		TTFT:          exactDist(a.ttft),
 	}
 	if len(a.tps) > 0 {
 		r.TokensPerSecP50 = Percentile(a.tps, 50)

@@ -19,6 +19,10 @@ type Thresholds struct {
 	SetStallShare bool          // MaxStallShare is on (a limit of 0 is meaningful)
 	MaxErrorShare float64       // failed streams / streams (probe); default 0
 	SetErrorShare bool
+	// MaxBeforeHeadersShare: streams aborted or failed before the response
+	// headers / streams; off unless SetBeforeHeadersShare.
+	MaxBeforeHeadersShare float64
+	SetBeforeHeadersShare bool
 }
 
 // DefaultThresholds match common practice: a reader keeps up above ~10
@@ -57,6 +61,9 @@ func Evaluate(r query.Report, t Thresholds) []Check {
 	}
 	if t.SetStallShare {
 		cs = append(cs, atMost("gaps over 200 ms", "--max-stall-share", r.StallShare, t.MaxStallShare, "share"))
+	}
+	if t.SetBeforeHeadersShare && r.Streams > 0 {
+		cs = append(cs, atMost("ended before headers", "--max-before-headers-share", r.BeforeHeadersShare, t.MaxBeforeHeadersShare, "share"))
 	}
 	if t.SetErrorShare && r.Streams > 0 {
 		cs = append(cs, atMost("failed streams", "--max-error-share", float64(r.Errors)/float64(r.Streams), t.MaxErrorShare, "share"))

@@ -109,6 +109,11 @@ func (o *outputFlags) register(fs *flag.FlagSet) {
 		o.th.MaxStallShare, o.th.SetStallShare = v, true
 		return err
 	})
+	fs.Func("max-before-headers-share", "fail when the share of streams aborted or failed before the response headers (before the first byte) is above this: 0.02 or 2% (default off)", func(s string) error {
+		v, err := parseShare(s)
+		o.th.MaxBeforeHeadersShare, o.th.SetBeforeHeadersShare = v, true
+		return err
+	})
 }
 
 func parseShare(s string) (float64, error) {

@@ -14,8 +14,11 @@
 // streams. rum reads the same numbers from ClickHouse's per-minute rollup.
 //
 // Thresholds (DefaultThresholds; flags): --min-tps-p50 10, --max-itl-p99
-// 250ms, --max-jank 5, and when given --max-ttft-p95, --max-stall-share and
-// (probe) --max-error-share (default 0: any failed request fails the gate).
+// 250ms, --max-jank 5, and when given --max-ttft-p95, --max-stall-share,
+// --max-before-headers-share (requests aborted or failed before the response
+// headers: the user gave up, or the network failed, before the first byte)
+// and (probe) --max-error-share (default 0: any failed request fails the
+// gate).
 // The gate judges chunk ITL, what the reader sees; token-normalised ITL is
 // reported beside it, never mixed in.
 //

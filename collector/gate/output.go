@@ -66,10 +66,16 @@ func (r *Result) WriteText(w io.Writer) error {
 	fmt.Fprintf(&b, "itlmon gate %s · %s\n", r.Source, r.Target)
 	fmt.Fprintf(&b, "%s streams", group(rep.Streams))
 	switch {
+	case r.Source == "probe" && rep.BeforeHeaders > 0:
+		fmt.Fprintf(&b, " (%s failed, %s of them before the response headers)", group(rep.Errors), group(rep.BeforeHeaders))
 	case r.Source == "probe":
 		fmt.Fprintf(&b, " (%s failed)", group(rep.Errors))
 	case rep.Errors > 0:
-		fmt.Fprintf(&b, " (%s not completed: aborted or failed)", group(rep.Errors))
+		fmt.Fprintf(&b, " (%s not completed: %s aborted, %s failed", group(rep.Errors), group(rep.Aborted), group(rep.Failed))
+		if rep.BeforeHeaders > 0 {
+			fmt.Fprintf(&b, "; %s of them before the response headers, after %.0f ms on average", group(rep.BeforeHeaders), rep.BeforeHeadersWaitMs)
+		}
+		b.WriteString(")")
 	}
 	if r.Concurrency > 0 {
 		fmt.Fprintf(&b, ", concurrency %d", r.Concurrency)
@@ -226,6 +232,7 @@ func (r *Result) WriteJUnit(w io.Writer) error {
 			{"target", r.Target},
 			{"streams", strconv.FormatInt(r.Report.Streams, 10)},
 			{"failed_streams", strconv.FormatInt(r.Report.Errors, 10)},
+			{"before_headers", strconv.FormatInt(r.Report.BeforeHeaders, 10)},
 			{"verdict", r.Report.Verdict},
 		},
 	}

@@ -186,7 +186,7 @@ func (p *Probe) Run(ctx context.Context) (*ProbeResult, error) {
 			last = time.Now()
 			if o.fail != "" {
 				res.Agg.streams++
-				res.Agg.Fail(o.fail)
+				res.Agg.FailBeforeHeaders(o.fail)
 			} else {
 				res.Agg.Add(&o.sum)
 			}

@@ -6,12 +6,14 @@ import (
 	"encoding/json"
 	"encoding/xml"
 	"fmt"
+	"io"
 	"math"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -163,7 +165,11 @@ func TestProbeSmoothPasses(t *testing.T) {
 func TestProbeSlowFailsTokensPerSecond(t *testing.T) {
 	t.Parallel()
 	srv := streamServer(t, cadence{events: 14, every: 150 * time.Millisecond, usage: true})
-	r, res := probeJSON(t, srv.URL)
+	// The ITL p99 limit is raised from its default (250 ms) to 1 s so that only
+	// tokens/s can fail here: on a loaded machine one late arrival among
+	// these 52 gaps is their p99 and can pass 250 ms (seen: 432 ms).
+	// TestProbeStutterFailsP99AndJank tests the p99 check itself.
+	r, res := probeJSON(t, srv.URL, "--max-itl-p99", "1s")
 	if got, want := r.code, ExitFail; got != want {
 		t.Fatalf("exit = %d, want %d\n%s%s", got, want, r.stdout, r.stderr)
 	}
@@ -383,5 +389,62 @@ func TestProbeInterrupted(t *testing.T) {
 	}
 	if out.Len() != 0 {
 		t.Errorf("an interrupted probe printed a verdict:\n%s", out.String())
+	}
+}
+
+// TestProbeBeforeHeaders: requests that get no response headers within the
+// timeout count as failed before the headers, and
+// --max-before-headers-share gates on their share.
+func TestProbeBeforeHeaders(t *testing.T) {
+	t.Parallel()
+	var n atomic.Int64
+	stop := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body) // then the server notices the client leave
+		if n.Add(1)%2 == 0 {
+			select { // never answers
+			case <-r.Context().Done():
+			case <-stop:
+			}
+			return
+		}
+		w.Header().Set("Content-Type", "text/event-stream")
+		for i := range 5 {
+			fmt.Fprintf(w, "data: {\"choices\":[{\"delta\":{\"content\":\"t%d \"}}]}\n\n", i)
+			w.(http.Flusher).Flush()
+			time.Sleep(time.Millisecond)
+		}
+		fmt.Fprint(w, "data: [DONE]\n\n")
+	}))
+	t.Cleanup(srv.Close)
+	t.Cleanup(func() { close(stop) }) // runs before srv.Close
+	r := runGate(t, nil, "probe", srv.URL, "--json", "--concurrency", "1", "--requests", "4", "--warmup", "0",
+		"--timeout", "500ms", "--min-tps-p50", "0", "--max-jank", "0", "--max-itl-p99", "0", "--max-before-headers-share", "40%", "--max-error-share", "1")
+	var res struct {
+		Report struct {
+			Streams       int64   `json:"streams"`
+			Errors        int64   `json:"errors"`
+			BeforeHeaders int64   `json:"before_headers"`
+			Share         float64 `json:"before_headers_share"`
+		} `json:"report"`
+		Checks []Check `json:"checks"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &res); err != nil {
+		t.Fatalf("exit %d, stdout not JSON: %v\n%s\nstderr: %s", r.code, err, r.stdout, r.stderr)
+	}
+	if got, want := fmt.Sprint(res.Report.Streams, res.Report.Errors, res.Report.BeforeHeaders, res.Report.Share), "4 2 2 0.5"; got != want {
+		t.Errorf("streams, errors, before headers, share = %s, want %s", got, want)
+	}
+	text := runGate(t, nil, "probe", srv.URL, "--concurrency", "1", "--requests", "2", "--warmup", "0", "--timeout", "500ms",
+		"--min-tps-p50", "0", "--max-jank", "0", "--max-itl-p99", "0", "--max-error-share", "1")
+	if want := "2 streams (1 failed, 1 of them before the response headers)"; !strings.Contains(text.stdout, want) {
+		t.Errorf("text report lacks %q:\n%s", want, text.stdout)
+	}
+	pass := map[string]bool{}
+	for _, c := range res.Checks {
+		pass[c.Flag] = c.Pass
+	}
+	if p, ok := pass["--max-before-headers-share"]; r.code != ExitFail || !ok || p || !pass["--max-error-share"] {
+		t.Errorf("exit %d, checks %+v; want %d, --max-before-headers-share failed, --max-error-share passed", r.code, res.Checks, ExitFail)
 	}
 }

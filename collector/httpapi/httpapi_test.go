@@ -15,6 +15,7 @@ import (
 
 	"github.com/itlmon/itlmon/collector"
 	"github.com/itlmon/itlmon/wasm/beacon"
+	"github.com/itlmon/itlmon/wasm/meter"
 )
 
 type fakeReader struct {
@@ -84,6 +85,13 @@ func TestStreamsFilterAndBody(t *testing.T) {
 	s.StreamID[0] = 0xab
 	s.TTFBUs, s.TTFCUs, s.TTFTUs, s.DurationUs = 1500, 2000, beacon.NoTime, 90000
 	s.Model = "gpt-x"
+	s.Format, s.Status, s.End, s.HeadersUs = uint8(meter.FormatOpenAIChat), uint8(meter.StatusComplete), uint8(meter.EndClosedAfterEnd), 1200
+	s.TTFTCause = uint8(meter.CauseNetwork)
+	s.Stalls, s.StalledUs = 2, 550_500
+	s.StallsByCause[meter.CauseNetwork], s.StalledByCause[meter.CauseNetwork] = 1, 250_000
+	s.StallsByCause[meter.CausePage], s.StalledByCause[meter.CausePage] = 1, 300_500
+	s.StallList = []beacon.Stall{{StartUs: 1_000_000, EndUs: 1_250_000, Cause: uint8(meter.CauseNetwork), NextReadEvents: 4},
+		{StartUs: 2_000_000, EndUs: 2_300_500, Cause: uint8(meter.CausePage), NextReadEvents: 1}}
 	fr := &fakeReader{streams: []collector.Stream{s}}
 	h := mustNew(t, Config{Streams: fr})
 	rec := get(t, h, "/api/streams?site=demo&since=10m&limit=5000")
@@ -105,8 +113,40 @@ func TestStreamsFilterAndBody(t *testing.T) {
 	}
 	st := body.Streams[0]
 	for k, want := range map[string]any{"stream_id": "ab000000000000000000000000000000", "ttfb_ms": 1.5,
-		"ttft_ms": nil, "duration_ms": 90.0, "country": "DE", "browser": "Chrome", "model": "gpt-x"} {
+		"ttft_ms": nil, "duration_ms": 90.0, "country": "DE", "browser": "Chrome", "model": "gpt-x",
+		"format": "openai_chat", "status": "complete", "end": "closed_after_end", "headers_ms": 1.2,
+		"before_headers": false, "ttft_cause": "network"} {
 		if got := st[k]; got != want {
+			t.Errorf("%s = %v, want %v", k, got, want)
+		}
+	}
+	for k, want := range map[string]string{
+		"stalls_by_cause":     `{"network":1,"origin":0,"page":1,"unknown":0}`,
+		"stalled_ms_by_cause": `{"network":250,"origin":0,"page":300.5,"unknown":0}`,
+		"stall_list": `[{"cause":"network","end_ms":1250,"next_read_events":4,"start_ms":1000},` +
+			`{"cause":"page","end_ms":2300.5,"next_read_events":1,"start_ms":2000}]`,
+	} {
+		if got, _ := json.Marshal(st[k]); string(got) != want {
+			t.Errorf("%s = %s, want %s", k, got, want)
+		}
+	}
+}
+
+// A request the user gave up on before the response headers: names, the
+// time waited, and before_headers.
+func TestStreamsBeforeHeaders(t *testing.T) {
+	s := collector.Stream{Site: "demo", ReceivedAt: now}
+	s.TTFBUs, s.TTFCUs, s.TTFTUs, s.HeadersUs, s.DurationUs = beacon.NoTime, beacon.NoTime, beacon.NoTime, beacon.NoTime, 4_250_000
+	s.Status, s.End, s.Format = uint8(meter.StatusAborted), uint8(meter.EndAbort), 200
+	h := mustNew(t, Config{Streams: &fakeReader{streams: []collector.Stream{s}}})
+	rec := get(t, h, "/api/streams?site=demo")
+	var body struct{ Streams []map[string]any }
+	if err := json.Unmarshal(rec.Body.Bytes(), &body); err != nil || len(body.Streams) != 1 {
+		t.Fatalf("body %s: %v", rec.Body, err)
+	}
+	for k, want := range map[string]any{"status": "aborted", "end": "abort", "headers_ms": nil, "duration_ms": 4250.0,
+		"before_headers": true, "http_status": 0.0, "format": "unknown", "ttft_cause": "none"} {
+		if got := body.Streams[0][k]; got != want {
 			t.Errorf("%s = %v, want %v", k, got, want)
 		}
 	}

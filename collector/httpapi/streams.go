@@ -11,6 +11,7 @@ import (
 	"github.com/itlmon/itlmon/collector"
 	"github.com/itlmon/itlmon/collector/config"
 	"github.com/itlmon/itlmon/wasm/beacon"
+	"github.com/itlmon/itlmon/wasm/meter"
 )
 
 type streamsHandler struct{ cfg Config }
@@ -25,7 +26,9 @@ type streamsResponse struct {
 }
 
 // streamJSON is one stream as the API shows it: times in milliseconds (null
-// when the event did not happen), enrichment as stored.
+// when the event did not happen), enrichment as stored, format, status, end
+// and causes as their plain names (meter.FormatNames, StatusNames, EndNames,
+// CauseNames; the names stored in ClickHouse).
 type streamJSON struct {
 	StreamID    string    `json:"stream_id"`
 	OriginID    string    `json:"origin_id,omitempty"`
@@ -38,9 +41,17 @@ type streamJSON struct {
 	Model       string    `json:"model"`
 	HTTPProto   string    `json:"http_proto"`
 	ContentType string    `json:"content_type"`
-	Format      uint8     `json:"format"`
-	Status      uint8     `json:"status"`
+	Format      string    `json:"format"`
+	Status      string    `json:"status"`
 	HTTPStatus  uint16    `json:"http_status"`
+	// End is how the body ended ("" from senders that do not say).
+	End string `json:"end"`
+	// HeadersMs is when the response headers arrived; null when the request
+	// ended before them (BeforeHeaders) or the sender does not say.
+	HeadersMs *float64 `json:"headers_ms"`
+	// BeforeHeaders: aborted or failed before the response headers; then
+	// DurationMs is the time waited and there are no body facts.
+	BeforeHeaders bool `json:"before_headers"`
 
 	TTFBMs     *float64 `json:"ttfb_ms"`
 	TTFCMs     *float64 `json:"ttfc_ms"`
@@ -66,7 +77,14 @@ type streamJSON struct {
 	EventsPerRead  float64 `json:"events_per_read"`
 	BytesPerRead   float64 `json:"bytes_per_read"`
 	SubFloorShare  float64 `json:"sub_floor_share"`
-	TTFTCause      uint8   `json:"ttft_cause"`
+	TTFTCause      string  `json:"ttft_cause"`
+	// StallsByCause and StalledMsByCause count the stalls per cause name
+	// (unknown, network, page, origin; every one present, 0 when none).
+	StallsByCause    map[string]uint32  `json:"stalls_by_cause"`
+	StalledMsByCause map[string]float64 `json:"stalled_ms_by_cause"`
+	// StallList is each stall the record kept (a gap over 200 ms between
+	// content events), oldest first.
+	StallList []stallJSON `json:"stall_list"`
 
 	Country       string `json:"country"`
 	Region        string `json:"region"`
@@ -77,6 +95,15 @@ type streamJSON struct {
 	ConnType      string `json:"conn_type"`
 	Release       string `json:"release,omitempty"`
 	ModuleVersion string `json:"module_version,omitempty"`
+}
+
+// stallJSON is one stall: the arrival times of the content events around the
+// gap, since t0, and its cause's name.
+type stallJSON struct {
+	StartMs        float64 `json:"start_ms"`
+	EndMs          float64 `json:"end_ms"`
+	Cause          string  `json:"cause"`
+	NextReadEvents uint32  `json:"next_read_events"`
 }
 
 func (h *streamsHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -127,47 +154,53 @@ func (h *streamsHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 func toJSON(s *collector.Stream) streamJSON {
-	return streamJSON{
-		StreamID:    hex.EncodeToString(s.StreamID[:]),
-		OriginID:    s.OriginID,
-		Start:       time.UnixMilli(s.StartUnixMs).UTC(),
-		ReceivedAt:  s.ReceivedAt.UTC(),
-		PageOrigin:  s.PageOrigin,
-		PagePath:    s.PagePath,
-		URLOrigin:   s.URLOrigin,
-		URLPath:     s.URLPath,
-		Model:       s.Model,
-		HTTPProto:   s.HTTPProto,
-		ContentType: s.ContentType,
-		Format:      s.Format,
-		Status:      s.Status,
-		HTTPStatus:  s.HTTPStatus,
+	j := streamJSON{
+		StreamID:      hex.EncodeToString(s.StreamID[:]),
+		OriginID:      s.OriginID,
+		Start:         time.UnixMilli(s.StartUnixMs).UTC(),
+		ReceivedAt:    s.ReceivedAt.UTC(),
+		PageOrigin:    s.PageOrigin,
+		PagePath:      s.PagePath,
+		URLOrigin:     s.URLOrigin,
+		URLPath:       s.URLPath,
+		Model:         s.Model,
+		HTTPProto:     s.HTTPProto,
+		ContentType:   s.ContentType,
+		Format:        meter.Name(meter.FormatNames[:], s.Format),
+		Status:        meter.Name(meter.StatusNames[:], s.Status),
+		HTTPStatus:    s.HTTPStatus,
+		End:           meter.Name(meter.EndNames[:], s.End),
+		HeadersMs:     optMs(s.HeadersUs),
+		BeforeHeaders: collector.BeforeHeaders(&s.Record),
 
 		TTFBMs:     optMs(s.TTFBUs),
 		TTFCMs:     optMs(s.TTFCUs),
 		TTFTMs:     optMs(s.TTFTUs),
 		DurationMs: optMs(s.DurationUs),
 
-		Events:         s.Events,
-		ContentEvents:  s.ContentEvents,
-		Tokens:         s.Tokens,
-		TokensReported: s.TokensReported,
-		Reads:          s.Reads,
-		Bytes:          s.Bytes,
-		GapP50Ms:       ms(uint64(s.GapP50Us)),
-		GapP95Ms:       ms(uint64(s.GapP95Us)),
-		GapP99Ms:       ms(uint64(s.GapP99Us)),
-		GapMaxMs:       ms(uint64(s.GapMaxUs)),
-		TPOTMs:         ms(uint64(s.TPOTUs)),
-		TokensPerSec:   finite(s.TokensPerSec),
-		Stalls:         s.Stalls,
-		StalledMs:      ms(s.StalledUs),
-		Jank:           finite(s.Jank),
-		Smooth:         s.Smooth,
-		EventsPerRead:  finite(s.EventsPerRead),
-		BytesPerRead:   finite(s.BytesPerRead),
-		SubFloorShare:  finite(s.SubFloorShare),
-		TTFTCause:      s.TTFTCause,
+		Events:           s.Events,
+		ContentEvents:    s.ContentEvents,
+		Tokens:           s.Tokens,
+		TokensReported:   s.TokensReported,
+		Reads:            s.Reads,
+		Bytes:            s.Bytes,
+		GapP50Ms:         ms(uint64(s.GapP50Us)),
+		GapP95Ms:         ms(uint64(s.GapP95Us)),
+		GapP99Ms:         ms(uint64(s.GapP99Us)),
+		GapMaxMs:         ms(uint64(s.GapMaxUs)),
+		TPOTMs:           ms(uint64(s.TPOTUs)),
+		TokensPerSec:     finite(s.TokensPerSec),
+		Stalls:           s.Stalls,
+		StalledMs:        ms(s.StalledUs),
+		Jank:             finite(s.Jank),
+		Smooth:           s.Smooth,
+		EventsPerRead:    finite(s.EventsPerRead),
+		BytesPerRead:     finite(s.BytesPerRead),
+		SubFloorShare:    finite(s.SubFloorShare),
+		TTFTCause:        meter.Name(meter.CauseNames[:], s.TTFTCause),
+		StallsByCause:    make(map[string]uint32, meter.NumCauses-1),
+		StalledMsByCause: make(map[string]float64, meter.NumCauses-1),
+		StallList:        make([]stallJSON, len(s.StallList)),
 
 		Country:       s.Country,
 		Region:        s.Region,
@@ -179,6 +212,16 @@ func toJSON(s *collector.Stream) streamJSON {
 		Release:       s.Release,
 		ModuleVersion: s.ModuleVersion,
 	}
+	for c := meter.CauseUnknown; c < meter.NumCauses; c++ {
+		name := meter.CauseNames[c]
+		j.StallsByCause[name] = s.StallsByCause[c]
+		j.StalledMsByCause[name] = ms(s.StalledByCause[c])
+	}
+	for i, st := range s.StallList {
+		j.StallList[i] = stallJSON{StartMs: ms(uint64(st.StartUs)), EndMs: ms(uint64(st.EndUs)),
+			Cause: meter.Name(meter.CauseNames[:], st.Cause), NextReadEvents: st.NextReadEvents}
+	}
+	return j
 }
 
 func ms(us uint64) float64 { return float64(us) / 1000 }

@@ -39,7 +39,7 @@ func (h *Handler) ServeBeacon(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "read body: "+err.Error(), http.StatusBadRequest)
 		return
 	}
-	b, err := beacon.DecodeBatch(body, h.limits)
+	b, bad, err := beacon.DecodeBatchRecords(body, h.limits)
 	if err != nil {
 		reason, _ := classifyDecode(err)
 		text := "bad batch: " + err.Error()
@@ -58,6 +58,7 @@ func (h *Handler) ServeBeacon(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, text, http.StatusForbidden)
 		return
 	}
+	h.rejectRecords(bad)
 	n := len(b.Records)
 	h.m.batchRecords.Observe(float64(n))
 	if b.Dropped > 0 {

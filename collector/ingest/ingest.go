@@ -198,6 +198,15 @@ func (h *Handler) reject(reason, detail string) {
 	h.rejLog.warn(reason, detail)
 }
 
+// rejectRecords counts and logs the records DecodeBatchRecords left out of a
+// batch it accepted: the module cannot fix them by resending, and the
+// records around them are stored.
+func (h *Handler) rejectRecords(bad []error) {
+	for _, err := range bad {
+		h.reject(ReasonRecord, "record left out: "+err.Error())
+	}
+}
+
 // admit checks the site key and the Origin of a request. On failure it
 // returns the HTTP status and a reason text for the client.
 func (h *Handler) admit(r *http.Request) (*site, int, string, string) {

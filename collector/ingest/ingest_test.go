@@ -639,3 +639,58 @@ func BenchmarkFrame(b *testing.B) {
 	}
 	b.ReportMetric(float64(n*b.N)/b.Elapsed().Seconds(), "records/s")
 }
+
+// TestBadRecordLeftOut: a record whose own bytes are wrong (here a model
+// that is not UTF-8, as a byte-cut string made it) is left out alone and
+// counted; the batch is acknowledged and the records around it are stored,
+// by WebSocket and by beacon.
+func TestBadRecordLeftOut(t *testing.T) {
+	f := newFixture(t, nil)
+	batch := func(seq uint64) []byte {
+		b := beacon.Batch{Seq: seq, Site: "chat"}
+		for i := range 3 {
+			b.Records = append(b.Records, testRecord(byte(i)))
+		}
+		b.Records[1].Model = "gpt-tesX"
+		p, err := b.AppendBinary(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return bytes.Replace(p, []byte("gpt-tesX"), []byte("gpt-tes\xff"), 1)
+	}
+	c, _, err := f.dial(t, "chat", pageOrigin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.WriteMessage(websocket.BinaryMessage, batch(9)); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := readAck(t, c), (beacon.Ack{Seq: 9}); got != want {
+		t.Fatalf("ack = %+v, want %+v", got, want)
+	}
+	req, _ := http.NewRequest("POST", f.srv.URL+"/v1/beacon?site=chat", bytes.NewReader(batch(10)))
+	req.Header.Set("Origin", pageOrigin)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNoContent {
+		t.Fatalf("beacon status %d, want 204", resp.StatusCode)
+	}
+	subs := f.sink.submitted()
+	if len(subs) != 2 {
+		t.Fatalf("%d batches submitted, want 2", len(subs))
+	}
+	for _, sub := range subs {
+		if len(sub) != 2 || sub[0].StreamID[15] != 0 || sub[1].StreamID[15] != 2 || sub[1].Model != "gpt-test" {
+			t.Fatalf("stored %d streams (%+v), want records 0 and 2", len(sub), sub)
+		}
+	}
+	if got := f.rejected(ReasonRecord); got != 2 {
+		t.Fatalf("rejected{record} = %v, want 2", got)
+	}
+	if got := f.rejected(ReasonDecodeInvalid); got != 0 {
+		t.Fatalf("rejected{decode_invalid} = %v, want 0", got)
+	}
+}

@@ -22,6 +22,7 @@ const (
 	ReasonDecodeLimit     = "decode_limit"     // a count or length over Limits (records, buckets, strings)
 	ReasonDecodeInvalid   = "decode_invalid"   // a field holds an impossible value
 	ReasonDecode          = "decode"           // any other decoding error
+	ReasonRecord          = "record"           // one record left out of an accepted batch (its own bytes were wrong)
 	ReasonRateLimit       = "rate_limit"       // over the per-connection or per-site records/s
 	ReasonStore           = "store"            // the store could not make the batch durable
 	ReasonSlowConsumer    = "slow_consumer"    // the client does not read its acks
@@ -30,7 +31,7 @@ const (
 
 var allReasons = []string{ReasonBadRequest, ReasonSite, ReasonOrigin, ReasonSiteMismatch, ReasonTooBig,
 	ReasonTextFrame, ReasonVersion, ReasonKind, ReasonDecodeMagic, ReasonDecodeTruncated, ReasonDecodeLimit,
-	ReasonDecodeInvalid, ReasonDecode, ReasonRateLimit, ReasonStore,
+	ReasonDecodeInvalid, ReasonDecode, ReasonRecord, ReasonRateLimit, ReasonStore,
 	ReasonSlowConsumer, ReasonShutdown}
 
 // onceLog logs at most one line per reason per interval, with the number of

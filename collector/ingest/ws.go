@@ -244,7 +244,7 @@ func readLimited(dst []byte, r io.Reader, limit int) ([]byte, error) {
 // false when the connection must stop reading.
 func (c *conn) handleFrame(frame []byte) bool {
 	h := c.h
-	b, err := beacon.DecodeBatch(frame, h.limits)
+	b, bad, err := beacon.DecodeBatchRecords(frame, h.limits)
 	if err != nil {
 		// Ack the refusal when the sequence number is readable, so the
 		// module drops a batch that resending cannot fix.
@@ -262,6 +262,7 @@ func (c *conn) handleFrame(frame []byte) bool {
 			truncate("batch is for site "+quoteShort(b.Site)+", connection for "+c.site.key))
 		return false
 	}
+	h.rejectRecords(bad)
 	n := len(b.Records)
 	h.m.batchRecords.Observe(float64(n))
 	if b.Dropped > 0 {

@@ -138,8 +138,10 @@ func TestOriginFirst(t *testing.T) {
 
 	eventually(t, f.db, "SELECT stalls_origin FROM itl_streams WHERE origin_id = 'req-1'", uint32(1))
 	eventually(t, f.db, "SELECT stalls_unknown FROM itl_streams WHERE origin_id = 'req-1'", uint32(0))
-	eventually(t, f.db, "SELECT toString(stall_cause) FROM itl_streams WHERE origin_id = 'req-1'", "[4]")
-	eventually(t, f.db, "SELECT ttft_cause FROM itl_streams WHERE origin_id = 'req-1'", uint8(meter.CauseOrigin))
+	eventually(t, f.db, "SELECT toString(stall_cause) FROM itl_streams WHERE origin_id = 'req-1'", "['origin']")
+	eventually(t, f.db, "SELECT toString(ttft_cause) FROM itl_streams WHERE origin_id = 'req-1'", "origin")
+	eventually(t, f.db, "SELECT toString((format, status, ttft_cause, stall_cause)) FROM itl_origin FINAL WHERE origin_id = 'req-1'",
+		"('openai_chat','complete','origin',['origin'])")
 	eventually(t, f.db, "SELECT toString((version, stalls_origin, stalled_us_origin, added_ttft_us, in_streams)) FROM itl_origin FINAL WHERE origin_id = 'req-1'",
 		"(1,1,620000,40000,true)")
 	eventually(t, f.db, "SELECT toString((gap_p50_us, gap_max_us, stalls, ttft_us, flushes)) FROM itl_origin FINAL WHERE origin_id = 'req-1'",

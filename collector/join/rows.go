@@ -10,8 +10,10 @@ import (
 	"github.com/itlmon/itlmon/wasm/meter"
 )
 
-// Row is one itl_origin row (schema/005_origin.sql): version 0 holds the
-// origin timeline only, version 1 adds the client side and the attribution.
+// Row is one itl_origin row (schema/005_origin.sql, 006_names.sql): version
+// 0 holds the origin timeline only, version 1 adds the client side and the
+// attribution. Format, status and causes are their plain names
+// (meter.FormatNames, StatusNames, CauseNames).
 type Row struct {
 	ReceivedAt time.Time `ch:"received_at"`
 	Site       string    `ch:"site"`
@@ -20,8 +22,8 @@ type Row struct {
 
 	StartedAt         time.Time `ch:"started_at"`
 	Route             string    `ch:"route"`
-	Format            uint8     `ch:"format"`
-	Status            uint8     `ch:"status"`
+	Format            string    `ch:"format"`
+	Status            string    `ch:"status"`
 	HTTPStatus        uint16    `ch:"http_status"`
 	TTFBUs            *uint32   `ch:"ttfb_us"`
 	TTFTUs            *uint32   `ch:"ttft_us"`
@@ -72,8 +74,8 @@ type Row struct {
 	StalledUsNetwork       uint64    `ch:"stalled_us_network"`
 	StalledUsPage          uint64    `ch:"stalled_us_page"`
 	StalledUsOrigin        uint64    `ch:"stalled_us_origin"`
-	TTFTCause              uint8     `ch:"ttft_cause"`
-	StallCause             []uint8   `ch:"stall_cause"`
+	TTFTCause              string    `ch:"ttft_cause"`
+	StallCause             []string  `ch:"stall_cause"`
 	InStreams              bool      `ch:"in_streams"`
 }
 
@@ -103,8 +105,8 @@ func originRow(site string, receivedAt time.Time, o *beacon.Origin) Row {
 		OriginID:          o.ID,
 		StartedAt:         time.UnixMilli(o.StartUnixMs).UTC(),
 		Route:             o.Route,
-		Format:            o.Format,
-		Status:            o.Status,
+		Format:            meter.Name(meter.FormatNames[:], o.Format),
+		Status:            meter.Name(meter.StatusNames[:], o.Status),
 		HTTPStatus:        o.HTTPStatus,
 		TTFBUs:            optTime(o.TTFBUs),
 		TTFTUs:            optTime(r.OriginTTFTUs),
@@ -123,7 +125,8 @@ func originRow(site string, receivedAt time.Time, o *beacon.Origin) Row {
 		EmitsDropped:      o.EmitsDropped,
 		StreamID:          string(make([]byte, 16)),
 		ClientReceivedAt:  time.Unix(0, 0).UTC(),
-		StallCause:        []uint8{},
+		TTFTCause:         meter.Name(meter.CauseNames[:], meter.CauseNone),
+		StallCause:        []string{},
 	}
 	if row.EmitUs == nil {
 		row.EmitUs = []uint32{}
@@ -159,10 +162,10 @@ func joinedRow(base Row, s *collector.Stream, r *Result, inStreams bool) Row {
 	row.StalledUsNetwork = r.StalledByCause[meter.CauseNetwork]
 	row.StalledUsPage = r.StalledByCause[meter.CausePage]
 	row.StalledUsOrigin = r.StalledByCause[meter.CauseOrigin]
-	row.TTFTCause = r.TTFTCause
-	row.StallCause = r.StallCauses
-	if row.StallCause == nil {
-		row.StallCause = []uint8{}
+	row.TTFTCause = meter.Name(meter.CauseNames[:], r.TTFTCause)
+	row.StallCause = make([]string, len(r.StallCauses))
+	for i, c := range r.StallCauses {
+		row.StallCause[i] = meter.Name(meter.CauseNames[:], c)
 	}
 	row.InStreams = inStreams
 	return row

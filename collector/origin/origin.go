@@ -91,6 +91,13 @@ type Config struct {
 	// response headers as written. Default: text/event-stream and NDJSON
 	// content types.
 	Measure func(r *http.Request, h http.Header) bool
+	// Paths turns the request's path (percent-encoded, as a browser's
+	// location.pathname is, never the query) into the stored route. Default
+	// RedactedPaths: id-like segments become ":id", the browser module's
+	// default rule, so both vantage points store the same routes and no
+	// conversation or thread id. RawPaths keeps paths as they are; any other
+	// function decides itself (the browser's paths: 'ids' | 'raw' | function).
+	Paths func(path string) string
 	// Now is the clock (default time.Now).
 	Now func() time.Time
 	// Logf logs upload errors, once per distinct error (default: none).
@@ -125,6 +132,9 @@ func (c *Config) setDefaults() error {
 	if c.Measure == nil {
 		c.Measure = Streaming
 	}
+	if c.Paths == nil {
+		c.Paths = RedactedPaths
+	}
 	if c.Now == nil {
 		c.Now = time.Now
 	}
@@ -136,6 +146,14 @@ func (c *Config) setDefaults() error {
 	}
 	return nil
 }
+
+// RedactedPaths replaces id-like path segments (UUIDs, numbers of 3 or more
+// digits, tokens of 16 or more letters, digits, '_' and '-' with a digit)
+// with ":id": beacon.RedactPath, the rule of every vantage point.
+func RedactedPaths(path string) string { return beacon.RedactPath(path) }
+
+// RawPaths keeps paths as they are (ids included).
+func RawPaths(path string) string { return path }
 
 // Streaming reports whether the response is a token stream: its
 // Content-Type is text/event-stream or an NDJSON type.
@@ -335,11 +353,22 @@ func (w *streamWriter) finish() {
 	w.rp.enqueue(w.record(&sm.sum, end))
 }
 
+// route is the request's path through Config.Paths; "" when Paths panics
+// (as the browser loader sends "" when its paths function throws).
+func (w *streamWriter) route() (route string) {
+	defer func() {
+		if recover() != nil {
+			route = ""
+		}
+	}()
+	return w.rp.cfg.Paths(w.req.URL.EscapedPath())
+}
+
 func (w *streamWriter) record(s *meter.Summary, end time.Duration) beacon.Origin {
 	o := beacon.Origin{
 		ID:                w.id,
 		StartUnixMs:       w.start.UnixMilli(),
-		Route:             w.req.URL.Path,
+		Route:             w.route(),
 		Format:            uint8(s.Format),
 		Status:            uint8(s.Status),
 		HTTPStatus:        uint16(w.status),

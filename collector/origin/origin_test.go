@@ -404,3 +404,36 @@ func TestMaxEmits(t *testing.T) {
 		}
 	}
 }
+
+// TestRoutePaths: the stored route loses its ids by the shared rule
+// (beacon.RedactPath) unless Config.Paths says otherwise, and never has the
+// query.
+func TestRoutePaths(t *testing.T) {
+	const path = "/v1/threads/550e8400-e29b-41d4-a716-446655440000/runs/12345/stream"
+	for _, tc := range []struct {
+		name  string
+		paths func(string) string
+		want  string
+	}{
+		{"default", nil, "/v1/threads/:id/runs/:id/stream"},
+		{"raw", RawPaths, path},
+		{"function", func(p string) string { return strings.ToUpper(p[:3]) }, "/V1"},
+		{"panicking function", func(string) string { panic("app bug") }, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newFakeCollector(t, "k")
+			rp := newReporter(t, c, func(cfg *Config) { cfg.Paths = tc.paths })
+			srv := httptest.NewServer(rp.Handler(sseHandler(func(w http.ResponseWriter) { w.(http.Flusher).Flush() })))
+			defer srv.Close()
+			resp, err := http.Get(srv.URL + path + "?conversation=secret")
+			if err != nil {
+				t.Fatal(err)
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if got := c.next(t).Route; got != tc.want {
+				t.Fatalf("Route = %q, want %q", got, tc.want)
+			}
+		})
+	}
+}

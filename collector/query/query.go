@@ -34,7 +34,7 @@ var dimColumn = map[string]string{
 const MaxGroups = 200
 
 // aggSelect reads one Report's worth of rollup columns.
-const aggSelect = `sum(streams), sum(completed), sum(smooth), sum(with_ttft), sum(tokens), sum(stalls), max(max_gap_us),
+const aggSelect = `sum(streams), sum(completed), sum(aborted), sum(failed), sum(before_headers), sum(before_headers_us), sum(smooth), sum(with_ttft), sum(tokens), sum(stalls), max(max_gap_us),
 	tupleElement(sumMap(itl), 1), tupleElement(sumMap(itl), 2), sum(itl_zero),
 	tupleElement(sumMap(itl_tok), 1), tupleElement(sumMap(itl_tok), 2), sum(itl_tok_zero),
 	tupleElement(sumMap(ttft), 1), tupleElement(sumMap(ttft), 2), sum(ttft_zero),
@@ -44,6 +44,7 @@ const aggSelect = `sum(streams), sum(completed), sum(smooth), sum(with_ttft), su
 // aggRow is one row of aggSelect.
 type aggRow struct {
 	streams, completed, smooth, withTTFT, tokens, stalls uint64
+	aborted, failed, beforeHeaders, beforeHeadersUs      uint64
 	maxGap                                               uint32
 	itlIdx                                               []int32
 	itlCnt                                               []uint64
@@ -62,7 +63,7 @@ type aggRow struct {
 }
 
 func (a *aggRow) dest() []any {
-	return []any{&a.streams, &a.completed, &a.smooth, &a.withTTFT, &a.tokens, &a.stalls, &a.maxGap,
+	return []any{&a.streams, &a.completed, &a.aborted, &a.failed, &a.beforeHeaders, &a.beforeHeadersUs, &a.smooth, &a.withTTFT, &a.tokens, &a.stalls, &a.maxGap,
 		&a.itlIdx, &a.itlCnt, &a.itlZero, &a.tokIdx, &a.tokCnt, &a.tokZero, &a.ttftIdx, &a.ttftCnt, &a.ttftZero,
 		&a.tpotIdx, &a.tpotCnt, &a.tpotZero, &a.tpotSumIdx, &a.tpotSum}
 }
@@ -85,14 +86,20 @@ func (a *aggRow) report() (Report, error) {
 		return Report{}, fmt.Errorf("tpot histogram: %w", err)
 	}
 	r := Report{
-		Streams:   int64(a.streams),
-		Errors:    int64(a.streams - min(a.completed, a.streams)),
-		Tokens:    int64(a.tokens),
-		Stalls:    int64(a.stalls),
-		Smooth:    int64(a.smooth),
-		ITL:       DistOf(&itl),
-		ITLTokens: DistOf(&tok),
-		TTFT:      DistOf(&ttft),
+		Streams:       int64(a.streams),
+		Errors:        int64(a.streams - min(a.completed, a.streams)),
+		Aborted:       int64(a.aborted),
+		Failed:        int64(a.failed),
+		BeforeHeaders: int64(a.beforeHeaders),
+		Tokens:        int64(a.tokens),
+		Stalls:        int64(a.stalls),
+		Smooth:        int64(a.smooth),
+		ITL:           DistOf(&itl),
+		ITLTokens:     DistOf(&tok),
+		TTFT:          DistOf(&ttft),
+	}
+	if a.beforeHeaders > 0 {
+		r.BeforeHeadersWaitMs = float64(a.beforeHeadersUs) / float64(a.beforeHeaders) / 1000
 	}
 	if tpot > 0 {
 		r.TPOTP50 = micros(tpot)

@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/chromedp"
+
 	"github.com/itlmon/itlmon/collector"
 	"github.com/itlmon/itlmon/collector/chdb"
 	"github.com/itlmon/itlmon/collector/gate"
@@ -27,6 +29,7 @@ import (
 	"github.com/itlmon/itlmon/wasm/beacon"
 	"github.com/itlmon/itlmon/wasm/hist"
 	"github.com/itlmon/itlmon/wasm/meter"
+	"github.com/itlmon/itlmon/web"
 )
 
 func TestMain(m *testing.M) {
@@ -461,4 +464,145 @@ func BenchmarkRollupQueries(b *testing.B) {
 			}
 		}
 	})
+}
+
+// TestGateRUMBeforeHeaders: requests the user gave up on before the response
+// headers are stored as such (status 'aborted', no headers, the time waited)
+// and `gate rum`, its JSON and the dashboard API count them apart from other
+// aborts; --max-before-headers-share gates on their share.
+func TestGateRUMBeforeHeaders(t *testing.T) {
+	db, dsn := newDB(t)
+	at := time.Now().UTC().Add(-5 * time.Minute)
+	var streams []collector.Stream
+	add := func(r beacon.Record) {
+		streams = append(streams, collector.Stream{Record: r, Site: "gaveup", ReceivedAt: at,
+			Country: "DE", Region: "DE-BE", Browser: "Chrome", OS: "Linux", Device: "desktop"})
+	}
+	for i := range 8 {
+		add(synth{ttft: 300*time.Millisecond + time.Duration(i)*time.Millisecond, gaps: steady(39, 25*time.Millisecond)}.record(t))
+	}
+	late := synth{ttft: 300 * time.Millisecond, gaps: steady(19, 25*time.Millisecond)}.record(t)
+	late.Status, late.End = uint8(meter.StatusAborted), uint8(meter.EndAbort) // after the headers
+	add(late)
+	for _, waited := range []uint32{3_000_000, 5_000_000} {
+		var r beacon.Record
+		rand.Read(r.StreamID[:])
+		r.Status, r.End, r.HeadersUs, r.DurationUs = uint8(meter.StatusAborted), uint8(meter.EndAbort), beacon.NoTime, waited
+		r.TTFBUs, r.TTFCUs, r.TTFTUs = beacon.NoTime, beacon.NoTime, beacon.NoTime
+		add(r)
+	}
+	var failed beacon.Record // a network error before the headers
+	rand.Read(failed.StreamID[:])
+	failed.Status, failed.End, failed.HeadersUs, failed.DurationUs = uint8(meter.StatusNetworkError), uint8(meter.EndError), beacon.NoTime, 4_000_000
+	failed.TTFBUs, failed.TTFCUs, failed.TTFTUs = beacon.NoTime, beacon.NoTime, beacon.NoTime
+	add(failed)
+	if err := store.InsertDirect(context.Background(), db.Conn(), streams); err != nil {
+		t.Fatalf("insert: %v", err)
+	}
+
+	rep, err := query.Summary(context.Background(), db.Conn(), query.Filter{Site: "gaveup", Since: time.Now().Add(-time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := fmt.Sprint(rep.Streams, rep.Errors, rep.Aborted, rep.Failed, rep.BeforeHeaders, rep.BeforeHeadersWaitMs),
+		fmt.Sprint(12, 4, 3, 1, 3, 4000.0); got != want {
+		t.Fatalf("streams, errors, aborted, failed, before headers, mean wait = %s, want %s", got, want)
+	}
+	within(t, "before_headers_share", rep.BeforeHeadersShare, 3.0/12, 1e-9)
+
+	run := func(args ...string) (int, string) {
+		var out, errb bytes.Buffer
+		code := gate.Main(context.Background(), append([]string{"rum", "--site", "gaveup", "--clickhouse", dsn}, args...),
+			gate.Env{Stdout: &out, Stderr: &errb, Getenv: func(string) string { return "" }})
+		return code, out.String() + errb.String()
+	}
+	code, out := run("--max-before-headers-share", "20%")
+	if code != gate.ExitFail || !strings.Contains(out, "ended before headers") ||
+		!strings.Contains(out, "4 not completed: 3 aborted, 1 failed; 3 of them before the response headers, after 4000 ms on average") {
+		t.Errorf("--max-before-headers-share 20%%: exit %d, want %d, and the counts:\n%s", code, gate.ExitFail, out)
+	}
+	if code, out := run("--max-before-headers-share", "0.3"); code != gate.ExitPass {
+		t.Errorf("--max-before-headers-share 0.3: exit %d, want %d:\n%s", code, gate.ExitPass, out)
+	}
+	code, out = run("--json")
+	var res struct {
+		Report struct {
+			BeforeHeaders int64 `json:"before_headers"`
+			Aborted       int64 `json:"aborted"`
+		} `json:"report"`
+	}
+	if err := json.Unmarshal([]byte(out), &res); err != nil || code != gate.ExitPass ||
+		res.Report.BeforeHeaders != 3 || res.Report.Aborted != 3 {
+		t.Errorf("--json: exit %d, %v, report %+v:\n%s", code, err, res.Report, out)
+	}
+
+	srv := dashboardServer(t, db.Conn())
+	resp, err := http.Get(srv.URL + "/api/summary?site=gaveup&since=1h")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var sum struct {
+		Report map[string]any `json:"report"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&sum); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := fmt.Sprint(sum.Report["before_headers"], sum.Report["aborted"], sum.Report["failed"], sum.Report["before_headers_wait_ms"]),
+		fmt.Sprint(3.0, 3.0, 1.0, 4000.0); got != want {
+		t.Errorf("/api/summary before_headers, aborted, failed, wait = %s, want %s", got, want)
+	}
+}
+
+// TestDashboardBeforeHeadersTile: the dashboard page shows the share of
+// streams that ended before the response headers, their count and mean wait.
+func TestDashboardBeforeHeadersTile(t *testing.T) {
+	db, _ := newDB(t)
+	at := time.Now().UTC().Add(-5 * time.Minute)
+	var streams []collector.Stream
+	for i := range 4 {
+		var r beacon.Record
+		if i < 3 {
+			r = synth{ttft: 300 * time.Millisecond, gaps: steady(9, 25*time.Millisecond)}.record(t)
+		} else {
+			rand.Read(r.StreamID[:])
+			r.Status, r.End, r.HeadersUs, r.DurationUs = uint8(meter.StatusAborted), uint8(meter.EndAbort), beacon.NoTime, 2_500_000
+			r.TTFBUs, r.TTFCUs, r.TTFTUs = beacon.NoTime, beacon.NoTime, beacon.NoTime
+		}
+		streams = append(streams, collector.Stream{Record: r, Site: "tile", ReceivedAt: at, Browser: "Chrome"})
+	}
+	if err := store.InsertDirect(context.Background(), db.Conn(), streams); err != nil {
+		t.Fatalf("insert: %v", err)
+	}
+	srv := dashboardServer(t, db.Conn())
+	ctx := tab(t)
+	sctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	if err := chromedp.Do(sctx, chromedp.Navigate(srv.URL+"/dashboard/?site=tile&since=1h")); err != nil {
+		t.Fatalf("navigate: %v", err)
+	}
+	got, err := chromedp.Run(sctx, chromedp.Poll[string](`(() => {
+		const t = document.querySelector('.tile[data-k="before"]');
+		const v = t.querySelector('.v').textContent;
+		return v === "—" ? null : v + " | " + t.querySelector('.d').textContent + " | " + t.className })()`,
+		chromedp.WithPollingInterval(50*time.Millisecond)))
+	if err != nil {
+		t.Fatalf("before-headers tile: %v", err)
+	}
+	if want := "25.0 % | 1 streams · waited 2.50 s on average | tile bad"; got != want {
+		t.Errorf("before-headers tile = %q, want %q", got, want)
+	}
+}
+
+// dashboardServer serves the dashboard page and its API over conn.
+func dashboardServer(t *testing.T, conn query.Conn) *httptest.Server {
+	t.Helper()
+	mux, err := httpapi.New(httpapi.Config{Static: web.Static()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	httpapi.RegisterDashboard(mux, httpapi.DashboardConfig{Conn: conn})
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	return srv
 }

@@ -2,7 +2,7 @@
 // dashboard API: it turns stored gap histograms into the numbers a person (or a
 // CI gate) judges a stream by.
 //
-// Definitions are DESIGN.md's, stated once here:
+// Definitions (the README's "What it measures"), stated once here:
 //
 //   - TTFT: t0 (just before the request) to the first event that carries output
 //     content.
@@ -40,7 +40,7 @@ const (
 	// ReadingFloorTPS is the human reading floor: below about 5-6 tokens/s a
 	// reader waits for the text instead of reading along.
 	ReadingFloorTPS = 6.0
-	// SmoothMaxJank and SmoothMinTPS decide SMOOTH (DESIGN.md).
+	// SmoothMaxJank and SmoothMinTPS decide SMOOTH: jank < 4 and tokens/s > 7.
 	SmoothMaxJank = 4.0
 	SmoothMinTPS  = 7.0
 	// jankFloor is the median floor of the jank ratio.
@@ -84,11 +84,18 @@ func micros(us float64) time.Duration {
 // Report is the aggregate over a set of streams: a probe run, or real-user
 // streams matching a Filter.
 type Report struct {
-	Streams int64 `json:"streams"`        // streams measured (with or without content)
-	Errors  int64 `json:"errors"`         // streams that failed (HTTP >= 400, network error, abort)
-	Tokens  int64 `json:"tokens"`         // output tokens over all streams
-	Stalls  int64 `json:"stalls"`         // gaps over 200 ms
-	Smooth  int64 `json:"smooth_streams"` // streams that were SMOOTH on their own
+	Streams int64 `json:"streams"` // streams measured (with or without content)
+	Errors  int64 `json:"errors"`  // streams that failed (HTTP >= 400, network error, abort)
+	Aborted int64 `json:"aborted"` // of Errors: aborted by the page or user (status 'aborted')
+	Failed  int64 `json:"failed"`  // of Errors: network errors (status 'error')
+	// BeforeHeaders: of Aborted and Failed, the requests that ended before
+	// the response headers (the user gave up, or the network failed, before
+	// the first byte); BeforeHeadersWaitMs is their mean time waited.
+	BeforeHeaders       int64   `json:"before_headers"`
+	BeforeHeadersWaitMs float64 `json:"before_headers_wait_ms"`
+	Tokens              int64   `json:"tokens"`         // output tokens over all streams
+	Stalls              int64   `json:"stalls"`         // gaps over 200 ms
+	Smooth              int64   `json:"smooth_streams"` // streams that were SMOOTH on their own
 
 	TTFT      Dist `json:"ttft"`       // one sample per stream with content
 	ITL       Dist `json:"itl"`        // chunk ITL: one sample per gap between content events
@@ -97,10 +104,12 @@ type Report struct {
 	TokensPerSecP50 float64       `json:"tokens_per_sec_p50"` // median over streams of 1/TPOT; 0 when no stream has a TPOT
 	TPOTP50         time.Duration `json:"-"`                  // median over streams of TPOT (per token when tokens are known)
 
-	StallShare  float64 `json:"stall_share"`  // Stalls / ITL.Count
-	Jank        float64 `json:"jank"`         // ITL.P99 / max(ITL.P50, 1 ms)
-	SmoothShare float64 `json:"smooth_share"` // Smooth / streams with content
-	Verdict     string  `json:"verdict"`      // "SMOOTH", "JANKY", or "NO DATA"
+	StallShare float64 `json:"stall_share"` // Stalls / ITL.Count
+	// BeforeHeadersShare: BeforeHeaders / Streams.
+	BeforeHeadersShare float64 `json:"before_headers_share"`
+	Jank               float64 `json:"jank"`         // ITL.P99 / max(ITL.P50, 1 ms)
+	SmoothShare        float64 `json:"smooth_share"` // Smooth / streams with content
+	Verdict            string  `json:"verdict"`      // "SMOOTH", "JANKY", or "NO DATA"
 }
 
 // Finish derives StallShare, Jank, SmoothShare and Verdict from the counts and
@@ -109,7 +118,10 @@ func (r *Report) Finish() {
 	if math.IsNaN(r.TokensPerSecP50) || math.IsInf(r.TokensPerSecP50, 0) {
 		r.TokensPerSecP50 = 0 // JSON has no NaN
 	}
-	r.StallShare, r.Jank, r.SmoothShare = 0, 0, 0
+	r.StallShare, r.Jank, r.SmoothShare, r.BeforeHeadersShare = 0, 0, 0, 0
+	if r.Streams > 0 {
+		r.BeforeHeadersShare = float64(r.BeforeHeaders) / float64(r.Streams)
+	}
 	if r.ITL.Count > 0 {
 		r.StallShare = float64(r.Stalls) / float64(r.ITL.Count)
 		r.Jank = JankOf(r.ITL.P50, r.ITL.P99)

@@ -16,6 +16,7 @@ import (
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
 	"github.com/itlmon/itlmon/collector"
+	"github.com/itlmon/itlmon/wasm/meter"
 )
 
 // rowBatch is the unit of one flush, of one spool frame and of one replay.
@@ -41,9 +42,22 @@ func (b *rowBatch) append(o rowBatch) {
 	b.Timelines = append(b.Timelines, o.Timelines...)
 }
 
-// spoolVersion is the first byte of every spool frame. Version 1: gob of a
-// rowBatch. A frame of an unknown version is kept on disk, never dropped.
-const spoolVersion = 1
+// spoolVersion is the first byte of every spool frame. Version 2: gob of a
+// rowBatch. Version 1 (before schema/006_names.sql) had the format, status
+// and causes as codes in fields of the names Format, Status, TTFTCause and
+// StallCause; decodeBatch still reads it. A frame of an unknown version is
+// kept on disk, never dropped.
+const spoolVersion = 2
+
+// v1Codes is what a version 1 frame holds that a version 2 rowBatch does not.
+// gob matches fields by name: decoding a version 1 frame into a rowBatch
+// skips these, decoding it into v1Codes reads only these.
+type v1Codes struct {
+	Streams []struct {
+		Format, Status, TTFTCause uint8
+		StallCause                []uint8
+	}
+}
 
 var errSpoolVersion = errors.New("unknown spool frame version")
 
@@ -58,11 +72,30 @@ func encodeBatch(b *rowBatch) ([]byte, error) {
 
 func decodeBatch(p []byte) (rowBatch, error) {
 	var b rowBatch
-	if len(p) == 0 || p[0] != spoolVersion {
+	if len(p) == 0 || (p[0] != spoolVersion && p[0] != 1) {
 		return b, errSpoolVersion
 	}
 	if err := gob.NewDecoder(bytes.NewReader(p[1:])).Decode(&b); err != nil {
 		return b, fmt.Errorf("decode spool frame: %w", err)
+	}
+	if p[0] == 1 {
+		var old v1Codes
+		if err := gob.NewDecoder(bytes.NewReader(p[1:])).Decode(&old); err != nil {
+			return b, fmt.Errorf("decode spool frame v1: %w", err)
+		}
+		if len(old.Streams) != len(b.Streams) {
+			return b, fmt.Errorf("decode spool frame v1: %d rows, %d with codes", len(b.Streams), len(old.Streams))
+		}
+		for i := range b.Streams {
+			row, o := &b.Streams[i], &old.Streams[i]
+			row.FormatName = meter.Name(meter.FormatNames[:], o.Format)
+			row.StatusName = meter.Name(meter.StatusNames[:], o.Status)
+			row.TTFTCauseName = meter.Name(meter.CauseNames[:], o.TTFTCause)
+			row.StallCauses = make([]string, len(o.StallCause))
+			for k, c := range o.StallCause {
+				row.StallCauses[k] = meter.Name(meter.CauseNames[:], c)
+			}
+		}
 	}
 	return b, nil
 }

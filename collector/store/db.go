@@ -118,8 +118,15 @@ func (db *DB) Close() error { return db.conn.Close() }
 
 // Migrate applies the embedded schema/*.sql files not yet recorded in
 // schema_migrations, in order, then sets the raw tables' TTL. Every statement
-// is idempotent, so a migration interrupted half-way is simply applied again.
+// is idempotent (a column rename is skipped once its new name exists, see
+// schema.RenameColumn), so a migration interrupted half-way is simply applied
+// again.
 func (db *DB) Migrate(ctx context.Context) error {
+	return db.migrateUpTo(ctx, ^uint32(0))
+}
+
+// migrateUpTo is Migrate applying only the migrations up to version last.
+func (db *DB) migrateUpTo(ctx context.Context, last uint32) error {
 	migs, err := schema.Migrations()
 	if err != nil {
 		return err
@@ -134,10 +141,19 @@ func (db *DB) Migrate(ctx context.Context) error {
 		return err
 	}
 	for _, m := range migs {
-		if applied[m.Version] {
+		if applied[m.Version] || m.Version > last {
 			continue
 		}
 		for _, stmt := range m.Statements {
+			if table, _, to, ok := schema.RenameColumn(stmt); ok {
+				done, err := db.hasColumn(ctx, table, to)
+				if err != nil {
+					return fmt.Errorf("store: migration %s: %w", m.Name, err)
+				}
+				if done {
+					continue
+				}
+			}
 			if err := db.conn.Exec(ctx, stmt); err != nil {
 				return fmt.Errorf("store: migration %s: %w", m.Name, err)
 			}
@@ -148,6 +164,18 @@ func (db *DB) Migrate(ctx context.Context) error {
 		db.log.Info().Str("migration", m.Name).Msg("schema migration applied")
 	}
 	return db.applyTTL(ctx)
+}
+
+// hasColumn reports whether table (in the current database) has a column
+// named column.
+func (db *DB) hasColumn(ctx context.Context, table, column string) (bool, error) {
+	var n uint64
+	err := db.conn.QueryRow(ctx, "SELECT count() FROM system.columns"+
+		" WHERE database = currentDatabase() AND table = ? AND name = ?", table, column).Scan(&n)
+	if err != nil {
+		return false, fmt.Errorf("read columns of %s: %w", table, err)
+	}
+	return n > 0, nil
 }
 
 func (db *DB) appliedVersions(ctx context.Context) (map[uint32]bool, error) {

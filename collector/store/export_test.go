@@ -1,6 +1,8 @@
 package store
 
 import (
+	"context"
+
 	"github.com/rs/zerolog"
 
 	"github.com/itlmon/itlmon/collector"
@@ -79,3 +81,7 @@ func SpooledStreamIDs(dir string) (map[[16]byte]bool, error) {
 	}
 	return ids, nil
 }
+
+// MigrateUpTo applies the migrations up to version last only, as an older
+// collector would have.
+func (db *DB) MigrateUpTo(ctx context.Context, last uint32) error { return db.migrateUpTo(ctx, last) }

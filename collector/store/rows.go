@@ -1,11 +1,13 @@
 package store
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/itlmon/itlmon/collector"
 	"github.com/itlmon/itlmon/wasm/beacon"
 	"github.com/itlmon/itlmon/wasm/hist"
+	"github.com/itlmon/itlmon/wasm/meter"
 )
 
 // Cause indexes of beacon.Record.StallsByCause (meter.Cause values).
@@ -18,7 +20,10 @@ const (
 
 // streamRow is one itl_streams row. The ch tags are the column names for
 // PrepareBatch/AppendStruct and Select; the exported fields make it
-// gob-encodable for the spool.
+// gob-encodable for the spool. Format, status, end and causes are stored as
+// their plain names (meter.FormatNames, ...; schema/006_names.sql); their Go
+// fields are named apart from the code fields of spool version 1 frames
+// (decodeBatch).
 type streamRow struct {
 	ReceivedAt time.Time `ch:"received_at"`
 	StartedAt  time.Time `ch:"started_at"`
@@ -34,9 +39,11 @@ type streamRow struct {
 	HTTPProto   string `ch:"http_proto"`
 	ContentType string `ch:"content_type"`
 
-	Format     uint8  `ch:"format"`
-	Status     uint8  `ch:"status"`
-	HTTPStatus uint16 `ch:"http_status"`
+	FormatName string  `ch:"format"`
+	StatusName string  `ch:"status"`
+	HTTPStatus uint16  `ch:"http_status"`
+	EndReason  string  `ch:"end_reason"`
+	HeadersUs  *uint32 `ch:"headers_us"`
 
 	TTFBUs     *uint32 `ch:"ttfb_us"`
 	TTFCUs     *uint32 `ch:"ttfc_us"`
@@ -76,7 +83,7 @@ type streamRow struct {
 	StalledUsNetwork uint64 `ch:"stalled_us_network"`
 	StalledUsPage    uint64 `ch:"stalled_us_page"`
 	StalledUsOrigin  uint64 `ch:"stalled_us_origin"`
-	TTFTCause        uint8  `ch:"ttft_cause"`
+	TTFTCauseName    string `ch:"ttft_cause"`
 
 	ITLIdx     []int32  `ch:"itl_idx"`
 	ITLCnt     []uint64 `ch:"itl_cnt"`
@@ -93,7 +100,7 @@ type streamRow struct {
 
 	StallStartUs        []uint32 `ch:"stall_start_us"`
 	StallEndUs          []uint32 `ch:"stall_end_us"`
-	StallCause          []uint8  `ch:"stall_cause"`
+	StallCauses         []string `ch:"stall_cause"`
 	StallNextReadEvents []uint32 `ch:"stall_next_read_events"`
 	TimelineDropped     uint32   `ch:"timeline_dropped"`
 
@@ -142,6 +149,17 @@ func fromOptTime(p *uint32) uint32 {
 	return *p
 }
 
+// headersTime is r's headers_us: NULL when the request ended before the
+// headers, and when the sender does not say how its streams end (End is
+// meter.EndNone: a sender older than End and HeadersUs, whose zero HeadersUs
+// means nothing), as in rows stored before these columns existed.
+func headersTime(r *beacon.Record) *uint32 {
+	if meter.End(r.End) == meter.EndNone {
+		return nil
+	}
+	return optTime(r.HeadersUs)
+}
+
 // newStreamRow flattens s into its itl_streams row.
 func newStreamRow(s *collector.Stream) streamRow {
 	r := &s.Record
@@ -154,7 +172,8 @@ func newStreamRow(s *collector.Stream) streamRow {
 
 		PageOrigin: r.PageOrigin, PagePath: r.PagePath, URLOrigin: r.URLOrigin, URLPath: r.URLPath,
 		Model: r.Model, HTTPProto: r.HTTPProto, ContentType: r.ContentType,
-		Format: r.Format, Status: r.Status, HTTPStatus: r.HTTPStatus,
+		FormatName: meter.Name(meter.FormatNames[:], r.Format), StatusName: meter.Name(meter.StatusNames[:], r.Status),
+		HTTPStatus: r.HTTPStatus, EndReason: meter.Name(meter.EndNames[:], r.End), HeadersUs: headersTime(r),
 
 		TTFBUs: optTime(r.TTFBUs), TTFCUs: optTime(r.TTFCUs), TTFTUs: optTime(r.TTFTUs),
 		DurationUs: optTime(r.DurationUs),
@@ -173,7 +192,7 @@ func newStreamRow(s *collector.Stream) streamRow {
 		StallsPage: r.StallsByCause[causePage], StallsOrigin: r.StallsByCause[causeOrigin],
 		StalledUsUnknown: r.StalledByCause[causeUnknown], StalledUsNetwork: r.StalledByCause[causeNetwork],
 		StalledUsPage: r.StalledByCause[causePage], StalledUsOrigin: r.StalledByCause[causeOrigin],
-		TTFTCause: r.TTFTCause,
+		TTFTCauseName: meter.Name(meter.CauseNames[:], r.TTFTCause),
 
 		TimelineDropped: r.TimelineDropped,
 
@@ -192,11 +211,12 @@ func newStreamRow(s *collector.Stream) streamRow {
 	row.ITLTokIdx, row.ITLTokCnt, row.ITLTokZero, row.ITLTokSum, row.ITLTokMin, row.ITLTokMax = sparse(&r.ITLTokens)
 	row.StallStartUs = make([]uint32, len(r.StallList))
 	row.StallEndUs = make([]uint32, len(r.StallList))
-	row.StallCause = make([]uint8, len(r.StallList))
+	row.StallCauses = make([]string, len(r.StallList))
 	row.StallNextReadEvents = make([]uint32, len(r.StallList))
 	for i, st := range r.StallList {
 		row.StallStartUs[i], row.StallEndUs[i] = st.StartUs, st.EndUs
-		row.StallCause[i], row.StallNextReadEvents[i] = st.Cause, st.NextReadEvents
+		row.StallCauses[i] = meter.Name(meter.CauseNames[:], st.Cause)
+		row.StallNextReadEvents[i] = st.NextReadEvents
 	}
 	return row
 }
@@ -261,7 +281,8 @@ func (row *streamRow) stream() (collector.Stream, error) {
 	r.OriginID, r.StartUnixMs = row.OriginID, row.StartedAt.UnixMilli()
 	r.PageOrigin, r.PagePath, r.URLOrigin, r.URLPath = row.PageOrigin, row.PagePath, row.URLOrigin, row.URLPath
 	r.Model, r.HTTPProto, r.ContentType = row.Model, row.HTTPProto, row.ContentType
-	r.Format, r.Status, r.HTTPStatus = row.Format, row.Status, row.HTTPStatus
+	r.Format, r.Status = codeOf(meter.FormatNames[:], row.FormatName), codeOf(meter.StatusNames[:], row.StatusName)
+	r.HTTPStatus, r.End, r.HeadersUs = row.HTTPStatus, codeOf(meter.EndNames[:], row.EndReason), fromOptTime(row.HeadersUs)
 	r.TTFBUs, r.TTFCUs = fromOptTime(row.TTFBUs), fromOptTime(row.TTFCUs)
 	r.TTFTUs, r.DurationUs = fromOptTime(row.TTFTUs), fromOptTime(row.DurationUs)
 	r.Events, r.ContentEvents, r.Tokens, r.TokensReported = row.Events, row.ContentEvents, row.Tokens, row.TokensReported
@@ -275,7 +296,7 @@ func (row *streamRow) stream() (collector.Stream, error) {
 	r.StallsByCause[causePage], r.StallsByCause[causeOrigin] = row.StallsPage, row.StallsOrigin
 	r.StalledByCause[causeUnknown], r.StalledByCause[causeNetwork] = row.StalledUsUnknown, row.StalledUsNetwork
 	r.StalledByCause[causePage], r.StalledByCause[causeOrigin] = row.StalledUsPage, row.StalledUsOrigin
-	r.TTFTCause, r.TimelineDropped = row.TTFTCause, row.TimelineDropped
+	r.TTFTCause, r.TimelineDropped = codeOf(meter.CauseNames[:], row.TTFTCauseName), row.TimelineDropped
 	var err error
 	if r.ITL, err = hist.FromSparse(row.ITLZero, row.ITLIdx, row.ITLCnt, row.ITLSum, row.ITLMin, row.ITLMax); err != nil {
 		return s, err
@@ -284,9 +305,12 @@ func (row *streamRow) stream() (collector.Stream, error) {
 		return s, err
 	}
 	for i := range row.StallStartUs {
+		if i >= len(row.StallEndUs) || i >= len(row.StallCauses) || i >= len(row.StallNextReadEvents) {
+			return s, fmt.Errorf("stall arrays of unequal length (%d starts)", len(row.StallStartUs))
+		}
 		r.StallList = append(r.StallList, beacon.Stall{
 			StartUs: row.StallStartUs[i], EndUs: row.StallEndUs[i],
-			Cause: row.StallCause[i], NextReadEvents: row.StallNextReadEvents[i],
+			Cause: codeOf(meter.CauseNames[:], row.StallCauses[i]), NextReadEvents: row.StallNextReadEvents[i],
 		})
 	}
 	s.Site, s.ReceivedAt = row.Site, row.ReceivedAt
@@ -295,4 +319,20 @@ func (row *streamRow) stream() (collector.Stream, error) {
 	s.Country, s.Region, s.Browser, s.BrowserMajor = row.Country, row.Region, row.Browser, row.BrowserMajor
 	s.OS, s.Device = row.OS, row.Device
 	return s, nil
+}
+
+// unknownCode is the code codeOf gives a name it does not know (a newer
+// collector's): past the end of every name table, so meter.Name shows it as
+// "unknown".
+const unknownCode = 255
+
+// codeOf is the inverse of meter.Name: the index of name in names, or
+// unknownCode.
+func codeOf(names []string, name string) uint8 {
+	for i, n := range names {
+		if n == name {
+			return uint8(i)
+		}
+	}
+	return unknownCode
 }

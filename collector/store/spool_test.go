@@ -2,7 +2,9 @@ package store
 
 import (
 	"bytes"
+	"encoding/gob"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"testing"
@@ -165,6 +167,44 @@ func TestBatchEncodingRoundTrip(t *testing.T) {
 	p[0] = 99
 	if _, err := decodeBatch(p); !errors.Is(err, errSpoolVersion) {
 		t.Fatalf("decode of version 99: err = %v, want errSpoolVersion", err)
+	}
+}
+
+// TestDecodeSpoolV1: a frame spooled before the names (version 1: codes in
+// Format, Status, TTFTCause, StallCause) is read as names.
+func TestDecodeSpoolV1(t *testing.T) {
+	type v1Row struct { // the fields of a version 1 streamRow that matter here
+		StreamID                  string
+		TTFTUs                    *uint32
+		Format, Status, TTFTCause uint8
+		StallStartUs              []uint32
+		StallCause                []uint8
+	}
+	ttft := uint32(150_000)
+	var buf bytes.Buffer
+	buf.WriteByte(1)
+	err := gob.NewEncoder(&buf).Encode(struct{ Streams []v1Row }{[]v1Row{
+		{StreamID: "a", TTFTUs: &ttft, Format: 3, Status: 2, TTFTCause: 2, StallStartUs: []uint32{1, 2}, StallCause: []uint8{3, 4}},
+		{StreamID: "b", Format: 42, Status: 1},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := decodeBatch(buf.Bytes())
+	if err != nil {
+		t.Fatalf("decode v1: %v", err)
+	}
+	if len(b.Streams) != 2 {
+		t.Fatalf("%d rows, want 2", len(b.Streams))
+	}
+	a, c := b.Streams[0], b.Streams[1]
+	if got, want := fmt.Sprintf("%s %d %s %s %s %v %q %v", a.StreamID, *a.TTFTUs, a.FormatName, a.StatusName, a.TTFTCauseName,
+		a.StallCauses, a.EndReason, a.HeadersUs), `a 150000 anthropic aborted network [page origin] "" <nil>`; got != want {
+		t.Errorf("row a = %q, want %q", got, want)
+	}
+	if got, want := fmt.Sprintf("%s %s %s %s %d", c.StreamID, c.FormatName, c.StatusName, c.TTFTCauseName, len(c.StallCauses)),
+		"b unknown complete none 0"; got != want {
+		t.Errorf("row b = %q, want %q", got, want)
 	}
 }
 

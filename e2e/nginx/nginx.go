@@ -7,7 +7,9 @@
 // The options reproduce the deployment that ruins streaming: with
 // `proxy_buffering on` plus `gzip on; gzip_types text/event-stream;` nginx
 // delivers a whole SSE stream as one chunk at the end; an origin that sends
-// `X-Accel-Buffering: no` undoes it.
+// `X-Accel-Buffering: no` undoes it. With a certificate (Options.TLS, see
+// SelfSigned) the proxy serves HTTPS and offers HTTP/2 by ALPN, as the
+// usual production front does; buffering and gzip apply the same way.
 package nginx
 
 import (
@@ -35,6 +37,10 @@ type Options struct {
 	Buffering bool   // proxy_buffering on (nginx's default) instead of off
 	Gzip      bool   // gzip on; gzip_types text/event-stream application/x-ndjson; gzip_proxied any
 	Extra     string // extra directives inside `location /`
+	// TLS, when set, makes the listener HTTPS with HTTP/2 (`listen ... ssl
+	// http2`, the form nginx 1.22 accepts; `http2 on` came in 1.25.1),
+	// HTTP/1.1 still offered by ALPN. The upstream stays plain HTTP/1.1.
+	TLS *Cert
 }
 
 // Server is a running nginx.
@@ -42,6 +48,7 @@ type Server struct {
 	Addr   string // 127.0.0.1:port
 	Dir    string // prefix: configuration, logs, temp paths
 	Config string // the generated nginx.conf
+	TLS    bool   // HTTPS with HTTP/2
 
 	cmd      *exec.Cmd
 	done     chan error
@@ -49,8 +56,13 @@ type Server struct {
 	stopErr  error
 }
 
-// URL is the proxy's base URL.
-func (s *Server) URL() string { return "http://" + s.Addr }
+// URL is the proxy's base URL: https:// with TLS, else http://.
+func (s *Server) URL() string {
+	if s.TLS {
+		return "https://" + s.Addr
+	}
+	return "http://" + s.Addr
+}
 
 // ErrorLog returns the contents of nginx's error log (for failure messages).
 func (s *Server) ErrorLog() string {
@@ -119,7 +131,14 @@ http {
 	scgi_temp_path {{.Dir}}/scgi_temp;
 	default_type application/octet-stream;
 	server {
+{{- if .TLS}}
+		listen {{.Addr}} ssl http2;
+		ssl_certificate {{.TLS.CertFile}};
+		ssl_certificate_key {{.TLS.KeyFile}};
+		ssl_protocols TLSv1.2 TLSv1.3;
+{{- else}}
 		listen {{.Addr}};
+{{- end}}
 		location / {
 			proxy_pass http://{{.Upstream}};
 			proxy_http_version 1.1;
@@ -166,7 +185,7 @@ func start(dir string, opts Options) (*Server, error) {
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start: %w", err)
 	}
-	s := &Server{Addr: addr, Dir: dir, Config: conf.String(), cmd: cmd, done: make(chan error, 1)}
+	s := &Server{Addr: addr, Dir: dir, Config: conf.String(), TLS: opts.TLS != nil, cmd: cmd, done: make(chan error, 1)}
 	go func() { s.done <- cmd.Wait() }()
 
 	deadline := time.Now().Add(10 * time.Second)

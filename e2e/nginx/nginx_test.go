@@ -62,6 +62,7 @@ func newSSEOrigin(t *testing.T) (*sseOrigin, *httptest.Server) {
 }
 
 type result struct {
+	proto        string // "HTTP/1.1", "HTTP/2.0"
 	encoding     string
 	reads        int
 	firstByte    time.Time
@@ -70,12 +71,18 @@ type result struct {
 }
 
 // get fetches url asking for gzip and reads the raw (possibly compressed)
-// body read by read, the way a browser's network layer sees it.
-func get(t *testing.T, url string) result {
+// body read by read, the way a browser's network layer sees it. With cert
+// (an https url) it trusts cert and negotiates HTTP/2 by ALPN.
+func get(t *testing.T, url string, cert *Cert) result {
 	t.Helper()
 	req, _ := http.NewRequest("GET", url, nil)
 	req.Header.Set("Accept-Encoding", "gzip")
-	resp, err := (&http.Transport{DisableCompression: true}).RoundTrip(req)
+	tr := &http.Transport{DisableCompression: true}
+	if cert != nil {
+		tr.TLSClientConfig, tr.ForceAttemptHTTP2 = cert.TLSConfig(), true
+	}
+	defer tr.CloseIdleConnections()
+	resp, err := tr.RoundTrip(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,8 +90,7 @@ func get(t *testing.T, url string) result {
 	if resp.StatusCode != 200 {
 		t.Fatalf("status %d", resp.StatusCode)
 	}
-	var r result
-	r.encoding = resp.Header.Get("Content-Encoding")
+	r := result{proto: resp.Proto, encoding: resp.Header.Get("Content-Encoding")}
 	var raw []byte
 	buf := make([]byte, 64<<10)
 	for {
@@ -120,8 +126,23 @@ func get(t *testing.T, url string) result {
 
 // TestBufferingGzipDeliversAtEnd checks the measured nginx behaviour the
 // attribution scenarios rely on: buffering + gzip holds the whole SSE stream
-// until the origin has finished; X-Accel-Buffering: no streams it again.
+// until the origin has finished; X-Accel-Buffering: no streams it again. The
+// same holds over HTTPS with HTTP/2.
 func TestBufferingGzipDeliversAtEnd(t *testing.T) {
+	RequireReal(t)
+	cert, err := SelfSigned(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []struct {
+		name, proto string
+		cert        *Cert
+	}{{"http1", "HTTP/1.1", nil}, {"h2", "HTTP/2.0", cert}} {
+		t.Run(p.name, func(t *testing.T) { testBufferingGzip(t, p.cert, p.proto) })
+	}
+}
+
+func testBufferingGzip(t *testing.T, cert *Cert, wantProto string) {
 	for _, tc := range []struct {
 		name     string
 		opts     Options
@@ -136,9 +157,12 @@ func TestBufferingGzipDeliversAtEnd(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			o, origin := newSSEOrigin(t)
-			tc.opts.Upstream = origin.URL
+			tc.opts.Upstream, tc.opts.TLS = origin.URL, cert
 			ng := Start(t, tc.opts)
-			r := get(t, ng.URL()+"/v1/chat"+tc.query)
+			r := get(t, ng.URL()+"/v1/chat"+tc.query, cert)
+			if r.proto != wantProto {
+				t.Fatalf("protocol %s, want %s", r.proto, wantProto)
+			}
 			if !bytes.Equal(r.decompressed, o.body) {
 				t.Fatalf("body through nginx differs from the origin's:\n%q\nwant\n%q", r.decompressed, o.body)
 			}
@@ -146,8 +170,8 @@ func TestBufferingGzipDeliversAtEnd(t *testing.T) {
 				t.Fatalf("Content-Encoding = %q, want gzip %v", r.encoding, tc.wantGzip)
 			}
 			first, last := time.Unix(0, o.first.Load()), time.Unix(0, o.last.Load())
-			t.Logf("%-24s reads=%-3d first byte %+7.1fms after origin's first event, origin's last event %+7.1fms after it",
-				tc.name, r.reads, ms(r.firstByte.Sub(first)), ms(last.Sub(r.firstByte)))
+			t.Logf("%-8s %-24s reads=%-3d first byte %+7.1fms after origin's first event, origin's last event %+7.1fms after it",
+				r.proto, tc.name, r.reads, ms(r.firstByte.Sub(first)), ms(last.Sub(r.firstByte)))
 			if got := r.firstByte.After(last); got != tc.atEnd {
 				t.Fatalf("first byte after the origin's last event = %v, want %v (reads %d)", got, tc.atEnd, r.reads)
 			}

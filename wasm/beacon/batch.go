@@ -89,14 +89,15 @@ func (b *Batch) AppendBinary(dst []byte) ([]byte, error) {
 }
 
 // encoder writes one minor version; tests use extra to play a newer sender
-// that appends fields to every section.
+// that appends fields to every section, and unchecked to play a broken one.
 type encoder struct {
-	minor uint8
-	extra []byte
+	minor     uint8
+	extra     []byte
+	unchecked bool
 }
 
 func (e encoder) appendBatch(dst []byte, b *Batch) ([]byte, error) {
-	if err := b.check(); err != nil {
+	if err := b.check(); err != nil && !e.unchecked {
 		return dst, err
 	}
 	dst = appendHeader(dst, KindBatch, e.minor)
@@ -286,6 +287,10 @@ func (e encoder) appendRecord(dst []byte, r, prev *Record) []byte {
 	if flags&flagITLTokens != 0 {
 		dst = r.ITLTokens.AppendBinary(dst)
 	}
+	if e.minor >= 1 {
+		dst = append(dst, r.End)
+		dst = appendOptTime(dst, r.HeadersUs)
+	}
 	return append(dst, e.extra...)
 }
 
@@ -329,6 +334,9 @@ func (b *Batch) check() error {
 		if r.TTFTCause >= numCauses {
 			return fail(i, "ttft_cause", causeRange(r.TTFTCause))
 		}
+		if r.End >= numEnds {
+			return fail(i, "end", endRange(r.End))
+		}
 		for k, s := range r.StallList {
 			if s.Cause >= numCauses {
 				return fail(i, "stall_list["+strconv.Itoa(k)+"].cause", causeRange(s.Cause))
@@ -338,23 +346,57 @@ func (b *Batch) check() error {
 	return nil
 }
 
-func causeRange(c uint8) string {
-	return strconv.Itoa(int(c)) + " out of range [0, " + strconv.Itoa(numCauses-1) + "]"
+// numEnds is the number of meter.End values this minor knows.
+const numEnds = 5
+
+func endRange(e uint8) string { return outOfRange(e, numEnds) }
+
+func causeRange(c uint8) string { return outOfRange(c, numCauses) }
+
+func outOfRange(v uint8, n int) string {
+	return strconv.Itoa(int(v)) + " out of range [0, " + strconv.Itoa(n-1) + "]"
 }
 
 // DecodeBatch decodes a KindBatch message, enforcing lim (zero fields:
 // DefaultLimits). Errors are *DecodeError values naming the field and why.
+// Any wrong record fails the whole batch; DecodeBatchRecords leaves it out
+// alone instead.
 func DecodeBatch(src []byte, lim Limits) (*Batch, error) {
-	lim = lim.withDefaults()
-	if len(src) > lim.MaxBytes {
-		return nil, &DecodeError{Record: -1, Field: "message", Reason: "length " + strconv.Itoa(len(src)) + " exceeds limit " + strconv.Itoa(lim.MaxBytes), Err: ErrTooBig}
-	}
-	minor, err := readHeader(src, KindBatch)
+	b, bad, err := DecodeBatchRecords(src, lim)
 	if err != nil {
 		return nil, err
 	}
+	if len(bad) > 0 {
+		return nil, bad[0]
+	}
+	return b, nil
+}
+
+// DecodeBatchRecords decodes a KindBatch message like DecodeBatch, except
+// that a record whose own bytes are wrong (a string that is not UTF-8, a
+// path with a query, a rate that is not finite, a code out of range, a list
+// over its limit, a record section that ends too soon) is left out of
+// Records on its own: bad holds one *DecodeError per record left out, naming
+// its index in the batch as sent. This is possible because every record is a
+// length-prefixed section, so one record's contents cannot misplace the
+// next; the one link between records, the strings that repeat the previous
+// record's value, is kept: a record's strings are read before its values are
+// checked, and a string that repeats an invalid one is invalid too. err is
+// for what fails the message as a whole (header, site, client, framing of
+// the record sections, limits on the message and the record count), and
+// for a record whose strings cannot be read: the records after it could not
+// be resolved.
+func DecodeBatchRecords(src []byte, lim Limits) (b *Batch, bad []error, err error) {
+	lim = lim.withDefaults()
+	if len(src) > lim.MaxBytes {
+		return nil, nil, &DecodeError{Record: -1, Field: "message", Reason: "length " + strconv.Itoa(len(src)) + " exceeds limit " + strconv.Itoa(lim.MaxBytes), Err: ErrTooBig}
+	}
+	minor, err := readHeader(src, KindBatch)
+	if err != nil {
+		return nil, nil, err
+	}
 	r := reader{src: src, p: headerLen, rec: -1, lim: lim, minor: minor}
-	b := new(Batch)
+	b = new(Batch)
 	b.Seq = r.uvarint("seq")
 	b.Site = r.str("site")
 	c := r.section("client")
@@ -366,28 +408,49 @@ func DecodeBatch(src []byte, lim Limits) (*Batch, error) {
 	b.Dropped = r.u32("dropped")
 	n := r.length("records", lim.MaxRecords, minRecordSize)
 	if r.err != nil {
-		return nil, r.err
+		return nil, nil, r.err
 	}
 	if n > 0 {
 		b.Records = make([]Record, n)
 	}
 	prev := &emptyRecord
+	var skip []bool
 	for i := range b.Records {
 		r.rec = i
 		s := r.section("length")
+		if r.err != nil {
+			return nil, nil, r.err
+		}
 		s.record(&b.Records[i], prev)
 		s.end("length")
 		if s.err != nil {
-			return nil, s.err
+			if !s.strs {
+				return nil, nil, s.err
+			}
+			if skip == nil {
+				skip = make([]bool, n)
+			}
+			skip[i] = true
+			bad = append(bad, s.err)
 		}
 		prev = &b.Records[i]
 	}
 	r.rec = -1
 	r.end("records")
 	if r.err != nil {
-		return nil, r.err
+		return nil, nil, r.err
 	}
-	return b, nil
+	if skip != nil {
+		kept := b.Records[:0]
+		for i := range b.Records {
+			if !skip[i] {
+				kept = append(kept, b.Records[i])
+			}
+		}
+		clear(b.Records[len(kept):])
+		b.Records = kept
+	}
+	return b, bad, nil
 }
 
 func (r *reader) client(c *Client) {
@@ -407,7 +470,11 @@ func (r *reader) client(c *Client) {
 	c.TimerFloorUs = r.u32("timer_floor_us")
 }
 
+// record decodes one record section. Its strings are read unchecked (repStr
+// with raw) and checked by the caller's loop above, so that an invalid one
+// is still there for the next record to repeat.
 func (r *reader) record(rec *Record, prev *Record) {
+	r.raw = true
 	copy(rec.StreamID[:], r.bytes("stream_id", 16))
 	flags := r.uvarint("flags")
 	if flags&^knownFlags != 0 && r.minor <= Minor {
@@ -415,14 +482,27 @@ func (r *reader) record(rec *Record, prev *Record) {
 	}
 	rec.TokensReported = flags&flagTokensReported != 0
 	rec.Smooth = flags&flagSmooth != 0
-	rec.OriginID = r.repStr("origin_id", prev.OriginID)
-	rec.PageOrigin = r.repStr("page_origin", prev.PageOrigin)
-	rec.PagePath = r.repStr("page_path", prev.PagePath)
-	rec.URLOrigin = r.repStr("url_origin", prev.URLOrigin)
-	rec.URLPath = r.repStr("url_path", prev.URLPath)
-	rec.Model = r.repStr("model", prev.Model)
-	rec.HTTPProto = r.repStr("http_proto", prev.HTTPProto)
-	rec.ContentType = r.repStr("content_type", prev.ContentType)
+	// The strings first, all of them, checked afterwards: the next record
+	// may repeat any of them, even when this one is left out.
+	var invalid error
+	for _, f := range [...]struct {
+		name      string
+		dst, prev *string
+	}{
+		{"origin_id", &rec.OriginID, &prev.OriginID}, {"page_origin", &rec.PageOrigin, &prev.PageOrigin},
+		{"page_path", &rec.PagePath, &prev.PagePath}, {"url_origin", &rec.URLOrigin, &prev.URLOrigin},
+		{"url_path", &rec.URLPath, &prev.URLPath}, {"model", &rec.Model, &prev.Model},
+		{"http_proto", &rec.HTTPProto, &prev.HTTPProto}, {"content_type", &rec.ContentType, &prev.ContentType},
+	} {
+		*f.dst = r.repStr(f.name, *f.prev)
+		if reason := checkString(f.name, []byte(*f.dst)); reason != "" && invalid == nil && r.err == nil {
+			invalid = &DecodeError{Record: r.rec, Field: r.prefix + f.name, Reason: reason, Err: ErrInvalid}
+		}
+	}
+	r.strs = r.err == nil
+	if r.err == nil {
+		r.err = invalid
+	}
 	rec.StartUnixMs = r.varint("start_unix_ms")
 	rec.Format = r.byte("format")
 	rec.Status = r.byte("status")
@@ -540,6 +620,27 @@ func (r *reader) record(rec *Record, prev *Record) {
 	if flags&flagITLTokens != 0 {
 		rec.ITLTokens = r.hist("itl_tokens")
 	}
+	if r.minor < 1 {
+		rec.End, rec.HeadersUs = 0, olderHeadersUs(rec)
+		return
+	}
+	rec.End = r.byte("end")
+	if r.err == nil && rec.End >= numEnds && r.minor <= Minor {
+		r.fail("end", endRange(rec.End), ErrInvalid)
+	}
+	rec.HeadersUs = r.optTime("headers_us")
+}
+
+// olderHeadersUs is HeadersUs for a record from a sender older than minor 1,
+// which did not report it. Such senders measured only responses whose
+// headers had arrived, so NoTime ("ended before the headers") would be
+// false: the headers came no later than the first body byte, or than the
+// end of a body that had none, and that bound stands in for the time.
+func olderHeadersUs(rec *Record) uint32 {
+	if rec.TTFBUs != NoTime {
+		return rec.TTFBUs
+	}
+	return rec.DurationUs
 }
 
 // indexField puts the entry index into the field of an error just raised

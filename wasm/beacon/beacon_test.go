@@ -130,7 +130,7 @@ func TestSizes(t *testing.T) {
 	t.Logf("typical ITL histogram: %d buckets, %d bytes", b.Records[0].ITL.NumBuckets(), itl/len(b.Records))
 	r := minimalBatch().Records[0]
 	strs := len(r.PageOrigin + r.PagePath + r.URLOrigin + r.URLPath)
-	if n := len(minimal) - len(empty) - strs; n > 46 {
+	if n := len(minimal) - len(empty) - strs; n > 48 {
 		t.Fatalf("minimal record takes %d bytes besides its strings", n)
 	}
 	if perRecord > 1000 {
@@ -282,6 +282,55 @@ func TestMinorVersions(t *testing.T) {
 	ack[4] = Minor + 1
 	if a, err := DecodeAck(ack); err != nil || a.Seq != 5 {
 		t.Fatalf("DecodeAck(newer minor) = %v, %v", a, err)
+	}
+}
+
+// TestOlderMinor: a minor-0 sender does not write end and headers_us; its
+// records decode with End 0 (not reported) and HeadersUs at its bound (the
+// first body byte, else the end), never NoTime ("before the headers").
+func TestOlderMinor(t *testing.T) {
+	b := typicalBatch()
+	b.Records[1].TTFBUs = NoTime // an empty body
+	old := reencode(t, b, encoder{minor: 0})
+	if old[4] != 0 {
+		t.Fatalf("minor byte %d, want 0", old[4])
+	}
+	if cur := mustEncode(t, b); len(cur)-len(old) < 2*len(b.Records) {
+		t.Fatalf("minor 0 encoding is %d bytes, minor %d %d: the new fields were written", len(old), Minor, len(cur))
+	}
+	got := mustDecode(t, old, Limits{})
+	want := typicalBatch()
+	want.Records[1].TTFBUs = NoTime
+	for i := range want.Records {
+		r := &want.Records[i]
+		r.End, r.HeadersUs = 0, r.TTFBUs
+		if r.TTFBUs == NoTime {
+			r.HeadersUs = r.DurationUs
+		}
+	}
+	if !batchesEqual(got, want) {
+		t.Fatal("minor 0: decoded batch differs")
+	}
+	if got.Records[1].HeadersUs != b.Records[1].DurationUs || got.Records[0].HeadersUs != b.Records[0].TTFBUs {
+		t.Fatalf("minor 0 headers_us: %d, %d", got.Records[0].HeadersUs, got.Records[1].HeadersUs)
+	}
+	// The new fields round-trip from this minor, NoTime included.
+	m := minimalBatch()
+	if got := mustDecode(t, mustEncode(t, m), Limits{}); got.Records[0].End != 3 || got.Records[0].HeadersUs != NoTime {
+		t.Fatalf("end %d headers_us %d, want 3 NoTime", got.Records[0].End, got.Records[0].HeadersUs)
+	}
+	// An end code this minor does not know: an error from this minor, kept
+	// from a newer one (which may have added codes).
+	enc := patchRecord(t, minimalBatch(), func(body []byte) []byte {
+		body[len(body)-2] = 9 // end, then headers_us (NoTime: one byte)
+		return body
+	})
+	if _, err := DecodeBatch(enc, Limits{}); fmt.Sprint(err) != "beacon: record 0: end: 9 out of range [0, 4]" || !errors.Is(err, ErrInvalid) {
+		t.Fatalf("unknown end from this minor: err = %v", err)
+	}
+	enc[4] = Minor + 1
+	if got, err := DecodeBatch(enc, Limits{}); err != nil || got.Records[0].End != 9 {
+		t.Fatalf("unknown end from a newer minor: %v, %v", got, err)
 	}
 }
 
@@ -467,6 +516,7 @@ func TestEncodeErrors(t *testing.T) {
 		{"nan", func(b *Batch) { b.Records[0].Jank = float32(math.Inf(1)) }, "beacon: record 0: jank: not a finite non-negative number"},
 		{"cause", func(b *Batch) { b.Records[0].StallList = []Stall{{Cause: 5}} }, "beacon: record 0: stall_list[0].cause: 5 out of range [0, 4]"},
 		{"ttft cause", func(b *Batch) { b.Records[0].TTFTCause = 200 }, "beacon: record 0: ttft_cause: 200 out of range [0, 4]"},
+		{"end", func(b *Batch) { b.Records[0].End = 5 }, "beacon: record 0: end: 5 out of range [0, 4]"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			b := minimalBatch()
@@ -568,14 +618,25 @@ func FuzzDecodeBatch(f *testing.F) {
 	}
 	f.Add(Ack{Seq: 1}.AppendBinary(nil))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		b, err := DecodeBatch(data, Limits{})
-		if err != nil {
+		isDecodeError := func(err error) {
 			var de *DecodeError
 			if !errors.As(err, &de) || de.Err == nil || !strings.HasPrefix(err.Error(), "beacon: ") {
 				t.Fatalf("error %#v is not a *DecodeError with a sentinel", err)
 			}
+		}
+		b, bad, err := DecodeBatchRecords(data, Limits{})
+		strict, strictErr := DecodeBatch(data, Limits{})
+		if (err != nil || len(bad) > 0) != (strictErr != nil) || (strictErr == nil) != (strict != nil) {
+			t.Fatalf("DecodeBatch and DecodeBatchRecords disagree: %v / %d bad, %v", err, len(bad), strictErr)
+		}
+		if err != nil {
+			isDecodeError(err)
 			return
 		}
+		for _, e := range bad {
+			isDecodeError(e)
+		}
+		// What was kept is a batch any decoder accepts.
 		enc, err := b.AppendBinary(nil)
 		if err != nil {
 			t.Fatalf("decoded batch does not encode: %v", err)
@@ -608,6 +669,7 @@ func TestFuzzCorpus(t *testing.T) {
 		"typical":         typical,
 		"typical-cut":     typical[:len(typical)/2],
 		"newer-minor":     newer,
+		"older-minor":     reencode(t, typicalBatch(), encoder{minor: 0}),
 		"empty-batch":     mustEncode(t, &Batch{}),
 		"ack":             Ack{Seq: 9, Reject: RejectSite}.AppendBinary(nil),
 		"header-only":     typical[:headerLen],
@@ -712,5 +774,64 @@ func TestTimelineOneRead(t *testing.T) {
 		if !batchesEqual(got, b) {
 			t.Fatalf("n=%d: round trip differs", n)
 		}
+	}
+}
+
+// TestBadRecordsAlone: DecodeBatchRecords leaves out each record whose own
+// bytes are wrong and keeps the others, the strings they repeat included;
+// DecodeBatch refuses the batch for the first of them.
+func TestBadRecordsAlone(t *testing.T) {
+	b := typicalBatch()
+	b.Records[2].Model = "gpt-\xff"                // invalid UTF-8
+	b.Records[3].Model = b.Records[2].Model        // repeats it (0 marker): invalid too
+	b.Records[4].Model = "gpt-4o"                  // a new value again
+	b.Records[5].Jank = float32(math.NaN())        // an invalid rate
+	b.Records[6].URLPath = "/v1/chat?key=x"        // a query
+	b.Records[7].StallList = []Stall{{Cause: 200}} // a cause out of range
+	enc := reencode(t, b, encoder{minor: Minor, unchecked: true})
+	if !bytes.Contains(enc, []byte("gpt-\xff")) || bytes.Count(enc, []byte("gpt-\xff")) != 1 {
+		t.Fatal("the invalid model is not written once (record 3 should repeat it with the 0 marker)")
+	}
+	got, bad, err := DecodeBatchRecords(enc, Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var msgs []string
+	for _, e := range bad {
+		msgs = append(msgs, e.Error())
+		if !errors.Is(e, ErrInvalid) {
+			t.Errorf("%v: not ErrInvalid", e)
+		}
+	}
+	want := []string{
+		"beacon: record 2: model: invalid UTF-8",
+		"beacon: record 3: model: invalid UTF-8",
+		"beacon: record 5: jank: not a finite non-negative number",
+		"beacon: record 6: url_path: contains a query or fragment",
+		"beacon: record 7: stall_list[0].cause: 200 out of range [0, 4]",
+	}
+	if strings.Join(msgs, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("left out:\n%s\nwant:\n%s", strings.Join(msgs, "\n"), strings.Join(want, "\n"))
+	}
+	keep := &Batch{Seq: b.Seq, Site: b.Site, Client: b.Client, Dropped: b.Dropped}
+	for _, i := range []int{0, 1, 4, 8, 9} {
+		keep.Records = append(keep.Records, b.Records[i])
+	}
+	if !batchesEqual(got, keep) {
+		t.Fatal("the records kept differ from those sent")
+	}
+	if _, err := DecodeBatch(enc, Limits{}); fmt.Sprint(err) != want[0] {
+		t.Fatalf("DecodeBatch err = %v, want %q", err, want[0])
+	}
+	// A record section that ends too soon is left out alone too; one whose
+	// strings cannot be read fails the batch (the next records' repeated
+	// strings could not be resolved).
+	short := patchRecord(t, minimalBatch(), func(body []byte) []byte { return body[:len(body)-1] })
+	if got, bad, err := DecodeBatchRecords(short, Limits{}); err != nil || len(bad) != 1 || len(got.Records) != 0 || !errors.Is(bad[0], ErrTruncated) {
+		t.Fatalf("record cut after its strings: %v, %v, %v", got, bad, err)
+	}
+	cut := patchRecord(t, minimalBatch(), func(body []byte) []byte { return body[:17+3] })
+	if _, _, err := DecodeBatchRecords(cut, Limits{}); !errors.Is(err, ErrTruncated) {
+		t.Fatalf("record cut inside its strings: err = %v, want ErrTruncated for the batch", err)
 	}
 }

@@ -53,6 +53,8 @@
 //	[causes] byte ttft_cause; 5 × uvarint stalls_by_cause; 5 × uvarint
 //	         stalled_by_cause
 //	[itl_tokens] histogram
+//	byte     end (meter.End; minor 1)
+//	opttime  headers_us (minor 1)
 //
 // An Ack (collector -> browser) is uvarint seq and a Reject byte.
 //
@@ -62,7 +64,7 @@
 // the bytes, so origins, paths and the model cost one byte after the first
 // record; opttime is the uvarint of v+1 with NoTime as 0; f32 is 4 bytes
 // IEEE 754 little-endian, finite and non-negative; a section is a uvarint
-// byte length and its body. A minimal record is about 45 bytes plus its strings.
+// byte length and its body. A minimal record is about 47 bytes plus its strings.
 //
 // # Versioning
 //
@@ -75,7 +77,10 @@
 // rest when the sender's minor is newer than its own; from a sender of its
 // own or an older minor, leftover bytes or unknown flag bits are errors. A
 // decoder of minor m reading an older minor k < m must default the fields
-// added after k (the header carries k for that).
+// added after k (the header carries k for that). Records from minor 0 decode
+// with End = 0 (meter.EndNone: not reported) and HeadersUs = TTFBUs, or
+// DurationUs without a body byte: those senders measured only responses
+// whose headers had arrived, and the headers came no later than that.
 //
 // # Limits and errors
 //
@@ -83,7 +88,7 @@
 // histogram, timeline and stall list lengths, string lengths) before it
 // allocates, and checks every value: UTF-8 strings, no query or fragment in
 // origins and paths, uint32/uint16 ranges, cause codes, finite rates, the
-// histograms' invariants. Errors are *DecodeError naming the record and field,
+// histograms' invariants, end codes (from a sender of this minor or older). Errors are *DecodeError naming the record and field,
 // and wrap one of ErrMagic, ErrVersion, ErrKind, ErrTruncated, ErrLimit
 // (ErrTooBig for the whole message) or ErrInvalid:
 //

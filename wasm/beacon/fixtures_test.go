@@ -24,7 +24,9 @@ func minimalBatch() *Batch {
 			PagePath:    "/",
 			URLOrigin:   "https://chat.example.com",
 			URLPath:     "/v1/chat/completions",
-			Status:      2, // aborted
+			Status:      2, // aborted before the response headers
+			End:         3, // abort
+			HeadersUs:   NoTime,
 			TTFBUs:      NoTime, TTFCUs: NoTime, TTFTUs: NoTime,
 			DurationUs: 1500000,
 		}},
@@ -52,6 +54,8 @@ func typicalRecord(r *rand.Rand, i int) Record {
 	}
 	var at uint32 = 180000 + 100*uint32(r.IntN(4000))
 	rec.TTFBUs = at - 20000
+	rec.HeadersUs = rec.TTFBUs - 1700
+	rec.End = uint8(1 + i%2) // body end, closed after end
 	rec.TTFCUs = at - 5000
 	rec.TTFTUs = at
 	n := 150 + r.IntN(250)

@@ -12,7 +12,9 @@ const Version = 1
 // flag bits; a decoder skips what a newer minor appended, and expects every
 // field its own minor knows from a sender of the same or an older minor (see
 // the package comment).
-const Minor = 0
+//
+// Minor 1 appended end and headers_us to the record.
+const Minor = 1
 
 // The magic bytes: 0x89 is not ASCII, so text (JSON, an HTML error page) is
 // never mistaken for a beacon.

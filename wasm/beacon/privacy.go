@@ -108,3 +108,92 @@ func lower(s string) string {
 	}
 	return s
 }
+
+// RedactID replaces an id-like path segment.
+const RedactID = ":id"
+
+// RedactPath replaces each id-like segment of a URL path (see IDSegment) with
+// RedactID, keeping the slashes, so that conversation and thread ids are
+// neither sent nor stored and routes group:
+//
+//	"/c/550e8400-e29b-41d4-a716-446655440000/messages/12345" -> "/c/:id/messages/:id"
+//	"/v1/chat/completions"                                   -> "/v1/chat/completions"
+//
+// It is the one rule of every vantage point: the browser's loader applies
+// the same one (web/static/itl.js, ID_SEGMENT, checked against the same
+// cases, testdata/redact_paths.txt), and the origin middleware applies this
+// function. Give it a path, never a query. It does not allocate when nothing
+// is replaced.
+func RedactPath(path string) string {
+	var b []byte
+	start := 0
+	for i := 0; i <= len(path); i++ {
+		if i < len(path) && path[i] != '/' {
+			continue
+		}
+		if seg := path[start:i]; IDSegment(seg) {
+			if b == nil {
+				b = make([]byte, 0, len(path))
+				b = append(b, path[:start]...)
+			}
+			b = append(b, RedactID...)
+		} else if b != nil {
+			b = append(b, seg...)
+		}
+		if b != nil && i < len(path) {
+			b = append(b, '/')
+		}
+		start = i + 1
+	}
+	if b == nil {
+		return path
+	}
+	return string(b)
+}
+
+// IDSegment reports whether a path segment looks like an id: a UUID
+// (8-4-4-4-12 hex digits, any case), a number of 3 or more ASCII digits, or a
+// token of 16 or more ASCII letters, digits, '_' and '-' holding at least one
+// digit. It matches exactly what itl.js's ID_SEGMENT regular expression
+// matches, /^(?:[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}|
+// \d{3,}|(?=[\w-]*\d)[\w-]{16,})$/i, written out by hand because package
+// regexp would add to the browser module.
+func IDSegment(seg string) bool {
+	if isUUID(seg) {
+		return true
+	}
+	digits, hasDigit := true, false
+	for i := 0; i < len(seg); i++ {
+		c := seg[i]
+		switch {
+		case '0' <= c && c <= '9':
+			hasDigit = true
+		case 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || c == '_' || c == '-':
+			digits = false
+		default:
+			return false // neither a number nor a token
+		}
+	}
+	return digits && len(seg) >= 3 || hasDigit && len(seg) >= 16
+}
+
+// isUUID reports whether s is 8-4-4-4-12 hex digits.
+func isUUID(s string) bool {
+	if len(s) != 36 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch i {
+		case 8, 13, 18, 23:
+			if c != '-' {
+				return false
+			}
+		default:
+			if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F') {
+				return false
+			}
+		}
+	}
+	return true
+}

@@ -47,10 +47,13 @@ type Record struct {
 	Format     uint8  // meter.Format
 	Status     uint8  // meter.Status
 	HTTPStatus uint16 // 0 when the request ended before response headers
-	End        uint8  // meter.End: how the body ended (meter.EndNone from older senders)
+	End        uint8  // meter.End: how the body ended (meter.EndNone from senders older than minor 1)
 	// HeadersUs is when the response headers arrived; NoTime when the
 	// request was aborted or failed before them (then DurationUs is the
-	// time waited, and the stream has no body facts).
+	// time waited, and the stream has no body facts). Where the sender did
+	// not know it (a sender older than minor 1, a page script that does not
+	// pass it) it is an upper bound: TTFBUs, or DurationUs without a body
+	// byte. NoTime always means "ended before the headers".
 	HeadersUs uint32
 
 	TTFBUs, TTFCUs, TTFTUs, DurationUs uint32 // NoTime when absent

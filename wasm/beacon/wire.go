@@ -89,6 +89,9 @@ type reader struct {
 	lim    Limits
 	minor  uint8 // the sender's minor version
 	err    error
+	// raw: repStr keeps a string that fails checkString (the caller checks
+	// it); strs: a record's strings were all read (DecodeBatchRecords).
+	raw, strs bool
 }
 
 func (r *reader) fail(field, reason string, sentinel error) {
@@ -230,6 +233,9 @@ func (r *reader) strBody(field string, n int) string {
 	b := r.bytes(field, n)
 	if r.err != nil {
 		return ""
+	}
+	if r.raw {
+		return string(b)
 	}
 	if reason := checkString(field, b); reason != "" {
 		r.fail(field, reason, ErrInvalid)

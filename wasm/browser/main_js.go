@@ -9,15 +9,20 @@
 //
 //	configure(cfg)                          -> true | error string
 //	start(t0, startUnixMs, url, method, model, contentType, httpStatus,
-//	      originID, streamID Uint8Array(16)) -> stream id (>= 0), or -1
+//	      originID, streamID Uint8Array(16), pagePath, headersAt)
+//	                                        -> stream id (>= 0), or -1; headersAt: performance.now()
+//	                                           when the response headers arrived, -1 when the request
+//	                                           ended before them (end() follows); absent: not known
 //	feed(bytes Uint8Array, ops Uint8Array, nOps)
 //	                                        // a batch of staged operations, see below
 //	end(id, at, kind, httpStatus, proto, out Uint8Array)
 //	                                        -> true, the summary written to out as
-//	                                           float64s (see summaryFields); kind: 1 complete,
-//	                                           2 aborted, 3 network error
+//	                                           float64s (see summaryFields); kind (meter.Stop): 1 body
+//	                                           read to its end, 2 aborted (AbortSignal), 3 network
+//	                                           error, 4 the page cancelled the body, 5 the page went
+//	                                           away; status and end follow meter.Outcome
 //	pagehide(), pageshow()                  // bfcache: close the socket + sendBeacon; allow reconnect
-//	mirror()                                -> Uint8Array | null: what pagehide would send now, for
+//	mirror(now?)                            -> Uint8Array | null: what pagehide would send now, for
 //	                                           a module in a Worker (no sendBeacon there; see itl.js)
 //	stats()                                 -> counters, for tests
 //	_crash(mode)                            test hook, only with configure({testHooks: true})
@@ -37,10 +42,11 @@
 // changes a measurement (a Worker's performance.now() has another origin:
 // the module only ever compares the page's stamps with each other).
 //
-// Rules (DESIGN.md "Browser module facts"): nothing here blocks inside a
-// js.FuncOf callback. All state is touched only from JS callbacks (the event
-// loop of the page or the Worker serialises them), timers are JS timers, and there are no
-// goroutines, channels or locks to wait on. A panic inside a callback is
+// Rules: nothing here blocks inside a js.FuncOf callback (a blocked callback
+// makes Go exit, and every later call from the page throws). All state is
+// touched only from JS callbacks (the event loop of the page or the Worker
+// serialises them), timers are JS timers, and there are no goroutines,
+// channels or locks to wait on. A panic inside a callback is
 // recovered, reported once with console.warn, and returns null: the shim
 // leaves that response unmeasured and the page untouched. If the Go program
 // exits anyway, every later call throws and the shim restores the page's own

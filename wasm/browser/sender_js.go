@@ -124,13 +124,12 @@ func (s *sender) flushNow() {
 		s.dropped = 0
 		s.seq++
 		b.seq = s.seq
-		wire, err := s.encode(b.seq, b.records, b.dropped)
-		if err != nil {
-			report("encode", err)
-			s.dropped += uint32(n) + b.dropped
+		wire, recs, dropped := s.encode(b.seq, b.records, b.dropped)
+		if wire == nil {
+			s.dropped += dropped
 			continue
 		}
-		b.wire = wire
+		b.wire, b.records, b.dropped = wire, recs, dropped
 		s.keep(b)
 		s.write(wire)
 	}
@@ -153,9 +152,27 @@ func (s *sender) keep(b sentBatch) {
 	}
 }
 
-func (s *sender) encode(seq uint64, recs []beacon.Record, dropped uint32) ([]byte, error) {
-	b := beacon.Batch{Seq: seq, Site: s.site, Client: s.client, Dropped: dropped, Records: recs}
-	return b.AppendBinary(nil)
+// encode encodes a batch of recs. A record the wire format refuses (the
+// module should never make one: see limit and f32) is left out alone and
+// counted in dropped, so it never takes the others with it; recs is then a
+// copy without it. When the batch itself cannot be encoded (its site or
+// client), wire is nil and dropped counts every record.
+func (s *sender) encode(seq uint64, recs []beacon.Record, dropped uint32) (wire []byte, kept []beacon.Record, _ uint32) {
+	for {
+		b := beacon.Batch{Seq: seq, Site: s.site, Client: s.client, Dropped: dropped, Records: recs}
+		w, err := b.AppendBinary(nil)
+		if err == nil {
+			return w, recs, dropped
+		}
+		report("encode", err)
+		de, ok := err.(*beacon.DecodeError)
+		if !ok || de.Record < 0 || de.Record >= len(recs) {
+			return nil, nil, dropped + uint32(len(recs))
+		}
+		i := de.Record
+		recs = append(recs[:i:i], recs[i+1:]...)
+		dropped++
+	}
 }
 
 func (s *sender) write(wire []byte) {
@@ -278,8 +295,8 @@ func (s *sender) probe() {
 	if s.probing || s.refused || s.beaconURL == "" || s.fetch.Type() != js.TypeFunction {
 		return
 	}
-	wire, err := s.encode(s.seq, nil, 0)
-	if err != nil {
+	wire, _, _ := s.encode(s.seq, nil, 0)
+	if wire == nil {
 		return
 	}
 	u8 := global.Get("Uint8Array").New(len(wire))
@@ -432,18 +449,19 @@ func (s *sender) beaconWire(extra []beacon.Record) []byte {
 	}
 	s.seq++ // a batch number of its own: never the same as a WebSocket batch's
 	for {
-		w, err := s.encode(s.seq, recs, dropped)
-		if err == nil && len(w) <= maxBeaconBytes {
+		w, kept, d := s.encode(s.seq, recs, dropped)
+		if w == nil {
+			return nil
+		}
+		if len(w) <= maxBeaconBytes {
 			return w
 		}
+		recs, dropped = kept, d
 		if len(recs) == 0 {
 			return nil
 		}
 		// Leave out about the share that does not fit (at least one).
-		n := 1
-		if err == nil {
-			n = max(1, len(recs)*(len(w)-maxBeaconBytes)/len(w))
-		}
+		n := max(1, len(recs)*(len(w)-maxBeaconBytes)/len(w))
 		recs = recs[n:]
 		dropped += uint32(n)
 	}

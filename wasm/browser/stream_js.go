@@ -15,9 +15,19 @@ const maxOpen = 64
 type stream struct {
 	t0     float64 // performance.now() just before fetch, ms
 	lastAt float64 // performance.now() of the last read fed, ms
-	m      *meter.Meter
-	rec    beacon.Record // request/response facts; metrics filled at end
+	// headers is when the response headers arrived, since t0; headersNone:
+	// the request ended before them; headersUnknown: the caller did not say
+	// (a 10-argument start).
+	headers meter.Duration
+	m       *meter.Meter
+	rec     beacon.Record // request/response facts; metrics filled at end
 }
+
+// stream.headers values that are not times.
+const (
+	headersNone    meter.Duration = -1
+	headersUnknown meter.Duration = -2
+)
 
 // module is the browser module's state. Only JS callbacks touch it.
 type module struct {
@@ -55,8 +65,10 @@ func (a *module) configure(args []js.Value) any {
 	}
 	a.timerFloor = meter.Duration(propFloat(c, "timerFloorUs") * float64(meter.Microsecond))
 	a.testHooks = propBool(c, "testHooks")
-	a.pageOrigin = propString(c, "pageOrigin")
-	a.pagePath = propString(c, "pagePath")
+	a.pageOrigin = limit(propString(c, "pageOrigin"), 512)
+	a.pagePath = limit(cutQuery(propString(c, "pagePath")), 512)
+	// The strings the page chooses are cut on rune boundaries to stay
+	// within the collector's string limit (the browser's own are short).
 	client := beacon.Client{
 		UserAgent:      propString(c, "userAgent"),
 		UABrands:       propString(c, "uaBrands"),
@@ -67,7 +79,7 @@ func (a *module) configure(args []js.Value) any {
 		TimerFloorUs:   uint32(clamp(propFloat(c, "timerFloorUs"), 0, math.MaxUint32)),
 		CrossOriginIso: propBool(c, "crossOriginIsolated"),
 		ModuleVersion:  Version,
-		Release:        propString(c, "release"),
+		Release:        limit(propString(c, "release"), 128),
 	}
 	beaconURL := propString(c, "beaconURL")
 	if s := a.send; s != nil && s.site == site && s.wsURL == wsURL && s.beaconURL == beaconURL {
@@ -97,16 +109,30 @@ func (a *module) configure(args []js.Value) any {
 }
 
 // start(t0, startUnixMs, url, method, model, contentType, httpStatus,
-// originID, streamID) -> id, or -1 when not measured.
+// originID, streamID, pagePath, headersAt) -> id, or -1 when not measured.
+// headersAt is performance.now() when the response headers arrived, or -1
+// when the request ended before them (then end() is the only other call for
+// this id, and it decides aborted or error). A caller that passes no
+// headersAt (10 arguments) did not say: the record's HeadersUs is then its
+// bound (see headersUs).
 func (a *module) start(args []js.Value) any {
 	if !a.configured || len(a.streams) >= maxOpen || len(args) < 9 {
 		return -1
 	}
 	ct := argString(args, 5) // media type, lowercased, without parameters (itl.js)
+	t0 := argFloat(args, 0)
+	headers := headersUnknown
+	if len(args) > 10 && args[10].Type() == js.TypeNumber {
+		headers = headersNone
+		if at := args[10].Float(); at >= 0 {
+			headers = max(since(t0, at), 0)
+		}
+	}
 	s := &stream{
-		t0:     argFloat(args, 0),
-		lastAt: argFloat(args, 0),
-		m:      meter.New(meter.Options{ContentType: ct, TimerFloor: a.timerFloor}),
+		t0:      t0,
+		lastAt:  t0,
+		headers: headers,
+		m:       meter.New(meter.Options{ContentType: ct, TimerFloor: a.timerFloor}),
 		rec: beacon.Record{
 			StartUnixMs: int64(argFloat(args, 1)),
 			PageOrigin:  a.pageOrigin,
@@ -121,7 +147,7 @@ func (a *module) start(args []js.Value) any {
 		s.rec.PagePath = limit(cutQuery(args[9].String()), 512)
 	}
 	s.rec.URLOrigin, s.rec.URLPath = beacon.StripQuery(argString(args, 2))
-	s.rec.URLPath = limit(s.rec.URLPath, 512)
+	s.rec.URLOrigin, s.rec.URLPath = limit(s.rec.URLOrigin, 512), limit(s.rec.URLPath, 512)
 	js.CopyBytesToGo(s.rec.StreamID[:], args[8])
 	id := a.nextID
 	a.nextID++
@@ -185,6 +211,11 @@ func grow(b []byte, n int) []byte {
 }
 
 // end(id, at, kind, httpStatus, proto, out) -> true with the summary in out.
+// kind is how the page saw the stream stop (meter.Stop): 1 the body was read
+// to its end, 2 aborted through the request's AbortSignal, 3 network error,
+// 4 the page cancelled the body, 5 the page went away with it open. The
+// status and end follow meter.Outcome: a stop after the format's terminal
+// event leaves the stream complete (closed after end); before it, aborted.
 func (a *module) end(args []js.Value) any {
 	if len(args) < 6 {
 		return false
@@ -195,36 +226,49 @@ func (a *module) end(args []js.Value) any {
 		return false
 	}
 	delete(a.streams, id)
-	st := meter.StatusComplete
-	switch args[2].Int() {
-	case 2:
-		st = meter.StatusAborted
-	case 3:
-		st = meter.StatusNetworkError
-	}
+	how := meter.Stop(clamp(argFloat(args, 2), 0, 255))
 	hs := int(argFloat(args, 3))
 	if hs == 0 {
 		hs = int(s.rec.HTTPStatus)
 	}
-	if st == meter.StatusComplete && hs >= 400 {
-		st = meter.StatusHTTPError
-	}
 	s.rec.HTTPProto = limit(argString(args, 4), 16)
-	s.m.End(since(s.t0, args[1].Float()), st, hs)
+	s.m.EndBy(since(s.t0, argFloat(args, 1)), how, hs)
 	sum := s.m.Summary()
 	fillRecord(&s.rec, &sum)
+	s.rec.HeadersUs = s.headersUs(&sum)
 	if a.send != nil {
 		a.send.add(s.rec)
 	}
-	a.writeSummary(&sum, args[5])
+	a.writeSummary(&sum, s.rec.HeadersUs, args[5])
 	return true
+}
+
+// headersUs is the record's HeadersUs: the time since t0 the headers arrived,
+// NoTime when the request ended before them, and when the caller did not
+// say, its bound: the first body byte, or the end of a body that had none
+// (the headers came no later; beacon decodes older senders the same way).
+func (s *stream) headersUs(sum *meter.Summary) uint32 {
+	h := s.headers
+	if h == headersUnknown {
+		h = sum.TTFB
+		if h < 0 {
+			h = max(sum.Duration, 0)
+		}
+	}
+	return usTime(h) // headersNone: NoTime
 }
 
 // summaryFields is the order of the float64s end writes for itl.js (times in
 // ms, -1 = did not happen). Keep in step with SUMMARY in web/static/itl.js.
-const summaryFields = 26
+// The last two: end (meter.End), headersMs (-1 when the request ended
+// before the headers).
+const summaryFields = 28
 
-func (a *module) writeSummary(s *meter.Summary, out js.Value) {
+func (a *module) writeSummary(s *meter.Summary, headersUs uint32, out js.Value) {
+	headersMs := -1.0
+	if headersUs != beacon.NoTime {
+		headersMs = float64(headersUs) / 1000
+	}
 	b2f := func(b bool) float64 {
 		if b {
 			return 1
@@ -238,6 +282,7 @@ func (a *module) writeSummary(s *meter.Summary, out js.Value) {
 		ms(s.GapP50), ms(s.GapP95), ms(s.GapP99), ms(s.GapMax), ms(s.TPOT), s.TokensPerSec,
 		float64(s.Stalls), ms(s.StalledFor), s.Jank, b2f(s.Smooth), s.EventsPerRead,
 		float64(s.TTFTCause), b2f(s.TokensReported), s.SubFloorShare,
+		float64(s.End), headersMs,
 	}
 	var b [summaryFields * 8]byte
 	for i, f := range v {
@@ -259,23 +304,37 @@ func (a *module) markBusy(start, end float64) {
 	}
 }
 
-// mirror() -> Uint8Array, or null when nothing changed since the last call.
-// A module running in a Worker (itl.js) has no navigator.sendBeacon and gets
-// no pagehide in time, so the page keeps the latest mirror and sends it on
-// pagehide: what pagehide would send now, the records held and the streams
-// still open, these as aborted at their last read. Empty: nothing to send.
-func (a *module) mirror([]js.Value) any {
+// mirror(now?) -> Uint8Array, or null when nothing changed since the last
+// call. A module running in a Worker (itl.js) has no navigator.sendBeacon and
+// gets no pagehide in time, so the page keeps the latest mirror and sends it
+// on pagehide: what pagehide would send now, the records held and the
+// streams still open, these ended as end(kind 5) would end them at their
+// last read: complete (closed after end) when the terminal event had
+// arrived, else aborted. A stream still waiting for its headers ends at now
+// (the page's performance.now(), when given), so the time waited is stored.
+// Empty: nothing to send.
+func (a *module) mirror(args []js.Value) any {
 	if a.send == nil || !a.dirty && !a.send.changed {
 		return nil
 	}
 	a.dirty, a.send.changed = false, false
+	now := argFloat(args, 0)
 	open := make([]beacon.Record, 0, len(a.streams))
 	for _, s := range a.streams {
 		sum := s.m.Summary()
-		sum.Status = meter.StatusAborted
-		sum.Duration = since(s.t0, s.lastAt)
+		hs := sum.HTTPStatus
+		if hs == 0 {
+			hs = int(s.rec.HTTPStatus)
+		}
+		sum.Status, sum.End = meter.Outcome(s.m.Terminal(), meter.StopPageHide, hs)
+		end := s.lastAt
+		if s.headers == headersNone {
+			end = math.Max(end, now)
+		}
+		sum.Duration = since(s.t0, end)
 		r := s.rec
 		fillRecord(&r, &sum)
+		r.HeadersUs = s.headersUs(&sum)
 		open = append(open, r)
 	}
 	wire := a.send.beaconWire(open)
@@ -352,6 +411,7 @@ func durationMs(ms float64, def meter.Duration) meter.Duration {
 func fillRecord(r *beacon.Record, s *meter.Summary) {
 	r.Format = uint8(s.Format)
 	r.Status = uint8(s.Status)
+	r.End = uint8(s.End)
 	if s.HTTPStatus > 0 {
 		r.HTTPStatus = uint16(s.HTTPStatus)
 	}
@@ -362,11 +422,11 @@ func fillRecord(r *beacon.Record, s *meter.Summary) {
 	r.Reads, r.Bytes = u32(s.Reads), uint64(max(s.Bytes, 0))
 	r.GapP50Us, r.GapP95Us, r.GapP99Us, r.GapMaxUs = us(s.GapP50), us(s.GapP95), us(s.GapP99), us(s.GapMax)
 	r.TPOTUs = us(s.TPOT)
-	r.TokensPerSec = float32(s.TokensPerSec)
+	r.TokensPerSec = f32(s.TokensPerSec)
 	r.Stalls, r.StalledUs = u32(s.Stalls), uint64(max(s.StalledFor/meter.Microsecond, 0))
-	r.Jank, r.Smooth = float32(s.Jank), s.Smooth
-	r.EventsPerRead, r.MaxEventsPerRead = float32(s.EventsPerRead), u32(s.MaxEventsPerRead)
-	r.BytesPerRead, r.SubFloorShare = float32(s.BytesPerRead), float32(s.SubFloorShare)
+	r.Jank, r.Smooth = f32(s.Jank), s.Smooth
+	r.EventsPerRead, r.MaxEventsPerRead = f32(s.EventsPerRead), u32(s.MaxEventsPerRead)
+	r.BytesPerRead, r.SubFloorShare = f32(s.BytesPerRead), f32(s.SubFloorShare)
 	for i := range meter.NumCauses {
 		r.StallsByCause[i] = u32(s.StallsByCause[i])
 		r.StalledByCause[i] = uint64(max(s.StalledByCause[i]/meter.Microsecond, 0))
@@ -421,13 +481,40 @@ func u32(n int) uint32 {
 	return uint32(n)
 }
 
+// f32 is v as a rate the wire format accepts: finite and non-negative (NaN
+// and negative values become 0, +Inf the largest float32).
+//
+//go:noinline
+func f32(v float64) float32 {
+	if !(v > 0) {
+		return 0
+	}
+	if v > math.MaxFloat32 {
+		return math.MaxFloat32
+	}
+	return float32(v)
+}
+
 func clamp(v, lo, hi float64) float64 { return math.Max(lo, math.Min(hi, v)) }
 
+// limit returns s cut to at most n bytes on a rune boundary, so a valid
+// UTF-8 string stays valid: the wire format refuses a record with an invalid
+// string. Strings from JS are valid UTF-8 (wasm_exec.js encodes them with
+// TextEncoder, which turns a lone surrogate into U+FFFD; Latin-1 header
+// bytes arrive as the characters U+0080-U+00FF), so only a byte cut could
+// break one. Should a record still be refused, the sender leaves it out
+// alone (sender.encode). Not inlined: it is called for every string of a
+// record and of the client, and each inlined copy adds to the module.
+//
+//go:noinline
 func limit(s string, n int) string {
-	if len(s) > n {
-		return s[:n]
+	if len(s) <= n {
+		return s
 	}
-	return s
+	for n > 0 && s[n]&0xC0 == 0x80 { // s[n] continues the rune before it
+		n--
+	}
+	return s[:n]
 }
 
 // cutQuery returns path without a query or fragment (location.pathname has

@@ -1,7 +1,7 @@
 // Package meter parses a streamed HTTP response body incrementally, one network
 // read at a time with its arrival time, recognises token events for the common
 // LLM streaming APIs, and computes the stream's timeline and summary exactly as
-// DESIGN.md defines them. It is pure Go (no syscall/js) and does not import fmt,
+// the README's "What it measures" defines them. It is pure Go (no syscall/js) and does not import fmt,
 // encoding/json, net/http or any reflection-based encoder: it is compiled into
 // the browser module.
 //
@@ -10,7 +10,10 @@
 //	func New(opts Options) *Meter                        // the zero Meter + Reset works too
 //	func (m *Meter) Feed(chunk []byte, at Duration) // one network read, arrival time since t0
 //	func (m *Meter) MarkBusy(start, end Duration)   // a main-thread long task / LoAF interval
-//	func (m *Meter) End(at Duration, st Status, httpStatus int)
+//	func (m *Meter) EndBy(at Duration, how Stop, httpStatus int) // how the page saw it stop; Outcome decides
+//	func (m *Meter) End(at Duration, st Status, httpStatus int)  // the caller decides the status
+//	func (m *Meter) Terminal() bool                      // the format's terminal event arrived
+//	func Outcome(terminal bool, how Stop, httpStatus int) (Status, End)
 //	func (m *Meter) Format() Format
 //	func (m *Meter) Summary() Summary                    // valid at any time; final after End
 //	func (m *Meter) SummaryInto(s *Summary)              // the same, reusing s's storage
@@ -67,6 +70,20 @@
 //   - Any other SSE: a data event with non-empty data other than [DONE].
 //     Any other NDJSON: a line holding valid JSON. Text: every read.
 //
+// # How a stream ended
+//
+// Each format but generic NDJSON and text has a terminal event, after which
+// it sends nothing more (Meter.Terminal): OpenAI Chat "data: [DONE]";
+// Responses response.completed, response.incomplete or response.failed (by
+// its "type", or its SSE event type when the event was cut at MaxEventBytes);
+// Anthropic message_stop; the Vercel UI stream's "finish" part or [DONE];
+// Ollama a line with "done": true; any other SSE [DONE]. It is noted in the
+// same pass that classifies the event, from fields the classifier reads
+// anyway. EndBy applies Outcome's rule: a stop after the terminal event
+// (the page cancelling the body, as the OpenAI JS SDK 7.x does after
+// [DONE], an abort, the page going away) leaves the stream complete with
+// End EndClosedAfterEnd; the same stop before it is an abort.
+//
 // JSON is scanned by a small allocation-free scanner that looks only at the
 // needed fields, whatever their order, whitespace or escapes; malformed or
 // truncated JSON is a non-content event, never a panic.
@@ -74,7 +91,7 @@
 // # Metrics
 //
 // See Summary and the definitions at the top of summary.go; they are
-// DESIGN.md's, with these choices made explicit:
+// the README's, with these choices made explicit:
 //
 //   - An event's time is the arrival time of the read that completed it.
 //   - TPOT = (t_last - t_first_content)/(N-1) over content events, never

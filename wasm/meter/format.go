@@ -83,7 +83,14 @@ func detectSSE(data, evType []byte) (Format, bool) {
 	return FormatSSE, true
 }
 
+// classifySSE classifies one SSE event and notes the stream's terminal event
+// (see Meter.Terminal). "[DONE]" ends an SSE stream in any format: OpenAI
+// Chat, the Vercel AI SDK and generic SSE send it, the others never do.
 func (m *Meter) classifySSE(data, evType []byte) bool {
+	if isDone(data) {
+		m.terminal = true
+		return false
+	}
 	if m.format == FormatUnknown {
 		f, ok := detectSSE(data, evType)
 		if !ok {
@@ -91,16 +98,13 @@ func (m *Meter) classifySSE(data, evType []byte) bool {
 		}
 		m.format = f
 	}
-	if isDone(data) {
-		return false
-	}
 	switch m.format {
 	case FormatOpenAIChat:
 		return m.openAIChat(data)
 	case FormatOpenAIResponses:
-		return m.openAIResponses(data)
+		return m.openAIResponses(data, evType)
 	case FormatAnthropic:
-		return m.anthropic(data)
+		return m.anthropic(data, evType)
 	case FormatVercelAI:
 		return m.vercelAI(data)
 	}
@@ -143,7 +147,9 @@ func (m *Meter) openAIChat(data []byte) bool {
 // openAIResponses: content for any "response.*.delta" event with a non-empty
 // string delta (output_text, reasoning_text, reasoning_summary_text,
 // function_call_arguments, refusal, ...). response.completed (or incomplete /
-// failed) reports response.usage.output_tokens.
+// failed) reports response.usage.output_tokens and ends the stream: it is the
+// terminal event, recognised by its SSE event type too (it carries the whole
+// response, which may be cut at MaxEventBytes and then fail to scan).
 var responsesPath = newJPath([]jnode{
 	0: {key: "type", parent: -1},
 	1: {key: "delta", parent: -1, want: '"'},
@@ -152,7 +158,10 @@ var responsesPath = newJPath([]jnode{
 	4: {key: "output_tokens", parent: 3},
 })
 
-func (m *Meter) openAIResponses(data []byte) bool {
+func (m *Meter) openAIResponses(data, evType []byte) bool {
+	if responsesEnd(evType) {
+		m.terminal = true
+	}
 	if !scanJSON(data, responsesPath, &m.scan) {
 		return false
 	}
@@ -164,9 +173,20 @@ func (m *Meter) openAIResponses(data []byte) bool {
 		return m.scan.hit(1)
 	}
 	if jstrEqual(t, "response.completed") || jstrEqual(t, "response.incomplete") || jstrEqual(t, "response.failed") {
+		m.terminal = true
 		if v := m.scan.val(data, 4); v != nil {
 			m.setTokens(v)
 		}
+	}
+	return false
+}
+
+// responsesEnd reports whether an SSE event type is one of the Responses
+// API's terminal events.
+func responsesEnd(evType []byte) bool {
+	switch string(evType) {
+	case "response.completed", "response.incomplete", "response.failed":
+		return true
 	}
 	return false
 }
@@ -175,7 +195,8 @@ func (m *Meter) openAIResponses(data []byte) bool {
 // text (text_delta), thinking (thinking_delta) or partial_json
 // (input_json_delta). signature and citation deltas, ping and the other events
 // are not content. message_delta's usage.output_tokens (cumulative) reports
-// the output tokens.
+// the output tokens. message_stop (its "type", or the SSE event type) is the
+// terminal event.
 var anthropicPath = newJPath([]jnode{
 	0: {key: "type", parent: -1},
 	1: {key: "delta", parent: -1},
@@ -186,7 +207,10 @@ var anthropicPath = newJPath([]jnode{
 	6: {key: "output_tokens", parent: 5},
 })
 
-func (m *Meter) anthropic(data []byte) bool {
+func (m *Meter) anthropic(data, evType []byte) bool {
+	if string(evType) == "message_stop" {
+		m.terminal = true
+	}
 	if !scanJSON(data, anthropicPath, &m.scan) {
 		return false
 	}
@@ -199,13 +223,16 @@ func (m *Meter) anthropic(data []byte) bool {
 		if v := m.scan.val(data, 6); v != nil {
 			m.setTokens(v)
 		}
+	case jstrEqual(t, "message_stop"):
+		m.terminal = true
 	}
 	return false
 }
 
 // vercelAI: content for text-delta, reasoning-delta and tool-input-delta parts
 // with a non-empty delta (v5: "delta"; tool input: "inputTextDelta"; older:
-// "textDelta"). The UI message stream carries no token usage.
+// "textDelta"). The UI message stream carries no token usage. A "finish"
+// part (or "[DONE]", see classifySSE) is the terminal event.
 var vercelPath = newJPath([]jnode{
 	0: {key: "type", parent: -1},
 	1: {key: "delta", parent: -1, want: '"'},
@@ -218,8 +245,16 @@ func (m *Meter) vercelAI(data []byte) bool {
 		return false
 	}
 	t := m.scan.val(data, 0)
-	return t != nil && m.scan.hits&(1<<1|1<<2|1<<3) != 0 &&
-		(jstrEqual(t, "text-delta") || jstrEqual(t, "reasoning-delta") || jstrEqual(t, "tool-input-delta"))
+	if t == nil {
+		return false
+	}
+	if m.scan.hits&(1<<1|1<<2|1<<3) == 0 {
+		if jstrEqual(t, "finish") {
+			m.terminal = true
+		}
+		return false
+	}
+	return jstrEqual(t, "text-delta") || jstrEqual(t, "reasoning-delta") || jstrEqual(t, "tool-input-delta")
 }
 
 // detectNDJSON: Ollama when the first line is an object with "done" and a
@@ -255,7 +290,8 @@ func (m *Meter) classifyNDJSON(line []byte) bool {
 
 // ollama: content when message.content, message.thinking (chat) or response,
 // thinking (generate) is a non-empty string, or message.tool_calls is a
-// non-empty array. The final line ("done": true) reports eval_count.
+// non-empty array. The final line ("done": true) reports eval_count and is
+// the terminal event.
 var ollamaPath = newJPath([]jnode{
 	0: {key: "message", parent: -1},
 	1: {key: "content", parent: 0, want: '"'},
@@ -272,6 +308,7 @@ func (m *Meter) ollama(line []byte) bool {
 		return false
 	}
 	if string(m.scan.val(line, 6)) == "true" {
+		m.terminal = true
 		if v := m.scan.val(line, 7); v != nil {
 			m.setTokens(v)
 		}

@@ -1,8 +1,6 @@
 package meter
 
 import (
-	"bytes"
-	"strings"
 	"unsafe"
 
 	"github.com/itlmon/itlmon/wasm/hist"
@@ -117,8 +115,10 @@ type Meter struct {
 
 	ended      bool
 	status     Status
+	end        End
 	httpStatus int
 	endAt      Duration
+	terminal   bool // the format's terminal event arrived (Terminal)
 
 	// Framing state.
 	bom      int8 // bytes of a leading UTF-8 BOM matched so far; -1 once past it
@@ -240,7 +240,7 @@ func keep[T any](s []T, limit int) []T {
 // says nothing (missing or application/octet-stream).
 func framingFor(contentType string) framing {
 	mt := contentType
-	if i := strings.IndexByte(mt, ';'); i >= 0 {
+	if i := indexByteString(mt, ';'); i >= 0 {
 		mt = mt[:i]
 	}
 	mt = trimSpace(mt)
@@ -331,34 +331,120 @@ func (m *Meter) MarkBusy(start, end Duration) {
 	m.busy = append(m.busy, busySpan{start, end})
 }
 
-// End closes the stream at time at with how it ended. httpStatus >= 400 with
-// st == StatusComplete (or StatusOpen) ends it as StatusHTTPError. A final
-// NDJSON line without a newline counts as an event at time at when the body
-// completed normally; an unfinished SSE event is discarded (WHATWG). End is
-// idempotent: only the first call counts.
+// Terminal reports whether the stream's terminal event has arrived: the event
+// after which its format sends nothing more, so that the answer is whole
+// whoever closes the body afterwards. Per format: OpenAI Chat "data: [DONE]";
+// OpenAI Responses response.completed, response.incomplete or
+// response.failed; Anthropic message_stop; the Vercel AI UI message stream's
+// "finish" part or "[DONE]"; Ollama a line with "done": true; any other SSE
+// "[DONE]". Generic NDJSON and plain text have none: only the end of the
+// body ends them.
+func (m *Meter) Terminal() bool { return m.terminal }
+
+// End closes the stream at time at with the status given (End does not apply
+// EndBy's rule: its callers decide). httpStatus >= 400 with st ==
+// StatusComplete (or StatusOpen) ends it as StatusHTTPError. Summary.End is
+// EndAbort for StatusAborted, EndError for StatusNetworkError, else EndBody.
+// A final NDJSON line without a newline counts as an event at time at when
+// the body completed normally; an unfinished SSE event is discarded (WHATWG).
+// End and EndBy are idempotent: only the first call counts.
 func (m *Meter) End(at Duration, st Status, httpStatus int) {
 	if m.ended {
 		return
 	}
-	if at < m.lastAt {
-		at = m.lastAt
-	}
 	if st == StatusOpen {
 		st = StatusComplete
+	}
+	end := EndBody
+	switch st {
+	case StatusAborted:
+		end = EndAbort
+	case StatusNetworkError:
+		end = EndError
+	}
+	at = m.drain(at, st == StatusComplete || st == StatusHTTPError)
+	if httpStatus >= 400 && st == StatusComplete {
+		st = StatusHTTPError
+	}
+	m.ended, m.status, m.end, m.httpStatus, m.endAt = true, st, end, httpStatus, at
+}
+
+// Stop is how the page saw a stream stop: the page-side fact, without policy.
+// The values are the kinds the browser module's end() receives.
+type Stop uint8
+
+const (
+	StopBodyEnd  Stop = 1 + iota // the body was read to its end
+	StopAbort                    // aborted through the request's AbortSignal
+	StopError                    // a network error (fetch or a body read rejected)
+	StopCancel                   // the page cancelled the body (reader.cancel)
+	StopPageHide                 // the page went away with the stream open
+)
+
+// Outcome applies the rule that decides how a stream ended from how the page
+// saw it stop and whether its terminal event had arrived:
+//
+//	terminal seen:    StopBodyEnd -> complete, EndBody; StopAbort, StopCancel,
+//	                  StopPageHide -> complete, EndClosedAfterEnd; StopError ->
+//	                  complete, EndError
+//	no terminal:      StopBodyEnd -> complete, EndBody; StopAbort, StopCancel,
+//	                  StopPageHide -> aborted, EndAbort; StopError ->
+//	                  network error, EndError
+//
+// then a complete stream with httpStatus >= 400 is StatusHTTPError. A request
+// that ended before its response headers has no terminal event, so an abort
+// is StatusAborted and a failure StatusNetworkError. An unknown Stop counts
+// as StopAbort.
+func Outcome(terminal bool, how Stop, httpStatus int) (Status, End) {
+	st, end := StatusComplete, EndBody
+	switch how {
+	case StopBodyEnd:
+	case StopError:
+		end = EndError
+		if !terminal {
+			st = StatusNetworkError
+		}
+	default:
+		end = EndClosedAfterEnd
+		if !terminal {
+			st, end = StatusAborted, EndAbort
+		}
 	}
 	if httpStatus >= 400 && st == StatusComplete {
 		st = StatusHTTPError
 	}
-	complete := st == StatusComplete || st == StatusHTTPError
+	return st, end
+}
+
+// EndBy closes the stream at time at, deciding its Status and End with
+// Outcome from how the page saw it stop and whether the terminal event had
+// arrived (a final NDJSON line without a newline counts first when the body
+// was read to its end: it may be the terminal one). See End for the rest.
+func (m *Meter) EndBy(at Duration, how Stop, httpStatus int) {
+	if m.ended {
+		return
+	}
+	at = m.drain(at, how == StopBodyEnd)
+	st, end := Outcome(m.terminal, how, httpStatus)
+	m.ended, m.status, m.end, m.httpStatus, m.endAt = true, st, end, httpStatus, at
+}
+
+// drain dispatches what the framing still holds at the end of the body (the
+// sniffed bytes; with bodyEnd, a final NDJSON line without a newline) and
+// returns at, not before the last read.
+func (m *Meter) drain(at Duration, bodyEnd bool) Duration {
+	if at < m.lastAt {
+		at = m.lastAt
+	}
 	if m.framing == frameSniff && m.reads > 0 {
 		m.sniffDecide(true)
 	}
-	if m.framing == frameNDJSON && complete && len(m.carry) > 0 && m.reads > 0 {
+	if m.framing == frameNDJSON && bodyEnd && len(m.carry) > 0 && m.reads > 0 {
 		m.curAt = at
 		m.ndjsonLine(m.carry)
 		m.carry = m.carry[:0]
 	}
-	m.ended, m.status, m.httpStatus, m.endAt = true, st, httpStatus, at
+	return at
 }
 
 // sniffFeed holds the first bytes until the framing can be chosen from them,
@@ -444,14 +530,14 @@ func sniffFraming(b []byte, final bool) (framing, bool) {
 	if l != "" && (l[0] == '{' || l[0] == '[') {
 		return frameNDJSON, true
 	}
-	if strings.HasPrefix(l, ":") {
+	if hasPrefix(l, ":") {
 		return frameSSE, true
 	}
 	for _, f := range [...]string{"data", "event", "id", "retry"} {
-		if strings.HasPrefix(l, f+":") || (complete && l == f) {
+		if hasPrefix(l, f+":") || (complete && l == f) {
 			return frameSSE, true
 		}
-		if !complete && strings.HasPrefix(f+":", l) {
+		if !complete && hasPrefix(f+":", l) {
 			return frameText, false // could still become an SSE field
 		}
 	}
@@ -702,5 +788,3 @@ func (m *Meter) setTokens(v []byte) {
 		m.tokens, m.tokensReported = n, true
 	}
 }
-
-func indexByte(b []byte, c byte) int { return bytes.IndexByte(b, c) }

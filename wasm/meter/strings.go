@@ -2,6 +2,36 @@ package meter
 
 import "unicode/utf8"
 
+// The meter imports neither strings nor bytes: either one links package
+// unicode, whose init builds its case-folding maps (3 KB of brotli in the
+// browser module). indexByte, indexByteString and hasPrefix are the few
+// functions of theirs it needs.
+
+// indexByte is bytes.IndexByte.
+func indexByte(b []byte, c byte) int {
+	for i, x := range b {
+		if x == c {
+			return i
+		}
+	}
+	return -1
+}
+
+// indexByteString is strings.IndexByte.
+func indexByteString(s string, c byte) int {
+	for i := 0; i < len(s); i++ {
+		if s[i] == c {
+			return i
+		}
+	}
+	return -1
+}
+
+// hasPrefix is strings.HasPrefix.
+func hasPrefix(s, prefix string) bool {
+	return len(s) >= len(prefix) && s[:len(prefix)] == prefix
+}
+
 // trimSpace is strings.TrimSpace and equalFold is strings.EqualFold for a
 // lower-case ASCII t, without the Unicode tables those pull into the browser
 // module (isSpace is unicode.IsSpace: the White_Space property).

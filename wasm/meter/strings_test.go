@@ -1,10 +1,51 @@
 package meter
 
 import (
+	"bytes"
 	"strings"
 	"testing"
 	"unicode"
 )
+
+// TestIndexHelpersMatchStd: indexByte, indexByteString and hasPrefix are
+// bytes.IndexByte, strings.IndexByte and strings.HasPrefix.
+func TestIndexHelpersMatchStd(t *testing.T) {
+	inputs := []string{"", ":", "a", "data:", "data: {}", "\\x00\xff:", "event", "text/event-stream; charset=utf-8", ";",
+		"\x00", strings.Repeat("x", 1000) + ":", "é:ü", "\xff\xfe;"}
+	for _, in := range inputs {
+		for c := range 256 {
+			if got, want := indexByte([]byte(in), byte(c)), bytes.IndexByte([]byte(in), byte(c)); got != want {
+				t.Fatalf("indexByte(%q, %#x) = %d, want %d", in, c, got, want)
+			}
+			if got, want := indexByteString(in, byte(c)), strings.IndexByte(in, byte(c)); got != want {
+				t.Fatalf("indexByteString(%q, %#x) = %d, want %d", in, c, got, want)
+			}
+		}
+		for _, p := range inputs {
+			if got, want := hasPrefix(in, p), strings.HasPrefix(in, p); got != want {
+				t.Fatalf("hasPrefix(%q, %q) = %v, want %v", in, p, got, want)
+			}
+		}
+	}
+	if got := indexByte(nil, 0); got != -1 {
+		t.Fatalf("indexByte(nil, 0) = %d, want -1", got)
+	}
+}
+
+func FuzzIndexHelpers(f *testing.F) {
+	f.Add("data: x", "data:", byte(':'))
+	f.Fuzz(func(t *testing.T, s, p string, c byte) {
+		if got, want := indexByte([]byte(s), c), bytes.IndexByte([]byte(s), c); got != want {
+			t.Fatalf("indexByte(%q, %q) = %d, want %d", s, c, got, want)
+		}
+		if got, want := indexByteString(s, c), strings.IndexByte(s, c); got != want {
+			t.Fatalf("indexByteString(%q, %q) = %d, want %d", s, c, got, want)
+		}
+		if got, want := hasPrefix(s, p), strings.HasPrefix(s, p); got != want {
+			t.Fatalf("hasPrefix(%q, %q) = %v, want %v", s, p, got, want)
+		}
+	})
+}
 
 // TestASCIIHelpersMatchStrings: trimSpace, isSpace and equalFold are
 // strings.TrimSpace, unicode.IsSpace and strings.EqualFold (for the lower-case

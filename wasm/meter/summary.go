@@ -6,7 +6,7 @@ import (
 	"github.com/itlmon/itlmon/wasm/hist"
 )
 
-// Metric definitions (DESIGN.md; the README states the same):
+// Metric definitions (the README's "What it measures" states the same):
 //
 //   - t0 is just before the page issued fetch. TTFB = first body byte (the
 //     first non-empty read), TTFC = first stream event, TTFT = first content
@@ -56,6 +56,8 @@ func (m *Meter) SummaryInto(s *Summary) {
 	*s = Summary{
 		Format:         m.format,
 		Status:         m.status,
+		End:            m.end,
+		Terminal:       m.terminal,
 		HTTPStatus:     m.httpStatus,
 		TTFB:           m.ttfb,
 		TTFC:           m.ttfc,

@@ -117,12 +117,14 @@ type Stall struct {
 	NextReadEvents uint32 // how many events (of any kind) the read that ended the stall carried
 }
 
-// Summary is a finished (or current) stream's metrics, exactly as DESIGN.md
-// defines them. Durations are since t0 (just before the page issued fetch);
+// Summary is a finished (or current) stream's metrics, as the README's "What
+// it measures" and summary.go define them. Durations are since t0 (just before the page issued fetch);
 // -1 means "did not happen" (no body byte, no event, no content).
 type Summary struct {
 	Format     Format
 	Status     Status
+	End        End  // how the body ended (EndNone while open)
+	Terminal   bool // the format's terminal event arrived (Meter.Terminal)
 	HTTPStatus int
 
 	TTFB, TTFC, TTFT Duration // first body byte, first event, first content event

@@ -123,7 +123,12 @@
   }
   function renderTiles(r) {
     const ttft = r.ttft || {}, itl = r.itl || {};
-    tile("streams", num(r.streams), "", r.errors ? num(r.errors) + " failed" : (r.tokens ? num(r.tokens) + " tokens" : ""));
+    tile("streams", num(r.streams), "", r.errors ? `${num(r.errors)} not completed: ${num(r.aborted)} aborted, ${num(r.failed)} failed`
+      : (r.tokens ? num(r.tokens) + " tokens" : ""));
+    // Requests aborted or failed before the response headers: the user gave
+    // up (or the network failed) before the first byte.
+    tile("before", pct(r.before_headers_share), !r.streams ? "" : r.before_headers_share > 0.02 ? "bad" : r.before_headers_share > 0.005 ? "warn" : "good",
+      r.before_headers ? `${num(r.before_headers)} streams · waited ${ms(r.before_headers_wait_ms)} on average` : "aborted or failed before the first byte");
     tile("ttft", pair(ttft.p50_ms, ttft.p95_ms), ttft.p95_ms > 3000 ? "warn" : "");
     tile("itl", pair(itl.p50_ms, itl.p99_ms),
       !itl.count ? "" : itl.p99_ms > GATE_ITL_P99_MS ? "bad" : "good",

@@ -1,0 +1,204 @@
+package store_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/itlmon/itlmon/collector"
+	"github.com/itlmon/itlmon/collector/store"
+	"github.com/itlmon/itlmon/internal/chtest"
+	"github.com/itlmon/itlmon/wasm/beacon"
+	"github.com/itlmon/itlmon/wasm/meter"
+)
+
+// TestMigrateNames: a database made by the schema before 006 and holding
+// rows with numeric codes is migrated; the old rows then read as names (every
+// code of every table, and an unknown one), the rollups keep what they held
+// and count new rows by name, new rows carry end_reason and headers_us, and
+// migrating again (also after an interruption) changes nothing.
+func TestMigrateNames(t *testing.T) {
+	e := chtest.Engine(t)
+	ctx := context.Background()
+	db, err := store.Open(ctx, store.Options{Addr: e.NativeAddr(), Dial: e.DialContext, CreateDatabase: true,
+		Database: fmt.Sprintf("mig_%d", time.Now().UnixNano()%1e9),
+		Logger:   zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.InfoLevel)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if err := db.MigrateUpTo(ctx, 5); err != nil {
+		t.Fatalf("migrate to 005: %v", err)
+	}
+	exec := func(q string, args ...any) {
+		t.Helper()
+		if err := db.Conn().Exec(ctx, q, args...); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	// Old rows: row i has code i in every coded column (0..9: past every
+	// table's end), in the same minute.
+	at := time.Now().UTC().Truncate(time.Minute).Add(-time.Hour)
+	const oldRows = 10
+	for i := range oldRows {
+		exec(`INSERT INTO itl_streams (received_at, started_at, site, stream_id, format, status, http_status,
+			ttft_us, ttft_cause, stall_start_us, stall_end_us, stall_cause, stall_next_read_events)
+			VALUES (?, ?, 'old', ?, ?, ?, 200, 150000, ?, [1000000], [1300000], [?], [2])`,
+			at, at, fmt.Sprintf("old-stream%06d", i), uint8(i), uint8(i), uint8(i), uint8(i))
+	}
+	exec(`INSERT INTO itl_origin (received_at, site, origin_id, version, started_at, route, format, status,
+		client_received_at, ttft_cause, stall_cause) VALUES (?, 'old', 'req-old', 1, ?, '/v1/chat', 1, 2, ?, 4, [4, 2])`,
+		at, at, at)
+	rollup := func(site string) string {
+		t.Helper()
+		var s string
+		if err := db.Conn().QueryRow(ctx, `SELECT toString((sum(streams), sum(completed), sum(ttft_unknown), sum(ttft_network),
+			sum(ttft_page), sum(ttft_origin), sum(aborted), sum(failed), sum(before_headers), sum(before_headers_us)))
+			FROM itl_rollup_1m WHERE site = ?`, site).Scan(&s); err != nil {
+			t.Fatalf("read rollup: %v", err)
+		}
+		return s
+	}
+	var before string
+	if err := db.Conn().QueryRow(ctx, `SELECT toString((sum(streams), sum(completed), sum(ttft_unknown), sum(ttft_network),
+		sum(ttft_page), sum(ttft_origin))) FROM itl_rollup_1m WHERE site = 'old'`).Scan(&before); err != nil {
+		t.Fatal(err)
+	}
+	if want := "(10,1,1,1,1,1)"; before != want {
+		t.Fatalf("rollup before the migration = %s, want %s", before, want)
+	}
+
+	if err := db.Migrate(ctx); err != nil {
+		t.Fatalf("migrate: %v", err)
+	}
+	if err := db.Migrate(ctx); err != nil {
+		t.Fatalf("migrate again: %v", err)
+	}
+	// An interrupted 006: its record gone, every statement runs again.
+	exec("DELETE FROM schema_migrations WHERE version = 6")
+	if err := db.Migrate(ctx); err != nil {
+		t.Fatalf("migrate after an interrupted 006: %v", err)
+	}
+
+	checkOld := func(when string) {
+		t.Helper()
+		rows, err := db.Conn().Query(ctx, `SELECT format, status, ttft_cause, stall_cause, end_reason, headers_us
+			FROM itl_streams WHERE site = 'old' ORDER BY stream_id`)
+		if err != nil {
+			t.Fatalf("%s: %v", when, err)
+		}
+		defer rows.Close()
+		i := 0
+		for ; rows.Next(); i++ {
+			var format, status, ttftCause, end string
+			var stallCause []string
+			var headers *uint32
+			if err := rows.Scan(&format, &status, &ttftCause, &stallCause, &end, &headers); err != nil {
+				t.Fatalf("%s: %v", when, err)
+			}
+			code := uint8(i)
+			want := fmt.Sprintln(meter.Name(meter.FormatNames[:], code), meter.Name(meter.StatusNames[:], code),
+				meter.Name(meter.CauseNames[:], code), []string{meter.Name(meter.CauseNames[:], code)}, "", nil)
+			if got := fmt.Sprintln(format, status, ttftCause, stallCause, end, headers); got != want {
+				t.Errorf("%s: old row %d = %s, want %s", when, i, got, want)
+			}
+		}
+		if i != oldRows {
+			t.Fatalf("%s: %d old rows, want %d", when, i, oldRows)
+		}
+		var origin string
+		if err := db.Conn().QueryRow(ctx, "SELECT toString((format, status, ttft_cause, stall_cause)) FROM itl_origin WHERE origin_id = 'req-old'").Scan(&origin); err != nil {
+			t.Fatalf("%s: %v", when, err)
+		}
+		if want := "('openai_chat','aborted','origin',['origin','network'])"; origin != want {
+			t.Errorf("%s: old origin row = %s, want %s", when, origin, want)
+		}
+	}
+	checkOld("after migrating")
+	if got, want := rollup("old"), "(10,1,1,1,1,1,0,0,0,0)"; got != want {
+		t.Fatalf("old rollup after migrating = %s, want %s (kept as it was)", got, want)
+	}
+	// itl_origin_1m keeps what it held and counts new rows by name.
+	originRollup := func() string {
+		t.Helper()
+		var s string
+		if err := db.Conn().QueryRow(ctx, `SELECT toString((sum(streams), sum(ttft_unknown), sum(ttft_network), sum(ttft_page), sum(ttft_origin)))
+			FROM itl_origin_1m WHERE site = 'old'`).Scan(&s); err != nil {
+			t.Fatalf("read itl_origin_1m: %v", err)
+		}
+		return s
+	}
+	if got, want := originRollup(), "(1,0,0,0,1)"; got != want {
+		t.Fatalf("itl_origin_1m after migrating = %s, want %s", got, want)
+	}
+	exec(`INSERT INTO itl_origin (received_at, site, origin_id, version, started_at, route, format, status,
+		client_received_at, ttft_cause, stall_cause) VALUES (?, 'old', 'req-new', 1, ?, '/v1/chat', 'openai_chat', 'complete', ?, 'network', ['network'])`,
+		at, at, at)
+	if got, want := originRollup(), "(2,0,1,0,1)"; got != want {
+		t.Fatalf("itl_origin_1m after a new row = %s, want %s", got, want)
+	}
+
+	var codeType, nameType string
+	if err := db.Conn().QueryRow(ctx, `SELECT
+		(SELECT type FROM system.columns WHERE database = currentDatabase() AND table = 'itl_streams' AND name = 'status_code'),
+		(SELECT type FROM system.columns WHERE database = currentDatabase() AND table = 'itl_streams' AND name = 'status')`).Scan(&codeType, &nameType); err != nil {
+		t.Fatal(err)
+	}
+	if codeType != "UInt8" || nameType != "LowCardinality(String)" {
+		t.Fatalf("status_code, status types = %s, %s; want UInt8, LowCardinality(String)", codeType, nameType)
+	}
+
+	// New rows: a complete stream and one aborted before the headers.
+	now := time.Now()
+	complete := makeStream(1, "new", now)
+	complete.Status, complete.End, complete.HeadersUs = uint8(meter.StatusComplete), uint8(meter.EndClosedAfterEnd), 80_000
+	complete.TTFTCause = uint8(meter.CauseNetwork)
+	gaveUp := makeStream(2, "new", now)
+	r := &gaveUp.Record
+	*r = beacon.Record{StreamID: r.StreamID, StartUnixMs: r.StartUnixMs, PageOrigin: r.PageOrigin, PagePath: r.PagePath,
+		URLOrigin: r.URLOrigin, URLPath: r.URLPath, Model: r.Model,
+		Status: uint8(meter.StatusAborted), End: uint8(meter.EndAbort), HeadersUs: beacon.NoTime,
+		TTFBUs: beacon.NoTime, TTFCUs: beacon.NoTime, TTFTUs: beacon.NoTime, DurationUs: 1_500_000}
+	if err := store.InsertDirect(ctx, db.Conn(), []collector.Stream{complete, gaveUp}); err != nil {
+		t.Fatalf("insert: %v", err)
+	}
+	if got, want := rollup("new"), "(2,1,0,1,0,0,1,0,1,1500000)"; got != want {
+		t.Fatalf("new rollup = %s, want %s", got, want)
+	}
+	got, err := db.LatestStreams(ctx, collector.StreamFilter{Site: "new", Since: now.Add(-time.Minute)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.SortFunc(got, func(a, b collector.Stream) int { return int(a.Status) - int(b.Status) })
+	if len(got) != 2 {
+		t.Fatalf("%d new streams read back, want 2", len(got))
+	}
+	if c := got[0]; c.Status != complete.Status || c.End != complete.End || c.HeadersUs != 80_000 ||
+		c.TTFTCause != complete.TTFTCause || c.Format != complete.Format || len(c.StallList) != 1 ||
+		c.StallList[0].Cause != complete.StallList[0].Cause {
+		t.Errorf("complete stream read back: status %d end %d headers %d ttft cause %d format %d stalls %+v",
+			c.Status, c.End, c.HeadersUs, c.TTFTCause, c.Format, c.StallList)
+	}
+	if a := got[1]; a.Status != uint8(meter.StatusAborted) || a.End != uint8(meter.EndAbort) ||
+		a.HeadersUs != beacon.NoTime || a.DurationUs != 1_500_000 || a.HTTPStatus != 0 {
+		t.Errorf("aborted stream read back: status %d end %d headers %d duration %d http %d",
+			a.Status, a.End, a.HeadersUs, a.DurationUs, a.HTTPStatus)
+	}
+	var stored string
+	if err := db.Conn().QueryRow(ctx, `SELECT toString(groupArray((status, end_reason, headers_us, ttft_cause, stall_cause)))
+		FROM (SELECT * FROM itl_streams WHERE site = 'new' ORDER BY status)`).Scan(&stored); err != nil {
+		t.Fatal(err)
+	}
+	if want := "[('aborted','abort',NULL,'none',[]),('complete','closed_after_end',80000,'network',['network'])]"; stored != want {
+		t.Errorf("new rows stored as %s, want %s", stored, want)
+	}
+
+	// Old parts merged with new ones keep their names.
+	exec("OPTIMIZE TABLE itl_streams FINAL")
+	exec("OPTIMIZE TABLE itl_origin FINAL")
+	checkOld("after a merge")
+}

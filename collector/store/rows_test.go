@@ -1,0 +1,55 @@
+package store
+
+import (
+	"testing"
+
+	"github.com/itlmon/itlmon/collector"
+	"github.com/itlmon/itlmon/wasm/beacon"
+	"github.com/itlmon/itlmon/wasm/meter"
+)
+
+// TestStreamRowNames: a row carries the plain names, how the body ended and
+// the headers time, and reads back as the same codes; a sender that does not
+// say how its streams end gives no headers time.
+func TestStreamRowNames(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		end       meter.End
+		headersUs uint32
+		wantEnd   string
+		wantHdr   uint32 // beacon.NoTime: NULL
+	}{
+		{"headers", meter.EndBody, 80_000, "body_end", 80_000},
+		{"before headers", meter.EndAbort, beacon.NoTime, "abort", beacon.NoTime},
+		{"older sender", meter.EndNone, 0, "", beacon.NoTime},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var s collector.Stream
+			s.Format, s.Status, s.TTFTCause = uint8(meter.FormatAnthropic), uint8(meter.StatusAborted), uint8(meter.CausePage)
+			s.End, s.HeadersUs = uint8(tc.end), tc.headersUs
+			s.StallList = []beacon.Stall{{StartUs: 1, EndUs: 2, Cause: uint8(meter.CauseOrigin)}, {StartUs: 3, EndUs: 4, Cause: 77}}
+			row := newStreamRow(&s)
+			if got, want := []string{row.FormatName, row.StatusName, row.TTFTCauseName, row.EndReason},
+				[]string{"anthropic", "aborted", "page", tc.wantEnd}; got[0] != want[0] || got[1] != want[1] || got[2] != want[2] || got[3] != want[3] {
+				t.Errorf("format, status, ttft cause, end = %q, want %q", got, want)
+			}
+			if got, want := row.StallCauses, []string{"origin", "unknown"}; len(got) != 2 || got[0] != want[0] || got[1] != want[1] {
+				t.Errorf("stall causes = %q, want %q", got, want)
+			}
+			if got := fromOptTime(row.HeadersUs); got != tc.wantHdr {
+				t.Errorf("headers_us = %d, want %d", got, tc.wantHdr)
+			}
+			back, err := row.stream()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if back.Format != s.Format || back.Status != s.Status || back.TTFTCause != s.TTFTCause || back.End != s.End ||
+				back.HeadersUs != tc.wantHdr || back.StallList[0].Cause != uint8(meter.CauseOrigin) {
+				t.Errorf("read back %+v", back.Record)
+			}
+			if got := meter.Name(meter.CauseNames[:], back.StallList[1].Cause); got != "unknown" {
+				t.Errorf("an unknown cause reads back as %q, want unknown", got)
+			}
+		})
+	}
+}

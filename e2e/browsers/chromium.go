@@ -1,0 +1,100 @@
+package browsers
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+
+	"github.com/chromedp/cdproto/browser"
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/chromedp"
+)
+
+// Chromium returns the Engine of a running chromedp browser: browserCtx is
+// the context its first chromedp.Run started. The caller owns that browser:
+// Close leaves it running (its tabs are closed by their pages).
+func Chromium(browserCtx context.Context) Engine {
+	return &chromium{browser: browserCtx}
+}
+
+type chromium struct {
+	browser context.Context
+
+	once    sync.Once
+	version string
+}
+
+func (c *chromium) Name() string { return "chromium" }
+
+func (c *chromium) Version() string {
+	c.once.Do(func() {
+		v, err := cdp.Call(c.browser, chromedp.FromContext(c.browser).Browser, browser.GetVersion, cdp.Empty{})
+		if err == nil {
+			c.version = v.Product
+		}
+	})
+	return c.version
+}
+
+func (c *chromium) NewPage(ctx context.Context) (Page, error) {
+	tab, cancel := chromedp.NewContext(c.browser)
+	// A tab's context must not end with ctx (that closes the tab): only
+	// the wait for it to open does.
+	stop := context.AfterFunc(ctx, cancel)
+	err := chromedp.Do(tab)
+	if !stop() || err != nil {
+		cancel()
+		if err == nil {
+			err = ctx.Err()
+		}
+		return nil, fmt.Errorf("new tab: %w", err)
+	}
+	return ChromiumTab(tab, cancel), nil
+}
+
+func (c *chromium) Close() error { return nil }
+
+// ChromiumTab returns the Page of an open chromedp tab; closing the page
+// calls closeTab (the tab context's cancel), when not nil.
+func ChromiumTab(tab context.Context, closeTab context.CancelFunc) Page {
+	return &chromiumPage{tab: tab, close: closeTab}
+}
+
+type chromiumPage struct {
+	tab   context.Context
+	close context.CancelFunc
+}
+
+// within returns a context of the tab that also ends with ctx.
+func (p *chromiumPage) within(ctx context.Context) (context.Context, context.CancelFunc) {
+	sctx, cancel := context.WithCancel(p.tab)
+	stop := context.AfterFunc(ctx, cancel)
+	return sctx, func() { stop(); cancel() }
+}
+
+func (p *chromiumPage) Navigate(ctx context.Context, url string) error {
+	sctx, cancel := p.within(ctx)
+	defer cancel()
+	if err := chromedp.Do(sctx, chromedp.Navigate(url)); err != nil {
+		return fmt.Errorf("navigate: %w", err)
+	}
+	return nil
+}
+
+func (p *chromiumPage) Eval(ctx context.Context, expr string) (json.RawMessage, error) {
+	sctx, cancel := p.within(ctx)
+	defer cancel()
+	text, err := chromedp.Run(sctx, chromedp.Evaluate[string](evalJS(expr), chromedp.EvalAwaitPromise))
+	if err != nil {
+		return nil, fmt.Errorf("evaluate: %w", err)
+	}
+	return decodeEval(text)
+}
+
+func (p *chromiumPage) Close() error {
+	if p.close != nil {
+		p.close()
+	}
+	return nil
+}
