@@ -24,19 +24,26 @@ SDK_JS_ROOT := $(CACHE_DIR)/sdk-js-$(SDK_JS_ID)
 SDK_JS_DIR ?= $(SDK_JS_ROOT)/dist
 export SDK_JS_DIR
 SDK_JS_ENTRIES := $(wildcard $(SDK_JS_SRC)/*.mjs)
-# The OpenAI JS SDK unbundled (its ESM files as npm ships them), for e2e/sdk_test.go.
-OPENAI_JS_VERSION := 5.23.2
-OPENAI_JS_DIR ?= $(CACHE_DIR)/openai-js-$(OPENAI_JS_VERSION)/node_modules/openai
+# The OpenAI JS SDK unbundled (its ESM files as npm ships them), for the e2e tests that import it
+# as is: the pinned 7.59.0 above. Version 7 cancels the response body after `data: [DONE]`
+# (TestCancelAfterDone needs that).
+OPENAI_JS_DIR ?= $(SDK_JS_ROOT)/node_modules/openai
 export OPENAI_JS_DIR
+# TypeScript checks the page-side JavaScript (web/static/*.js, // @ts-check with JSDoc types) without a
+# build step: `tsc --noEmit` in make vet. 5.9 is the JavaScript implementation (the 7.x native port
+# installs a platform binary package besides); pinned exactly, installed once, offline afterwards.
+TS_VERSION  := 5.9.3
+TS_DIR      := $(CACHE_DIR)/typescript-$(TS_VERSION)
+TSC         := $(TS_DIR)/node_modules/typescript/bin/tsc
 APT_PKGS    := chromium chromium-driver nginx brotli firefox-esr webkit2gtk-driver xvfb
 SUDO        := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 WASM_OUT    := web/dist
 TEST_TIMEOUT ?= 25m
 
-.PHONY: build run test unit bench fuzz vet depscheck wasm deps deps-apt deps-chdb deps-go deps-openai-js deps-sdk-js clean
+.PHONY: build run test unit bench fuzz vet depscheck wasm deps deps-apt deps-chdb deps-go deps-openai-js deps-sdk-js deps-ts clean
 
 ## deps: install what is missing (apt packages, the pinned ClickHouse engine from npm, Go modules)
-deps: deps-apt deps-chdb deps-go deps-openai-js deps-sdk-js
+deps: deps-apt deps-chdb deps-go deps-sdk-js deps-ts
 
 deps-apt:
 	@missing=""; for p in $(APT_PKGS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
@@ -53,11 +60,8 @@ $(CHDB_LIB_PATH):
 	cd $(CHDB_DIR) && npm install --no-save --no-audit --no-fund --loglevel=error $(CHDB_PKG)
 	@test -f $@ || { echo "libchdb.so not found at $@ after npm install" >&2; exit 1; }
 
-deps-openai-js: $(OPENAI_JS_DIR)/index.mjs
-
-$(OPENAI_JS_DIR)/index.mjs:
-	@mkdir -p $(CACHE_DIR)/openai-js-$(OPENAI_JS_VERSION)
-	cd $(CACHE_DIR)/openai-js-$(OPENAI_JS_VERSION) && npm install --no-save --no-audit --no-fund --loglevel=error openai@$(OPENAI_JS_VERSION)
+# deps-openai-js: the OpenAI JS SDK comes with the other SDKs.
+deps-openai-js: deps-sdk-js
 
 ## deps-sdk-js: the pinned browser SDKs, installed and bundled (one ESM file each) into $(SDK_JS_DIR)
 deps-sdk-js: $(SDK_JS_DIR)/versions.json
@@ -80,6 +84,12 @@ $(SDK_JS_DIR)/versions.json: $(SDK_JS_ROOT)/.installed $(SDK_JS_ENTRIES)
 	cd $(SDK_JS_ROOT) && node -p 'JSON.stringify(Object.fromEntries(process.argv.slice(1).map(p => [p, JSON.parse(require("fs").readFileSync("node_modules/" + p + "/package.json")).version])))' \
 		openai @anthropic-ai/sdk ai ollama esbuild > $@.tmp
 	@mv $@.tmp $@
+
+deps-ts: $(TSC)
+
+$(TSC):
+	@mkdir -p $(TS_DIR)
+	cd $(TS_DIR) && npm install --no-save --no-audit --no-fund --loglevel=error typescript@$(TS_VERSION)
 
 deps-go:
 	@$(GO) mod download
@@ -121,12 +131,14 @@ build: wasm
 run: deps-chdb build
 	./bin/itlmon serve --addr 127.0.0.1:8080 --data ./data --demo
 
-## vet: gofmt, go vet (host and js/wasm)
-vet:
+## vet: gofmt, go vet (host and js/wasm), tsc --noEmit on the page-side JavaScript
+vet: deps-ts
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	GOOS=js GOARCH=wasm $(GO) vet ./wasm/...
+	node $(TSC) -p web/tsconfig.json
+	node $(TSC) -p web/tsconfig.worker.json
 
 ## depscheck: nothing the browser module imports may pull fmt, encoding/json, net/http or reflection-based encoders
 # (nor, for its size, time: ~40 KB brotli, nor unicode, which strings and bytes pull in: 3 KB)

@@ -366,22 +366,24 @@ func modulePage(t *testing.T) (*Origin, context.Context) {
 	return o, ctx
 }
 
-// Assets serves the browser module (itl.js, wasm_exec.js, itl.wasm) with
+// Assets serves the browser module (itl.js, itl-module.js, itl-worker.js,
+// wasm_exec.js, itl.wasm) with
 // CORS and no ingest, for tests about loading rather than storing.
 type Assets struct {
 	URL      string
-	Missing  map[string]bool   // names answered with 404
-	Override map[string][]byte // names served with these bytes instead
+	Missing  map[string]bool          // names answered with 404
+	Override map[string][]byte        // names served with these bytes instead
+	Hold     map[string]chan struct{} // names answered (or refused) once the channel is closed; set before use
 }
 
-// StartAssets starts an assets server. Files come from web.Static() (itl.js)
+// StartAssets starts an assets server. Files come from web.Static() (itl*.js)
 // and the built module: $ITLMON_E2E_DIST if set, else web.Dist() (make wasm).
 func StartAssets(t testing.TB, missing ...string) *Assets {
 	t.Helper()
 	if testing.Short() {
 		t.Skip(errSkipShort.Error())
 	}
-	a := &Assets{Missing: map[string]bool{}, Override: map[string][]byte{}}
+	a := &Assets{Missing: map[string]bool{}, Override: map[string][]byte{}, Hold: map[string]chan struct{}{}}
 	for _, m := range missing {
 		a.Missing[m] = true
 	}
@@ -389,6 +391,13 @@ func StartAssets(t testing.TB, missing ...string) *Assets {
 	a.URL, _ = serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Access-Control-Allow-Origin", "*")
 		name := strings.TrimPrefix(path.Clean(r.URL.Path), "/")
+		if hold := a.Hold[name]; hold != nil {
+			select {
+			case <-hold:
+			case <-r.Context().Done():
+				return
+			}
+		}
 		if a.Missing[name] {
 			http.NotFound(w, r)
 			return
@@ -397,9 +406,7 @@ func StartAssets(t testing.TB, missing ...string) *Assets {
 		var err error
 		if o, ok := a.Override[name]; ok {
 			b = o
-		} else if name == "itl.js" {
-			b, err = fs.ReadFile(web.Static(), name)
-		} else {
+		} else if b, err = fs.ReadFile(web.Static(), name); err != nil {
 			b, err = fs.ReadFile(dist, name)
 		}
 		if err != nil {

@@ -1,6 +1,8 @@
 // Package web embeds what the collector serves to browsers: the loader script
-// (itl.js), wasm_exec.js and the browser module (itl.wasm, precompressed), the
-// demo chat page and the dashboard.
+// (itl.js) and what it loads lazily (itl-module.js, itl-worker.js,
+// wasm_exec.js and the browser module itl.wasm, precompressed), the demo chat
+// page and the dashboard. The scripts are served as written (no build step);
+// tsconfig.json and types/ type-check them (make vet) and are not served.
 package web
 
 import (

@@ -20,6 +20,10 @@ var moduleAssets = []struct {
 }{
 	// The loader is small and names no version: short cache, revalidated by ETag.
 	{"itl.js", "text/javascript; charset=utf-8", "public, max-age=300"},
+	// What the loader fetches lazily: the module host and its Worker go with
+	// the module (itl.js checks the host's protocol version).
+	{"itl-module.js", "text/javascript; charset=utf-8", "public, max-age=3600"},
+	{"itl-worker.js", "text/javascript; charset=utf-8", "public, max-age=3600"},
 	{"wasm_exec.js", "text/javascript; charset=utf-8", "public, max-age=3600"},
 	{"itl.wasm", "application/wasm", "public, max-age=3600"},
 }
@@ -115,6 +119,9 @@ func (a *asset) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.Set("ETag", v.etag)
 	h.Set("Vary", "Accept-Encoding")
 	h.Set("Access-Control-Allow-Origin", "*")
+	// Pages may see what itlmon's own files cost them (Resource Timing sizes
+	// and phases are hidden cross-origin without it).
+	h.Set("Timing-Allow-Origin", "*")
 	h.Set("Cross-Origin-Resource-Policy", "cross-origin")
 	h.Set("X-Content-Type-Options", "nosniff")
 	if v.encoding != "" {

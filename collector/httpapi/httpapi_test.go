@@ -183,8 +183,10 @@ func TestAssets(t *testing.T) {
 		"wasm_exec.js": {Data: []byte("// wasm_exec")},
 	}
 	static := fstest.MapFS{
-		"itl.js":     {Data: []byte("// loader")},
-		"index.html": {Data: []byte("<h1>itlmon</h1>")},
+		"itl.js":        {Data: []byte("// loader")},
+		"itl-module.js": {Data: []byte("// module host")},
+		"itl-worker.js": {Data: []byte("// module worker")},
+		"index.html":    {Data: []byte("<h1>itlmon</h1>")},
 	}
 	demo := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("demo " + r.Method)) })
 	h := mustNew(t, Config{Dist: dist, Static: static, Demo: demo})
@@ -212,6 +214,8 @@ func TestAssets(t *testing.T) {
 		{"/itl.wasm", "br;q=0, gzip", "gzip", "application/wasm"},
 		{"/itl.wasm", "", "", "application/wasm"},
 		{"/itl.js", "br, gzip", "gzip", "text/javascript; charset=utf-8"},
+		{"/itl-module.js", "gzip", "gzip", "text/javascript; charset=utf-8"},
+		{"/itl-worker.js", "", "", "text/javascript; charset=utf-8"},
 		{"/wasm_exec.js", "", "", "text/javascript; charset=utf-8"},
 	}
 	for _, tt := range tests {
@@ -228,6 +232,9 @@ func TestAssets(t *testing.T) {
 		}
 		if got := hd.Get("Access-Control-Allow-Origin"); got != "*" {
 			t.Errorf("%s: Access-Control-Allow-Origin = %q, want *", tt.path, got)
+		}
+		if got := hd.Get("Timing-Allow-Origin"); got != "*" {
+			t.Errorf("%s: Timing-Allow-Origin = %q, want *", tt.path, got)
 		}
 		if hd.Get("ETag") == "" || hd.Get("Cache-Control") == "" {
 			t.Errorf("%s: no ETag or Cache-Control", tt.path)

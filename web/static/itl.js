@@ -1,83 +1,181 @@
+// @ts-check
 /*! itlmon loader: real-user monitoring of streamed LLM responses.
  *
- * Install:  <script src="https://COLLECTOR/itl.js" data-site="KEY" async></script>
- * Options:  itlmon.init({ collector, site, sampleRate, match: {contentTypes, urls}, release,
- *                         optOut, modelField, paths, worker })
+ * Install, in <head> before the app's scripts (it is small and wraps fetch at once):
+ *           <script src="https://COLLECTOR/itl.js" data-site="KEY"></script>
+ * Options:  itlmon.init({ collector, site, sampleRate, match: {contentTypes, urls, endpoints}, release,
+ *                         optOut, modelField, paths, worker, debug })
+ * Clients:  new OpenAI({ fetch: (...a) => (globalThis.itlmon?.fetch ?? fetch)(...a) })   // itlmon.fetch
  * Results:  const off = itlmon.onStream(summary => ...)   // one plain object per finished stream
  *           await itlmon.settled()   // every stream ended so far has been given to onStream
  *
- * What it does: loads wasm_exec.js and itl.wasm from the collector, in a Worker (default; on
- * the page's main thread when workers are not allowed, or with worker: false), and once the
- * module is ready replaces window.fetch with a thin shim. The shim calls the page's ORIGINAL fetch first, and only
- * for responses matching the config (default: text/event-stream and application/x-ndjson, plus
- * URL patterns) hands the page a Response whose body is a stream pulled from the original one,
- * stamping every network read with performance.now() and staging a copy for the module. The
- * bytes, status, headers, url, redirected, type and errors the page sees are the original ones.
- * Any error in the module or the shim turns measuring off and the page keeps its own fetch.
- * Privacy: no body text leaves the page; the request body is scanned only for its top-level
- * "model" field; URLs lose their query and fragment.
+ * What it does: replaces window.fetch with a thin shim as soon as it runs (and
+ * offers the same shim as itlmon.fetch for clients that keep a fetch of their
+ * own). The shim calls the page's ORIGINAL fetch first, and only for responses
+ * matching the config (default: text/event-stream and application/x-ndjson,
+ * plus URL patterns) hands the page a Response whose body is a stream pulled
+ * from the original one, stamping every network read with performance.now()
+ * and staging a copy. A request that looks like a streamed completion is
+ * measured from the moment it is issued, so an abort or a network error
+ * before the response headers is recorded too. The parser (itl-module.js,
+ * wasm_exec.js and itl.wasm from the collector; in a Worker by default, on
+ * the page's main thread when workers are not allowed or with worker: false)
+ * is loaded when the browser is idle after the page's load event, or at the
+ * first measured stream, whichever comes first; until it is ready, streams
+ * are stamped and staged here and handed over when it is. The bytes, status,
+ * headers, url, redirected, type and errors the page sees are the original
+ * ones. Any error in the module or the shim turns measuring off and the page
+ * keeps its own fetch.
+ * Privacy: no body text leaves the page; the request body is scanned only for
+ * its top-level "model" and "stream" fields; URLs lose their query and fragment.
  */
 (function () {
   'use strict';
+  /** @type {any} */
   var g = globalThis;
   if (g.itlmon && g.itlmon.__itlmon) return; // loaded twice
   var loaderStart = performance.now();
-  var script = document.currentScript;
+  var script = /** @type {HTMLScriptElement | null} */ (document.currentScript);
+  var nonce = script && script.nonce || '';
+  /** @type {typeof fetch} */
   var origFetch = g.fetch;
-  var api = null; // globalThis.__itlmon_go once the module is ready
+
+  // MAX_OPEN bounds the streams measured at once, as the module does
+  // (wasm/browser maxOpen); more are passed through unmeasured.
+  var MAX_OPEN = 64;
+  // QUEUE_BYTES bounds what is staged while the module loads (bytes read plus
+  // 32 per read); a stream whose read does not fit goes unmeasured.
+  var QUEUE_BYTES = 8 << 20;
+  // SILENT_MS: a stream whose body was reported collected ends after this
+  // long without a read (see dropped).
+  var SILENT_MS = 5 * 60 * 1000;
+  // PROTOCOL is the version of the calls between this file and
+  // itl-module.js: both come from one collector, but are cached apart.
+  var PROTOCOL = 2;
+  // SUMMARY names the float64s the module's end() writes (wasm/browser summaryFields).
+  var SUMMARY = ['status', 'httpStatus', 'format', 'ttfbMs', 'ttfcMs', 'ttftMs', 'durationMs', 'events',
+    'contentEvents', 'tokens', 'reads', 'bytes', 'itlP50Ms', 'itlP95Ms', 'itlP99Ms', 'itlMaxMs', 'tpotMs',
+    'tokensPerSec', 'stalls', 'stalledMs', 'jank', 'smooth', 'eventsPerRead', 'ttftCause', 'tokensReported',
+    'subFloorShare', 'end', 'headersMs'];
+  var STATUS = ['open', 'complete', 'aborted', 'error', 'http_error'];
+  var ENDS = ['', 'body_end', 'closed_after_end', 'abort', 'error'];
+  // End kinds, the page-side facts end() gets (the module decides the status).
+  var BODY_END = 1, ABORTED = 2, NET_ERROR = 3, CANCELLED = 4, PAGEHIDE = 5;
+
+  /** @type {ItlmonHostAPI | null} */
+  var api = null; // the module, once ready
   var broken = false;
   var warned = false;
+  var installed = false;
   var loading = false;
+  /** @type {Array<(s: ItlmonSummary) => void>} */
   var listeners = [];
-  var measured = new Set(); // the streams being measured (their recs, see wrap); pagehide ends them as aborted
-  // A body the page drops unread would hold its stream open for good (and
-  // the module measures at most 64 at once): when one is garbage collected,
-  // its stream ends as aborted at its last read.
+  /** @type {Set<ItlmonRec>} */
+  var measured = new Set(); // the streams being measured (see wrap); pagehide ends them
+  var nextPID = 0;
+  /** @type {ItlmonQueued[]} */
+  var queue = []; // calls for the module made before it was ready, in order
+  var queuedBytes = 0;
+  var queuedEnds = 0;
+  /** @type {Set<string> | null} */
+  var debugSeen = null; // debug: the URLs the shim saw
+
+  // A body the page drops unread would hold its stream (one of MAX_OPEN) open
+  // for good. The registry says when a body was collected, but engines decide
+  // when that is said: JavaScriptCore has called back while the page still
+  // held a reader on the body and was reading it. So a callback only marks
+  // the stream (collected), and the mark counts only while nothing proves the
+  // body alive: a read in flight (while one is pending, the network holds the
+  // stream: a collected body is never pulled again) or any later read clears
+  // or outweighs it. Marked streams end, at their last read and as cancelled
+  // by the page, only when their slot is needed, at pagehide, or after
+  // SILENT_MS without a read: a wrong callback then costs nothing while the
+  // body is being read, and a right one at most a slot for a while.
   var dropped = typeof FinalizationRegistry === 'function' ?
-    new FinalizationRegistry(function (rec) { endStream(rec, 2, rec.lastAt); }) : null;
+    new FinalizationRegistry(/** @param {ItlmonRec} rec */ function (rec) {
+      if (rec.done) return;
+      rec.collected = true;
+      timing.collected++;
+      sweepLater();
+    }) : null;
+  var sweepTimer = 0;
+
   var cfg = {
     collector: '',
     site: '',
     sampleRate: 1,
-    match: { contentTypes: ['text/event-stream', 'application/x-ndjson'], urls: [] },
+    match: {
+      contentTypes: ['text/event-stream', 'application/x-ndjson'],
+      /** @type {Array<string | RegExp>} */
+      urls: [],
+      // endpoints: path suffixes of streamed-completion APIs. A POST to one
+      // (whose JSON body does not say "stream": false) is measured from the
+      // moment it is issued, like one whose body says "stream": true or whose
+      // URL matches urls: an abort or error before the headers is recorded.
+      endpoints: ['/chat/completions', '/responses', '/messages', '/api/chat', '/api/generate'],
+    },
     release: '',
+    /** @type {boolean | (() => boolean)} */
     optOut: false,
     modelField: 'model',
     // paths: 'ids' (default) sends page and API paths with id-like segments
     // (UUIDs, numbers, long tokens with digits: conversation and thread ids)
     // replaced by ':id', which also keeps dashboards grouped by route;
     // 'raw' sends them as they are; a function(path) -> path decides itself.
+    /** @type {'ids' | 'raw' | ((path: string) => string)} */
     paths: 'ids',
     // worker: run the module in a dedicated Worker (the default), so the
     // page's main thread only stamps and stages reads; false runs it on the
     // main thread, as it also does when the Worker cannot start (a CSP
-    // without blob: in worker-src, for instance). Read when the module
-    // loads: with data-site that is at once, so use data-worker="false".
+    // without blob: in worker-src, for instance). Read when the module loads.
     worker: true,
+    // debug: a console hint when a streamed fetch went past the shim.
+    debug: false,
     flushMs: 0,
     testHooks: false,
   };
-  var readyResolve;
-  var ready = new Promise(function (r) { readyResolve = r; });
-  // mode: 'worker' or 'main' once ready; workerError: why the Worker did not
-  // start (then the module runs on the main thread); feedMs: the main
-  // thread's time handing batches to the module.
-  var timing = { loaderStart: loaderStart, readyAt: -1, error: '', mode: '', workerError: '', feedMs: 0, feedOps: 0,
-    feedCalls: 0 };
 
+  /** @type {(ok: boolean) => void} */
+  var readyResolve = function () {};
+  var readySettled = false;
+  /** @type {Promise<boolean>} */
+  var ready = newReady();
+  function newReady() {
+    readySettled = false;
+    return new Promise(function (r) {
+      readyResolve = function (ok) { readySettled = true; r(ok); };
+    });
+  }
+
+  // loaderMs: this file's own run; loadAt: when loading the module began;
+  // readyAt: when it was ready (performance.now() ms); mode: 'worker' or
+  // 'main'; workerError: why the Worker did not start; feedMs: the main
+  // thread's time handing batches to the module; collected: bodies reported
+  // collected; unmeasured: streams let through unmeasured (no slot, or past
+  // the queue's bound while the module loaded).
+  var timing = { loaderStart: loaderStart, loaderMs: 0, loadAt: -1, readyAt: -1, error: '', mode: '',
+    workerError: '', feedMs: 0, feedOps: 0, feedCalls: 0, collected: 0, unmeasured: 0 };
+
+  /** @param {string} msg @param {unknown} [e] */
   function warn(msg, e) {
     if (warned) return;
     warned = true;
-    try { console.warn('itlmon: ' + msg + (e ? ': ' + (e && e.message || e) : '') + ' (page fetch untouched)'); } catch (_) {}
+    try {
+      console.warn('itlmon: ' + msg + (e ? ': ' + (/** @type {any} */ (e).message || e) : '') + ' (page fetch untouched)');
+    } catch (_) { /* no console */ }
   }
 
-  // fail turns measuring off for good: the page gets its own fetch back.
+  // fail turns measuring off for good: the page gets its own fetch back, and
+  // what was queued for the module is dropped.
+  /** @param {string} msg @param {unknown} [e] */
   function fail(msg, e) {
     if (broken) return;
     broken = true;
     timing.error = msg;
     warn(msg, e);
-    try { if (g.fetch === shimFetch) g.fetch = origFetch; } catch (_) {}
+    try { if (g.fetch === shimFetch) g.fetch = origFetch; } catch (_) { /* read-only fetch */ }
+    queue = [];
+    queuedBytes = 0;
     readyResolve(false);
   }
 
@@ -85,35 +183,49 @@
     try { return typeof cfg.optOut === 'function' ? !!cfg.optOut() : !!cfg.optOut; } catch (_) { return true; }
   }
 
+  // on: the shim measures (a site is set, the page has not opted out).
+  function on() { return installed && !broken && !optedOut(); }
+
   // ---- request facts (before fetch; nothing kept but these few fields) ----
 
-  // topLevelString returns the string value of key at the top level of a JSON
-  // object text, or '' (a tiny scanner: nothing else of the body is kept).
-  function topLevelString(s, key) {
-    var depth = 0, i = 0, n = s.length, want = false;
+  /** @param {string} s @param {number} i @returns {number} the index of the closing quote of the string at i */
+  function strEnd(s, i) {
+    var j = i + 1, esc = false;
+    for (; j < s.length; j++) {
+      var d = s.charCodeAt(j);
+      if (esc) esc = false; else if (d === 92) esc = true; else if (d === 34) break;
+    }
+    return j;
+  }
+
+  /** @param {string} s @param {number} i */
+  function skipSpace(s, i) {
+    while (i < s.length && s.charCodeAt(i) <= 32) i++;
+    return i;
+  }
+
+  // topLevel scans a JSON object text for the string value of modelKey and
+  // the literal value of "stream" at its top level (a tiny scanner: nothing
+  // else of the body is parsed or kept). stream is null when absent.
+  /** @param {string} s @param {string} modelKey */
+  function topLevel(s, modelKey) {
+    var out = { model: '', stream: /** @type {boolean | null} */ (null) };
+    var depth = 0, i = 0, n = s.length;
     while (i < n) {
       var c = s.charCodeAt(i);
-      if (c === 34) { // string
-        var j = i + 1, esc = false;
-        while (j < n) {
-          var d = s.charCodeAt(j);
-          if (esc) esc = false; else if (d === 92) esc = true; else if (d === 34) break;
-          j++;
-        }
-        if (want) {
-          var v = s.slice(i + 1, j);
-          try { return v.indexOf('\\') >= 0 ? JSON.parse('"' + v + '"') : v; } catch (_) { return ''; }
-        }
-        if (depth === 1) {
-          var k = j + 1;
-          while (k < n && (s.charCodeAt(k) <= 32)) k++;
-          if (s.charCodeAt(k) === 58 && s.slice(i + 1, j) === key) { // "key":
-            i = k + 1;
-            while (i < n && s.charCodeAt(i) <= 32) i++;
-            if (s.charCodeAt(i) !== 34) return '';
-            want = true;
+      if (c === 34) {
+        var j = strEnd(s, i), k = skipSpace(s, j + 1);
+        if (depth === 1 && s.charCodeAt(k) === 58) { // "key":
+          var key = s.slice(i + 1, j), v = skipSpace(s, k + 1);
+          if (key === 'stream') out.stream = s.startsWith('true', v) ? true : s.startsWith('false', v) ? false : null;
+          if (key === modelKey && modelKey && s.charCodeAt(v) === 34) {
+            var e = strEnd(s, v), raw = s.slice(v + 1, e);
+            try { out.model = raw.indexOf('\\') >= 0 ? JSON.parse('"' + raw + '"') : raw; } catch (_) { out.model = ''; }
+            i = e + 1;
             continue;
           }
+          i = v;
+          continue;
         }
         i = j + 1;
         continue;
@@ -122,9 +234,10 @@
       else if (c === 125 || c === 93) depth--;
       i++;
     }
-    return '';
+    return out;
   }
 
+  /** @param {string} href */
   function urlMatches(href) {
     var u = cfg.match.urls || [];
     for (var i = 0; i < u.length; i++) {
@@ -134,25 +247,36 @@
     return false;
   }
 
+  /** @param {string} path */
+  function endpointMatches(path) {
+    var e = cfg.match.endpoints || [];
+    path = path.replace(/\/+$/, '');
+    for (var i = 0; i < e.length; i++) {
+      var s = String(e[i]);
+      if (path.length >= s.length && path.slice(path.length - s.length) === s) return true;
+    }
+    return false;
+  }
+
+  /** @param {any} input @param {any} init @returns {ItlmonFacts | null} */
   function requestFacts(input, init) {
     var href = typeof input === 'string' ? input : input instanceof URL ? input.href : input && input.url;
     var u = new URL(String(href), location.href);
     if (u.protocol !== 'http:' && u.protocol !== 'https:') return null;
-    var method = (init && init.method) || (input && input.method) || 'GET';
-    var model = '';
+    var method = String((init && init.method) || (input && input.method) || 'GET').toUpperCase();
     var body = init && init.body;
-    if (typeof body === 'string' && cfg.modelField && body.length <= (1 << 20)) {
-      model = topLevelString(body, cfg.modelField).slice(0, 128);
-    }
+    var top = typeof body === 'string' && body.length <= (1 << 20) ? topLevel(body, cfg.modelField) : { model: '', stream: null };
+    var urlMatch = urlMatches(u.href);
+    var path = redactPath(u.pathname); // never the query or fragment
     return {
-      origin: u.origin,
-      path: redactPath(u.pathname), // never the query or fragment
-      href: u.origin + redactPath(u.pathname),
+      href: u.origin + path,
       full: u.href.split('#')[0], // only to look up resource timing in this page; never sent
-      method: String(method).toUpperCase(),
-      model: model,
+      method: method,
+      model: String(top.model).slice(0, 128),
       signal: (init && init.signal) || (input && input.signal) || null,
-      urlMatch: urlMatches(u.href),
+      urlMatch: urlMatch,
+      eager: urlMatch || top.stream === true || (top.stream === null && method === 'POST' && endpointMatches(u.pathname)),
+      sampled: cfg.sampleRate >= 1 || Math.random() < cfg.sampleRate,
     };
   }
 
@@ -160,32 +284,42 @@
 
   // redactPath applies cfg.paths to a path (never with a query: callers
   // pass pathnames).
+  /** @param {string} path */
   function redactPath(path) {
     try {
-      if (typeof cfg.paths === 'function') return String(cfg.paths(path));
-      if (cfg.paths === 'raw') return path;
+      var p = cfg.paths;
+      if (typeof p === 'function') return String(p(path));
+      if (p === 'raw') return path;
       return path.split('/').map(function (seg) { return ID_SEGMENT.test(seg) ? ':id' : seg; }).join('/');
     } catch (_) { return ''; }
   }
 
+  /** @param {string} ct */
   function typeMatches(ct) {
     var mt = ct.split(';')[0].trim().toLowerCase();
-    var list = cfg.match.contentTypes || [];
-    for (var i = 0; i < list.length; i++) if (mt === list[i]) return true;
-    return false;
+    return (cfg.match.contentTypes || []).indexOf(mt) >= 0;
   }
 
+  /** @param {string} href */
   function proto(href) {
     try {
-      var e = performance.getEntriesByName(href, 'resource');
+      var e = /** @type {PerformanceResourceTiming[]} */ (performance.getEntriesByName(href, 'resource'));
       return e.length ? e[e.length - 1].nextHopProtocol || '' : '';
     } catch (_) { return ''; }
   }
 
+  /** @param {ItlmonSummary} summary */
   function emit(summary) {
     for (var i = 0; i < listeners.length; i++) {
       try { listeners[i](summary); } catch (e) { setTimeout(function () { throw e; }); }
     }
+  }
+
+  /** @param {Uint8Array} u8 */
+  function hexID(u8) {
+    var s = '';
+    for (var i = 0; i < u8.length; i++) s += (u8[i] < 16 ? '0' : '') + u8[i].toString(16);
+    return s;
   }
 
   // ---- staging: one hand-over to the module per batch, not per chunk ----
@@ -193,21 +327,28 @@
   // about as much; a read costs well under 1 µs to stage.
   // ops holds 4 float64s per operation: [id, n, at, 0] for a read of stream
   // id (its n bytes are next in stage), [-1, 0, start, end] for a busy interval.
+  // Until the module is ready, a batch is cut into the queue at each stream's
+  // end, so that the module later gets every call in the order it was made.
 
-  // A batch leaves at api.flushBytes staged: the stage has room for one
-  // more read of a usual size past it, so it does not have to grow (see load).
-  var stage = new Uint8Array(0), staged = 0;
-  var ops = new Float64Array(4 * 512), nops = 0;
+  /** @type {Uint8Array} */
+  var stage = new Uint8Array(64 << 10);
+  /** @type {Float64Array} */
+  var ops = new Float64Array(4 * 512);
+  var staged = 0, nops = 0;
   var flushTimer = 0;
 
+  // pushOp stages one operation; false when it does not fit in the queue's
+  // bound while the module loads (the caller's stream then goes unmeasured).
+  /** @param {number} id @param {Uint8Array | null} chunk @param {number} a @param {number} b */
   function pushOp(id, chunk, a, b) {
     var n = chunk ? chunk.byteLength : 0;
+    if (!api && queuedBytes + staged + n + 32 * (nops + 1) > QUEUE_BYTES) return false;
     if (staged + n > stage.length) {
       var s2 = new Uint8Array(Math.max(stage.length * 2, staged + n));
       s2.set(stage.subarray(0, staged));
       stage = s2;
     }
-    if (n) { stage.set(chunk, staged); staged += n; }
+    if (chunk && n) { stage.set(chunk, staged); staged += n; }
     if (4 * nops + 4 > ops.length) {
       var o2 = new Float64Array(ops.length * 2);
       o2.set(ops);
@@ -215,17 +356,23 @@
     }
     var i = 4 * nops++;
     ops[i] = id; ops[i + 1] = n; ops[i + 2] = a; ops[i + 3] = b;
+    if (!api) return true;
     if (staged >= api.flushBytes) flush();
     else if (!flushTimer) flushTimer = setTimeout(flush, api.flushMs);
+    return true;
   }
 
   function flush() {
     if (flushTimer) { clearTimeout(flushTimer); flushTimer = 0; }
-    if (!nops) return;
+    if (!nops || broken) { nops = staged = 0; return; }
     var n = nops, nb = staged;
     nops = 0;
     staged = 0;
-    if (broken) return;
+    if (!api) {
+      queue.push(['f', stage.slice(0, nb), nb, ops.slice(0, 4 * n), n]);
+      queuedBytes += nb + 32 * n;
+      return;
+    }
     var t = performance.now();
     try {
       // A module in a Worker takes the buffers (transferred: no copy) and
@@ -238,41 +385,111 @@
     timing.feedCalls++;
   }
 
-  // SUMMARY names the float64s the module's end() writes (wasm/browser summaryFields).
-  var SUMMARY = ['status', 'httpStatus', 'format', 'ttfbMs', 'ttfcMs', 'ttftMs', 'durationMs', 'events',
-    'contentEvents', 'tokens', 'reads', 'bytes', 'itlP50Ms', 'itlP95Ms', 'itlP99Ms', 'itlMaxMs', 'tpotMs',
-    'tokensPerSec', 'stalls', 'stalledMs', 'jank', 'smooth', 'eventsPerRead', 'ttftCause', 'tokensReported',
-    'subFloorShare'];
-  var STATUS = ['open', 'complete', 'aborted', 'error', 'http_error'];
+  // ---- streams ----
 
-  function hexID(u8) {
-    var s = '';
-    for (var i = 0; i < u8.length; i++) s += (u8[i] < 16 ? '0' : '') + u8[i].toString(16);
-    return s;
+  // begin gives a new stream a slot and starts it in the module (or queues
+  // the start); null when it is not measured.
+  /** @param {ItlmonFacts} facts @param {number} t0 @param {number} status @param {string} ct @param {string} origin @param {number} headersAt */
+  function begin(facts, t0, status, ct, origin, headersAt) {
+    if (measured.size >= MAX_OPEN) {
+      /** @type {ItlmonRec | null} */
+      var oldest = null;
+      measured.forEach(function (r) { if (abandoned(r) && (!oldest || r.lastAt < oldest.lastAt)) oldest = r; });
+      if (!oldest) { timing.unmeasured++; return null; }
+      endStream(oldest, CANCELLED, /** @type {ItlmonRec} */ (oldest).lastAt);
+    }
+    var sid = new Uint8Array(16);
+    crypto.getRandomValues(sid);
+    /** @type {ItlmonRec} */
+    var rec = { pid: nextPID++, sid: sid, href: facts.href, model: facts.model, full: facts.full, status: status,
+      lastAt: t0, done: false, collected: false, pulling: false };
+    call(['s', rec.pid, [t0, performance.timeOrigin + t0, facts.href, facts.method, facts.model, ct, status, origin,
+      sid, redactPath(location.pathname), headersAt]]);
+    measured.add(rec);
+    observeBusy();
+    load();
+    return rec;
   }
 
-  // ---- the fetch shim ----
+  // call makes a call to the module, or queues it until the module is ready.
+  /** @param {ItlmonQueued} c */
+  function call(c) {
+    if (broken) return;
+    if (!api) {
+      queue.push(c);
+      if (c[0] === 'e') queuedEnds++;
+      return;
+    }
+    try {
+      if (c[0] === 's') api.start(c[1], c[2]);
+      else if (c[0] === 'f') api.feed(c[1], c[2], c[3], c[4]);
+      else if (c[0] === 'e') api.end(c[1], c[2], c[3], c[4], c[5], c[6]);
+    } catch (e) { fail('module failed', e); }
+  }
 
-  // endStream ends a measured stream (kind: 1 complete, 2 aborted, 3 network
-  // error) at time at and gives its summary to the page's listeners.
+  // endStream ends a measured stream at time at, kind saying how (BODY_END,
+  // ABORTED, NET_ERROR, CANCELLED, PAGEHIDE), and gives its summary to the
+  // page's listeners.
+  /** @param {ItlmonRec} rec @param {number} kind @param {number} at */
   function endStream(rec, kind, at) {
     if (rec.done) return;
     rec.done = true;
     measured.delete(rec);
     if (dropped) dropped.unregister(rec);
     if (broken) return;
-    try {
-      flush();
-      api.end(rec.id, at, kind, rec.status, proto(rec.full), function (f) {
-        var s = { id: hexID(rec.sid), url: rec.href, model: rec.model };
-        for (var i = 0; i < SUMMARY.length; i++) s[SUMMARY[i]] = f[i];
-        s.status = STATUS[s.status] || 'open';
-        s.smooth = !!s.smooth;
-        s.tokensReported = !!s.tokensReported;
-        emit(s);
-      });
-    } catch (e) { fail('module failed', e); }
+    flush(); // its reads first
+    call(['e', rec.pid, at, kind, rec.status, proto(rec.full), function (f) {
+      /** @type {any} */
+      var s = { id: hexID(rec.sid), url: rec.href, model: rec.model };
+      for (var i = 0; i < SUMMARY.length; i++) s[SUMMARY[i]] = f[i];
+      s.status = STATUS[s.status] || 'open';
+      s.end = ENDS[s.end] || '';
+      s.smooth = !!s.smooth;
+      s.tokensReported = !!s.tokensReported;
+      emit(s);
+    }]);
   }
+
+  // unmeasure lets a stream through unmeasured: its reads did not fit in the
+  // queue while the module loaded. What was staged for it is ignored (the
+  // module never hears of its id).
+  /** @param {ItlmonRec} rec */
+  function unmeasure(rec) {
+    if (rec.done) return;
+    rec.done = true;
+    measured.delete(rec);
+    if (dropped) dropped.unregister(rec);
+    timing.unmeasured++;
+    for (var i = 0; i < queue.length; i++) {
+      var c = queue[i];
+      if (c[0] === 's' && c[1] === rec.pid) { queue.splice(i, 1); break; }
+    }
+  }
+
+  // sweep ends the streams whose bodies were reported collected and that
+  // have not been read for silentMs.
+  /** @param {number} silentMs */
+  function sweep(silentMs) {
+    if (sweepTimer) clearTimeout(sweepTimer);
+    sweepTimer = 0;
+    var now = performance.now(), next = Infinity, n = 0;
+    measured.forEach(function (rec) {
+      if (!abandoned(rec)) return;
+      if (now - rec.lastAt >= silentMs) { endStream(rec, CANCELLED, rec.lastAt); n++; } else next = Math.min(next, rec.lastAt + silentMs - now);
+    });
+    if (next < Infinity) sweepTimer = setTimeout(function () { sweep(SILENT_MS); }, next + 1000);
+    return n;
+  }
+
+  // abandoned: the stream's body was reported collected and nothing says otherwise.
+  /** @param {ItlmonRec} rec */
+  function abandoned(rec) { return rec.collected && !rec.pulling; }
+
+  function sweepLater() {
+    if (!sweepTimer) sweepTimer = setTimeout(function () { sweep(SILENT_MS); }, 1000);
+  }
+
+  // ---- the fetch shim ----
 
   // Chunks read ahead of the page (> 0: reads run at network pace, so they
   // are stamped on arrival even while the page is busy). Network reads are
@@ -289,17 +506,18 @@
   // byte stream made then, reading body (so body is locked, and the response
   // used, as with a native BYOB reader). Only pages that ask for one pay for
   // that extra layer.
+  /** @param {ReadableStream<Uint8Array>} body */
   function allowBYOB(body) {
     Object.defineProperty(body, 'getReader', {
       configurable: true,
       writable: true,
-      value: function getReaderBYOB(opts) {
-        if (this !== body || !opts || opts.mode !== 'byob') return getReader.apply(this, arguments);
-        var inner = getReader.call(body); // throws on a locked body, as natively
+      value: /** @this {ReadableStream} @param {any} [opts] */ function getReaderBYOB(opts) {
+        if (this !== body || !opts || opts.mode !== 'byob') return getReader.apply(this, /** @type {any} */ (arguments));
+        var inner = /** @type {ReadableStreamDefaultReader<Uint8Array>} */ (getReader.call(body)); // throws on a locked body, as natively
         var bytes = new ReadableStream({
           type: 'bytes',
           pull: function (c) {
-            return inner.read().then(function next(r) {
+            return inner.read().then(/** @param {ReadableStreamReadResult<Uint8Array>} r @returns {any} */ function next(r) {
               if (r.done) {
                 c.close();
                 var br = c.byobRequest; // a pending BYOB read gets its done
@@ -307,7 +525,7 @@
                 return;
               }
               if (!r.value.byteLength) return inner.read().then(next); // enqueue would throw
-              c.enqueue(r.value);
+              c.enqueue(/** @type {Uint8Array<ArrayBuffer>} */ (r.value));
             });
           },
           cancel: function (reason) { return inner.cancel(reason); },
@@ -318,25 +536,24 @@
     return body;
   }
 
-  function wrap(resp, facts, t0) {
-    var reader = null, out = null, dead = false;
+  /** @param {Response} resp @param {ItlmonFacts} facts @param {number} t0 @param {number} headersAt */
+  function wrap(resp, facts, t0, headersAt) {
+    /** @type {ReadableStreamDefaultReader<Uint8Array> | null} */
+    var reader = null;
+    /** @type {Response | null} */
+    var out = null;
+    var dead = false;
     try {
-      if (broken || !api || !resp.body || resp.status < 200 || resp.status > 599) return resp;
+      if (!on() || !resp.body || resp.status < 200 || resp.status > 599) return resp;
       var ct = resp.headers.get('content-type') || '';
       if (!facts.urlMatch && !typeMatches(ct)) return resp;
-      if (cfg.sampleRate < 1 && Math.random() >= cfg.sampleRate) return resp;
       if (resp.status === 204 || resp.status === 205 || resp.status === 304) return resp;
       var origin = resp.headers.get('x-itlmon-stream') || resp.headers.get('x-request-id') || '';
-      var sid = new Uint8Array(16);
-      crypto.getRandomValues(sid);
-      var id = api.start(t0, performance.timeOrigin + t0, facts.href, facts.method, facts.model,
-        ct.split(';')[0].trim().toLowerCase(), resp.status, origin, sid, redactPath(location.pathname));
-      if (typeof id !== 'number' || id < 0) return resp; // not measured: the body is untouched
-      // What ending the stream needs, and nothing that keeps the body alive
-      // (the registry above holds it).
-      var rec = { id: id, sid: sid, href: facts.href, model: facts.model, full: facts.full, status: resp.status,
-        lastAt: t0, done: false };
-      var finish = function (kind) { endStream(rec, kind, performance.now()); };
+      var rec = begin(facts, t0, resp.status, ct.split(';')[0].trim().toLowerCase(), origin, headersAt);
+      if (!rec) return resp; // not measured: the body is untouched
+      var r = rec, src = resp.body;
+      /** @param {number} kind */
+      var finish = function (kind) { endStream(r, kind, performance.now()); };
       // The page's body is a stream pulled from the original one: each read
       // is stamped as it arrives (highWaterMark > 0: pull runs at network
       // pace, not at the page's), staged, and passed on as the same chunk.
@@ -346,80 +563,91 @@
       // stream costs ~6 µs more per chunk in Chromium (each enqueue transfers
       // the buffer). allowBYOB gives BYOB readers a byte stream on demand.
       // The handlers are made once per stream, not per chunk.
-      var ctrl = null, sig = facts.signal, onAbort = null;
+      /** @type {ReadableStreamDefaultController<Uint8Array>} */
+      var ctrl;
+      var sig = facts.signal;
+      /** @type {(() => void) | null} */
+      var onAbort = null;
       // unlisten drops our abort listener once an abort can no longer change
       // what the page gets, so a long-lived signal does not collect one per
       // request: the body errored, was cancelled, or was read to its end.
       var unlisten = function () {
-        if (onAbort) { try { sig.removeEventListener('abort', onAbort); } catch (_) {} onAbort = null; }
+        if (onAbort && sig) { try { sig.removeEventListener('abort', onAbort); } catch (_) { /* not a signal */ } onAbort = null; }
       };
-      var onRead = function (r) {
+      /** @param {ReadableStreamReadResult<Uint8Array>} x */
+      var onRead = function (x) {
         var at = performance.now();
-        rec.lastAt = at;
-        if (r.done) {
+        r.lastAt = at;
+        r.collected = r.pulling = false; // read: alive
+        if (x.done) {
           try { ctrl.close(); } catch (_) { /* cancelled or errored meanwhile */ }
           // Until the page has read what is queued, an abort must still
           // discard it; after that (closed and drained) it changes nothing.
           if (ctrl.desiredSize === 0) unlisten();
-          finish(1);
+          finish(BODY_END);
           return;
         }
-        if (!broken && !rec.done) {
-          try { pushOp(id, r.value, at, 0); } catch (e) { fail('shim failed', e); }
+        if (!r.done && !broken) {
+          try { if (!pushOp(r.pid, x.value, at, 0)) unmeasure(r); } catch (e) { fail('shim failed', e); }
         }
-        ctrl.enqueue(r.value);
+        ctrl.enqueue(x.value);
       };
+      /** @param {any} err */
       var onError = function (err) {
+        r.pulling = false;
         try { ctrl.error(err); } catch (_) { /* already errored */ }
         unlisten();
-        finish((facts.signal && facts.signal.aborted) || !(err instanceof TypeError) ? 2 : 3);
+        finish((sig && sig.aborted) || (err && err.name === 'AbortError') ? ABORTED : NET_ERROR);
       };
       var body = new ReadableStream({
         start: function (c) { ctrl = c; },
         pull: function () {
-          if (dead) return;
+          if (dead || !reader) return;
+          r.collected = false; // pulled: alive
+          r.pulling = true;
           return reader.read().then(onRead, onError);
         },
+        // The page cancelled its body (reader.cancel(), or an SDK that stops
+        // at its terminal event): not an abort by itself; the module decides.
         cancel: function (reason) {
           unlisten();
-          finish(2);
-          return reader.cancel(reason);
+          finish(CANCELLED);
+          return reader ? reader.cancel(reason) : undefined;
         },
       }, readableStrategy);
       allowBYOB(body);
       // Locked only now that nothing before it can throw: on a failure
       // below, the catch unlocks it and the page gets the response untouched.
-      reader = resp.body.getReader();
+      reader = src.getReader();
       try {
         out = new Response(body, { status: resp.status, statusText: resp.statusText, headers: resp.headers });
       } catch (e) {
         dead = true;
         reader.releaseLock();
-        rec.done = true;
-        api.end(id, performance.now(), 3, resp.status, '', null);
+        endStream(r, NET_ERROR, performance.now());
         return resp;
       }
       dress(out, resp);
-      measured.add(rec);
-      if (dropped) dropped.register(body, rec, rec);
+      if (dropped) dropped.register(body, r, r);
       // Aborting a fetch errors its body at once and discards what was
       // queued (Fetch: "abort the fetch"); our stream has read ahead, so it
       // must do the same or the page would still get the queued chunks,
       // also when the body has already arrived in full.
       if (sig && typeof sig.addEventListener === 'function') {
+        var s = sig;
         onAbort = function () {
           unlisten();
-          var reason = sig.reason !== undefined ? sig.reason : new DOMException('The operation was aborted.', 'AbortError');
+          var reason = s.reason !== undefined ? s.reason : new DOMException('The operation was aborted.', 'AbortError');
           try { ctrl.error(reason); } catch (e) { /* already closed or errored */ }
-          finish(2);
+          finish(ABORTED);
         };
-        if (sig.aborted) onAbort(); else sig.addEventListener('abort', onAbort);
+        if (s.aborted) onAbort(); else s.addEventListener('abort', onAbort);
       }
       return out;
     } catch (e) {
       if (reader && !out) {
         dead = true;
-        try { reader.releaseLock(); } catch (_) { /* the page's response stays usable */ }
+        try { /** @type {ReadableStreamDefaultReader} */ (reader).releaseLock(); } catch (_) { /* the page's response stays usable */ }
       }
       fail('shim failed', e);
       return resp;
@@ -429,13 +657,14 @@
   // dress gives a wrapped response what the Response constructor cannot:
   // the original's url, redirected and type, its immutable headers, and a
   // clone() whose copy keeps them too.
+  /** @param {Response} r @param {Response} orig @returns {Response} */
   function dress(r, orig) {
     Object.defineProperty(r, 'url', { value: orig.url });
     Object.defineProperty(r, 'redirected', { value: orig.redirected });
     Object.defineProperty(r, 'type', { value: orig.type });
     Object.defineProperty(r, 'headers', { value: orig.headers });
     Object.defineProperty(r, 'clone', {
-      value: function clone() {
+      value: /** @this {Response} */ function clone() {
         var c = dress(Response.prototype.clone.call(this), orig);
         // Cloning tees the body: this response and the clone get new streams.
         if (this.body) allowBYOB(this.body);
@@ -446,429 +675,52 @@
     return r;
   }
 
+  // beforeHeaders records a request that looked like a streamed completion
+  // and ended before any response headers: aborted, or a network error,
+  // after the time waited.
+  /** @param {ItlmonFacts} facts @param {number} t0 @param {any} err */
+  function beforeHeaders(facts, t0, err) {
+    try {
+      if (!on()) return;
+      var at = performance.now();
+      var kind = (facts.signal && facts.signal.aborted) || (err && err.name === 'AbortError') ? ABORTED : NET_ERROR;
+      var rec = begin(facts, t0, 0, '', '', -1);
+      if (rec) endStream(rec, kind, at);
+    } catch (e) { fail('shim failed', e); }
+  }
+
+  /**
+   * The page's fetch, measured: installed as window.fetch (and called with
+   * the page's this, so it throws where the page's would).
+   * @this {any}
+   * @param {RequestInfo | URL} input
+   * @param {RequestInit} [init]
+   * @returns {Promise<Response>}
+   */
   function shimFetch(input, init) {
-    if (broken || !api || optedOut()) return origFetch.apply(this, arguments);
+    var self = this;
+    if (!on()) return origFetch.apply(self, /** @type {any} */ (arguments));
+    /** @type {ItlmonFacts | null} */
     var facts = null;
     try { facts = requestFacts(input, init); } catch (_) { facts = null; }
+    if (facts && debugSeen) { if (debugSeen.size > 1000) debugSeen.clear(); debugSeen.add(facts.full); }
     var t0 = performance.now();
-    var p = origFetch.apply(this, arguments);
-    if (!facts) return p;
-    return p.then(function (resp) { return wrap(resp, facts, t0); });
-  }
-
-  // ---- the module ----
-
-  // timerFloorUs measures performance.now()'s resolution, spinning at most
-  // ~2 ms or 100k reads: with coarse clocks (resistFingerprinting: 16-100 ms)
-  // waiting for a tick would freeze the page, so a clock that did not tick
-  // is reported as at least 2 ms.
-  function timerFloorUs() {
-    var min = Infinity, start = performance.now(), last = start, seen = 0, t = start;
-    for (var i = 0; seen < 5 && t - start < 2 && i < 100000; i++) {
-      t = performance.now();
-      if (t !== last) { min = Math.min(min, t - last); seen++; last = t; }
-    }
-    if (!isFinite(min)) min = Math.max(t - start, 2);
-    return Math.max(1, Math.round(min * 1000));
-  }
-
-  // moduleConfig is what the module's configure gets. In a Worker the
-  // module's refusal probe uses the Worker's fetch, which is never the shim.
-  function moduleConfig(mode) {
-    var nav = navigator, uad = nav.userAgentData, conn = nav.connection;
-    var col = cfg.collector.replace(/\/+$/, '');
-    var site = encodeURIComponent(cfg.site);
-    var c = {
-      site: cfg.site,
-      wsURL: col.replace(/^http/, 'ws') + '/v1/ws?site=' + site,
-      beaconURL: col + '/v1/beacon?site=' + site,
-      release: String(cfg.release || ''),
-      flushMs: +cfg.flushMs || 0,
-      testHooks: !!cfg.testHooks,
-      pageOrigin: location.origin,
-      pagePath: redactPath(location.pathname),
-      userAgent: nav.userAgent,
-      uaBrands: uad && uad.brands ? uad.brands.map(function (b) { return b.brand + ';' + b.version; }).join(',') : '',
-      uaPlatform: uad ? uad.platform || '' : '',
-      uaMobile: !!(uad && uad.mobile),
-      connType: conn && conn.effectiveType || '',
-      connRTTMs: conn && +conn.rtt || 0,
-      timerFloorUs: timerFloorUs(),
-      crossOriginIsolated: !!g.crossOriginIsolated,
-    };
-    if (mode === 'main') c.fetch = origFetch; // the module's refusal probe bypasses the shim
-    return c;
-  }
-
-  function loadScript(src) {
-    return new Promise(function (resolve, reject) {
-      var s = document.createElement('script');
-      s.src = src;
-      s.async = true;
-      s.onload = resolve;
-      s.onerror = function () { reject(new Error('load ' + src)); };
-      (document.head || document.documentElement).appendChild(s);
+    var p = origFetch.apply(self, /** @type {any} */ (arguments));
+    if (!facts || !facts.sampled) return p;
+    var f = facts;
+    if (f.eager) load(); // a stream is coming: the module is needed
+    return p.then(function (resp) { return wrap(resp, f, t0, performance.now()); }, function (err) {
+      if (f.eager) beforeHeaders(f, t0, err);
+      throw err;
     });
   }
 
-  // instantiate compiles the module from first, a fetch of url already under
-  // way (started together with wasm_exec.js), or from a new fetch.
-  function instantiate(url, first, imports) {
-    var get = function () {
-      return origFetch(url, { credentials: 'omit' }).then(function (r) {
-        if (!r.ok) throw new Error('GET ' + url + ': ' + r.status);
-        return r;
-      });
-    };
-    if (WebAssembly.instantiateStreaming) {
-      return WebAssembly.instantiateStreaming(first.then(function (r) {
-        if (!r.ok) throw new Error('GET ' + url + ': ' + r.status);
-        return r;
-      }), imports).catch(function () {
-        return get().then(function (r) { return r.arrayBuffer(); })
-          .then(function (b) { return WebAssembly.instantiate(b, imports); });
-      });
-    }
-    return get().then(function (r) { return r.arrayBuffer(); })
-      .then(function (b) { return WebAssembly.instantiate(b, imports); });
-  }
+  // ---- long tasks: a busy main thread delays the stamps ----
 
-  // The module's API as the shim uses it, the same in both modes:
-  //   configure(cfg) -> Promise(true | error text)
-  //   start(...) -> stream id, or -1: not measured (see wasm/browser)
-  //   feed(stage, nb, ops, n) -> next  a staged batch: nb bytes, n ops; next: null to
-  //                                  reuse the buffers, or [stage, ops] to stage into
-  //                                  (in a Worker, which takes them)
-  //   end(id, at, kind, httpStatus, proto, done)
-  //                                  done(summary float64s), now or later, if it was measured
-  //   pagehide(), pageshow(), settled() -> Promise, query('stats' | 'crash', arg) -> Promise
-  //   flushMs, flushBytes            a batch leaves after this long, or this many bytes
-
-  // startMain runs the module on the page's main thread.
-  function startMain(col) {
-    var wasmURL = col + '/itl.wasm';
-    var first = origFetch(wasmURL, { credentials: 'omit' }); // in parallel with wasm_exec.js
-    first.catch(function () {});
-    return loadScript(col + '/wasm_exec.js').then(function () {
-      // Our wasm_exec.js (rewritten by make wasm) keeps its Go class and its
-      // fs/process/path stubs in one namespace, off the page's globals.
-      var Go = g.__itlmon_wasm_exec && g.__itlmon_wasm_exec.Go;
-      if (typeof Go !== 'function') throw new Error('wasm_exec.js defined no Go');
-      var go = new Go();
-      return instantiate(wasmURL, first, go.importObject).then(function (res) {
-        return new Promise(function (resolve, reject) {
-          g.__itlmon_ready = function (a) { delete g.__itlmon_ready; resolve(a); };
-          go.run(res.instance).then(function () { fail('module exited'); }, function (e) { fail('module exited', e); });
-          setTimeout(function () { reject(new Error('module not ready')); }, 10000);
-        });
-      });
-    }).then(function (m) {
-      var out = new Float64Array(SUMMARY.length), outBytes = new Uint8Array(out.buffer);
-      return {
-        mode: 'main',
-        flushMs: 1000,
-        flushBytes: 64 << 10, // a batch of 64 KB keeps the module ~1.5 ms
-        configure: function (c) { return Promise.resolve(m.configure(c)); },
-        start: function () { return m.start.apply(m, arguments); },
-        feed: function (stage, nb, ops, n) {
-          m.feed(stage.subarray(0, nb), new Uint8Array(ops.buffer, 0, 32 * n), n);
-          return null;
-        },
-        end: function (id, at, kind, status, proto, done) {
-          if (m.end(id, at, kind, status, proto, outBytes) === true && done) done(out);
-        },
-        pagehide: function () { m.pagehide(); },
-        pageshow: function () { m.pageshow(); },
-        settled: function () { return Promise.resolve(); },
-        query: function (what, arg) { return Promise.resolve(what === 'stats' ? m.stats() : m._crash(arg)); },
-      };
-    });
-  }
-
-  // workerHost is the module's Worker. It runs from this function's source
-  // text alone (startWorker), so it uses nothing else from this file: it
-  // loads wasm_exec.js and itl.wasm from the collector and serves the
-  // page's messages with the module's API. Messages are arrays; the first
-  // item says what:
-  //   page -> worker: ['module', WebAssembly.Module | null] first, ['c', cfg] configure, ['s', id, ...start args],
-  //     ['f', stage, ops, n, nb] feed (ArrayBuffers), ['e', id, at, kind, status, proto] end,
-  //     ['h'] pagehide, ['p'] pageshow, ['q', qid, 'stats' | 'crash', arg]
-  //   worker -> page: ['r'] ready, ['c', result], ['e', id, summary | null],
-  //     ['m', mirror] what a beacon would carry now (sent on pagehide),
-  //     ['q', qid, result], ['w', text] a console warning, ['x', why] stopped,
-  //     ['b', stage, ops] a batch's buffers back, for reuse
-  // The page numbers its streams; ids maps them to the module's (-1: not
-  // measured).
-  function workerHost(col, nSummary) {
-    'use strict';
-    var api = null, ids = new Map(), out = new Uint8Array(8 * nSummary), mirrorTimer = 0;
-    var watch = 0, idle = 0; // the 1 s watch for acknowledgements, and its ticks without news
-    var UNMEASURED = 2147483647; // a stream id the module never gives
-    var post = function (m, transfer) { self.postMessage(m, transfer || []); };
-    var stop = function (e) { post(['x', String(e && e.message || e || 'module exited')]); };
-    // The module's warnings belong on the page's console.
-    console.warn = function () { post(['w', Array.prototype.join.call(arguments, ' ')]); };
-    var mirror = function () {
-      mirrorTimer = 0;
-      var m = api.mirror();
-      if (m) post(['m', m], [m.buffer]);
-    };
-    var handle = function (m) {
-      var i, id;
-      switch (m[0]) {
-        case 'c': post(['c', api.configure(m[1])]); break;
-        case 's':
-          id = api.start.apply(null, m.slice(2));
-          ids.set(m[1], typeof id === 'number' ? id : -1);
-          break;
-        case 'f':
-          var ops = new Float64Array(m[2], 0, 4 * m[3]);
-          for (i = 0; i < ops.length; i += 4) {
-            if (ops[i] < 0) continue; // a busy interval
-            id = ids.get(ops[i]);
-            ops[i] = id >= 0 ? id : UNMEASURED;
-          }
-          api.feed(new Uint8Array(m[1], 0, m[4]), new Uint8Array(m[2], 0, 32 * m[3]), m[3]);
-          post(['b', m[1], m[2]], [m[1], m[2]]); // the module copied them: back for reuse
-          break;
-        case 'e':
-          id = ids.get(m[1]);
-          ids.delete(m[1]);
-          var ok = id >= 0 && api.end(id, m[2], m[3], m[4], m[5], out) === true;
-          post(['e', m[1], ok ? new Float64Array(out.slice().buffer) : null]);
-          break;
-        case 'h': api.pagehide(); break;
-        case 'p': api.pageshow(); break;
-        case 'q': post(['q', m[1], m[2] === 'stats' ? api.stats() : api._crash(m[3])]); break;
-      }
-      // A stream's end shows in the mirror at once; reads within 100 ms.
-      if (m[0] === 'e') { clearTimeout(mirrorTimer); mirror(); } else if (!mirrorTimer) mirrorTimer = setTimeout(mirror, 100);
-      // Acknowledgements change what a beacon would carry too: watch for
-      // them each second until 30 s pass without news. (A stale mirror only
-      // resends records the collector already has: it keeps one per id.)
-      idle = 0;
-      if (!watch) {
-        watch = setInterval(function () {
-          if (mirrorTimer) return;
-          var m = api.mirror();
-          if (m) { idle = 0; post(['m', m], [m.buffer]); } else if (++idle >= 30) { clearInterval(watch); watch = 0; }
-        }, 1000);
-      }
-    };
-    try {
-      importScripts(col + '/wasm_exec.js');
-      var Go = self.__itlmon_wasm_exec && self.__itlmon_wasm_exec.Go;
-      if (typeof Go !== 'function') throw new Error('wasm_exec.js defined no Go');
-      var go = new Go(), url = col + '/itl.wasm';
-      var get = function () {
-        return fetch(url, { credentials: 'omit' }).then(function (r) {
-          if (!r.ok) throw new Error('GET ' + url + ': ' + r.status);
-          return r;
-        });
-      };
-      var compile = function () {
-        return get().then(function (r) { return r.arrayBuffer(); })
-          .then(function (b) { return WebAssembly.instantiate(b, go.importObject); });
-      };
-      // The page compiles the module while this Worker starts and sends it
-      // (['module', WebAssembly.Module]), or null: then it is fetched here.
-      var run = function (mod) {
-        (mod ? WebAssembly.instantiate(mod, go.importObject).then(function (instance) { return { instance: instance }; }) :
-          WebAssembly.instantiateStreaming ? WebAssembly.instantiateStreaming(get(), go.importObject).catch(function (e) {
-            if (e && /^GET /.test(e.message)) throw e;
-            return compile(); // served with another MIME type
-          }) : compile()).then(function (res) { return go.run(res.instance); }).then(function () { stop(); }, stop);
-      };
-      self.__itlmon_ready = function (a) {
-        delete self.__itlmon_ready;
-        api = a;
-        post(['r']);
-      };
-      self.onmessage = function (ev) {
-        if (ev.data[0] === 'module') return run(ev.data[1]);
-        if (!api) return;
-        try { handle(ev.data); } catch (e) { stop(e); }
-      };
-    } catch (e) { stop(e); }
-  }
-
-  // startWorker runs the module in a dedicated Worker made from a blob: URL
-  // (a Worker's script must be same-origin; what it imports need not be).
-  // It rejects when the Worker cannot start or load the module, and the
-  // module then runs on the main thread.
-  function startWorker(col) {
-    return new Promise(function (resolve, reject) {
-      var src = '(' + workerHost + ')(' + JSON.stringify(col) + ', ' + SUMMARY.length + ');\n';
-      var url = URL.createObjectURL(new Blob([src], { type: 'text/javascript' }));
-      var w = null, timer = 0;
-      var done = function (e) {
-        clearTimeout(timer);
-        URL.revokeObjectURL(url);
-        if (!w) return reject(e);
-        w.onmessage = w.onerror = null;
-        if (e) { w.terminate(); reject(e); } else resolve(workerAPI(w));
-      };
-      try { w = new Worker(url, { name: 'itlmon' }); } catch (e) { return done(e); }
-      // Compiling here (off the main thread: V8 compiles in the background)
-      // while the Worker starts, rather than after, takes ~100 ms off the
-      // time to ready; a WebAssembly.Module is sent without a copy.
-      // A module the collector does not serve is not tried again anywhere.
-      var wasmURL = col + '/itl.wasm';
-      origFetch(wasmURL, { credentials: 'omit' }).then(function (r) {
-        if (!r.ok) {
-          var e = new Error('GET ' + wasmURL + ': ' + r.status);
-          e.final = true;
-          throw e;
-        }
-        return WebAssembly.compileStreaming ? WebAssembly.compileStreaming(r) : null;
-      }).then(function (mod) {
-        w.postMessage(['module', mod]);
-      }, function (e) {
-        if (e && e.final) done(e);
-        else w.postMessage(['module', null]); // the Worker fetches and compiles it itself
-      });
-      timer = setTimeout(function () { done(new Error('module not ready in its Worker')); }, 10000);
-      w.onmessage = function (ev) {
-        var m = ev.data;
-        if (m[0] === 'r') done(null);
-        else if (m[0] === 'x') done(new Error(m[1]));
-        else if (m[0] === 'w') warnFromModule(m[1]);
-      };
-      w.onerror = function (ev) {
-        if (ev && ev.preventDefault) ev.preventDefault();
-        done(new Error(ev && ev.message || 'Worker failed'));
-      };
-    });
-  }
-
-  function warnFromModule(text) {
-    try { console.warn(String(text)); } catch (_) {}
-  }
-
-  // workerAPI is the module's API over messages to its Worker. Ids are the
-  // page's; summaries and query results come back as messages. The last
-  // mirror leaves by sendBeacon on pagehide, and for the collector
-  // configured before, when configure changes it.
-  function workerAPI(w) {
-    var nextID = 0, open = 0, ends = new Map(), waiting = [], queries = new Map(), nq = 0;
-    var mirror = null, beaconURL = '', configs = [];
-    var spares = []; // staging buffers the Worker has given back: no allocation per batch
-    var settle = function () {
-      if (ends.size) return;
-      var ws = waiting;
-      waiting = [];
-      ws.forEach(function (r) { r(); });
-    };
-    var beacon = function (url) {
-      try { if (mirror && url && navigator.sendBeacon) navigator.sendBeacon(url, mirror); } catch (_) {}
-    };
-    w.onmessage = function (ev) {
-      var m = ev.data, f;
-      switch (m[0]) {
-        case 'e':
-          f = ends.get(m[1]);
-          ends.delete(m[1]);
-          if (f && m[2]) { try { f(m[2]); } catch (e) { fail('shim failed', e); } }
-          settle();
-          break;
-        case 'm': mirror = m[1].byteLength ? m[1] : null; break;
-        case 'b': if (spares.length < 2) spares.push([new Uint8Array(m[1]), new Float64Array(m[2])]); break;
-        case 'c': (configs.shift() || function () {})(m[1]); break;
-        case 'q': f = queries.get(m[1]); queries.delete(m[1]); if (f) f(m[2]); break;
-        case 'w': warnFromModule(m[1]); break;
-        case 'x': stopped('module exited', m[1]); break;
-      }
-    };
-    w.onerror = function (ev) {
-      if (ev && ev.preventDefault) ev.preventDefault();
-      stopped('module failed', ev && ev.message);
-    };
-    // stopped: the Worker is gone, and with it any answer still to come.
-    var stopped = function (msg, why) {
-      fail(msg, why);
-      w.terminate();
-      ends.clear();
-      settle();
-      configs.splice(0).forEach(function (r) { r('module stopped'); });
-      queries.forEach(function (r) { r(null); });
-      queries.clear();
-    };
-    return {
-      mode: 'worker',
-      flushMs: 250, // a message is cheap: stage briefly, so the mirror stays recent
-      // A message costs a few hundred µs on the page's side whatever its
-      // size (measured in Chromium), and the page does not wait for the module.
-      flushBytes: 256 << 10,
-      configure: function (c) {
-        if (beaconURL && c.beaconURL !== beaconURL) beacon(beaconURL); // what it held leaves for it
-        beaconURL = c.beaconURL;
-        return new Promise(function (resolve) { configs.push(resolve); w.postMessage(['c', c]); });
-      },
-      start: function (t0, unixMs, href, method, model, ct, status, origin, sid, path) {
-        if (open >= 64) return -1; // as the module itself (wasm/browser maxOpen)
-        var id = nextID++;
-        open++;
-        w.postMessage(['s', id, t0, unixMs, href, method, model, ct, status, origin, sid, path]);
-        return id;
-      },
-      feed: function (stage, nb, ops, n) {
-        var next = spares.pop() || [new Uint8Array(stage.length), new Float64Array(ops.length)];
-        // ArrayBuffers, not their views: Chromium posts a view several
-        // times slower (measured: 95 vs 14 µs for 72 KB).
-        w.postMessage(['f', stage.buffer, ops.buffer, n, nb], [stage.buffer, ops.buffer]);
-        return next;
-      },
-      end: function (id, at, kind, status, proto, done) {
-        open--;
-        ends.set(id, done);
-        w.postMessage(['e', id, at, kind, status, proto]);
-      },
-      pagehide: function () { beacon(beaconURL); w.postMessage(['h']); },
-      pageshow: function () { w.postMessage(['p']); },
-      settled: function () {
-        return new Promise(function (r) { waiting.push(r); settle(); });
-      },
-      query: function (what, arg) {
-        var q = nq++;
-        return new Promise(function (r) { queries.set(q, r); w.postMessage(['q', q, what, arg]); });
-      },
-    };
-  }
-
-  function load() {
-    if (loading || broken) return;
-    loading = true;
-    var col = cfg.collector.replace(/\/+$/, '');
-    var worker = cfg.worker !== false && typeof Worker === 'function' && typeof Blob === 'function' && g.URL &&
-      typeof URL.createObjectURL === 'function';
-    (worker ? startWorker(col).catch(function (e) {
-      if (e && e.final) throw e;
-      timing.workerError = String(e && e.message || e);
-      return startMain(col);
-    }) : startMain(col)).then(function (a) {
-      if (broken) return;
-      return a.configure(moduleConfig(a.mode)).then(function (r) {
-        if (r !== true) throw new Error(String(r));
-        if (broken) return;
-        api = a;
-        timing.mode = a.mode;
-        stage = new Uint8Array(a.flushBytes + (8 << 10));
-        observeBusy();
-        addEventListener('pagehide', function () {
-          // Streams still open are cut by the navigation: record them now, as
-          // aborted, so they leave with the beacon.
-          measured.forEach(function (rec) { endStream(rec, 2, performance.now()); });
-          try { if (api && !broken) api.pagehide(); } catch (e) { fail('module failed', e); }
-        });
-        addEventListener('pageshow', function (e) { try { if (e.persisted && api && !broken) api.pageshow(); } catch (x) { fail('module failed', x); } });
-        if (g.fetch === origFetch && !optedOut()) g.fetch = shimFetch;
-        timing.readyAt = performance.now();
-        readyResolve(true);
-      });
-    }).catch(function (e) { fail('not loaded', e); });
-  }
-
+  var busyObserved = false;
   function observeBusy() {
+    if (busyObserved) return;
+    busyObserved = true;
     try {
       var types = PerformanceObserver.supportedEntryTypes || [];
       var type = types.indexOf('long-animation-frame') >= 0 ? 'long-animation-frame' : types.indexOf('longtask') >= 0 ? 'longtask' : '';
@@ -878,11 +730,143 @@
         var es = list.getEntries();
         for (var i = 0; i < es.length; i++) pushOp(-1, null, es[i].startTime, es[i].startTime + es[i].duration);
       }).observe({ type: type });
-    } catch (_) {}
+    } catch (_) { /* no observer: no busy intervals */ }
+  }
+
+  // ---- debug: clients the shim never saw ----
+
+  // watchUnseen logs one console.info when a fetch to a streamed-completion
+  // URL completes that the shim never saw: a client that kept the page's
+  // fetch from before itl.js ran (the SDKs keep the fetch they saw when
+  // constructed). A hint, never an error.
+  function watchUnseen() {
+    if (debugSeen || typeof PerformanceObserver !== 'function') return;
+    var seen = debugSeen = new Set();
+    try {
+      var obs = new PerformanceObserver(function (list) {
+        var es = /** @type {PerformanceResourceTiming[]} */ (list.getEntries());
+        for (var i = 0; i < es.length; i++) {
+          var e = es[i];
+          if (e.initiatorType !== 'fetch' || seen.has(e.name)) continue;
+          var u = new URL(e.name);
+          if (!urlMatches(e.name) && !endpointMatches(u.pathname)) continue;
+          obs.disconnect();
+          console.info('itlmon: ' + u.origin + u.pathname + ' was fetched by a client that kept the page\'s fetch from before ' +
+            'itl.js ran, so it is not measured. Put the itl.js tag in <head> before the app\'s scripts, or give the client ' +
+            'itlmon\'s fetch: { fetch: (...a) => (globalThis.itlmon?.fetch ?? fetch)(...a) }');
+          return;
+        }
+      });
+      obs.observe({ type: 'resource', buffered: true });
+    } catch (_) { /* no resource timing */ }
+  }
+
+  // ---- the module, loaded lazily ----
+
+  function collectorBase() { return cfg.collector.replace(/\/+$/, ''); }
+
+  // scheduleLoad loads the module once the page has loaded and the browser
+  // is idle (at most 5 s after load; 1 s after it where there is no
+  // requestIdleCallback), unless a stream needed it earlier.
+  var loadScheduled = false;
+  function scheduleLoad() {
+    if (loadScheduled) return;
+    loadScheduled = true;
+    var idle = function () {
+      if (typeof g.requestIdleCallback === 'function') g.requestIdleCallback(function () { load(); }, { timeout: 5000 });
+      else setTimeout(function () { load(); }, 1000);
+    };
+    if (document.readyState === 'complete') idle(); else addEventListener('load', idle, { once: true });
+  }
+
+  /** @type {((host: ItlmonHost) => void) | null} */
+  var onHost = null;
+
+  // load fetches itl-module.js, which loads the module (see there) and hands
+  // back its API; then the queued calls are replayed in order.
+  function load() {
+    if (loading || broken || !installed) return;
+    if (optedOut()) {
+      if (!readySettled) readyResolve(false); // nothing to load for now; a later stream may
+      return;
+    }
+    loading = true;
+    if (readySettled) ready = newReady();
+    timing.loadAt = performance.now();
+    var col = collectorBase();
+    new Promise(/** @param {(h: ItlmonHost) => void} resolve */ function (resolve, reject) {
+      onHost = resolve;
+      var s = document.createElement('script');
+      s.src = col + '/itl-module.js';
+      s.async = true;
+      s.nonce = nonce; // a page whose CSP allows scripts by nonce gave the tag one
+      s.onload = function () { reject(new Error('itl-module.js defined no module host')); };
+      s.onerror = function () { reject(new Error('load ' + s.src)); };
+      (document.head || document.documentElement).appendChild(s);
+    }).then(function (host) {
+      if (host.protocol !== PROTOCOL) throw new Error('itl-module.js speaks protocol ' + host.protocol + ', want ' + PROTOCOL);
+      return host.start({ collector: col, worker: cfg.worker !== false, summaryFields: SUMMARY.length, fetch: origFetch,
+        fail: fail, timing: timing, nonce: nonce });
+    }).then(function (a) {
+      if (broken) return;
+      return a.configure(moduleConfig()).then(function (ok) {
+        if (ok !== true) throw new Error(String(ok));
+        if (broken) return;
+        api = a;
+        timing.mode = a.mode;
+        var q = queue;
+        queue = [];
+        queuedBytes = queuedEnds = 0;
+        for (var i = 0; i < q.length; i++) call(q[i]);
+        flush(); // what was staged since the last end
+        if (stage.length < a.flushBytes) stage = new Uint8Array(a.flushBytes + (8 << 10));
+        timing.readyAt = performance.now();
+        readyResolve(!broken);
+      });
+    }).catch(function (e) { fail('not loaded', e); });
+  }
+
+  // moduleConfig is what the module's configure gets from the page's
+  // settings (itl-module.js adds what it knows of the browser).
+  function moduleConfig() {
+    var col = collectorBase();
+    var site = encodeURIComponent(cfg.site);
+    return {
+      site: cfg.site,
+      wsURL: col.replace(/^http/, 'ws') + '/v1/ws?site=' + site,
+      beaconURL: col + '/v1/beacon?site=' + site,
+      release: String(cfg.release || ''),
+      flushMs: +cfg.flushMs || 0,
+      testHooks: !!cfg.testHooks,
+      pageOrigin: location.origin,
+      pagePath: redactPath(location.pathname),
+    };
+  }
+
+  // install wraps window.fetch (once a site is known) and schedules the module.
+  function install() {
+    if (!installed) {
+      installed = true;
+      addEventListener('pagehide', function () {
+        // Streams still open are cut by the navigation: record them now, so
+        // they leave with the beacon (those whose bodies were collected, at
+        // their last read).
+        var now = performance.now();
+        measured.forEach(function (rec) { if (abandoned(rec)) endStream(rec, CANCELLED, rec.lastAt); else endStream(rec, PAGEHIDE, now); });
+        try { if (api && !broken) api.pagehide(); } catch (e) { fail('module failed', e); }
+      });
+      addEventListener('pageshow', function (e) {
+        try { if (e.persisted && api && !broken) api.pageshow(); } catch (x) { fail('module failed', x); }
+      });
+    }
+    if (g.fetch === origFetch && !optedOut()) g.fetch = shimFetch;
+    if (loadScheduled && readySettled) load(); // opted in again after ready said false
+    else scheduleLoad();
   }
 
   // ---- public API ----
 
+  /** @param {any} [opts] @returns {Promise<boolean>} */
   function init(opts) {
     try {
       opts = opts || {};
@@ -891,16 +875,22 @@
         if (k === 'match') {
           var m = opts.match || {};
           cfg.match = {
-            contentTypes: (m.contentTypes || cfg.match.contentTypes).map(function (s) { return String(s).toLowerCase(); }),
+            contentTypes: (m.contentTypes || cfg.match.contentTypes).map(function (/** @type {string} */ s) { return String(s).toLowerCase(); }),
             urls: m.urls || cfg.match.urls,
+            endpoints: m.endpoints || cfg.match.endpoints,
           };
-        } else cfg[k] = opts[k];
+        } else /** @type {any} */ (cfg)[k] = opts[k];
       }
       cfg.sampleRate = Math.max(0, Math.min(1, cfg.sampleRate == null ? 1 : +cfg.sampleRate));
-      if (optedOut()) { if (g.fetch === shimFetch) g.fetch = origFetch; return ready; }
+      if (cfg.debug) watchUnseen();
+      if (optedOut()) {
+        if (g.fetch === shimFetch) g.fetch = origFetch;
+        if (!loading && !readySettled) readyResolve(false);
+        return ready;
+      }
       if (api && !broken) {
         // Resolves once the module has the new settings.
-        return api.configure(moduleConfig(api.mode)).then(function (r) {
+        return api.configure(moduleConfig()).then(function (r) {
           if (r !== true) { fail('configure', r); return false; }
           if (g.fetch === origFetch && !broken) g.fetch = shimFetch;
           return !broken;
@@ -908,51 +898,79 @@
       }
       if (!cfg.site) throw new Error('no site key (data-site or itlmon.init({site}))');
       if (!cfg.collector) throw new Error('no collector URL');
-      load();
+      install();
     } catch (e) { fail('init', e); }
     return ready;
   }
 
+  /** @param {(s: ItlmonSummary) => void} cb */
   function onStream(cb) {
     if (typeof cb !== 'function') return function () {};
     listeners.push(cb);
     return function () { var i = listeners.indexOf(cb); if (i >= 0) listeners.splice(i, 1); };
   }
 
+  /** @returns {Promise<void>} */
+  function settled() {
+    if (broken) return Promise.resolve();
+    if (api) return api.settled();
+    // Ends wait in the queue for the module (loading: a stream started it).
+    return queuedEnds && !readySettled ? ready.then(function () { return settled(); }) : Promise.resolve();
+  }
+
   try {
     if (script && script.src) cfg.collector = new URL(script.src, location.href).origin;
     else cfg.collector = location.origin;
-  } catch (_) {}
+  } catch (_) { /* no collector until init */ }
   var auto = script && script.getAttribute('data-site');
-  if (script && script.getAttribute('data-release')) cfg.release = script.getAttribute('data-release');
-  // Where the module runs is chosen when it loads, which data-site starts
-  // at once: data-worker="false" keeps it on the main thread from the start.
+  if (script && script.getAttribute('data-release')) cfg.release = script.getAttribute('data-release') || '';
   if (script && script.getAttribute('data-worker') === 'false') cfg.worker = false;
+  if (script && script.hasAttribute('data-debug')) cfg.debug = true;
 
-  g.itlmon = {
+  var pub = {
     __itlmon: true,
     init: init,
     onStream: onStream,
-    ready: ready, // resolves true once fetch is wrapped, false if the module is off
-    // settled resolves once every stream that has ended so far has been given
-    // to the onStream listeners (with the module in a Worker, a summary
-    // arrives a message later than the stream's end).
-    settled: function () { return api && !broken ? api.settled() : Promise.resolve(); },
-    timing: timing, // loaderStart, readyAt (performance.now() ms), error, mode
-    get active() { return !!api && !broken && g.fetch === shimFetch; },
+    // ready resolves true once the module is ready (loaded lazily, see
+    // load), false if it is off.
+    get ready() { return ready; },
+    // settled resolves once every stream that has ended so far has been
+    // given to the onStream listeners (a summary arrives once the module has
+    // it: a message later with the module in a Worker, or once it loaded).
+    settled: settled,
+    // fetch is the measuring fetch: give it to clients that keep their own
+    // (the SDKs keep the fetch they saw when constructed). Whatever this a
+    // client calls it with, the page's fetch gets none.
+    /** @param {RequestInfo | URL} input @param {RequestInit} [init] */
+    fetch: function fetch(input, init) { return shimFetch.apply(undefined, /** @type {any} */ (arguments)); },
+    timing: timing,
+    get active() { return installed && !broken && g.fetch === shimFetch; },
     get originalFetch() { return origFetch; },
     // _stats: the module's counters (for tests and debugging).
     _stats: function () { return api && !broken ? api.query('stats') : Promise.resolve(null); },
     // _crash(mode): makes the module panic (testHooks only, see wasm/browser).
+    /** @param {string} mode */
     _crash: function (mode) { return api && !broken ? api.query('crash', mode) : Promise.resolve(false); },
     // _wrap measures a Response as if fetch had returned it (testHooks only:
     // the browser cost benchmark feeds it a local stream).
+    /** @param {Response} resp @param {string} href */
     _wrap: function (resp, href) {
       if (!cfg.testHooks) return resp;
-      var u = new URL(href, location.href);
-      return wrap(resp, { origin: u.origin, path: u.pathname, href: u.origin + u.pathname, method: 'GET', model: '',
-        signal: null, urlMatch: false }, performance.now());
+      var u = new URL(href, location.href), t = performance.now();
+      return wrap(resp, { href: u.origin + u.pathname, full: u.href, method: 'GET', model: '', signal: null, urlMatch: false,
+        eager: false, sampled: true }, t, t);
     },
+    // _collected() marks every open stream as reported collected, as a
+    // FinalizationRegistry callback would, and _sweep(ms) ends those not read
+    // for ms (testHooks only).
+    _collected: function () { if (cfg.testHooks) measured.forEach(function (r) { r.collected = true; }); },
+    /** @param {number} ms */
+    _sweep: function (ms) { return cfg.testHooks ? sweep(ms) : 0; },
+    // __module is how itl-module.js hands over its host.
+    /** @param {ItlmonHost} host */
+    __module: function (host) { if (onHost) { var f = onHost; onHost = null; f(host); } },
   };
+  g.itlmon = pub;
   if (auto) init({ site: auto });
+  timing.loaderMs = performance.now() - loaderStart;
 })();

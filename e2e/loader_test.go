@@ -1,0 +1,660 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"html/template"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/heapprofiler"
+	"github.com/chromedp/chromedp"
+
+	"github.com/itlmon/itlmon/collector/demo"
+)
+
+// The loader's own behaviour (web/static/itl.js): fetch wrapped from the
+// moment the tag runs, the module loaded lazily, clients handed itlmon.fetch,
+// requests measured from the moment they are issued, and how a body's end is
+// told apart (end of body, abort, cancel, collected).
+
+// loaderPage is a page installed as the README says: the tag synchronous in
+// <head>, before the app's scripts (Head), or added by the app itself later
+// (the app calls addTag()). App is a module script run after the tag. The
+// page records its resource entries at the end of its load event
+// (e2e.atLoad), its console.info lines (e2e.hints) and every summary.
+type loaderPage struct {
+	Src   string // itl.js URL
+	Head  bool
+	Debug bool
+	Init  template.JS // options for itlmon.init before anything else, or empty
+	App   template.JS
+	Nonce string // when set, every script carries it and the page's CSP allows scripts by this nonce only
+}
+
+var loaderTmpl = template.Must(template.New("loader").Parse(`<!doctype html>
+<html><head><meta charset="utf-8"><title>itlmon loader e2e</title>
+<script{{if .Nonce}} nonce="{{.Nonce}}"{{end}}>
+window.e2e = { summaries: [], hints: [], atLoad: null };
+(function () {
+  var info = console.info;
+  console.info = function () { e2e.hints.push([].join.call(arguments, ' ')); return info.apply(console, arguments); };
+})();
+window.addTag = function () {
+  return new Promise(function (resolve, reject) {
+    var s = document.createElement('script');
+    s.src = {{.Src}};
+    s.setAttribute('data-site', 'e2e');
+    {{if .Debug}}s.setAttribute('data-debug', '');{{end}}
+    s.onload = function () { itlmon.onStream(function (x) { e2e.summaries.push(x); }); resolve(); };
+    s.onerror = reject;
+    document.head.appendChild(s);
+  });
+};
+</script>
+{{if .Head}}<script src="{{.Src}}" data-site="e2e"{{if .Debug}} data-debug{{end}}{{if .Nonce}} nonce="{{.Nonce}}"{{end}}></script>
+<script{{if .Nonce}} nonce="{{.Nonce}}"{{end}}>
+e2e.wrappedAtOnce = itlmon.active && window.fetch !== itlmon.originalFetch;
+{{if .Init}}itlmon.init({{.Init}});{{end}}
+itlmon.onStream(function (s) { e2e.summaries.push(s); });
+</script>{{end}}
+<script{{if .Nonce}} nonce="{{.Nonce}}"{{end}}>
+addEventListener('load', function () {
+  // After every other load listener: what was requested before the load event ended.
+  setTimeout(function () { e2e.atLoad = performance.getEntriesByType('resource').map(function (e) { return { name: e.name, size: e.encodedBodySize, transfer: e.transferSize, ms: e.responseEnd - e.startTime }; }); });
+});
+</script>
+<script type="module"{{if .Nonce}} nonce="{{.Nonce}}"{{end}}>{{.App}}</script>
+</head><body><p>itlmon loader e2e</p></body></html>`))
+
+// servePage adds the page at path to the origin.
+func servePage(t *testing.T, o *Origin, path string, p loaderPage) string {
+	t.Helper()
+	var b bytes.Buffer
+	if err := loaderTmpl.Execute(&b, p); err != nil {
+		t.Fatalf("page template: %v", err)
+	}
+	o.Handle(path, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if p.Nonce != "" {
+			w.Header().Set("Content-Security-Policy", "script-src 'nonce-"+p.Nonce+"' 'wasm-unsafe-eval'")
+		}
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		w.Header().Set("Cache-Control", "no-cache")
+		w.Write(b.Bytes())
+	}))
+	return o.URL + path
+}
+
+// serveOpenAI serves the OpenAI JS SDK ($OPENAI_JS_DIR) at /openai/ on the origin.
+func serveOpenAI(t *testing.T, o *Origin) {
+	t.Helper()
+	dir := os.Getenv("OPENAI_JS_DIR")
+	if _, err := os.Stat(filepath.Join(dir, "index.mjs")); dir == "" || err != nil {
+		requireReal(t, "openai JS SDK (OPENAI_JS_DIR)", errors.Join(errors.New("run make deps-openai-js"), err))
+	}
+	files := http.StripPrefix("/openai/", http.FileServer(http.Dir(dir)))
+	o.Handle("/openai/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasSuffix(r.URL.Path, ".mjs") {
+			w.Header().Set("Content-Type", "text/javascript; charset=utf-8")
+		}
+		files.ServeHTTP(w, r)
+	}))
+}
+
+// sdkVersion returns the version of the SDK at $OPENAI_JS_DIR.
+func sdkVersion(t *testing.T) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(os.Getenv("OPENAI_JS_DIR"), "package.json"))
+	if err != nil {
+		t.Fatalf("openai JS SDK: %v", err)
+	}
+	var pkg struct{ Version string }
+	if err := json.Unmarshal(b, &pkg); err != nil {
+		t.Fatalf("openai JS SDK package.json: %v", err)
+	}
+	return pkg.Version
+}
+
+// navigate opens pageURL in a new tab.
+func navigate(t *testing.T, pageURL string) context.Context {
+	t.Helper()
+	ctx := NewTab(t)
+	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := chromedp.Do(sctx, chromedp.Navigate(pageURL)); err != nil {
+		t.Fatalf("navigate %s: %v", pageURL, err)
+	}
+	return ctx
+}
+
+// pageSummary is a summary with the fields these tests look at.
+type pageSummary struct {
+	Summary
+	End        string  `json:"end"`
+	HeadersMs  float64 `json:"headersMs"`
+	DurationMs float64 `json:"durationMs"`
+	HTTPStatus int     `json:"httpStatus"`
+}
+
+const sdkOpts = `{ apiKey: 'sk-test', baseURL: location.origin + '/v1', dangerouslyAllowBrowser: true, maxRetries: 0 }`
+
+// TestClientBeforeModule: an SDK client constructed while the page loads
+// (the tag in <head>, the client in the app's module script right after it)
+// keeps the fetch it saw then, which is the shim: its stream, started long
+// before the module is ready, is stamped and queued, and measured in full
+// once the module has loaded.
+func TestClientBeforeModule(t *testing.T) {
+	o := StartOrigin(t)
+	serveOpenAI(t, o)
+	a := StartAssets(t)
+	pageURL := servePage(t, o, "/early", loaderPage{Src: a.URL + "/itl.js", Head: true, App: template.JS(`
+		import OpenAI from '/openai/index.mjs';
+		const client = new OpenAI(` + sdkOpts + `);
+		e2e.result = (async () => {
+			const startedAt = performance.now();
+			const stream = await client.chat.completions.create({ model: 'sdk-model', stream: true, messages: [{ role: 'user', content: 'hi' }] },
+				{ query: { tokens: 25, interval_ms: 5 } });
+			let text = '';
+			for await (const c of stream) text += (c.choices[0] && c.choices[0].delta && c.choices[0].delta.content) || '';
+			await itlmon.ready;
+			await itlmon.settled();
+			return { text, startedAt, loadAt: itlmon.timing.loadAt, readyAt: itlmon.timing.readyAt, summaries: e2e.summaries };
+		})();`)})
+	ctx := navigate(t, pageURL)
+	type result struct {
+		Text      string        `json:"text"`
+		StartedAt float64       `json:"startedAt"`
+		LoadAt    float64       `json:"loadAt"`
+		ReadyAt   float64       `json:"readyAt"`
+		Summaries []pageSummary `json:"summaries"`
+	}
+	got := Eval[result](t, ctx, `(async () => { while (!window.e2e || !e2e.result) await new Promise(r => setTimeout(r, 5)); return await e2e.result; })()`)
+	var want strings.Builder
+	for i := range 25 {
+		want.WriteString(demo.Token(i))
+	}
+	if got.Text != want.String() {
+		t.Fatalf("SDK text = %q, want %q", got.Text, want.String())
+	}
+	if got.ReadyAt <= got.StartedAt {
+		t.Fatalf("module ready at %.1f ms, before the stream started at %.1f ms: this test wants a stream queued for the module", got.ReadyAt, got.StartedAt)
+	}
+	if len(got.Summaries) != 1 || got.Summaries[0].ContentEvents != 25 || got.Summaries[0].Model != "sdk-model" || got.Summaries[0].Status != "complete" {
+		t.Fatalf("summaries = %+v, want one complete stream of 25 content events, model sdk-model", got.Summaries)
+	}
+	t.Logf("stream started at %.1f ms, module loading from %.1f ms, ready at %.1f ms", got.StartedAt, got.LoadAt, got.ReadyAt)
+}
+
+// TestLateTagClientFetch: with the tag added after the app made its
+// clients, a client given the late-tag-safe itlmon.fetch is measured, one
+// that kept the page's fetch is not, and in debug mode the page gets one
+// console hint naming the fix.
+func TestLateTagClientFetch(t *testing.T) {
+	o := StartOrigin(t)
+	serveOpenAI(t, o)
+	a := StartAssets(t)
+	pageURL := servePage(t, o, "/late", loaderPage{Src: a.URL + "/itl.js", Debug: true, App: template.JS(`
+		import OpenAI from '/openai/index.mjs';
+		const plain = new OpenAI(` + sdkOpts + `); // keeps the page's fetch: itl.js has not run
+		const handed = new OpenAI({ ...` + sdkOpts + `, fetch: (...a) => (globalThis.itlmon?.fetch ?? fetch)(...a) });
+		e2e.result = (async () => {
+			const before = typeof window.itlmon;
+			await addTag();
+			const run = async (client, model, n) => {
+				const s = await client.chat.completions.create({ model, stream: true, messages: [{ role: 'user', content: 'hi' }] },
+					{ query: { tokens: n, interval_ms: 5 } });
+				let k = 0;
+				for await (const c of s) k++;
+				return k;
+			};
+			const plainChunks = await run(plain, 'plain-model', 10);
+			const handedChunks = await run(handed, 'handed-model', 12);
+			await itlmon.settled();
+			for (let i = 0; i < 100 && !e2e.hints.length; i++) await new Promise(r => setTimeout(r, 20));
+			await new Promise(r => setTimeout(r, 200)); // a second hint would show
+			return { before, plainChunks, handedChunks, summaries: e2e.summaries, hints: e2e.hints };
+		})();`)})
+	ctx := navigate(t, pageURL)
+	type result struct {
+		Before       string        `json:"before"`
+		PlainChunks  int           `json:"plainChunks"`
+		HandedChunks int           `json:"handedChunks"`
+		Summaries    []pageSummary `json:"summaries"`
+		Hints        []string      `json:"hints"`
+	}
+	got := Eval[result](t, ctx, `(async () => { while (!window.e2e || !e2e.result) await new Promise(r => setTimeout(r, 5)); return await e2e.result; })()`)
+	if got.Before != "undefined" {
+		t.Fatalf("itlmon was %s before the tag was added", got.Before)
+	}
+	if got.PlainChunks == 0 || got.HandedChunks == 0 {
+		t.Fatalf("SDK chunks: plain %d, handed %d", got.PlainChunks, got.HandedChunks)
+	}
+	if len(got.Summaries) != 1 || got.Summaries[0].Model != "handed-model" || got.Summaries[0].ContentEvents != 12 || got.Summaries[0].Status != "complete" {
+		t.Fatalf("summaries = %+v, want one: the client given itlmon.fetch, 12 content events, complete", got.Summaries)
+	}
+	if len(got.Hints) != 1 || !strings.Contains(got.Hints[0], "/v1/chat/completions") || !strings.Contains(got.Hints[0], "itlmon?.fetch") {
+		t.Fatalf("console.info hints = %q, want one naming the endpoint and itlmon.fetch", got.Hints)
+	}
+}
+
+// TestModuleAfterLoad: the page's load costs the loader alone: fetch is
+// wrapped as soon as the tag ran, nothing but itl.js is requested from the
+// collector before the load event ends, and the module follows when the
+// page is idle.
+func TestModuleAfterLoad(t *testing.T) {
+	o := StartOrigin(t)
+	a := StartAssets(t)
+	pageURL := servePage(t, o, "/idle", loaderPage{Src: a.URL + "/itl.js", Head: true})
+	ctx := navigate(t, pageURL)
+	if !Eval[bool](t, ctx, `itlmon.ready`) {
+		t.Fatalf("itlmon did not become ready: %s", Eval[string](t, ctx, `itlmon.timing.error`))
+	}
+	if !Eval[bool](t, ctx, `e2e.wrappedAtOnce`) {
+		t.Fatal("window.fetch was not the shim right after the tag ran")
+	}
+	// itlmon.fetch works as a method of whatever object a client keeps it in.
+	if got := Eval[int](t, ctx, `(async () => {
+		const client = { fetch: itlmon.fetch };
+		await (await client.fetch('/v1/chat/completions?tokens=2&interval_ms=1')).text();
+		await itlmon.settled();
+		return e2e.summaries.length;
+	})()`); got != 1 {
+		t.Fatalf("a stream through client.fetch = itlmon.fetch: %d summaries, want 1", got)
+	}
+	atLoad := Eval[[]string](t, ctx, `(async () => { while (!e2e.atLoad) await new Promise(r => setTimeout(r, 5)); return e2e.atLoad.map(e => e.name); })()`)
+	var ours []string
+	for _, n := range atLoad {
+		if strings.HasPrefix(n, a.URL+"/") {
+			ours = append(ours, strings.TrimPrefix(n, a.URL+"/"))
+		}
+	}
+	if strings.Join(ours, ",") != "itl.js" {
+		t.Fatalf("requested from the collector before the load event ended: %q, want only itl.js", ours)
+	}
+	after := Eval[[]string](t, ctx, `performance.getEntriesByType('resource').map(e => e.name)`)
+	var loaded []string
+	for _, n := range after {
+		if strings.HasPrefix(n, a.URL+"/") {
+			loaded = append(loaded, strings.TrimPrefix(n, a.URL+"/"))
+		}
+	}
+	if got := strings.Join(loaded, ","); !strings.Contains(got, "itl-module.js") || !strings.Contains(got, "itl.wasm") {
+		t.Fatalf("requested once ready: %q, want itl-module.js and itl.wasm too", loaded)
+	}
+	if at, ld := Eval[float64](t, ctx, `itlmon.timing.loadAt`), Eval[float64](t, ctx, `performance.getEntriesByType('navigation')[0].loadEventEnd`); at < ld {
+		t.Fatalf("module loading began at %.1f ms, before the load event ended at %.1f ms", at, ld)
+	}
+}
+
+// TestQueueBound: while the module loads, streams are stamped and queued up
+// to a bound (8 MB): a stream past it goes unmeasured, and is counted, with
+// its bytes untouched; a stream within it is measured once the module is
+// ready.
+func TestQueueBound(t *testing.T) {
+	o := StartOrigin(t)
+	a := StartAssets(t)
+	hold := make(chan struct{})
+	a.Hold["itl-module.js"] = hold
+	released := false
+	release := func() {
+		if !released {
+			released = true
+			close(hold)
+		}
+	}
+	t.Cleanup(release)
+	o.SetCollector(a.URL, "e2e")
+	ctx := navigate(t, o.PageURL(nil, false))
+	const big = "tokens=60000&interval_ms=0"
+	wantN, wantSum := wantBody(t, big)
+	if wantN <= 8<<20 {
+		t.Fatalf("the big stream is %d bytes: not past the queue's bound", wantN)
+	}
+	Eval[bool](t, ctx, `(async () => { while (!window.itlmon || !e2e.loaded) await new Promise(r => setTimeout(r, 5)); return true; })()`)
+	got := RunStream(t, ctx, StreamOpts{Query: big})
+	if got.Error != "" || got.Bytes != wantN || got.SHA256 != wantSum {
+		t.Fatalf("page read %d bytes sha %s err %q, want %d %s", got.Bytes, got.SHA256, got.Error, wantN, wantSum)
+	}
+	n := Eval[int](t, ctx, `(async () => {
+		const r = await fetch('/v1/chat/completions?tokens=5&interval_ms=1', { method: 'POST', body: '{"model":"small","stream":true}' });
+		return (await r.text()).length;
+	})()`)
+	if n == 0 {
+		t.Fatal("small stream: empty body")
+	}
+	type state struct {
+		ReadyAt    float64 `json:"readyAt"`
+		Unmeasured int     `json:"unmeasured"`
+		Summaries  int     `json:"summaries"`
+	}
+	st := Eval[state](t, ctx, `({ readyAt: itlmon.timing.readyAt, unmeasured: itlmon.timing.unmeasured, summaries: e2e.summaries.length })`)
+	if st.ReadyAt != -1 || st.Unmeasured != 1 || st.Summaries != 0 {
+		t.Fatalf("while the module was held: %+v; want not ready, 1 stream unmeasured, no summaries yet", st)
+	}
+	release()
+	if !Eval[bool](t, ctx, `itlmon.ready`) {
+		t.Fatalf("itlmon did not become ready: %s", Eval[string](t, ctx, `itlmon.timing.error`))
+	}
+	sums := PageSummaries(t, ctx)
+	if len(sums) != 1 || sums[0].Model != "small" || sums[0].ContentEvents != 5 || sums[0].Status != "complete" {
+		t.Fatalf("summaries = %+v, want the small stream only, complete with 5 content events", sums)
+	}
+}
+
+// TestModuleFailsWhileQueued: when the module fails to load while streams
+// are queued for it, the queue is dropped, the page gets its own fetch back,
+// and a stream in flight reads to its end with its bytes intact.
+func TestModuleFailsWhileQueued(t *testing.T) {
+	o := StartOrigin(t)
+	a := StartAssets(t, "itl-module.js")
+	hold := make(chan struct{})
+	a.Hold["itl-module.js"] = hold
+	released := false
+	release := func() {
+		if !released {
+			released = true
+			close(hold)
+		}
+	}
+	t.Cleanup(release)
+	o.SetCollector(a.URL, "e2e")
+	ctx := navigate(t, o.PageURL(nil, false))
+	const q = "tokens=100&interval_ms=10"
+	wantN, wantSum := wantBody(t, q)
+	Eval[bool](t, ctx, `(async () => {
+		while (!window.itlmon || !e2e.loaded) await new Promise(r => setTimeout(r, 5));
+		window.inFlight = e2e.stream(`+jsString(q)+`);
+		await new Promise(r => setTimeout(r, 300)); // a third of it read and queued
+		return true;
+	})()`)
+	if !Eval[bool](t, ctx, `itlmon.active && itlmon.timing.loadAt > 0 && itlmon.timing.readyAt === -1`) {
+		t.Fatal("want the shim active and the module requested, not ready, while the stream is read")
+	}
+	release() // itl-module.js: 404
+	if Eval[bool](t, ctx, `itlmon.ready`) {
+		t.Fatal("itlmon ready without itl-module.js")
+	}
+	got := Eval[PageRead](t, ctx, `inFlight`)
+	if got.Error != "" || got.Bytes != wantN || got.SHA256 != wantSum {
+		t.Fatalf("the stream in flight: page read %d bytes sha %s err %q, want %d %s", got.Bytes, got.SHA256, got.Error, wantN, wantSum)
+	}
+	type state struct {
+		Restored  bool   `json:"restored"`
+		Error     string `json:"error"`
+		Summaries int    `json:"summaries"`
+	}
+	st := Eval[state](t, ctx, `({ restored: window.fetch === itlmon.originalFetch, error: itlmon.timing.error, summaries: e2e.summaries.length })`)
+	if !st.Restored || st.Error != "not loaded" || st.Summaries != 0 {
+		t.Fatalf("after the module failed to load: %+v; want the page's fetch back, error \"not loaded\", no summaries", st)
+	}
+}
+
+// TestNonceCSP: on a page whose Content-Security-Policy allows scripts by
+// nonce only, the scripts the loader adds later (itl-module.js, and
+// wasm_exec.js for the main-thread fallback: a blob: Worker is refused
+// there) carry the tag's nonce, and streams are measured.
+func TestNonceCSP(t *testing.T) {
+	o := StartOrigin(t)
+	a := StartAssets(t)
+	pageURL := servePage(t, o, "/nonce", loaderPage{Src: a.URL + "/itl.js", Head: true, Nonce: "e2e-nonce-1"})
+	ctx := navigate(t, pageURL)
+	if !Eval[bool](t, ctx, `(async () => { while (!window.itlmon) await new Promise(r => setTimeout(r, 5)); return itlmon.ready; })()`) {
+		t.Fatalf("itlmon did not become ready: %s", Eval[string](t, ctx, `itlmon.timing.error`))
+	}
+	if mode := Eval[string](t, ctx, `itlmon.timing.mode`); mode != "main" {
+		t.Fatalf("mode %q, want main (the policy refuses blob: workers)", mode)
+	}
+	got := Eval[pageSummary](t, ctx, `(async () => {
+		await (await fetch('/v1/chat/completions?tokens=7&interval_ms=2')).text();
+		await itlmon.settled();
+		return e2e.summaries[e2e.summaries.length - 1];
+	})()`)
+	if got.Status != "complete" || got.ContentEvents != 7 {
+		t.Fatalf("summary %+v, want complete with 7 content events", got)
+	}
+}
+
+// slowHeaders answers a streamed completion only after wait (or never, when
+// the client leaves first); with hangUp, it closes the connection without
+// an answer instead.
+func slowHeaders(wait time.Duration, hangUp bool) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-time.After(wait):
+		case <-r.Context().Done():
+			return
+		}
+		if hangUp {
+			if hj, ok := w.(http.Hijacker); ok {
+				if c, _, err := hj.Hijack(); err == nil {
+					c.Close()
+				}
+			}
+			return
+		}
+		demo.Completions().ServeHTTP(w, r)
+	})
+}
+
+// TestBeforeHeaders: a request that looks like a streamed completion is
+// measured from the moment it is issued, so one that ends before any
+// response headers arrive is stored: aborted by the page (the user gave up
+// while a buffering proxy held the answer), or a network error, with the
+// time waited and no headers.
+func TestBeforeHeaders(t *testing.T) {
+	Browser(t)
+	o := StartOrigin(t)
+	o.Handle("/slow/v1/chat/completions", slowHeaders(30*time.Second, false))
+	o.Handle("/slow/v1/other", slowHeaders(30*time.Second, false))
+	o.Handle("/hangup/api/chat", slowHeaders(300*time.Millisecond, true))
+	c := StartCollector(t, "e2e="+o.URL)
+	o.SetCollector(c.URL, "e2e")
+	ctx := NewTab(t)
+	if !OpenPage(t, ctx, o.PageURL(map[string]any{"flushMs": 200}, false)) {
+		t.Fatalf("itlmon did not become ready: %s", Eval[string](t, ctx, `itlmon.timing.error`))
+	}
+	type result struct {
+		Err     string        `json:"err"`
+		Summary []pageSummary `json:"summary"`
+	}
+	run := func(path, body string, abortMs int) result {
+		t.Helper()
+		return Eval[result](t, ctx, `(async (path, body, abortMs) => {
+			const n = e2e.summaries.length, ac = new AbortController();
+			const p = fetch(path, { method: 'POST', body, signal: ac.signal, headers: { 'Content-Type': 'application/json' } });
+			if (abortMs) setTimeout(() => ac.abort(), abortMs); // after the fetch was issued
+			let err = '';
+			try { await p; } catch (e) { err = e.name; }
+			await itlmon.settled();
+			return { err, summary: e2e.summaries.slice(n) };
+		})(`+jsString(path)+`, `+jsString(body)+`, `+strconv.Itoa(abortMs)+`)`)
+	}
+
+	// Aborted after 400 ms: an OpenAI-style body asking for a stream.
+	ab := run("/slow/v1/chat/completions?tokens=5", `{"model":"wait-model","stream":true,"messages":[]}`, 400)
+	if ab.Err != "AbortError" || len(ab.Summary) != 1 {
+		t.Fatalf("abort before headers: page error %q, summaries %+v; want AbortError and one summary", ab.Err, ab.Summary)
+	}
+	// The page's clock has 100 µs steps (jittered): waits are compared with 1 ms to spare.
+	if s := ab.Summary[0]; s.Status != "aborted" || s.End != "abort" || s.HeadersMs != -1 || s.HTTPStatus != 0 || s.DurationMs < 399 || s.Model != "wait-model" {
+		t.Fatalf("abort before headers: summary %+v; want aborted/abort, headersMs -1, HTTP status 0, >= 400 ms waited", s)
+	}
+	// A network error before the headers: an Ollama-style endpoint (POST
+	// /api/chat, whose body need not say stream: its default is true).
+	ne := run("/hangup/api/chat", `{"model":"hang-model","messages":[]}`, 0)
+	if ne.Err != "TypeError" || len(ne.Summary) != 1 {
+		t.Fatalf("network error before headers: page error %q, summaries %+v; want TypeError and one summary", ne.Err, ne.Summary)
+	}
+	if s := ne.Summary[0]; s.Status != "error" || s.End != "error" || s.HeadersMs != -1 || s.DurationMs < 299 {
+		t.Fatalf("network error before headers: summary %+v; want error/error, headersMs -1, >= 300 ms waited", s)
+	}
+	// Not streams: a body that says stream: false, one whose "stream" is
+	// not at its top level (on a path that is no endpoint), and a GET.
+	if r := run("/slow/v1/other", `{"model":"m","options":{"stream":true}}`, 100); r.Err != "AbortError" || len(r.Summary) != 0 {
+		t.Fatalf("nested stream: true aborted: error %q, summaries %+v; want AbortError and none", r.Err, r.Summary)
+	}
+	if r := run("/slow/v1/chat/completions", `{"model":"m","stream":false}`, 100); r.Err != "AbortError" || len(r.Summary) != 0 {
+		t.Fatalf("stream: false aborted: error %q, summaries %+v; want AbortError and none", r.Err, r.Summary)
+	}
+	if n := Eval[int](t, ctx, `(async () => { const n = e2e.summaries.length, ac = new AbortController(); setTimeout(() => ac.abort(), 100);
+		try { await fetch('/slow/v1/chat/completions', { signal: ac.signal }); } catch (e) {} await itlmon.settled(); return e2e.summaries.length - n; })()`); n != 0 {
+		t.Fatalf("an aborted GET gave %d summaries, want 0", n)
+	}
+
+	rows := WaitStreams(t, c, "e2e", 2)
+	r := StreamByID(t, rows, ab.Summary[0].ID)
+	if r.Status != statusAborted || r.HTTPStatus != 0 || r.ContentEvents != 0 || r.TTFBMs != nil || r.DurationMs == nil || *r.DurationMs < 399 {
+		t.Fatalf("stored abort before headers: %+v; want aborted, HTTP status 0, no bytes, >= 400 ms", r)
+	}
+	if r.URLPath != "/slow/v1/chat/completions" || r.Model != "wait-model" {
+		t.Fatalf("stored url_path %q model %q", r.URLPath, r.Model)
+	}
+	StreamByID(t, rows, ne.Summary[0].ID)
+}
+
+// TestCancelAfterDone: an SDK that stops reading at its terminal event and
+// cancels the body (the OpenAI JS SDK 7 after `data: [DONE]`, while the
+// origin has not ended the body yet) completed its answer: the stream is
+// complete, closed after its end, not aborted.
+func TestCancelAfterDone(t *testing.T) {
+	o := StartOrigin(t)
+	serveOpenAI(t, o)
+	if v := sdkVersion(t); !strings.HasPrefix(v, "7.") {
+		requireReal(t, "openai JS SDK 7 (OPENAI_JS_DIR)", errors.New("version "+v+" does not cancel the body after [DONE]; run make deps-openai-js"))
+	}
+	// The demo stream, then a pause between [DONE] and the end of the body.
+	o.Handle("/tail/v1/chat/completions", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p, err := demo.ParseParams(r.URL.Query(), "", nil)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		w.Header().Set("Content-Type", "text/event-stream")
+		f := w.(http.Flusher)
+		for _, ev := range strings.SplitAfter(string(p.Body()), "\n\n") {
+			if ev == "" {
+				continue
+			}
+			w.Write([]byte(ev))
+			f.Flush()
+			time.Sleep(5 * time.Millisecond)
+		}
+		select {
+		case <-time.After(3 * time.Second):
+		case <-r.Context().Done():
+		}
+	}))
+	a := StartAssets(t)
+	o.SetCollector(a.URL, "e2e")
+	ctx := NewTab(t)
+	if !OpenPage(t, ctx, o.PageURL(nil, false)) {
+		t.Fatal("itlmon did not become ready")
+	}
+	type result struct {
+		Chunks  int         `json:"chunks"`
+		Summary pageSummary `json:"summary"`
+		N       int         `json:"n"`
+	}
+	got := Eval[result](t, ctx, `(async () => {
+		const { default: OpenAI } = await import('/openai/index.mjs');
+		const client = new OpenAI({ apiKey: 'sk-test', baseURL: location.origin + '/tail/v1', dangerouslyAllowBrowser: true, maxRetries: 0 });
+		const stream = await client.chat.completions.create({ model: 'sdk-model', stream: true, messages: [] }, { query: { tokens: 20, interval_ms: 5 } });
+		let chunks = 0;
+		for await (const c of stream) chunks++;
+		await itlmon.settled();
+		return { chunks, n: e2e.summaries.length, summary: e2e.summaries[e2e.summaries.length - 1] };
+	})()`)
+	if s := got.Summary; got.N != 1 || s.Status != "complete" || s.End != "closed_after_end" || s.ContentEvents != 20 {
+		t.Fatalf("after the SDK cancelled at [DONE]: %d summaries, last %+v; want one complete/closed_after_end with 20 content events", got.N, s)
+	}
+}
+
+// TestCollectedBodies: a body the page drops unread does not hold its
+// measurement open for good, and a body the page is still reading is never
+// ended, whatever the engine's FinalizationRegistry says. A collected body
+// marks its stream; marked streams end (as cancelled, at their last read)
+// when their slot is needed, at pagehide, or after a long silence (_sweep
+// runs that check at once here).
+func TestCollectedBodies(t *testing.T) {
+	o := StartOrigin(t)
+	a := StartAssets(t)
+	o.SetCollector(a.URL, "e2e")
+	ctx := NewTab(t)
+	if !OpenPage(t, ctx, o.PageURL(map[string]any{"testHooks": true}, false)) {
+		t.Fatal("itlmon did not become ready")
+	}
+
+	// A stream the page is reading, marked collected as JavaScriptCore has
+	// done: a sweep does not end it, and it is measured to its end.
+	type reading struct {
+		Ended   int         `json:"ended"`
+		Summary pageSummary `json:"summary"`
+	}
+	got := Eval[reading](t, ctx, `(async () => {
+		const r = await fetch('/v1/chat/completions?tokens=100&interval_ms=10');
+		const reader = r.body.getReader();
+		let reads = 0, ended = -1;
+		for (;;) {
+			const x = await reader.read();
+			if (x.done) break;
+			if (++reads === 20) { itlmon._collected(); await new Promise(r => setTimeout(r, 50)); ended = itlmon._sweep(0); }
+		}
+		await itlmon.settled();
+		return { ended, summary: e2e.summaries[e2e.summaries.length - 1] };
+	})()`)
+	if got.Ended != 0 || got.Summary.Status != "complete" || got.Summary.ContentEvents != 100 {
+		t.Fatalf("a stream being read, marked collected: the sweep ended %d; summary %+v; want 0 ended and a complete stream of 100", got.Ended, got.Summary)
+	}
+
+	// Long streams, never read: the shim reads ahead until its queue is full
+	// and then waits for the page, which has let go of the responses.
+	open := Eval[float64](t, ctx, `(async () => {
+		for (let i = 0; i < 3; i++) await fetch('/v1/chat/completions?tokens=2000&interval_ms=2');
+		await new Promise(r => setTimeout(r, 1500));
+		return (await itlmon._stats()).open;
+	})()`)
+	if open != 3 {
+		t.Fatalf("%v streams open before the collection, want 3", open)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for Eval[int](t, ctx, `itlmon.timing.collected`) < 3 {
+		if _, err := chromedp.Call(ctx, heapprofiler.CollectGarbage, cdp.Empty{}); err != nil {
+			t.Fatalf("collect garbage: %v", err)
+		}
+		time.Sleep(200 * time.Millisecond)
+		if time.Now().After(deadline) {
+			t.Fatalf("%d bodies reported collected 20 s after they were dropped, want 3", Eval[int](t, ctx, `itlmon.timing.collected`))
+		}
+	}
+	if n := Eval[float64](t, ctx, `itlmon._stats().then(s => s.open)`); n != 3 {
+		t.Fatalf("%v streams open after their bodies were collected, want 3: a collected body only marks its stream", n)
+	}
+	if n := Eval[int](t, ctx, `itlmon._sweep(0)`); n != 3 {
+		t.Fatalf("the sweep ended %d streams, want 3", n)
+	}
+	if n := Eval[float64](t, ctx, `itlmon._stats().then(s => s.open)`); n != 0 {
+		t.Fatalf("%v streams open after the sweep, want 0", n)
+	}
+	var aborted int
+	for _, s := range PageSummaries(t, ctx) {
+		if s.Status == "aborted" {
+			aborted++
+		}
+	}
+	if aborted != 3 {
+		t.Fatalf("%d summaries with status aborted, want 3", aborted)
+	}
+}
+
+func jsString(s string) string {
+	b, _ := json.Marshal(s)
+	return string(b)
+}

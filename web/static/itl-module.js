@@ -1,0 +1,342 @@
+// @ts-check
+/*! itlmon module host: loads the browser module (wasm_exec.js, itl.wasm) for itl.js.
+ *
+ * itl.js fetches this file lazily (when the page is idle after its load event,
+ * or at the first measured stream) and gets from it, through
+ * itlmon.__module, a host whose start() runs the module in a dedicated Worker
+ * (itl-worker.js; the default), or on the page's main thread when the Worker
+ * cannot start (a Content-Security-Policy without blob: workers) or the page
+ * asked for it (worker: false). Either way itl.js sees one API:
+ *
+ *   configure(cfg) -> Promise(true | error text)
+ *   start(pid, args)               a stream the page numbered pid; args: the module's start arguments
+ *   feed(stage, nb, ops, n) -> next  a staged batch: nb bytes, n ops (ids are pids); next: null to
+ *                                  reuse the buffers, or [stage, ops] to stage into
+ *                                  (in a Worker, which takes them)
+ *   end(pid, at, kind, httpStatus, proto, done)
+ *                                  done(summary float64s), now or later, if it was measured
+ *   pagehide(), pageshow(), settled() -> Promise, query('stats' | 'crash', arg) -> Promise
+ *   mode, flushMs, flushBytes      'worker' | 'main'; a batch leaves after this long, or this many bytes
+ *
+ * With the module in a Worker, the page keeps a mirror of what a beacon
+ * would carry and sends it with navigator.sendBeacon on pagehide (a Worker
+ * has no sendBeacon and hears of pagehide too late).
+ */
+(function () {
+  'use strict';
+  /** @type {any} */
+  var g = globalThis;
+  var loader = g.itlmon;
+  if (!loader || typeof loader.__module !== 'function') return;
+
+  // UNMEASURED is a stream id the module never gives: reads of streams it
+  // did not start are fed under it and ignored.
+  var UNMEASURED = 2147483647;
+
+  /** @type {ItlmonHost} */
+  var host = {
+    protocol: 2,
+    start: function (env) {
+      var worker = env.worker && typeof Worker === 'function' && typeof Blob === 'function' &&
+        typeof URL.createObjectURL === 'function';
+      return (worker ? startWorker(env).catch(function (e) {
+        if (e && e.final) throw e;
+        env.timing.workerError = String(e && e.message || e);
+        return startMain(env);
+      }) : startMain(env));
+    },
+  };
+
+  // browserFacts is what the module's configure gets besides the page's
+  // settings: what the browser says of itself, and its timer's resolution.
+  /** @param {Record<string, unknown>} c */
+  function browserFacts(c) {
+    var nav = /** @type {any} */ (navigator), uad = nav.userAgentData, conn = nav.connection;
+    c.userAgent = nav.userAgent;
+    c.uaBrands = uad && uad.brands ? uad.brands.map(function (/** @type {any} */ b) { return b.brand + ';' + b.version; }).join(',') : '';
+    c.uaPlatform = uad ? uad.platform || '' : '';
+    c.uaMobile = !!(uad && uad.mobile);
+    c.connType = conn && conn.effectiveType || '';
+    c.connRTTMs = conn && +conn.rtt || 0;
+    c.timerFloorUs = timerFloorUs();
+    c.crossOriginIsolated = !!g.crossOriginIsolated;
+    return c;
+  }
+
+  // timerFloorUs measures performance.now()'s resolution, spinning at most
+  // ~2 ms or 100k reads: with coarse clocks (resistFingerprinting: 16-100 ms)
+  // waiting for a tick would freeze the page, so a clock that did not tick
+  // is reported as at least 2 ms.
+  function timerFloorUs() {
+    var min = Infinity, start = performance.now(), last = start, seen = 0, t = start;
+    for (var i = 0; seen < 5 && t - start < 2 && i < 100000; i++) {
+      t = performance.now();
+      if (t !== last) { min = Math.min(min, t - last); seen++; last = t; }
+    }
+    if (!isFinite(min)) min = Math.max(t - start, 2);
+    return Math.max(1, Math.round(min * 1000));
+  }
+
+  /** @param {string} text */
+  function warnFromModule(text) {
+    try { console.warn(String(text)); } catch (_) { /* no console */ }
+  }
+
+  // ---- in a Worker ----
+
+  // startWorker runs the module in a dedicated Worker made from a blob: URL
+  // (a Worker's script must be same-origin; what it imports need not be),
+  // which imports itl-worker.js from the collector. It rejects when the
+  // Worker cannot start or load the module, and the module then runs on the
+  // main thread.
+  /** @param {ItlmonHostEnv} env @returns {Promise<ItlmonHostAPI>} */
+  function startWorker(env) {
+    var col = env.collector;
+    return new Promise(function (resolve, reject) {
+      var src = 'importScripts(' + JSON.stringify(col + '/itl-worker.js') + ');\nitlmonWorker(' + JSON.stringify(col) + ', ' +
+        env.summaryFields + ');\n';
+      var url = URL.createObjectURL(new Blob([src], { type: 'text/javascript' }));
+      /** @type {Worker | null} */
+      var w = null;
+      var timer = 0;
+      /** @param {any} e */
+      var done = function (e) {
+        clearTimeout(timer);
+        URL.revokeObjectURL(url);
+        if (!w) return reject(e);
+        w.onmessage = null;
+        w.onerror = null;
+        if (e) { w.terminate(); reject(e); } else resolve(workerAPI(w, env));
+      };
+      try { w = new Worker(url, { name: 'itlmon' }); } catch (e) { return done(e); }
+      var wk = w;
+      // Compiling here (off the main thread: V8 compiles in the background)
+      // while the Worker starts, rather than after, takes ~100 ms off the
+      // time to ready; a WebAssembly.Module is sent without a copy.
+      // A module the collector does not serve is not tried again anywhere.
+      var wasmURL = col + '/itl.wasm';
+      env.fetch.call(undefined, wasmURL, { credentials: 'omit' }).then(function (r) {
+        if (!r.ok) {
+          var e = /** @type {any} */ (new Error('GET ' + wasmURL + ': ' + r.status));
+          e.final = true;
+          throw e;
+        }
+        return WebAssembly.compileStreaming ? WebAssembly.compileStreaming(r) : null;
+      }).then(function (mod) {
+        wk.postMessage(['module', mod]);
+      }, function (e) {
+        if (e && e.final) done(e);
+        else wk.postMessage(['module', null]); // the Worker fetches and compiles it itself
+      });
+      timer = setTimeout(function () { done(new Error('module not ready in its Worker')); }, 10000);
+      wk.onmessage = function (ev) {
+        var m = ev.data;
+        if (m[0] === 'r') done(null);
+        else if (m[0] === 'x') done(new Error(m[1]));
+        else if (m[0] === 'w') warnFromModule(m[1]);
+      };
+      wk.onerror = function (ev) {
+        if (ev && ev.preventDefault) ev.preventDefault();
+        done(new Error(ev && ev.message || 'Worker failed'));
+      };
+    });
+  }
+
+  // workerAPI is the module's API over messages to its Worker (the protocol
+  // is in itl-worker.js). Ids are the page's; summaries and query results
+  // come back as messages. The last mirror leaves by sendBeacon on pagehide,
+  // and for the collector configured before, when configure changes it.
+  /** @param {Worker} w @param {ItlmonHostEnv} env @returns {ItlmonHostAPI} */
+  function workerAPI(w, env) {
+    /** @type {Map<number, (f: Float64Array) => void>} */
+    var ends = new Map();
+    /** @type {Array<() => void>} */
+    var waiting = [];
+    /** @type {Map<number, (v: any) => void>} */
+    var queries = new Map();
+    var nq = 0;
+    /** @type {Uint8Array | null} */
+    var mirror = null;
+    var beaconURL = '';
+    /** @type {Array<(r: true | string) => void>} */
+    var configs = [];
+    /** @type {Array<[Uint8Array, Float64Array]>} */
+    var spares = []; // staging buffers the Worker has given back: no allocation per batch
+    var settle = function () {
+      if (ends.size) return;
+      var ws = waiting;
+      waiting = [];
+      ws.forEach(function (r) { r(); });
+    };
+    /** @param {string} url */
+    var beacon = function (url) {
+      try { if (mirror && url && navigator.sendBeacon) navigator.sendBeacon(url, /** @type {BufferSource} */ (mirror)); } catch (_) { /* page going away */ }
+    };
+    w.onmessage = function (ev) {
+      var m = ev.data, f;
+      switch (m[0]) {
+        case 'e':
+          f = ends.get(m[1]);
+          ends.delete(m[1]);
+          if (f && m[2]) { try { f(m[2]); } catch (e) { env.fail('shim failed', e); } }
+          settle();
+          break;
+        case 'm': mirror = m[1].byteLength ? m[1] : null; break;
+        case 'b': if (spares.length < 2) spares.push([new Uint8Array(m[1]), new Float64Array(m[2])]); break;
+        case 'c': (configs.shift() || function () {})(m[1]); break;
+        case 'q': f = queries.get(m[1]); queries.delete(m[1]); if (f) f(m[2]); break;
+        case 'w': warnFromModule(m[1]); break;
+        case 'x': stopped('module exited', m[1]); break;
+      }
+    };
+    w.onerror = function (ev) {
+      if (ev && ev.preventDefault) ev.preventDefault();
+      stopped('module failed', ev && ev.message);
+    };
+    // stopped: the Worker is gone, and with it any answer still to come.
+    /** @param {string} msg @param {unknown} why */
+    var stopped = function (msg, why) {
+      env.fail(msg, why);
+      w.terminate();
+      ends.clear();
+      settle();
+      configs.splice(0).forEach(function (r) { r('module stopped'); });
+      queries.forEach(function (r) { r(null); });
+      queries.clear();
+    };
+    return {
+      mode: 'worker',
+      flushMs: 250, // a message is cheap: stage briefly, so the mirror stays recent
+      // A message costs a few hundred µs on the page's side whatever its
+      // size (measured in Chromium), and the page does not wait for the module.
+      flushBytes: 256 << 10,
+      configure: function (c) {
+        var cf = /** @type {any} */ (c);
+        if (beaconURL && cf.beaconURL !== beaconURL) beacon(beaconURL); // what it held leaves for it
+        beaconURL = cf.beaconURL;
+        return new Promise(function (resolve) { configs.push(resolve); w.postMessage(['c', browserFacts(cf)]); });
+      },
+      start: function (pid, args) { w.postMessage(/** @type {unknown[]} */ (['s', pid]).concat(args)); },
+      feed: function (stage, nb, ops, n) {
+        var next = spares.pop() || [new Uint8Array(stage.length), new Float64Array(ops.length)];
+        // ArrayBuffers, not their views: Chromium posts a view several
+        // times slower (measured: 95 vs 14 µs for 72 KB).
+        w.postMessage(['f', stage.buffer, ops.buffer, n, nb], [stage.buffer, ops.buffer]);
+        return next;
+      },
+      end: function (pid, at, kind, status, proto, done) {
+        ends.set(pid, done);
+        w.postMessage(['e', pid, at, kind, status, proto]);
+      },
+      pagehide: function () { beacon(beaconURL); w.postMessage(['h']); },
+      pageshow: function () { w.postMessage(['p']); },
+      settled: function () {
+        return new Promise(function (r) { waiting.push(r); settle(); });
+      },
+      query: function (what, arg) {
+        var q = nq++;
+        return new Promise(function (r) { queries.set(q, r); w.postMessage(['q', q, what, arg]); });
+      },
+    };
+  }
+
+  // ---- on the main thread ----
+
+  /** @param {string} src @param {string} nonce @returns {Promise<unknown>} */
+  function loadScript(src, nonce) {
+    return new Promise(function (resolve, reject) {
+      var s = document.createElement('script');
+      s.src = src;
+      s.nonce = nonce;
+      s.async = true;
+      s.onload = resolve;
+      s.onerror = function () { reject(new Error('load ' + src)); };
+      (document.head || document.documentElement).appendChild(s);
+    });
+  }
+
+  // instantiate compiles the module from first, a fetch of url already under
+  // way (started together with wasm_exec.js), or from a new fetch.
+  /** @param {ItlmonHostEnv} env @param {string} url @param {Promise<Response>} first @param {WebAssembly.Imports} imports */
+  function instantiate(env, url, first, imports) {
+    var get = function () {
+      return env.fetch.call(undefined, url, { credentials: 'omit' }).then(function (r) {
+        if (!r.ok) throw new Error('GET ' + url + ': ' + r.status);
+        return r;
+      });
+    };
+    var slow = function () {
+      return get().then(function (r) { return r.arrayBuffer(); })
+        .then(function (b) { return WebAssembly.instantiate(b, imports); });
+    };
+    if (!WebAssembly.instantiateStreaming) return slow();
+    return WebAssembly.instantiateStreaming(first.then(function (r) {
+      if (!r.ok) throw new Error('GET ' + url + ': ' + r.status);
+      return r;
+    }), imports).catch(slow); // served with another MIME type
+  }
+
+  // startMain runs the module on the page's main thread. The module's own
+  // refusal probe gets the page's original fetch, never the shim.
+  /** @param {ItlmonHostEnv} env @returns {Promise<ItlmonHostAPI>} */
+  function startMain(env) {
+    var col = env.collector;
+    var wasmURL = col + '/itl.wasm';
+    var first = env.fetch.call(undefined, wasmURL, { credentials: 'omit' }); // in parallel with wasm_exec.js
+    first.catch(function () {});
+    return loadScript(col + '/wasm_exec.js', env.nonce).then(function () {
+      // Our wasm_exec.js (rewritten by make wasm) keeps its Go class and its
+      // fs/process/path stubs in one namespace, off the page's globals.
+      var Go = g.__itlmon_wasm_exec && g.__itlmon_wasm_exec.Go;
+      if (typeof Go !== 'function') throw new Error('wasm_exec.js defined no Go');
+      var go = new Go();
+      return instantiate(env, wasmURL, first, go.importObject).then(function (res) {
+        return new Promise(function (resolve, reject) {
+          g.__itlmon_ready = function (/** @type {ItlmonGo} */ a) { delete g.__itlmon_ready; resolve(a); };
+          go.run(res.instance).then(function () { env.fail('module exited'); }, function (/** @type {unknown} */ e) { env.fail('module exited', e); });
+          setTimeout(function () { reject(new Error('module not ready')); }, 10000);
+        });
+      });
+    }).then(function (/** @type {ItlmonGo} */ m) {
+      var out = new Float64Array(env.summaryFields), outBytes = new Uint8Array(out.buffer);
+      /** @type {Map<number, number>} */
+      var ids = new Map(); // the page's stream ids to the module's (-1: not measured)
+      /** @type {ItlmonHostAPI} */
+      var a = {
+        mode: 'main',
+        flushMs: 1000,
+        flushBytes: 64 << 10, // a batch of 64 KB keeps the module ~1.5 ms
+        configure: function (c) {
+          var cf = browserFacts(/** @type {any} */ (c));
+          cf.fetch = env.fetch;
+          return Promise.resolve(m.configure(cf));
+        },
+        start: function (pid, args) {
+          var id = m.start.apply(m, args);
+          ids.set(pid, typeof id === 'number' ? id : -1);
+        },
+        feed: function (stage, nb, ops, n) {
+          for (var i = 0; i < 4 * n; i += 4) {
+            if (ops[i] < 0) continue; // a busy interval
+            var id = ids.get(ops[i]);
+            ops[i] = id !== undefined && id >= 0 ? id : UNMEASURED;
+          }
+          m.feed(stage.subarray(0, nb), new Uint8Array(ops.buffer, 0, 32 * n), n);
+          return null;
+        },
+        end: function (pid, at, kind, status, proto, done) {
+          var id = ids.get(pid);
+          ids.delete(pid);
+          if (id !== undefined && id >= 0 && m.end(id, at, kind, status, proto, outBytes) === true) done(out);
+        },
+        pagehide: function () { m.pagehide(); },
+        pageshow: function () { m.pageshow(); },
+        settled: function () { return Promise.resolve(); },
+        query: function (what, arg) { return Promise.resolve(what === 'stats' ? m.stats() : m._crash(arg)); },
+      };
+      return a;
+    });
+  }
+
+  loader.__module(host);
+})();

@@ -1,0 +1,89 @@
+// Types shared by the page-side scripts in web/static (itl.js, itl-module.js,
+// itl-worker.js), for `tsc --noEmit` (make vet). Not served.
+
+/** The facts of one request the shim keeps (nothing of its body but the model). */
+interface ItlmonFacts {
+  href: string; // origin + redacted path: what is sent
+  full: string; // the URL without fragment: only to look up resource timing in the page
+  method: string;
+  model: string;
+  signal: AbortSignal | null;
+  urlMatch: boolean;
+  eager: boolean; // looks like a streamed completion: measured from the moment it is issued
+  sampled: boolean;
+}
+
+/** One measured stream, as the loader tracks it. It holds nothing that keeps the body alive. */
+interface ItlmonRec {
+  pid: number; // the page's stream id (the module host maps it to the module's)
+  sid: Uint8Array; // 16 random bytes: the stream id sent
+  href: string;
+  model: string;
+  full: string;
+  status: number;
+  lastAt: number; // performance.now() of its last read
+  done: boolean;
+  collected: boolean; // its body was reported garbage collected and not read since
+  pulling: boolean; // a read of the original body is in flight: the body is alive
+}
+
+/** A call to the module made before it was ready, replayed in order. */
+type ItlmonQueued =
+  | ['s', number, unknown[]]
+  | ['f', Uint8Array, number, Float64Array, number]
+  | ['e', number, number, number, number, string, (f: Float64Array) => void];
+
+/** What itlmon.onStream listeners get (see SUMMARY in itl.js). */
+interface ItlmonSummary {
+  id: string;
+  url: string;
+  model: string;
+  status: string;
+  end: string;
+  headersMs: number;
+  [field: string]: unknown;
+}
+
+/** What itl-module.js hands to itl.js through itlmon.__module. */
+interface ItlmonHost {
+  protocol: number;
+  start(env: ItlmonHostEnv): Promise<ItlmonHostAPI>;
+}
+
+interface ItlmonHostEnv {
+  collector: string; // base URL of the collector, without a trailing slash
+  worker: boolean; // try a Worker first
+  summaryFields: number;
+  fetch: typeof fetch; // the page's original fetch
+  fail(msg: string, e?: unknown): void; // turns measuring off for good
+  timing: { workerError: string };
+  nonce: string; // the tag's CSP nonce, for the scripts the host adds
+}
+
+/** The module as itl.js uses it, the same with it in a Worker or on the main thread (see itl-module.js). */
+interface ItlmonHostAPI {
+  mode: 'worker' | 'main';
+  flushMs: number;
+  flushBytes: number;
+  configure(c: object): Promise<true | string>;
+  start(pid: number, args: unknown[]): void;
+  feed(stage: Uint8Array, nb: number, ops: Float64Array, n: number): [Uint8Array, Float64Array] | null;
+  end(pid: number, at: number, kind: number, status: number, proto: string, done: (f: Float64Array) => void): void;
+  pagehide(): void;
+  pageshow(): void;
+  settled(): Promise<void>;
+  query(what: string, arg?: unknown): Promise<any>;
+}
+
+/** globalThis.__itlmon_go: the Go module's exports (wasm/browser). */
+interface ItlmonGo {
+  configure(c: object): true | string;
+  start(...args: unknown[]): number;
+  feed(bytes: Uint8Array, ops: Uint8Array, n: number): void;
+  end(id: number, at: number, kind: number, status: number, proto: string, out: Uint8Array): boolean;
+  pagehide(): void;
+  pageshow(): void;
+  mirror(): Uint8Array | null;
+  stats(): Record<string, number>;
+  _crash(mode: unknown): unknown;
+}
