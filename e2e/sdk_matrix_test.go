@@ -57,8 +57,8 @@ package e2e
 // with the module on the page's main thread (the fallback under a CSP
 // without blob: workers), where ends and the wait for the module differ.
 //
-// Stored status and format are compared as names (storedName), whether the
-// collector stores the numeric codes or the names.
+// Stored format, status and end are compared as the names /api/streams gives
+// (meter.FormatNames, StatusNames, EndNames).
 
 import (
 	"context"
@@ -80,7 +80,6 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/itlmon/itlmon/collector/demo"
-	"github.com/itlmon/itlmon/wasm/meter"
 )
 
 // sdkDrivers is the page's code for each bundle: make() builds a client, and
@@ -316,7 +315,7 @@ type sdkOut struct {
 type sdkSummary struct {
 	ID            string `json:"id"`
 	Status        string `json:"status"`
-	End           string `json:"end"` // absent before the module reports how the body ended
+	End           string `json:"end"`
 	ContentEvents int    `json:"contentEvents"`
 	Stalls        int    `json:"stalls"`
 }
@@ -396,7 +395,7 @@ func TestSDKMatrix(t *testing.T) {
 				continue
 			}
 			if sum.Status != s.status || sum.ContentEvents != s.content || sum.Stalls != s.stalls ||
-				sum.End != "" && !slices.Contains(wantEnds(sc, s), sum.End) {
+				!slices.Contains(wantEnds(sc, s), sum.End) {
 				t.Errorf("%s: itlmon.onStream summary: status %s, end %q, %d content events, %d stalls; want %s, %s, %d, %d",
 					name, sum.Status, sum.End, sum.ContentEvents, sum.Stalls, s.status, strings.Join(wantEnds(sc, s), " or "), s.content, s.stalls)
 			}
@@ -460,14 +459,14 @@ func TestSDKMatrix(t *testing.T) {
 			wantTokens = sdkUsage
 		}
 		got := fmt.Sprintf("format %s, status %s, content events %d, tokens %d, stalls %d, model %q",
-			storedName(row.Format, meter.FormatNames[:]), storedName(row.Status, meter.StatusNames[:]), row.ContentEvents, row.Tokens, row.Stalls, row.Model)
+			row.Format, row.Status, row.ContentEvents, row.Tokens, row.Stalls, row.Model)
 		want := fmt.Sprintf("format %s, status %s, content events %d, tokens %d, stalls %d, model %q",
 			ck.c.format, s.status, s.content, wantTokens, s.stalls, sdkModel)
-		t.Logf("%-26s stored %s, end %q", ck.name, got, row.End)
+		t.Logf("%-28s stored %s, end %q", ck.name, got, row.End)
 		if got != want {
 			t.Errorf("%s: stored %s;\n%*s want %s", ck.name, got, len(ck.name)+1, "", want)
 		}
-		if ends := wantEnds(ck.c, s); row.End != "" && !slices.Contains(ends, row.End) {
+		if ends := wantEnds(ck.c, s); !slices.Contains(ends, row.End) {
 			t.Errorf("%s: stored end %s, want %s", ck.name, row.End, strings.Join(ends, " or "))
 		}
 	}
@@ -490,32 +489,16 @@ func wantEnds(c sdkCase, s sdkScenario) []string {
 	return []string{"body_end"}
 }
 
-// sdkRow is the part of an /api/streams row the matrix checks. Format and
-// Status are raw: numeric codes or names, whichever the collector stores.
+// sdkRow is the part of an /api/streams row the matrix checks.
 type sdkRow struct {
-	StreamID      string          `json:"stream_id"`
-	Model         string          `json:"model"`
-	Format        json.RawMessage `json:"format"`
-	Status        json.RawMessage `json:"status"`
-	End           string          `json:"end"` // how the body ended; absent from rows before the names schema
-	ContentEvents uint32          `json:"content_events"`
-	Tokens        uint32          `json:"tokens"`
-	Stalls        uint32          `json:"stalls"`
-}
-
-// storedName returns a stored enum column as its name: a numeric code is
-// looked up in names (meter.FormatNames, meter.StatusNames), a string is the
-// name itself.
-func storedName(raw json.RawMessage, names []string) string {
-	var s string
-	if json.Unmarshal(raw, &s) == nil {
-		return s
-	}
-	var n int
-	if json.Unmarshal(raw, &n) == nil && n >= 0 && n < len(names) {
-		return names[n]
-	}
-	return "?" + string(raw)
+	StreamID      string `json:"stream_id"`
+	Model         string `json:"model"`
+	Format        string `json:"format"`
+	Status        string `json:"status"`
+	End           string `json:"end"` // how the body ended
+	ContentEvents uint32 `json:"content_events"`
+	Tokens        uint32 `json:"tokens"`
+	Stalls        uint32 `json:"stalls"`
 }
 
 // waitSDKRows polls /api/streams until the site's streams with these ids are

@@ -13,7 +13,6 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/itlmon/itlmon/collector/demo"
-	"github.com/itlmon/itlmon/wasm/meter"
 )
 
 // meter.StatusNames as stored and shown by /api/streams.
@@ -374,7 +373,7 @@ func TestDemoPage(t *testing.T) {
 	rows := waitSDKRows(t, c, "demo", ids)
 	for i, a := range apis {
 		r := rows[ids[i]]
-		if got := storedName(r.Format, meter.FormatNames[:]); got != a.format || r.ContentEvents != 30 {
+		if got := r.Format; got != a.format || r.ContentEvents != 30 {
 			t.Errorf("%s: stored format %s, content_events %d; want %s, 30", a.api.Path(), got, r.ContentEvents, a.format)
 		}
 	}
