@@ -13,10 +13,21 @@ CHDB_PKG    := @chdb/lib-linux-x64-gnu@$(CHDB_VERSION)
 CHDB_DIR    := $(CACHE_DIR)/chdb-$(CHDB_VERSION)
 CHDB_LIB_PATH ?= $(CHDB_DIR)/node_modules/@chdb/lib-linux-x64-gnu/libchdb.so
 export CHDB_LIB_PATH
-# The official OpenAI JS SDK, for the e2e tests that stream through it in Chromium. Version 7
-# cancels the response body after `data: [DONE]` (TestCancelAfterDone needs that).
-OPENAI_JS_VERSION := 7.59.0
-OPENAI_JS_DIR ?= $(CACHE_DIR)/openai-js-$(OPENAI_JS_VERSION)/node_modules/openai
+# The real browser SDKs the e2e matrix streams through in Chromium (e2e/sdk_matrix_test.go):
+# e2e/sdkjs/package.json pins them exactly (openai 7.59.0, @anthropic-ai/sdk 1.15.0, ai 7.0.173,
+# ollama 0.6.4) with esbuild 0.28.2 (its binary ships as an npm package), its package-lock.json
+# pins everything they pull in; `npm ci` installs them into a directory named by the lock's
+# hash, and esbuild bundles each entry (e2e/sdkjs/*.mjs) for the browser as one ESM file.
+SDK_JS_SRC  := e2e/sdkjs
+SDK_JS_ID   := $(shell sha256sum $(SDK_JS_SRC)/package-lock.json | cut -c1-12)
+SDK_JS_ROOT := $(CACHE_DIR)/sdk-js-$(SDK_JS_ID)
+SDK_JS_DIR ?= $(SDK_JS_ROOT)/dist
+export SDK_JS_DIR
+SDK_JS_ENTRIES := $(wildcard $(SDK_JS_SRC)/*.mjs)
+# The OpenAI JS SDK unbundled (its ESM files as npm ships them), for the e2e tests that import it
+# as is: the pinned 7.59.0 above. Version 7 cancels the response body after `data: [DONE]`
+# (TestCancelAfterDone needs that).
+OPENAI_JS_DIR ?= $(SDK_JS_ROOT)/node_modules/openai
 export OPENAI_JS_DIR
 # TypeScript checks the page-side JavaScript (web/static/*.js, // @ts-check with JSDoc types) without a
 # build step: `tsc --noEmit` in make vet. 5.9 is the JavaScript implementation (the 7.x native port
@@ -29,10 +40,10 @@ SUDO        := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 WASM_OUT    := web/dist
 TEST_TIMEOUT ?= 25m
 
-.PHONY: build run test unit bench fuzz vet depscheck wasm deps deps-apt deps-chdb deps-go deps-openai-js deps-ts clean
+.PHONY: build run test unit bench fuzz vet depscheck wasm deps deps-apt deps-chdb deps-go deps-openai-js deps-sdk-js deps-ts clean
 
 ## deps: install what is missing (apt packages, the pinned ClickHouse engine from npm, Go modules)
-deps: deps-apt deps-chdb deps-go deps-openai-js deps-ts
+deps: deps-apt deps-chdb deps-go deps-sdk-js deps-ts
 
 deps-apt:
 	@missing=""; for p in $(APT_PKGS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
@@ -49,11 +60,30 @@ $(CHDB_LIB_PATH):
 	cd $(CHDB_DIR) && npm install --no-save --no-audit --no-fund --loglevel=error $(CHDB_PKG)
 	@test -f $@ || { echo "libchdb.so not found at $@ after npm install" >&2; exit 1; }
 
-deps-openai-js: $(OPENAI_JS_DIR)/index.mjs
+# deps-openai-js: the OpenAI JS SDK comes with the other SDKs.
+deps-openai-js: deps-sdk-js
 
-$(OPENAI_JS_DIR)/index.mjs:
-	@mkdir -p $(CACHE_DIR)/openai-js-$(OPENAI_JS_VERSION)
-	cd $(CACHE_DIR)/openai-js-$(OPENAI_JS_VERSION) && npm install --no-save --no-audit --no-fund --loglevel=error openai@$(OPENAI_JS_VERSION)
+## deps-sdk-js: the pinned browser SDKs, installed and bundled (one ESM file each) into $(SDK_JS_DIR)
+deps-sdk-js: $(SDK_JS_DIR)/versions.json
+
+$(SDK_JS_ROOT)/.installed:
+	@echo "installing the browser SDKs pinned in $(SDK_JS_SRC)/package-lock.json (npm ci) into $(SDK_JS_ROOT)"
+	@mkdir -p $(SDK_JS_ROOT)
+	cp $(SDK_JS_SRC)/package.json $(SDK_JS_SRC)/package-lock.json $(SDK_JS_ROOT)/
+	cd $(SDK_JS_ROOT) && npm ci --no-audit --no-fund --loglevel=error
+	@touch $@
+
+# Rebundled when an entry changes (esbuild takes about a second for all four).
+$(SDK_JS_DIR)/versions.json: $(SDK_JS_ROOT)/.installed $(SDK_JS_ENTRIES)
+	@mkdir -p $(SDK_JS_DIR) $(SDK_JS_ROOT)/entry
+	@# The entries are copied beside node_modules, where their imports resolve.
+	cp $(SDK_JS_ENTRIES) $(SDK_JS_ROOT)/entry/
+	cd $(SDK_JS_ROOT) && node_modules/.bin/esbuild $(addprefix entry/,$(notdir $(SDK_JS_ENTRIES))) --bundle --format=esm \
+		--platform=browser --target=es2022 --log-level=warning --outdir=$(SDK_JS_DIR) --out-extension:.js=.mjs
+	@# versions.json: what was bundled, for the tests' logs.
+	cd $(SDK_JS_ROOT) && node -p 'JSON.stringify(Object.fromEntries(process.argv.slice(1).map(p => [p, JSON.parse(require("fs").readFileSync("node_modules/" + p + "/package.json")).version])))' \
+		openai @anthropic-ai/sdk ai ollama esbuild > $@.tmp
+	@mv $@.tmp $@
 
 deps-ts: $(TSC)
 

@@ -12,8 +12,8 @@
 //	testCert                         the self-signed certificate (e2e/nginx.SelfSigned) that Browser
 //	                                 trusts, for HTTPS proxies (nginx.Options.TLS)
 //	NewTab(t) context.Context        a fresh tab, closed at cleanup
-//	StartOrigin(t) *Origin           the page's server: /, /v1/chat/completions (collector/demo's
-//	                                 cadence-controlled SSE), /plain; Origin.Handle adds routes,
+//	StartOrigin(t) *Origin           the page's server: /, /v1/chat/completions and collector/demo's
+//	                                 other cadence-controlled APIs, /plain; Origin.Handle adds routes,
 //	                                 Origin.SetCollector points the page's tag at a collector
 //	StartAssets(t, opts) *Assets     a bare server for itl.js / wasm_exec.js / itl.wasm with CORS
 //	                                 (404 or replaced files on demand), no ingest
@@ -187,12 +187,16 @@ type Origin struct {
 
 // StartOrigin starts the page's server on its own port. Routes: "/" the test
 // page, "/v1/chat/completions" the demo SSE endpoint (cadence from the query;
-// see collector/demo), "/plain" a JSON response itlmon must not wrap.
+// see collector/demo) and the demo's other APIs ("/v1/responses",
+// "/v1/messages", "/api/ui-chat", "/api/chat"), "/plain" a JSON response
+// itlmon must not wrap.
 func StartOrigin(t testing.TB) *Origin {
 	t.Helper()
 	o := &Origin{mux: http.NewServeMux(), site: "e2e"}
 	o.mux.HandleFunc("GET /{$}", o.page)
-	o.mux.Handle("/v1/chat/completions", demo.Completions())
+	for _, a := range []demo.API{demo.OpenAIChat, demo.OpenAIResponses, demo.Anthropic, demo.VercelUI, demo.Ollama} {
+		o.mux.Handle(a.Path(), demo.Endpoint(a))
+	}
 	o.mux.HandleFunc("/plain", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		w.Write([]byte(`{"ok":true}`))

@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"math"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -323,8 +324,9 @@ func TestReinitKeepsRecords(t *testing.T) {
 	}
 }
 
-// TestDemoPage: the collector's demo chat streams an answer from its demo
-// endpoint and shows the numbers itlmon measured for it.
+// TestDemoPage: the collector's demo chat streams an answer from each of its
+// demo APIs and shows the numbers itlmon measured for it; the collector
+// stores each stream with its API's format.
 func TestDemoPage(t *testing.T) {
 	Browser(t)
 	c := StartCollector(t)
@@ -337,22 +339,43 @@ func TestDemoPage(t *testing.T) {
 	); err != nil {
 		t.Fatalf("demo page: %v", err)
 	}
-	got := Eval[string](t, sctx, `(async () => {
-		document.getElementById('tokens').value = 30;
-		document.getElementById('interval').value = 10;
-		document.getElementById('form').requestSubmit();
-		for (;;) {
-			const m = document.querySelector('.metrics');
-			if (m) return m.textContent;
-			await new Promise(r => setTimeout(r, 50));
-		}
-	})()`)
-	if !strings.Contains(got, "TTFT") || !strings.Contains(got, "30 events") || !strings.Contains(got, "complete") {
-		t.Fatalf("demo metrics = %q, want TTFT, 30 events, complete", got)
+	Eval[bool](t, sctx, `(window.demoIDs = [], itlmon.onStream(s => demoIDs.push(s.id)), true)`)
+	apis := []struct {
+		api    demo.API
+		format string
+	}{
+		{demo.OpenAIChat, "openai_chat"}, {demo.OpenAIResponses, "openai_responses"}, {demo.Anthropic, "anthropic"},
+		{demo.VercelUI, "vercel_ai"}, {demo.Ollama, "ollama"},
 	}
-	rows := WaitStreams(t, c, "demo", 1)
-	if got, want := rows[0].ContentEvents, uint32(30); got != want {
-		t.Errorf("stored content_events = %d, want %d", got, want)
+	for i, a := range apis {
+		got := Eval[[]string](t, sctx, `(async () => {
+			document.getElementById('api').value = `+strconv.Quote("/demo"+a.api.Path())+`;
+			document.getElementById('tokens').value = 30;
+			document.getElementById('interval').value = 10;
+			document.getElementById('form').requestSubmit();
+			for (;;) {
+				const m = document.querySelectorAll('.metrics');
+				if (m.length > `+strconv.Itoa(i)+`) return [m[m.length - 1].textContent, m[m.length - 1].previousSibling.textContent];
+				await new Promise(r => setTimeout(r, 50));
+			}
+		})()`)
+		if !strings.Contains(got[0], "TTFT") || !strings.Contains(got[0], "30 events") || !strings.Contains(got[0], "complete") {
+			t.Errorf("%s: demo metrics = %q, want TTFT, 30 events, complete", a.api.Path(), got[0])
+		}
+		if want := strings.NewReplacer("**", "", "`", "").Replace(demo.Text(30)); got[1] != want {
+			t.Errorf("%s: answer shown = %q, want %q", a.api.Path(), got[1], want)
+		}
+	}
+	ids := Eval[[]string](t, sctx, `itlmon.settled().then(() => demoIDs)`)
+	if len(ids) != len(apis) {
+		t.Fatalf("%d streams measured, want %d", len(ids), len(apis))
+	}
+	rows := waitSDKRows(t, c, "demo", ids)
+	for i, a := range apis {
+		r := rows[ids[i]]
+		if got := r.Format; got != a.format || r.ContentEvents != 30 {
+			t.Errorf("%s: stored format %s, content_events %d; want %s, 30", a.api.Path(), got, r.ContentEvents, a.format)
+		}
 	}
 }
 

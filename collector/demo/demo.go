@@ -1,7 +1,17 @@
-// Package demo serves the demo chat page (/demo/) and a demo OpenAI-compatible
-// streaming endpoint (/demo/v1/chat/completions) whose cadence is set exactly
-// by the request, so the page and the end-to-end tests can produce smooth
-// streams, stalls, bursts and awkward byte splits on demand.
+// Package demo serves the demo chat page (/demo/) and demo streaming endpoints
+// that speak the wire format of each API itlmon recognises, with a cadence set
+// exactly by the request, so the page and the end-to-end tests can produce
+// smooth streams, stalls, bursts and awkward byte splits on demand:
+//
+//	/demo/v1/chat/completions  OpenAI Chat Completions SSE (OpenAIChat)
+//	/demo/v1/responses         OpenAI Responses SSE (OpenAIResponses)
+//	/demo/v1/messages          Anthropic Messages SSE (Anthropic)
+//	/demo/api/ui-chat          Vercel AI SDK UI message stream SSE (VercelUI)
+//	/demo/api/chat             Ollama /api/chat NDJSON (Ollama)
+//
+// Each stream is what the real API sends for a one-part text answer: its
+// opening events, one event per content token, its closing events with the
+// output token usage where the API reports it, and its terminal event.
 //
 // Cadence parameters, read from the JSON request body's top-level fields, then
 // the query string, then an X-Demo-Cadence header holding a query string (later
@@ -17,10 +27,12 @@
 //	comments     1/true: an SSE comment line before every 10th event
 //	split        1/true: every write is sent in two parts, cut inside a
 //	             multibyte character when there is one
+//	tail_ms      time between the write that holds the terminal event and
+//	             the end of the body (default 0)
+//	usage_tokens output tokens the usage reports (default tokens)
 //
-// The stream is: a role chunk, the content chunks, a finish chunk, a usage
-// chunk and `data: [DONE]`. Writes follow an absolute schedule from the
-// request's start (no drift), and stop when the request context ends.
+// Writes follow an absolute schedule from the request's start (no drift), and
+// stop when the request context ends. Comments apply to SSE formats only.
 package demo
 
 import (
@@ -44,23 +56,43 @@ const (
 	maxBody     = 1 << 20
 )
 
-// Params is a demo stream's cadence and framing.
+// API is a streaming wire format the demo endpoints speak.
+type API uint8
+
+const (
+	OpenAIChat      API = iota // OpenAI Chat Completions: chat.completion.chunk events, then data: [DONE]
+	OpenAIResponses            // OpenAI Responses: response.* events ending with response.completed
+	Anthropic                  // Anthropic Messages: message_start ... message_stop
+	VercelUI                   // Vercel AI SDK UI message stream: start ... finish, then data: [DONE]
+	Ollama                     // Ollama /api/chat: NDJSON lines, the last with "done": true
+)
+
+// apiPaths are the endpoints' paths under /demo, in API order.
+var apiPaths = [...]string{"/v1/chat/completions", "/v1/responses", "/v1/messages", "/api/ui-chat", "/api/chat"}
+
+// Path returns the API's endpoint path (without the /demo prefix).
+func (a API) Path() string { return apiPaths[a] }
+
+// Params is a demo stream's wire format, cadence and framing.
 type Params struct {
-	Model    string
-	Tokens   int
-	Interval time.Duration
-	First    time.Duration
-	PauseAt  int // -1: no pause
-	Pause    time.Duration
-	Burst    int
-	CRLF     bool
-	Comments bool
-	Split    bool
+	API         API
+	Model       string
+	Tokens      int
+	UsageTokens int // output tokens the usage reports; -1: Tokens
+	Interval    time.Duration
+	First       time.Duration
+	PauseAt     int // -1: no pause
+	Pause       time.Duration
+	Tail        time.Duration // after the terminal event's write, before the end of the body
+	Burst       int
+	CRLF        bool
+	Comments    bool
+	Split       bool
 }
 
 // DefaultParams is the cadence of a request that sets nothing.
 func DefaultParams() Params {
-	return Params{Model: "demo-model", Tokens: 40, Interval: 30 * time.Millisecond, First: -1, PauseAt: -1, Burst: 1}
+	return Params{Model: "demo-model", Tokens: 40, UsageTokens: -1, Interval: 30 * time.Millisecond, First: -1, PauseAt: -1, Burst: 1}
 }
 
 // Write is one write of the stream: Data sent At after the request started.
@@ -69,11 +101,13 @@ type Write struct {
 	Data []byte
 }
 
-// Handler serves /demo/ (the chat page) and /demo/v1/chat/completions. Mount
-// it at "/demo/".
+// Handler serves /demo/ (the chat page) and the streaming endpoints (see the
+// package doc). Mount it at "/demo/".
 func Handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("/demo/v1/chat/completions", serveCompletions)
+	for a := range API(len(apiPaths)) {
+		mux.Handle("/demo"+a.Path(), Endpoint(a))
+	}
 	page, err := fs.Sub(web.Static(), "demo")
 	if err != nil {
 		panic("BUG: web/static/demo missing: " + err.Error())
@@ -82,10 +116,17 @@ func Handler() http.Handler {
 	return mux
 }
 
-// Completions is the streaming endpoint alone, for test origins.
-func Completions() http.Handler { return http.HandlerFunc(serveCompletions) }
+// Completions is the OpenAI Chat Completions endpoint alone, for test origins.
+func Completions() http.Handler { return Endpoint(OpenAIChat) }
 
-func serveCompletions(w http.ResponseWriter, r *http.Request) {
+// Endpoint is the streaming endpoint of one API alone, for test origins. It
+// streams whatever the request asks (POST or GET); the cadence comes from the
+// request (see the package doc), the format from a.
+func Endpoint(a API) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { serve(w, r, a) })
+}
+
+func serve(w http.ResponseWriter, r *http.Request, a API) {
 	if r.Method == http.MethodOptions {
 		return
 	}
@@ -111,16 +152,25 @@ func serveCompletions(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
+	p.API = a
 	Stream(w, r, p)
 }
 
-// Stream writes p's stream to w on its schedule, flushing every write; it
-// returns early when r's context ends.
+// Stream writes p's stream to w on its schedule, flushing every write, and
+// ends the body p.Tail after the last write; it returns early when r's
+// context ends.
 func Stream(w http.ResponseWriter, r *http.Request, p Params) {
 	h := w.Header()
-	h.Set("Content-Type", "text/event-stream; charset=utf-8")
+	if p.API == Ollama {
+		h.Set("Content-Type", "application/x-ndjson")
+	} else {
+		h.Set("Content-Type", "text/event-stream; charset=utf-8")
+	}
 	h.Set("Cache-Control", "no-cache")
 	h.Set("X-Accel-Buffering", "no")
+	if p.API == VercelUI {
+		h.Set("X-Vercel-AI-UI-Message-Stream", "v1")
+	}
 	w.WriteHeader(http.StatusOK)
 	rc := http.NewResponseController(w)
 	_ = rc.Flush()
@@ -128,14 +178,21 @@ func Stream(w http.ResponseWriter, r *http.Request, p Params) {
 	t := time.NewTimer(0)
 	defer t.Stop()
 	<-t.C
-	for _, wr := range p.Writes() {
-		if d := time.Until(start.Add(wr.At)); d > 0 {
+	wait := func(at time.Duration) bool {
+		if d := time.Until(start.Add(at)); d > 0 {
 			t.Reset(d)
 			select {
 			case <-r.Context().Done():
-				return
+				return false
 			case <-t.C:
 			}
+		}
+		return true
+	}
+	ws := p.Writes()
+	for _, wr := range ws {
+		if !wait(wr.At) {
+			return
 		}
 		if _, err := w.Write(wr.Data); err != nil {
 			return
@@ -143,6 +200,9 @@ func Stream(w http.ResponseWriter, r *http.Request, p Params) {
 		if err := rc.Flush(); err != nil {
 			return
 		}
+	}
+	if p.Tail > 0 && len(ws) > 0 {
+		wait(ws[len(ws)-1].At + p.Tail)
 	}
 }
 
@@ -217,10 +277,12 @@ func ParseParams(q url.Values, header string, body []byte) (Params, error) {
 		}
 	}
 	num("tokens", &p.Tokens, 0, MaxTokens)
+	num("usage_tokens", &p.UsageTokens, -1, 1<<30)
 	dur("interval_ms", &p.Interval)
 	dur("first_ms", &p.First)
 	num("pause_at", &p.PauseAt, -1, MaxTokens)
 	dur("pause_ms", &p.Pause)
+	dur("tail_ms", &p.Tail)
 	num("burst", &p.Burst, 1, MaxTokens)
 	flag("crlf", &p.CRLF)
 	flag("comments", &p.Comments)
@@ -249,25 +311,14 @@ func Token(i int) string {
 }
 
 // Writes returns the stream's writes, in order, with their offsets from the
-// start of the response. Concatenated, their Data is the exact body.
+// start of the response. Concatenated, their Data is the exact body: the
+// API's opening events at 0 (none for Ollama), the content events on the
+// cadence (Burst per write), then its closing events up to the terminal one
+// in the same write as the last content event.
 func (p Params) Writes() []Write {
-	nl := "\n"
+	f := framer{p: p, nl: "\n"}
 	if p.CRLF {
-		nl = "\r\n"
-	}
-	event := func(b *strings.Builder, data string) {
-		b.WriteString("data: ")
-		b.WriteString(data)
-		b.WriteString(nl)
-		b.WriteString(nl)
-	}
-	chunk := func(delta string, finish string) string {
-		fr := "null"
-		if finish != "" {
-			fr = strconv.Quote(finish)
-		}
-		return `{"id":"chatcmpl-demo","object":"chat.completion.chunk","created":0,"model":` + jsonString(p.Model) +
-			`,"choices":[{"index":0,"delta":` + delta + `,"finish_reason":` + fr + `}]}`
+		f.nl = "\r\n"
 	}
 	first := p.First
 	if first < 0 {
@@ -283,32 +334,174 @@ func (p Params) Writes() []Write {
 		cut := splitPoint(data)
 		out = append(out, Write{At: at, Data: []byte(data[:cut])}, Write{At: at + 2*time.Millisecond, Data: []byte(data[cut:])})
 	}
-	var b strings.Builder
-	event(&b, chunk(`{"role":"assistant","content":""}`, ""))
-	add(0, b.String())
+	f.open()
+	if f.b.Len() > 0 {
+		add(0, f.b.String())
+	}
 	var at time.Duration
 	for i := 0; i < p.Tokens; i += burst {
-		b.Reset()
+		f.b.Reset()
 		for j := i; j < min(i+burst, p.Tokens); j++ {
-			if p.Comments && j%10 == 0 {
-				b.WriteString(": keep-alive" + nl + nl)
+			if p.Comments && j%10 == 0 && p.API != Ollama {
+				f.b.WriteString(": keep-alive" + f.nl + f.nl)
 			}
-			event(&b, chunk(`{"content":`+jsonString(Token(j))+`}`, ""))
+			f.content(j)
 		}
 		at = first + time.Duration(i/burst)*p.Interval
 		if p.PauseAt >= 0 && i >= p.PauseAt {
 			at += p.Pause
 		}
-		add(at, b.String())
+		add(at, f.b.String())
 	}
-	b.Reset()
-	event(&b, chunk(`{}`, "stop"))
-	event(&b, `{"id":"chatcmpl-demo","object":"chat.completion.chunk","created":0,"model":`+jsonString(p.Model)+
-		`,"choices":[],"usage":{"prompt_tokens":12,"completion_tokens":`+strconv.Itoa(p.Tokens)+
-		`,"total_tokens":`+strconv.Itoa(12+p.Tokens)+`}}`)
-	event(&b, "[DONE]")
-	add(at, b.String())
+	f.b.Reset()
+	f.close()
+	add(at, f.b.String())
 	return out
+}
+
+// framer writes one API's events for Writes.
+type framer struct {
+	p   Params
+	nl  string
+	b   strings.Builder
+	seq int // OpenAI Responses sequence_number
+}
+
+// sse writes one SSE event, with an event: line when ev is not empty.
+func (f *framer) sse(ev, data string) {
+	if ev != "" {
+		f.b.WriteString("event: " + ev + f.nl)
+	}
+	f.b.WriteString("data: " + data + f.nl + f.nl)
+}
+
+// responses writes one OpenAI Responses event of type typ; rest is the JSON
+// object's remaining members (a leading comma included).
+func (f *framer) responses(typ, rest string) {
+	f.sse(typ, `{"type":"`+typ+`","sequence_number":`+strconv.Itoa(f.seq)+rest+`}`)
+	f.seq++
+}
+
+// anthropic writes one Anthropic Messages event of type typ.
+func (f *framer) anthropic(typ, rest string) { f.sse(typ, `{"type":"`+typ+`"`+rest+`}`) }
+
+// vercel writes one UI message stream part of type typ.
+func (f *framer) vercel(typ, rest string) { f.sse("", `{"type":"`+typ+`"`+rest+`}`) }
+
+func (f *framer) chatChunk(delta, finish string) string {
+	fr := "null"
+	if finish != "" {
+		fr = strconv.Quote(finish)
+	}
+	return `{"id":"chatcmpl-demo","object":"chat.completion.chunk","created":0,"model":` + jsonString(f.p.Model) +
+		`,"choices":[{"index":0,"delta":` + delta + `,"finish_reason":` + fr + `}]}`
+}
+
+// ollama writes one Ollama /api/chat line.
+func (f *framer) ollama(content string, rest string) {
+	f.b.WriteString(`{"model":` + jsonString(f.p.Model) + `,"created_at":"2025-01-01T00:00:00Z","message":{"role":"assistant","content":` +
+		jsonString(content) + `},` + rest + `}` + f.nl)
+}
+
+func (f *framer) responseObject(status, output, usage string) string {
+	return `{"id":"resp_demo","object":"response","created_at":0,"status":"` + status + `","model":` + jsonString(f.p.Model) +
+		`,"output":[` + output + `],"usage":` + usage + `}`
+}
+
+func (f *framer) messageItem(status, text string) string {
+	content := ""
+	if status == "completed" {
+		content = `{"type":"output_text","annotations":[],"text":` + jsonString(text) + `}`
+	}
+	return `{"id":"msg_demo","type":"message","status":"` + status + `","role":"assistant","content":[` + content + `]}`
+}
+
+func (f *framer) usageTokens() string {
+	if f.p.UsageTokens >= 0 {
+		return strconv.Itoa(f.p.UsageTokens)
+	}
+	return strconv.Itoa(f.p.Tokens)
+}
+
+// open writes the events before the first content event.
+func (f *framer) open() {
+	switch f.p.API {
+	case OpenAIChat:
+		f.sse("", f.chatChunk(`{"role":"assistant","content":""}`, ""))
+	case OpenAIResponses:
+		f.responses("response.created", `,"response":`+f.responseObject("in_progress", "", "null"))
+		f.responses("response.in_progress", `,"response":`+f.responseObject("in_progress", "", "null"))
+		f.responses("response.output_item.added", `,"output_index":0,"item":`+f.messageItem("in_progress", ""))
+		f.responses("response.content_part.added", `,"item_id":"msg_demo","output_index":0,"content_index":0,"part":{"type":"output_text","annotations":[],"text":""}`)
+	case Anthropic:
+		f.anthropic("message_start", `,"message":{"id":"msg_demo","type":"message","role":"assistant","model":`+jsonString(f.p.Model)+
+			`,"content":[],"stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":12,"output_tokens":1}}`)
+		f.anthropic("content_block_start", `,"index":0,"content_block":{"type":"text","text":""}`)
+		f.anthropic("ping", "")
+	case VercelUI:
+		f.vercel("start", `,"messageId":"msg-demo"`)
+		f.vercel("start-step", "")
+		f.vercel("text-start", `,"id":"txt-0"`)
+	case Ollama:
+	}
+}
+
+// content writes content event i.
+func (f *framer) content(i int) {
+	tok := jsonString(Token(i))
+	switch f.p.API {
+	case OpenAIChat:
+		f.sse("", f.chatChunk(`{"content":`+tok+`}`, ""))
+	case OpenAIResponses:
+		f.responses("response.output_text.delta", `,"item_id":"msg_demo","output_index":0,"content_index":0,"delta":`+tok+`,"logprobs":[]`)
+	case Anthropic:
+		f.anthropic("content_block_delta", `,"index":0,"delta":{"type":"text_delta","text":`+tok+`}`)
+	case VercelUI:
+		f.vercel("text-delta", `,"id":"txt-0","delta":`+tok)
+	case Ollama:
+		f.ollama(Token(i), `"done":false`)
+	}
+}
+
+// close writes the events after the last content event, the terminal one last.
+func (f *framer) close() {
+	n, usage := f.p.Tokens, f.usageTokens()
+	switch f.p.API {
+	case OpenAIChat:
+		f.sse("", f.chatChunk(`{}`, "stop"))
+		f.sse("", `{"id":"chatcmpl-demo","object":"chat.completion.chunk","created":0,"model":`+jsonString(f.p.Model)+
+			`,"choices":[],"usage":{"prompt_tokens":12,"completion_tokens":`+usage+`,"total_tokens":`+strconv.Itoa(12+n)+`}}`)
+		f.sse("", "[DONE]")
+	case OpenAIResponses:
+		text := Text(n)
+		f.responses("response.output_text.done", `,"item_id":"msg_demo","output_index":0,"content_index":0,"text":`+jsonString(text)+`,"logprobs":[]`)
+		f.responses("response.content_part.done", `,"item_id":"msg_demo","output_index":0,"content_index":0,"part":{"type":"output_text","annotations":[],"text":`+jsonString(text)+`}`)
+		f.responses("response.output_item.done", `,"output_index":0,"item":`+f.messageItem("completed", text))
+		f.responses("response.completed", `,"response":`+f.responseObject("completed", f.messageItem("completed", text),
+			`{"input_tokens":12,"input_tokens_details":{"cached_tokens":0},"output_tokens":`+usage+
+				`,"output_tokens_details":{"reasoning_tokens":0},"total_tokens":`+strconv.Itoa(12+n)+`}`))
+	case Anthropic:
+		f.anthropic("content_block_stop", `,"index":0`)
+		f.anthropic("message_delta", `,"delta":{"stop_reason":"end_turn","stop_sequence":null},"usage":{"output_tokens":`+usage+`}`)
+		f.anthropic("message_stop", "")
+	case VercelUI:
+		f.vercel("text-end", `,"id":"txt-0"`)
+		f.vercel("finish-step", "")
+		f.vercel("finish", `,"finishReason":"stop"`)
+		f.sse("", "[DONE]")
+	case Ollama:
+		f.ollama("", `"done":true,"done_reason":"stop","total_duration":1000000,"load_duration":1000,"prompt_eval_count":12,`+
+			`"prompt_eval_duration":1000,"eval_count":`+usage+`,"eval_duration":1000000`)
+	}
+}
+
+// Text returns the whole answer of n content events.
+func Text(n int) string {
+	var b strings.Builder
+	for i := range n {
+		b.WriteString(Token(i))
+	}
+	return b.String()
 }
 
 // Body is the exact response body p produces.

@@ -1,8 +1,10 @@
 package demo
 
 import (
+	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -11,6 +13,8 @@ import (
 	"testing"
 	"time"
 	"unicode/utf8"
+
+	"github.com/itlmon/itlmon/wasm/meter"
 )
 
 func TestParseParams(t *testing.T) {
@@ -174,5 +178,107 @@ func TestHandlerStopsOnCancel(t *testing.T) {
 	case <-done:
 	case <-time.After(5 * time.Second):
 		t.Fatal("handler still streaming 5s after the request was cancelled")
+	}
+}
+
+// TestAPIsMetered: every API's stream, fed write by write to the browser
+// module's own parser (wasm/meter) with the content type the endpoint sends,
+// is recognised as its format, with one content event per token, the usage's
+// token count, a 500 ms pause as one stall, and every SSE event or NDJSON line
+// valid JSON (or [DONE]).
+func TestAPIsMetered(t *testing.T) {
+	formats := map[API]meter.Format{
+		OpenAIChat: meter.FormatOpenAIChat, OpenAIResponses: meter.FormatOpenAIResponses, Anthropic: meter.FormatAnthropic,
+		VercelUI: meter.FormatVercelAI, Ollama: meter.FormatOllama,
+	}
+	for a, want := range formats {
+		for _, crlf := range []bool{false, true} {
+			t.Run(a.Path()+map[bool]string{false: "", true: "/crlf"}[crlf], func(t *testing.T) {
+				p := DefaultParams()
+				p.API, p.Model, p.Tokens, p.UsageTokens, p.Interval, p.PauseAt, p.Pause = a, "m", 12, 31, 10*time.Millisecond, 5, 500*time.Millisecond
+				p.CRLF, p.Comments, p.Split = crlf, crlf, crlf
+				fast := p // the same bytes at once, for Stream's headers and body
+				fast.Interval, fast.Pause = 0, 0
+				rec := httptest.NewRecorder()
+				Stream(rec, httptest.NewRequest("POST", a.Path(), nil), fast)
+				ct := rec.Header().Get("Content-Type")
+				m := meter.New(meter.Options{ContentType: ct})
+				for _, w := range p.Writes() {
+					m.Feed(w.Data, meter.Duration(w.At))
+				}
+				last := p.Writes()[len(p.Writes())-1].At
+				m.End(meter.Duration(last), meter.StatusComplete, 200)
+				s := m.Summary()
+				// The UI message stream reports no usage: the meter counts content events.
+				wantTokens, reported := 31, a != VercelUI
+				if !reported {
+					wantTokens = 12
+				}
+				if s.Format != want || s.ContentEvents != 12 || s.Tokens != wantTokens || s.TokensReported != reported || s.Stalls != 1 {
+					t.Fatalf("%s: format %v, content events %d, tokens %d (reported %v), stalls %d; want %v, 12, %d (reported %v), 1",
+						ct, s.Format, s.ContentEvents, s.Tokens, s.TokensReported, s.Stalls, want, wantTokens, reported)
+				}
+				nl := "\n"
+				if crlf {
+					nl = "\r\n"
+				}
+				body := string(p.Body())
+				if !bytes.Equal(rec.Body.Bytes(), fast.Body()) {
+					t.Fatal("Stream wrote other bytes than Params.Body")
+				}
+				n := 0
+				for _, line := range strings.Split(strings.TrimSuffix(body, nl), nl) {
+					if a != Ollama {
+						d, ok := strings.CutPrefix(line, "data: ")
+						if !ok {
+							continue
+						}
+						line = d
+					}
+					n++
+					if line != "[DONE]" && !json.Valid([]byte(line)) {
+						t.Errorf("not JSON: %q", line)
+					}
+				}
+				if n < 12+1 {
+					t.Errorf("%d events, want at least 13", n)
+				}
+				if a == VercelUI && rec.Header().Get("X-Vercel-AI-UI-Message-Stream") != "v1" {
+					t.Errorf("X-Vercel-AI-UI-Message-Stream = %q, want v1", rec.Header().Get("X-Vercel-AI-UI-Message-Stream"))
+				}
+			})
+		}
+	}
+}
+
+// TestTail: the body ends tail_ms after the write with the terminal event.
+func TestTail(t *testing.T) {
+	srv := httptest.NewServer(Handler())
+	defer srv.Close()
+	start := time.Now()
+	resp, err := http.Get(srv.URL + "/demo/api/chat?tokens=2&interval_ms=1&tail_ms=300")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	br := bufio.NewReader(resp.Body)
+	for {
+		line, err := br.ReadString('\n')
+		if err != nil {
+			t.Fatalf("read before the done line: %v", err)
+		}
+		if strings.Contains(line, `"done":true`) {
+			break
+		}
+	}
+	sawDone := time.Since(start)
+	if _, err := io.ReadAll(br); err != nil {
+		t.Fatal(err)
+	}
+	if ended := time.Since(start); ended-sawDone < 250*time.Millisecond {
+		t.Fatalf("body ended %v after the done line, want about 300ms", ended-sawDone)
+	}
+	if got := resp.Header.Get("Content-Type"); got != "application/x-ndjson" {
+		t.Fatalf("Content-Type = %q, want application/x-ndjson", got)
 	}
 }
