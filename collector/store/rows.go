@@ -150,13 +150,10 @@ func fromOptTime(p *uint32) uint32 {
 }
 
 // headersTime is r's headers_us: NULL when the request ended before the
-// headers, and when the sender does not say how its streams end (End is
-// meter.EndNone: a sender older than End and HeadersUs, whose zero HeadersUs
-// means nothing), as in rows stored before these columns existed.
+// headers (HeadersUs is NoTime), as in rows stored before the column
+// existed. Records of senders older than HeadersUs decode with it set to
+// their first body byte (see beacon), so it is never a meaningless zero.
 func headersTime(r *beacon.Record) *uint32 {
-	if meter.End(r.End) == meter.EndNone {
-		return nil
-	}
 	return optTime(r.HeadersUs)
 }
 
