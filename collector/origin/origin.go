@@ -279,8 +279,11 @@ func (w *streamWriter) Write(p []byte) (int, error) {
 	return n, err
 }
 
-// Flush flushes the underlying writer, then stamps every event the flush
-// completed.
+// Flush flushes the underlying writer and stamps every event the flush
+// completed with the time the flush began: when the origin handed them to
+// the network. (A stamp taken after the flush returns can follow the
+// bytes' arrival at a client on a busy machine, and the time the network
+// added would read negative.)
 func (w *streamWriter) Flush() { w.FlushError() }
 
 // FlushError is what http.ResponseController.Flush calls.
@@ -288,13 +291,14 @@ func (w *streamWriter) FlushError() error {
 	if !w.wroteHeader && !w.hijacked {
 		w.WriteHeader(http.StatusOK)
 	}
+	at := w.since()
 	err := http.NewResponseController(w.ResponseWriter).Flush()
 	if err != nil && !errors.Is(err, http.ErrNotSupported) {
 		w.writeErr = true
 	}
 	if w.sm != nil && len(w.sm.pending) > 0 {
 		w.flushes++
-		w.sm.m.Feed(w.sm.pending, meter.Duration(w.since()))
+		w.sm.m.Feed(w.sm.pending, meter.Duration(at))
 		w.sm.pending, w.sm.segs = w.sm.pending[:0], w.sm.segs[:0]
 	}
 	return err
