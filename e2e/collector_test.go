@@ -142,6 +142,7 @@ type StoredStream struct {
 	Status        string   `json:"status"`
 	End           string   `json:"end"`
 	HeadersMs     *float64 `json:"headers_ms"`
+	BeforeHeaders bool     `json:"before_headers"`
 	HTTPStatus    uint16   `json:"http_status"`
 	TTFBMs        *float64 `json:"ttfb_ms"`
 	TTFTMs        *float64 `json:"ttft_ms"`

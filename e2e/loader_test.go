@@ -20,6 +20,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/itlmon/itlmon/collector/demo"
+	"github.com/itlmon/itlmon/e2e/nginx"
 )
 
 // The loader's own behaviour (web/static/itl.js): fetch wrapped from the
@@ -519,6 +520,63 @@ func TestBeforeHeaders(t *testing.T) {
 		t.Fatalf("stored url_path %q model %q", r.URLPath, r.Model)
 	}
 	StreamByID(t, rows, ne.Summary[0].ID)
+}
+
+// TestBeforeHeadersBufferingProxy: behind nginx with proxy_buffering on and
+// gzip on text/event-stream, the response headers arrive only with the whole
+// answer, at its end (measured: e2e/nginx). A user who gives up before then
+// is the worst experience there is: stored as aborted before the first byte
+// (no headers, HTTP status 0) with the time waited, and counted by the read
+// side the dashboard and `gate rum` share (/api/summary: before_headers).
+func TestBeforeHeadersBufferingProxy(t *testing.T) {
+	nginx.RequireReal(t)
+	Browser(t)
+	o := StartOrigin(t)
+	o.Handle("/v1/attr", http.HandlerFunc(attrStreamHandler)) // no X-Accel-Buffering (the demo sends it)
+	px := nginx.Start(t, nginx.Options{Upstream: o.URL, Buffering: true, Gzip: true})
+	c := StartCollector(t, "e2e="+px.URL())
+	o.SetCollector(c.URL, "e2e")
+	ctx := NewTab(t)
+	if !OpenPage(t, ctx, strings.Replace(o.PageURL(map[string]any{"flushMs": 200}, false), o.URL, px.URL(), 1)) {
+		t.Fatalf("itlmon did not become ready: %s", Eval[string](t, ctx, `itlmon.timing.error`))
+	}
+	// 100 tokens at attrCadence: the proxy answers after ~2 s; the page gives up at 800 ms.
+	read := RunStream(t, ctx, StreamOpts{Path: "/v1/attr", Query: "tokens=100", AbortAfterMs: 800})
+	if read.ErrorName != "AbortError" || read.Status != 0 || read.Bytes != 0 {
+		t.Fatalf("page: status %d, %d bytes, error %q (%s); want an AbortError before the headers", read.Status, read.Bytes, read.ErrorName, read.Error)
+	}
+	rows := WaitStreams(t, c, "e2e", 1)
+	r := rows[0]
+	if r.Status != statusAborted || r.End != "abort" || !r.BeforeHeaders || r.HeadersMs != nil || r.HTTPStatus != 0 ||
+		r.TTFBMs != nil || r.Bytes != 0 || r.DurationMs == nil || *r.DurationMs < 799 || *r.DurationMs > 1900 {
+		t.Fatalf("stored %+v (duration %v); want aborted/abort before the headers, HTTP 0, no bytes, 800 ms to 1.9 s waited", r, deref64(r.DurationMs))
+	}
+	resp, err := http.Get(c.URL + "/api/summary?site=e2e&since=1h")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var sum struct {
+		Report struct {
+			Streams       int64   `json:"streams"`
+			Aborted       int64   `json:"aborted"`
+			BeforeHeaders int64   `json:"before_headers"`
+			WaitMs        float64 `json:"before_headers_wait_ms"`
+		} `json:"report"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&sum); err != nil {
+		t.Fatalf("/api/summary: %v", err)
+	}
+	if rep := sum.Report; rep.Streams != 1 || rep.Aborted != 1 || rep.BeforeHeaders != 1 || rep.WaitMs < 799 {
+		t.Fatalf("/api/summary report %+v; want 1 stream, aborted before the headers after >= 800 ms", rep)
+	}
+}
+
+func deref64(p *float64) any {
+	if p == nil {
+		return nil
+	}
+	return *p
 }
 
 // TestBodyNetworkError: a body that fails mid-stream (the connection drops
