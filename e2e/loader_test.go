@@ -296,6 +296,22 @@ func TestModuleAfterLoad(t *testing.T) {
 	}
 }
 
+// holdModule makes a's itl-module.js wait until release is called (or the
+// test ends): the module stays "loading" meanwhile.
+func holdModule(t *testing.T, a *Assets) (release func()) {
+	hold := make(chan struct{})
+	a.Hold["itl-module.js"] = hold
+	released := false
+	release = func() {
+		if !released {
+			released = true
+			close(hold)
+		}
+	}
+	t.Cleanup(release)
+	return release
+}
+
 // TestQueueBound: while the module loads, streams are stamped and queued up
 // to a bound (8 MB): a stream past it goes unmeasured, and is counted, with
 // its bytes untouched; a stream within it is measured once the module is
@@ -303,16 +319,7 @@ func TestModuleAfterLoad(t *testing.T) {
 func TestQueueBound(t *testing.T) {
 	o := StartOrigin(t)
 	a := StartAssets(t)
-	hold := make(chan struct{})
-	a.Hold["itl-module.js"] = hold
-	released := false
-	release := func() {
-		if !released {
-			released = true
-			close(hold)
-		}
-	}
-	t.Cleanup(release)
+	release := holdModule(t, a)
 	o.SetCollector(a.URL, "e2e")
 	ctx := navigate(t, o.PageURL(nil, false))
 	const big = "tokens=60000&interval_ms=0"
@@ -357,16 +364,7 @@ func TestQueueBound(t *testing.T) {
 func TestModuleFailsWhileQueued(t *testing.T) {
 	o := StartOrigin(t)
 	a := StartAssets(t, "itl-module.js")
-	hold := make(chan struct{})
-	a.Hold["itl-module.js"] = hold
-	released := false
-	release := func() {
-		if !released {
-			released = true
-			close(hold)
-		}
-	}
-	t.Cleanup(release)
+	release := holdModule(t, a)
 	o.SetCollector(a.URL, "e2e")
 	ctx := navigate(t, o.PageURL(nil, false))
 	const q = "tokens=100&interval_ms=10"

@@ -1,10 +1,6 @@
 package e2e
 
 import (
-	"errors"
-	"net/http"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -16,17 +12,7 @@ import (
 // returns the text its 25-token stream must give.
 func serveOpenAISDK(t *testing.T, o *Origin) (want string) {
 	t.Helper()
-	dir := os.Getenv("OPENAI_JS_DIR")
-	if _, err := os.Stat(filepath.Join(dir, "index.mjs")); dir == "" || err != nil {
-		requireReal(t, "openai JS SDK (OPENAI_JS_DIR)", errors.Join(errors.New("run make deps-openai-js"), err))
-	}
-	files := http.StripPrefix("/openai/", http.FileServer(http.Dir(dir)))
-	o.Handle("/openai/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if strings.HasSuffix(r.URL.Path, ".mjs") {
-			w.Header().Set("Content-Type", "text/javascript; charset=utf-8")
-		}
-		files.ServeHTTP(w, r)
-	}))
+	serveOpenAI(t, o)
 	var b strings.Builder
 	for i := range 25 {
 		b.WriteString(demo.Token(i))
