@@ -30,7 +30,7 @@ import (
 // page's stream pulling the original plus the module's per-chunk work).
 // The cost is measured twice, with the module in its Worker (the default)
 // and on the main thread (worker: false). Both are main-thread time: what the
-// page pays. Targets: the loader <= 15 KB brotli, itl.wasm <= 500 KB brotli,
+// page pays. Targets: the loader <= 15 KB brotli, itl.wasm <= 485 KB brotli,
 // <= 10 µs per chunk (the default mode). It reports; it does not assert
 // timings.
 func TestBrowserReport(t *testing.T) {
@@ -85,14 +85,14 @@ func TestBrowserReport(t *testing.T) {
 	}
 	brS, brOK := "n/a (no brotli)", true
 	if len(br) > 0 {
-		brS, brOK = kb(len(br)), len(br) <= 500_000
+		brS, brOK = kb(len(br)), len(br) <= 485_000
 	}
 	fmt.Printf("\nitlmon browser module report (%s)\n", time.Now().UTC().Format(time.RFC3339))
 	fmt.Printf("  %-40s %14s   %s\n", "metric", "value", "target")
 	lc.print(kb, verdict)
 	fmt.Printf("  %-40s %14s\n", "itl.wasm raw", kb(len(raw)))
 	fmt.Printf("  %-40s %14s\n", "itl.wasm gzip -9", kb(len(gz)))
-	fmt.Printf("  %-40s %14s   <= 500 KB %s\n", "itl.wasm brotli -q 11", brS, verdict(brOK))
+	fmt.Printf("  %-40s %14s   <= 485 KB %s\n", "itl.wasm brotli -q 11", brS, verdict(brOK))
 	fmt.Printf("  %-40s %11.1f ms   (median of %d loads, min %.1f, max %.1f)\n", "time to ready (module requested -> ready)",
 		median(ready), loads, slices.Min(ready), slices.Max(ready))
 	fmt.Printf("  %-40s %11.1f ms   (median of %d loads, min %.1f, max %.1f)\n", "  the same, module on the main thread",

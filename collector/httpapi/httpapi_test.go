@@ -13,6 +13,8 @@ import (
 	"testing/fstest"
 	"time"
 
+	"github.com/andybalholm/brotli"
+
 	"github.com/itlmon/itlmon/collector"
 	"github.com/itlmon/itlmon/wasm/beacon"
 	"github.com/itlmon/itlmon/wasm/meter"
@@ -213,7 +215,8 @@ func TestAssets(t *testing.T) {
 		{"/itl.wasm", "gzip", "gzip", "application/wasm"},
 		{"/itl.wasm", "br;q=0, gzip", "gzip", "application/wasm"},
 		{"/itl.wasm", "", "", "application/wasm"},
-		{"/itl.js", "br, gzip", "gzip", "text/javascript; charset=utf-8"},
+		{"/itl.js", "br, gzip", "br", "text/javascript; charset=utf-8"}, // compressed at start (no .br beside it)
+		{"/itl.js", "gzip", "gzip", "text/javascript; charset=utf-8"},
 		{"/itl-module.js", "gzip", "gzip", "text/javascript; charset=utf-8"},
 		{"/itl-worker.js", "", "", "text/javascript; charset=utf-8"},
 		{"/wasm_exec.js", "", "", "text/javascript; charset=utf-8"},
@@ -238,6 +241,15 @@ func TestAssets(t *testing.T) {
 		}
 		if hd.Get("ETag") == "" || hd.Get("Cache-Control") == "" {
 			t.Errorf("%s: no ETag or Cache-Control", tt.path)
+		}
+		if tt.wantEnc == "br" && tt.path == "/itl.js" {
+			b, err := io.ReadAll(brotli.NewReader(rec.Body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if plain := get(t, h, tt.path).Body.String(); string(b) != plain || plain == "" {
+				t.Errorf("/itl.js: the brotli variant decodes to %d bytes that differ from the %d served plain", len(b), len(plain))
+			}
 		}
 		if tt.wantEnc == "gzip" {
 			zr, err := gzip.NewReader(rec.Body)
