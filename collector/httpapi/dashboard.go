@@ -15,10 +15,12 @@ import (
 
 // DashboardConfig configures RegisterDashboard.
 type DashboardConfig struct {
-	Conn    query.Conn            // ClickHouse (the rollup); nil answers 503
-	HasSite func(key string) bool // nil: every key is accepted
-	Logger  zerolog.Logger
-	Now     func() time.Time
+	Conn query.Conn // ClickHouse (the rollup); nil answers 503
+	// Available, when set, gates the API as Config.Available does.
+	Available func() error
+	HasSite   func(key string) bool // nil: every key is accepted
+	Logger    zerolog.Logger
+	Now       func() time.Time
 }
 
 // RegisterDashboard mounts the dashboard's read API (the page itself is
@@ -106,7 +108,7 @@ func (d *dashboard) ready(w http.ResponseWriter) bool {
 		writeError(w, http.StatusServiceUnavailable, "no ClickHouse connection")
 		return false
 	}
-	return true
+	return !unavailable(w, d.cfg.Available)
 }
 
 func (d *dashboard) fail(w http.ResponseWriter, r *http.Request, what string, err error) {
@@ -118,7 +120,7 @@ func (d *dashboard) fail(w http.ResponseWriter, r *http.Request, what string, er
 		return // the client went away
 	}
 	d.cfg.Logger.Error().Err(err).Str("path", r.URL.Path).Msg(what)
-	writeError(w, http.StatusServiceUnavailable, what+": storage unavailable")
+	writeError(w, http.StatusServiceUnavailable, what+": clickhouse unavailable")
 }
 
 func (d *dashboard) sites(w http.ResponseWriter, r *http.Request) {

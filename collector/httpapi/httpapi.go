@@ -32,15 +32,19 @@ import (
 // Config configures New. Every field is optional: a nil part answers 503
 // (Streams, Ready) or is not mounted (Demo, Static, Dist).
 type Config struct {
-	Streams  collector.StreamReader
-	HasSite  func(key string) bool // nil: every key is accepted
-	Ready    func(ctx context.Context) error
-	Gatherer prometheus.Gatherer
-	Demo     http.Handler // mounted at /demo/
-	Static   fs.FS        // served at /
-	Dist     fs.FS        // itl.wasm (+ .br, .gz), wasm_exec.js
-	Logger   zerolog.Logger
-	Now      func() time.Time
+	Streams collector.StreamReader
+	// Available, when set, gates the read API: while it returns an error
+	// (ClickHouse down, schema not applied yet) /api/streams answers 503
+	// "clickhouse unavailable: ..." without querying.
+	Available func() error
+	HasSite   func(key string) bool // nil: every key is accepted
+	Ready     func(ctx context.Context) error
+	Gatherer  prometheus.Gatherer
+	Demo      http.Handler // mounted at /demo/
+	Static    fs.FS        // served at /
+	Dist      fs.FS        // itl.wasm (+ .br, .gz), wasm_exec.js
+	Logger    zerolog.Logger
+	Now       func() time.Time
 }
 
 // Limits of /api/streams.
@@ -125,6 +129,18 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	enc := json.NewEncoder(w)
 	enc.SetEscapeHTML(false)
 	enc.Encode(v)
+}
+
+// unavailable answers 503 when available (optional) reports an error.
+func unavailable(w http.ResponseWriter, available func() error) bool {
+	if available == nil {
+		return false
+	}
+	if err := available(); err != nil {
+		writeError(w, http.StatusServiceUnavailable, "clickhouse unavailable: "+err.Error())
+		return true
+	}
+	return false
 }
 
 func writeError(w http.ResponseWriter, status int, msg string) {

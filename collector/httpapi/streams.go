@@ -139,11 +139,14 @@ func (h *streamsHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusServiceUnavailable, "no stream store")
 		return
 	}
+	if unavailable(w, h.cfg.Available) {
+		return
+	}
 	from := h.cfg.Now().Add(-since).UTC()
 	got, err := h.cfg.Streams.LatestStreams(r.Context(), collector.StreamFilter{Site: site, Since: from, Limit: limit})
 	if err != nil {
 		h.cfg.Logger.Error().Err(err).Str("site", site).Msg("read streams")
-		writeError(w, http.StatusServiceUnavailable, "read streams: storage unavailable")
+		writeError(w, http.StatusServiceUnavailable, "read streams: clickhouse unavailable")
 		return
 	}
 	resp := streamsResponse{Site: site, Since: from, Limit: limit, Count: len(got), Streams: make([]streamJSON, len(got))}

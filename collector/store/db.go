@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2"
@@ -27,7 +29,10 @@ type Options struct {
 	Dial           func(ctx context.Context, addr string) (net.Conn, error)
 	CreateDatabase bool          // CREATE DATABASE IF NOT EXISTS at Open (embedded engine, tests)
 	StreamsTTL     time.Duration // raw rows' TTL applied by Migrate; default 90 days
-	Logger         zerolog.Logger
+	// Lazy makes Open skip its ping: the pool dials on first use, so a
+	// caller can start while ClickHouse is down (see MigrateInBackground).
+	Lazy   bool
+	Logger zerolog.Logger
 }
 
 // DB is a ClickHouse connection pool with itlmon's schema. Safe for
@@ -36,9 +41,19 @@ type DB struct {
 	conn driver.Conn
 	opts Options
 	log  zerolog.Logger
+
+	// pending is set while MigrateInBackground has not applied the schema
+	// yet; cause says why (guarded by mu).
+	pending atomic.Bool
+	mu      sync.Mutex
+	cause   error
 }
 
-// Open connects and pings. It does not migrate.
+// ErrSchemaPending is returned by SchemaReady while MigrateInBackground has
+// not applied the schema yet.
+var ErrSchemaPending = errors.New("store: clickhouse schema not applied yet")
+
+// Open connects and pings (unless opts.Lazy). It does not migrate.
 func Open(ctx context.Context, opts Options) (*DB, error) {
 	if opts.StreamsTTL <= 0 {
 		opts.StreamsTTL = DefaultStreamsTTL
@@ -58,6 +73,9 @@ func Open(ctx context.Context, opts Options) (*DB, error) {
 	conn, err := clickhouse.Open(chOpts)
 	if err != nil {
 		return nil, fmt.Errorf("store: open: %w", err)
+	}
+	if opts.Lazy {
+		return &DB{conn: conn, opts: opts, log: opts.Logger.With().Str("component", "store").Logger()}, nil
 	}
 	if err := conn.Ping(ctx); err != nil {
 		conn.Close()
@@ -218,6 +236,97 @@ func (db *DB) applyTTL(ctx context.Context) error {
 			return fmt.Errorf("store: set %s TTL: %w", table, err)
 		}
 		db.log.Info().Str("table", table).Int("days", days).Msg("TTL set")
+	}
+	return nil
+}
+
+// SchemaReady returns nil unless MigrateInBackground is still waiting to
+// apply the schema; then an error wrapping ErrSchemaPending with the last
+// cause (ClickHouse unreachable, or the migration's error).
+func (db *DB) SchemaReady() error {
+	if !db.pending.Load() {
+		return nil
+	}
+	db.mu.Lock()
+	cause := db.cause
+	db.mu.Unlock()
+	if cause == nil {
+		return ErrSchemaPending
+	}
+	return fmt.Errorf("%w: %w", ErrSchemaPending, cause)
+}
+
+// MigrateInBackground applies the schema as Migrate does, in a goroutine that
+// retries with a jittered backoff capped at maxRetry until it succeeds or ctx
+// ends; it logs once per change of state (unreachable, a migration error with
+// its text, applied), not once per attempt. Until it succeeds SchemaReady
+// returns an error, and a Writer on db spools every batch instead of
+// inserting. The returned channel is closed when the goroutine ends.
+func (db *DB) MigrateInBackground(ctx context.Context) <-chan struct{} {
+	db.pending.Store(true)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		var state string // last logged state
+		retry := minRetry
+		for {
+			err := db.migrateOnce(ctx)
+			if err == nil {
+				db.pending.Store(false)
+				db.log.Info().Msg("clickhouse answers: schema applied, inserts start")
+				return
+			}
+			if ctx.Err() != nil {
+				return
+			}
+			db.mu.Lock()
+			db.cause = err
+			db.mu.Unlock()
+			s := err.Error()
+			if errors.Is(err, errUnreachable) {
+				s = "unreachable" // its text may vary between attempts
+			}
+			if s != state {
+				state = s
+				if errors.Is(err, errUnreachable) {
+					db.log.Warn().Err(err).Msg("clickhouse unreachable: spooling until it answers, then migrating")
+				} else {
+					db.log.Error().Err(err).Msg("schema migration failed; retrying with backoff, spooling meanwhile")
+				}
+			}
+			var at time.Time
+			at, retry = backoff(retry)
+			t := time.NewTimer(time.Until(at))
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return done
+}
+
+// errUnreachable marks a failed ping in migrateOnce's error.
+var errUnreachable = errors.New("clickhouse unreachable")
+
+// migrateOnce pings, then migrates. A migration that fails because
+// ClickHouse stopped answering meanwhile is reported as unreachable.
+func (db *DB) migrateOnce(ctx context.Context) error {
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	err := db.conn.Ping(pctx)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("%w: %w", errUnreachable, err)
+	}
+	if err := db.Migrate(ctx); err != nil {
+		pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		if perr := db.conn.Ping(pctx); perr != nil {
+			return fmt.Errorf("%w: %w", errUnreachable, perr)
+		}
+		return err
 	}
 	return nil
 }

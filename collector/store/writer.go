@@ -297,6 +297,9 @@ func (w *Writer) flush(jobs []job) {
 // retry state and counters. Rows ClickHouse refuses do not mean it is down:
 // they are logged, spooled by the caller, and set aside by the replay.
 func (w *Writer) insert(b rowBatch) error {
+	if err := w.db.SchemaReady(); err != nil {
+		return err // DB.MigrateInBackground logs its state
+	}
 	if time.Now().Before(w.retryAt) {
 		return errors.New("clickhouse down: waiting to retry")
 	}
@@ -354,7 +357,8 @@ func (w *Writer) toSpool(b rowBatch) error {
 // so it cannot hold up the frames after it.
 func (w *Writer) replay() {
 	began := time.Now()
-	for time.Since(began) < replayBudget && !time.Now().Before(w.retryAt) && !time.Now().Before(w.replayAt) {
+	for time.Since(began) < replayBudget && !time.Now().Before(w.retryAt) && !time.Now().Before(w.replayAt) &&
+		w.db.SchemaReady() == nil {
 		num, ok := w.spool.Oldest()
 		if !ok {
 			return

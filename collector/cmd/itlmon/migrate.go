@@ -28,7 +28,7 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		return 2
 	}
 	log := newLogger(c.LogFormat, c.LogLevel, stderr)
-	db, eng, err := openStorage(ctx, &c, log)
+	db, eng, err := openStorage(ctx, &c, false, log)
 	if err != nil {
 		log.Error().Err(err).Msg("migrate")
 		return 1

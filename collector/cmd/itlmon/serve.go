@@ -75,12 +75,13 @@ type Main struct {
 	Ingest   *ingest.Handler
 	Registry *prometheus.Registry
 
-	enricher *enrich.Enricher
-	ln       net.Listener
-	server   *http.Server
-	serveErr chan error
-	closeMu  sync.Mutex
-	closed   bool
+	enricher    *enrich.Enricher
+	stopMigrate func() // ends DB.MigrateInBackground (DSN only)
+	ln          net.Listener
+	server      *http.Server
+	serveErr    chan error
+	closeMu     sync.Mutex
+	closed      bool
 }
 
 // NewMain returns a Main with the default configuration.
@@ -123,10 +124,18 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	}
 	log := m.Logger
 
-	if m.DB, m.Engine, err = openStorage(ctx, c, log); err != nil {
+	// With a DSN, start while ClickHouse is down: the schema is applied in
+	// the background once it answers, and the writer spools until then. The
+	// embedded engine is ours: it is up once openStorage returns.
+	lazy := c.ClickHouse != ""
+	if m.DB, m.Engine, err = openStorage(ctx, c, lazy, log); err != nil {
 		return err
 	}
-	if err := m.DB.Migrate(ctx); err != nil {
+	if lazy {
+		mctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+		done := m.DB.MigrateInBackground(mctx)
+		m.stopMigrate = func() { cancel(); <-done }
+	} else if err := m.DB.Migrate(ctx); err != nil {
 		return fmt.Errorf("migrate: %w", err)
 	}
 	if m.Writer, err = store.NewWriter(m.DB, store.WriterOptions{SpoolDir: c.spoolDir(), Logger: log}); err != nil {
@@ -188,20 +197,21 @@ func (m *Main) Run(ctx context.Context) (err error) {
 		demoHandler = demo.Handler()
 	}
 	mux, err := httpapi.New(httpapi.Config{
-		Streams:  m.DB,
-		HasSite:  m.Ingest.HasSite,
-		Ready:    m.ready,
-		Gatherer: m.Registry,
-		Demo:     demoHandler,
-		Static:   web.Static(),
-		Dist:     web.Dist(),
-		Logger:   log.With().Str("component", "http").Logger(),
+		Streams:   m.DB,
+		Available: m.DB.SchemaReady,
+		HasSite:   m.Ingest.HasSite,
+		Ready:     m.ready,
+		Gatherer:  m.Registry,
+		Demo:      demoHandler,
+		Static:    web.Static(),
+		Dist:      web.Dist(),
+		Logger:    log.With().Str("component", "http").Logger(),
 	})
 	if err != nil {
 		return err
 	}
-	httpapi.RegisterDashboard(mux, httpapi.DashboardConfig{Conn: m.DB.Conn(), HasSite: m.Ingest.HasSite,
-		Logger: log.With().Str("component", "dashboard").Logger()})
+	httpapi.RegisterDashboard(mux, httpapi.DashboardConfig{Conn: m.DB.Conn(), Available: m.DB.SchemaReady,
+		HasSite: m.Ingest.HasSite, Logger: log.With().Str("component", "dashboard").Logger()})
 	m.Ingest.Register(mux)
 	if m.Joiner != nil {
 		m.Joiner.Register(mux, join.StaticKeys(c.OriginKeys))
@@ -233,10 +243,10 @@ func (m *Main) Run(ctx context.Context) (err error) {
 }
 
 // openStorage connects to the DSN, or starts the embedded engine and
-// connects to it.
-func openStorage(ctx context.Context, c *Config, log zerolog.Logger) (*store.DB, *chdb.Engine, error) {
+// connects to it. lazy (DSN only) does not wait for ClickHouse to answer.
+func openStorage(ctx context.Context, c *Config, lazy bool, log zerolog.Logger) (*store.DB, *chdb.Engine, error) {
 	if c.ClickHouse != "" {
-		db, err := store.Open(ctx, store.Options{DSN: c.ClickHouse, StreamsTTL: c.TTL, Logger: log})
+		db, err := store.Open(ctx, store.Options{DSN: c.ClickHouse, StreamsTTL: c.TTL, Lazy: lazy, Logger: log})
 		if err != nil {
 			return nil, nil, fmt.Errorf("clickhouse %s: %w", redactDSN(c.ClickHouse), err)
 		}
@@ -270,9 +280,13 @@ func ownOrigins(a *net.TCPAddr) []string {
 	return origins
 }
 
-// ready is /readyz: ClickHouse answers (the schema was applied before the
-// server started) and the writer is not failing batches.
+// ready is /readyz: the schema is applied (with a DSN, in the background
+// once ClickHouse answers) and ClickHouse answers.
 func (m *Main) ready(ctx context.Context) error {
+	if err := m.DB.SchemaReady(); err != nil {
+		st := m.Writer.Stats()
+		return fmt.Errorf("%w (%d spool segments waiting)", err, st.SpoolSegments)
+	}
 	if err := m.DB.Conn().Ping(ctx); err != nil {
 		st := m.Writer.Stats()
 		return fmt.Errorf("clickhouse unreachable (%d spool segments waiting): %w", st.SpoolSegments, err)
@@ -310,6 +324,9 @@ func (m *Main) Close() error {
 	}
 	if m.Joiner != nil { // hands its held batches to the writer
 		errs = append(errs, wrapErr("join", m.Joiner.Shutdown(ctx)))
+	}
+	if m.stopMigrate != nil {
+		m.stopMigrate()
 	}
 	if m.Writer != nil {
 		errs = append(errs, wrapErr("writer", m.Writer.Shutdown(ctx)))

@@ -1,0 +1,150 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gorilla/websocket"
+	"github.com/rs/zerolog"
+
+	"github.com/itlmon/itlmon/collector/chdb"
+	"github.com/itlmon/itlmon/wasm/beacon"
+)
+
+// TestDSNStartsWhileClickHouseDown: a collector given a DSN where nothing
+// listens starts at once, acks records from the spool, answers 503 on the
+// read API and /readyz; `itlmon migrate` on the same DSN fails fast. Once a
+// real engine listens on that port the schema is applied in the background
+// and every acked record is stored exactly once.
+func TestDSNStartsWhileClickHouseDown(t *testing.T) {
+	lib := chdbLib(t)
+	port := freePort(t)
+	dsn := fmt.Sprintf("clickhouse://127.0.0.1:%d/default?dial_timeout=500ms", port)
+
+	// The one-shot migration command keeps failing fast.
+	var stderr bytes.Buffer
+	began := time.Now()
+	if code := runMigrate(t.Context(), []string{"--clickhouse", dsn, "--log-format", "json"}, io.Discard, &stderr); code != 1 {
+		t.Fatalf("itlmon migrate with ClickHouse down exited %d, want 1; stderr: %s", code, stderr.String())
+	}
+	if !strings.Contains(stderr.String(), "ping") {
+		t.Errorf("itlmon migrate with ClickHouse down: stderr %q does not name the failed ping", stderr.String())
+	}
+	t.Logf("itlmon migrate failed after %v: %s", time.Since(began).Round(time.Millisecond), strings.TrimSpace(stderr.String()))
+
+	m := startMain(t, func(c *Config) { c.ClickHouse, c.ChdbLib = dsn, "" })
+	if m.Engine != nil {
+		t.Fatal("an embedded engine started although a DSN was given")
+	}
+	for _, path := range []string{"/readyz", "/api/streams?site=test", "/api/sites", "/api/summary?site=test"} {
+		code, body := getBody(t, m.URL()+path)
+		if code != http.StatusServiceUnavailable {
+			t.Errorf("GET %s with ClickHouse down = %d %s, want 503", path, code, body)
+		}
+		if strings.HasPrefix(path, "/api/") && !strings.Contains(body, "clickhouse unavailable") {
+			t.Errorf("GET %s with ClickHouse down: body %s does not say clickhouse unavailable", path, body)
+		}
+	}
+
+	c, _, err := dialWS(t, m.URL(), "test", pageOrigin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	acks := readAcks(c)
+	const perBatch = 10
+	seq := uint64(0)
+	send := func(n int) {
+		for range n {
+			seq++
+			recs := make([]beacon.Record, perBatch)
+			for j := range recs {
+				recs[j] = record(3, uint32(seq*perBatch)+uint32(j))
+			}
+			if err := c.WriteMessage(websocket.BinaryMessage, batchBytes(t, seq, recs)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	send(5)
+	acks.wait(t, 5, 60*time.Second)
+	if st := m.Writer.Stats(); st.RowsSpooled != 5*perBatch || st.RowsInserted != 0 {
+		t.Fatalf("with ClickHouse down: spooled %d, inserted %d; want %d spooled, none inserted", st.RowsSpooled, st.RowsInserted, 5*perBatch)
+	}
+
+	eng, err := chdb.Start(t.Context(), chdb.Options{LibPath: lib, Dir: t.TempDir(), NativePort: port, HTTPPort: freePort(t),
+		Logger: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)})
+	if err != nil {
+		t.Fatalf("start engine: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		eng.Close(ctx)
+	})
+	if want := fmt.Sprintf("127.0.0.1:%d", port); eng.NativeAddr() != want {
+		t.Fatalf("engine listens on %s, want %s (port taken meanwhile?)", eng.NativeAddr(), want)
+	}
+
+	deadline := time.Now().Add(90 * time.Second)
+	for m.DB.SchemaReady() != nil {
+		if time.Now().After(deadline) {
+			t.Fatalf("schema not applied 90 s after ClickHouse came up: %v", m.DB.SchemaReady())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	send(3)
+	got := acks.wait(t, 8, 60*time.Second)
+	want := len(got) * perBatch
+	rows, uniq, rollup := waitRows(t, m, "test", want, 90*time.Second)
+	if rows != want || uniq != want || rollup != want {
+		t.Fatalf("rows %d, distinct ids %d, rollup streams %d; want %d each (exactly once)", rows, uniq, rollup, want)
+	}
+	stored := storedIDs(t, m.DB.Conn(), "test")
+	for s := range got {
+		for j := range perBatch {
+			var id [16]byte
+			putID(&id, 3, uint32(s*perBatch)+uint32(j))
+			if n := stored[id]; n != 1 {
+				t.Fatalf("acked stream %x stored %d times, want 1", id, n)
+			}
+		}
+	}
+	if st := m.Writer.Stats(); st.RowsReplayed != 5*perBatch {
+		t.Errorf("replayed %d streams from the spool, want %d", st.RowsReplayed, 5*perBatch)
+	}
+	for _, path := range []string{"/readyz", "/api/streams?site=test", "/api/sites", "/api/summary?site=test"} {
+		if code, body := getBody(t, m.URL()+path); code != http.StatusOK {
+			t.Errorf("GET %s with ClickHouse up = %d %s, want 200", path, code, body)
+		}
+	}
+}
+
+// freePort returns a loopback TCP port nothing listens on (now).
+func freePort(t testing.TB) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	return port
+}
+
+func getBody(t testing.TB, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
