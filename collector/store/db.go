@@ -44,9 +44,10 @@ type DB struct {
 
 	// pending is set while MigrateInBackground has not applied the schema
 	// yet; cause says why (guarded by mu).
-	pending atomic.Bool
-	mu      sync.Mutex
-	cause   error
+	pending  atomic.Bool
+	attempts atomic.Int64 // of MigrateInBackground, for tests
+	mu       sync.Mutex
+	cause    error
 }
 
 // ErrSchemaPending is returned by SchemaReady while MigrateInBackground has
@@ -271,6 +272,7 @@ func (db *DB) MigrateInBackground(ctx context.Context) <-chan struct{} {
 		retry := minRetry
 		for {
 			err := db.migrateOnce(ctx)
+			db.attempts.Add(1)
 			if err == nil {
 				db.pending.Store(false)
 				db.log.Info().Msg("clickhouse answers: schema applied, inserts start")
@@ -311,22 +313,32 @@ func (db *DB) MigrateInBackground(ctx context.Context) <-chan struct{} {
 // errUnreachable marks a failed ping in migrateOnce's error.
 var errUnreachable = errors.New("clickhouse unreachable")
 
-// migrateOnce pings, then migrates. A migration that fails because
-// ClickHouse stopped answering meanwhile is reported as unreachable.
+// migrateOnce pings, then migrates. A ping ClickHouse answers with an error
+// (unknown database, bad credentials) is returned as it is; a ping that gets
+// no answer, and a migration that fails because ClickHouse stopped answering
+// meanwhile, are reported as unreachable.
 func (db *DB) migrateOnce(ctx context.Context) error {
-	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	err := db.conn.Ping(pctx)
-	cancel()
-	if err != nil {
-		return fmt.Errorf("%w: %w", errUnreachable, err)
+	if err := db.ping(ctx); err != nil {
+		return err
 	}
 	if err := db.Migrate(ctx); err != nil {
-		pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		defer cancel()
-		if perr := db.conn.Ping(pctx); perr != nil {
-			return fmt.Errorf("%w: %w", errUnreachable, perr)
+		if perr := db.ping(ctx); perr != nil && errors.Is(perr, errUnreachable) {
+			return perr
 		}
 		return err
 	}
 	return nil
+}
+
+// ping pings with a timeout; an error other than ClickHouse's own answer is
+// wrapped in errUnreachable.
+func (db *DB) ping(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	err := db.conn.Ping(ctx)
+	var ex *clickhouse.Exception
+	if err == nil || errors.As(err, &ex) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", errUnreachable, err)
 }

@@ -85,3 +85,6 @@ func SpooledStreamIDs(dir string) (map[[16]byte]bool, error) {
 // MigrateUpTo applies the migrations up to version last only, as an older
 // collector would have.
 func (db *DB) MigrateUpTo(ctx context.Context, last uint32) error { return db.migrateUpTo(ctx, last) }
+
+// MigrationAttempts counts MigrateInBackground's attempts so far.
+func (db *DB) MigrationAttempts() int64 { return db.attempts.Load() }

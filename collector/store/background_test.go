@@ -1,0 +1,104 @@
+package store_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/itlmon/itlmon/collector/store"
+	"github.com/itlmon/itlmon/internal/chtest"
+)
+
+// syncBuffer is a bytes.Buffer safe for the logger's goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestMigrateInBackgroundError: ClickHouse answers, but the migration fails
+// with an error that is not "unreachable" (here a schema_migrations table of
+// another shape: reading its versions fails): MigrateInBackground logs it as
+// an error with its text once, however often it retries, SchemaReady reports
+// it, and once the cause is gone the schema is applied.
+func TestMigrateInBackgroundError(t *testing.T) {
+	e := chtest.Engine(t)
+	name := fmt.Sprintf("later_%d", time.Now().UnixNano()%1e9)
+	mk, err := store.Open(t.Context(), store.Options{Addr: e.NativeAddr(), Dial: e.DialContext, Database: name,
+		CreateDatabase: true})
+	if err != nil {
+		t.Fatalf("create database: %v", err)
+	}
+	defer mk.Close()
+	if err := mk.Conn().Exec(t.Context(), "CREATE TABLE schema_migrations (version String) ENGINE = Memory"); err != nil {
+		t.Fatal(err)
+	}
+	if err := mk.Conn().Exec(t.Context(), "INSERT INTO schema_migrations VALUES ('one')"); err != nil {
+		t.Fatal(err)
+	}
+
+	var logs syncBuffer
+	db, err := store.Open(t.Context(), store.Options{Addr: e.NativeAddr(), Dial: e.DialContext, Database: name,
+		Lazy: true, Logger: zerolog.New(&logs)})
+	if err != nil {
+		t.Fatalf("lazy open: %v", err)
+	}
+	defer db.Close()
+	ctx, cancel := context.WithCancel(t.Context())
+	done := db.MigrateInBackground(ctx)
+	defer func() { cancel(); <-done }()
+
+	// Three attempts fail (the backoff starts at about a second).
+	deadline := time.Now().Add(60 * time.Second)
+	for db.MigrationAttempts() < 3 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d migration attempts in 60 s: %s", db.MigrationAttempts(), logs.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	err = db.SchemaReady()
+	if err == nil || !strings.Contains(err.Error(), "schema_migrations") {
+		t.Fatalf("SchemaReady with a broken schema_migrations = %v, want the migration's error", err)
+	}
+	if got := strings.Count(logs.String(), `"level":"error"`); got != 1 {
+		t.Errorf("%d error lines for one repeating cause, want 1:\n%s", got, logs.String())
+	}
+	if !strings.Contains(logs.String(), "schema_migrations") || strings.Contains(logs.String(), "unreachable") {
+		t.Errorf("log does not give the migration error's text (or calls it unreachable):\n%s", logs.String())
+	}
+
+	if err := mk.Conn().Exec(t.Context(), "DROP TABLE schema_migrations"); err != nil {
+		t.Fatal(err)
+	}
+	deadline = time.Now().Add(90 * time.Second)
+	for db.SchemaReady() != nil {
+		if time.Now().After(deadline) {
+			t.Fatalf("schema not applied after the cause was removed: %v\n%s", db.SchemaReady(), logs.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	var n uint64
+	if err := db.Conn().QueryRow(t.Context(), "SELECT count() FROM itl_streams").Scan(&n); err != nil {
+		t.Fatalf("itl_streams after the background migration: %v", err)
+	}
+	if !strings.Contains(logs.String(), "schema applied") {
+		t.Errorf("no log line says the schema was applied:\n%s", logs.String())
+	}
+}
