@@ -22,7 +22,7 @@ import (
 type Config struct {
 	Addr            string
 	Data            string        // data root: clickhouse/ (embedded engine), spool/
-	ClickHouse      string        // DSN; "" starts the embedded engine
+	ClickHouse      secretDSN     // "" starts the embedded engine
 	ChdbLib         string        // libchdb.so for the embedded engine
 	Sites           []ingest.Site // from --site and --sites-file
 	SitesFile       string
@@ -137,7 +137,7 @@ func (f durationFlag) Set(v string) error {
 // storageFlags registers the flags serve and migrate share.
 func (c *Config) storageFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Data, "data", c.Data, "data root: the embedded ClickHouse's files (DATA/clickhouse) and the spool (DATA/spool)")
-	fs.StringVar(&c.ClickHouse, "clickhouse", c.ClickHouse, "ClickHouse DSN (clickhouse://user:pass@host:9000/db); empty starts the embedded engine")
+	fs.Var(&c.ClickHouse, "clickhouse", "ClickHouse DSN (clickhouse://user:pass@host:9000/db); empty starts the embedded engine")
 	fs.StringVar(&c.ChdbLib, "chdb-lib", c.ChdbLib, "libchdb.so of the embedded engine (default $CHDB_LIB_PATH; `make deps-chdb` installs it)")
 	fs.Var(durationFlag{&c.TTL}, "ttl", "how long raw stream rows are kept (e.g. 90d)")
 	fs.StringVar(&c.LogFormat, "log-format", c.LogFormat, "auto (console on a terminal, else JSON), json or console")
@@ -254,9 +254,9 @@ func (c *Config) validateStorage() error {
 	if c.Data == "" {
 		return errors.New("data directory must not be empty")
 	}
-	if c.ClickHouse != "" {
-		if !strings.HasPrefix(c.ClickHouse, "clickhouse://") && !strings.HasPrefix(c.ClickHouse, "tcp://") {
-			return fmt.Errorf("%q: %w", redactDSN(c.ClickHouse), ErrDSN)
+	if !c.ClickHouse.IsZero() {
+		if !c.ClickHouse.hasScheme("clickhouse", "tcp") {
+			return fmt.Errorf("%s: %w", c.ClickHouse, ErrDSN)
 		}
 		return nil
 	}
@@ -271,17 +271,3 @@ func (c *Config) validateStorage() error {
 
 func (c *Config) chdbDir() string  { return filepath.Join(c.Data, "clickhouse") }
 func (c *Config) spoolDir() string { return filepath.Join(c.Data, "spool") }
-
-// redactDSN hides a DSN's password for logs and errors.
-func redactDSN(dsn string) string {
-	scheme, rest, ok := strings.Cut(dsn, "://")
-	if !ok {
-		return dsn
-	}
-	at := strings.LastIndex(rest, "@")
-	if at < 0 {
-		return dsn
-	}
-	user, _, _ := strings.Cut(rest[:at], ":")
-	return scheme + "://" + user + ":***" + rest[at:]
-}

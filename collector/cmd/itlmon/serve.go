@@ -223,7 +223,7 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	if m.Engine != nil {
 		ev = ev.Str("clickhouse_native", m.Engine.NativeAddr()).Str("clickhouse_http", m.Engine.HTTPAddr())
 	} else {
-		ev = ev.Str("clickhouse", redactDSN(c.ClickHouse))
+		ev = ev.Stringer("clickhouse", c.ClickHouse)
 	}
 	ev.Msg("itlmon serving")
 	if c.Demo {
@@ -235,10 +235,10 @@ func (m *Main) Run(ctx context.Context) (err error) {
 // openStorage connects to the DSN, or starts the embedded engine and
 // connects to it.
 func openStorage(ctx context.Context, c *Config, log zerolog.Logger) (*store.DB, *chdb.Engine, error) {
-	if c.ClickHouse != "" {
-		db, err := store.Open(ctx, store.Options{DSN: c.ClickHouse, StreamsTTL: c.TTL, Logger: log})
+	if !c.ClickHouse.IsZero() {
+		db, err := store.Open(ctx, store.Options{DSN: c.ClickHouse.Reveal(), StreamsTTL: c.TTL, Logger: log})
 		if err != nil {
-			return nil, nil, fmt.Errorf("clickhouse %s: %w", redactDSN(c.ClickHouse), err)
+			return nil, nil, fmt.Errorf("clickhouse %s: %w", c.ClickHouse, err)
 		}
 		return db, nil, nil
 	}
