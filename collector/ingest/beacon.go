@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"strconv"
 	"time"
@@ -27,6 +28,9 @@ func (h *Handler) ServeBeacon(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h.corsHeaders(w, r)
+	// Not every ResponseWriter has a deadline (a recorder in a test): then
+	// the server's ReadTimeout is the only bound.
+	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(h.bodyWait))
 	body, err := readLimited(nil, http.MaxBytesReader(w, r.Body, int64(h.limits.MaxBytes)+1), h.limits.MaxBytes)
 	if err != nil {
 		var mbe *http.MaxBytesError
@@ -36,7 +40,17 @@ func (h *Handler) ServeBeacon(w http.ResponseWriter, r *http.Request) {
 			http.Error(w, text, http.StatusRequestEntityTooLarge)
 			return
 		}
-		http.Error(w, "read body: "+err.Error(), http.StatusBadRequest)
+		// A deadline passed or the client cut the body off: either way the
+		// batch did not arrive, and the client (if still there) may resend.
+		text := fmt.Sprintf("batch body not received in full within %v", h.bodyWait)
+		// Not err's text: it names the client's address.
+		how := "cut off"
+		if ne, ok := errors.AsType[net.Error](err); ok && ne.Timeout() {
+			how = "stalled"
+		}
+		h.reject(ReasonBodyTimeout, text+" ("+how+")")
+		w.Header().Set("Connection", "close")
+		http.Error(w, text, http.StatusRequestTimeout)
 		return
 	}
 	b, bad, err := beacon.DecodeBatchRecords(body, h.limits)

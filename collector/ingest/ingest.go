@@ -22,6 +22,7 @@
 //	origin            (403 before upgrade)         403          -
 //	text_frame        1003 unsupported data        -            -
 //	too_big           1009 message too big         413          limit
+//	body_timeout      -                            408          -
 //	version, kind     1003                         400          -
 //	decode_*          1003 (decode_limit: 1009)    400          malformed / limit
 //	site_mismatch     1008 policy violation        403          site
@@ -60,6 +61,7 @@ const (
 	DefaultSiteRate    = 20000  // records/s per site, all connections together
 	DefaultSiteBurst   = 100000 // records
 	DefaultLogInterval = time.Minute
+	DefaultBodyTimeout = 10 * time.Second
 )
 
 // Config configures a Handler. Sink and Sites are required.
@@ -76,6 +78,11 @@ type Config struct {
 	ConnBurst, SiteBurst int
 	MaxRateWait          time.Duration
 
+	// BodyTimeout bounds the read of a POST body from the end of its
+	// headers (zero: DefaultBodyTimeout); a body that does not arrive in
+	// full in time is refused with 408, reason body_timeout.
+	BodyTimeout time.Duration
+
 	Logger      zerolog.Logger
 	LogInterval time.Duration         // one log line per rejection reason per interval
 	Registerer  prometheus.Registerer // nil: a private registry
@@ -91,6 +98,7 @@ type Handler struct {
 	connRate  float64
 	connBurst int
 	maxWait   time.Duration
+	bodyWait  time.Duration
 	log       zerolog.Logger
 	rejLog    *onceLog
 	m         *metrics
@@ -125,6 +133,9 @@ func New(cfg Config) (*Handler, error) {
 	if cfg.MaxRateWait <= 0 {
 		cfg.MaxRateWait = 2 * time.Second
 	}
+	if cfg.BodyTimeout <= 0 {
+		cfg.BodyTimeout = DefaultBodyTimeout
+	}
 	if cfg.LogInterval <= 0 {
 		cfg.LogInterval = DefaultLogInterval
 	}
@@ -142,6 +153,7 @@ func New(cfg Config) (*Handler, error) {
 		connRate:  cfg.ConnRate,
 		connBurst: cfg.ConnBurst,
 		maxWait:   cfg.MaxRateWait,
+		bodyWait:  cfg.BodyTimeout,
 		log:       cfg.Logger,
 		m:         newMetrics(cfg.Registerer),
 		now:       cfg.Now,

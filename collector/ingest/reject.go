@@ -14,6 +14,7 @@ const (
 	ReasonOrigin          = "origin"           // Origin not allowed for the site (or missing)
 	ReasonSiteMismatch    = "site_mismatch"    // batch names another site than the connection
 	ReasonTooBig          = "too_big"          // frame or body over the byte limit
+	ReasonBodyTimeout     = "body_timeout"     // POST body not in full within Config.BodyTimeout (stalled or cut off)
 	ReasonTextFrame       = "text_frame"       // WebSocket text frame; beacons are binary
 	ReasonVersion         = "version"          // unknown wire format version
 	ReasonKind            = "kind"             // a message kind the endpoint does not take
@@ -30,7 +31,7 @@ const (
 )
 
 var allReasons = []string{ReasonBadRequest, ReasonSite, ReasonOrigin, ReasonSiteMismatch, ReasonTooBig,
-	ReasonTextFrame, ReasonVersion, ReasonKind, ReasonDecodeMagic, ReasonDecodeTruncated, ReasonDecodeLimit,
+	ReasonBodyTimeout, ReasonTextFrame, ReasonVersion, ReasonKind, ReasonDecodeMagic, ReasonDecodeTruncated, ReasonDecodeLimit,
 	ReasonDecodeInvalid, ReasonDecode, ReasonRecord, ReasonRateLimit, ReasonStore,
 	ReasonSlowConsumer, ReasonShutdown}
 

@@ -150,9 +150,13 @@ func (c *conn) extendReadDeadline() bool {
 
 func (c *conn) readLoop() {
 	h := c.h
-	// The hard limit is a backstop; frames over Limits.MaxBytes are refused
-	// below with a reason (gorilla's own limit closes without one).
-	c.ws.SetReadLimit(int64(h.limits.MaxBytes)*2 + 1024)
+	// No gorilla read limit: it refuses a frame by its declared length with
+	// a close 1009 of its own, without a reason. readFrame reads at most
+	// Limits.MaxBytes+1 bytes of any message, whatever its frames declare,
+	// and refuses the rest with a reason and a count. Gorilla still fails
+	// a declared length that overflows int64 with ErrReadLimit: the same
+	// refusal.
+	c.ws.SetReadLimit(0)
 	c.extendReadDeadline()
 	c.ws.SetPongHandler(func(string) error {
 		c.extendReadDeadline()
@@ -160,6 +164,10 @@ func (c *conn) readLoop() {
 	})
 	for {
 		mt, r, err := c.ws.NextReader()
+		if errors.Is(err, websocket.ErrReadLimit) {
+			c.refuseTooBig(nil)
+			break
+		}
 		if err != nil {
 			c.stop("", websocket.CloseNormalClosure, "") // client gone or stop called
 			break
@@ -205,11 +213,8 @@ func (c *conn) readFrame(r io.Reader) bool {
 			framePool.Put(bp)
 		}
 	}()
-	if errors.Is(err, errTooBig) {
-		if seq, ok := peekSeq(buf); ok {
-			c.queueAck(seq, beacon.RejectLimit, false)
-		}
-		c.stop(ReasonTooBig, websocket.CloseMessageTooBig, fmt.Sprintf("frame too big: over %d bytes", h.limits.MaxBytes))
+	if errors.Is(err, errTooBig) || errors.Is(err, websocket.ErrReadLimit) {
+		c.refuseTooBig(buf)
 		return false
 	}
 	if err != nil {
@@ -217,6 +222,16 @@ func (c *conn) readFrame(r io.Reader) bool {
 		return false
 	}
 	return c.handleFrame(buf)
+}
+
+// refuseTooBig refuses a message over Limits.MaxBytes: an ack with
+// RejectLimit when its first bytes name a batch, then close 1009 with the
+// limit as the reason, counted as too_big.
+func (c *conn) refuseTooBig(head []byte) {
+	if seq, ok := peekSeq(head); ok {
+		c.queueAck(seq, beacon.RejectLimit, false)
+	}
+	c.stop(ReasonTooBig, websocket.CloseMessageTooBig, fmt.Sprintf("frame too big: over %d bytes", c.h.limits.MaxBytes))
 }
 
 // readLimited appends r to dst and fails with errTooBig past limit bytes.

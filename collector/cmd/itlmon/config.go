@@ -4,6 +4,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -22,7 +23,7 @@ import (
 type Config struct {
 	Addr            string
 	Data            string        // data root: clickhouse/ (embedded engine), spool/
-	ClickHouse      string        // DSN; "" starts the embedded engine
+	ClickHouse      secretDSN     // "" starts the embedded engine
 	ChdbLib         string        // libchdb.so for the embedded engine
 	Sites           []ingest.Site // from --site and --sites-file
 	SitesFile       string
@@ -36,6 +37,8 @@ type Config struct {
 	ConnRate        float64 // records/s per connection, 0 = unlimited
 	SiteRate        float64 // records/s per site, 0 = unlimited
 	ShutdownTimeout time.Duration
+	ReadToken       string // credential of the read side (/api/, /metrics, /dashboard/); "" = loopback only
+	ReadAddr        string // loopback listener of the read side; "" = 127.0.0.1:<port+1> when needed
 }
 
 // DefaultConfig returns the defaults.
@@ -60,6 +63,7 @@ var (
 	ErrLogFormat = errors.New("log format must be auto, json or console")
 	ErrLogLevel  = errors.New("log level must be debug, info, warn or error")
 	ErrTTL       = errors.New("ttl must be at least 1d")
+	ErrReadAddr  = errors.New("the read side's own listener must be on a loopback address (127.0.0.1, ::1, localhost): elsewhere set --read-token")
 	ErrDSN       = errors.New("clickhouse DSN must look like clickhouse://user:pass@host:9000/db")
 )
 
@@ -112,6 +116,18 @@ func (f originKeyFlags) Set(v string) error {
 	return nil
 }
 
+// secretFlag is a string flag whose value never shows in usage text.
+type secretFlag struct{ s *string }
+
+func (f secretFlag) String() string {
+	if f.s == nil || *f.s == "" {
+		return ""
+	}
+	return "***"
+}
+
+func (f secretFlag) Set(v string) error { *f.s = v; return nil }
+
 // durationFlag accepts Go durations and whole days ("90d").
 type durationFlag struct{ d *time.Duration }
 
@@ -137,7 +153,7 @@ func (f durationFlag) Set(v string) error {
 // storageFlags registers the flags serve and migrate share.
 func (c *Config) storageFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Data, "data", c.Data, "data root: the embedded ClickHouse's files (DATA/clickhouse) and the spool (DATA/spool)")
-	fs.StringVar(&c.ClickHouse, "clickhouse", c.ClickHouse, "ClickHouse DSN (clickhouse://user:pass@host:9000/db); empty starts the embedded engine")
+	fs.Var(&c.ClickHouse, "clickhouse", "ClickHouse DSN (clickhouse://user:pass@host:9000/db); empty starts the embedded engine")
 	fs.StringVar(&c.ChdbLib, "chdb-lib", c.ChdbLib, "libchdb.so of the embedded engine (default $CHDB_LIB_PATH; `make deps-chdb` installs it)")
 	fs.Var(durationFlag{&c.TTL}, "ttl", "how long raw stream rows are kept (e.g. 90d)")
 	fs.StringVar(&c.LogFormat, "log-format", c.LogFormat, "auto (console on a terminal, else JSON), json or console")
@@ -155,6 +171,8 @@ func (c *Config) serveFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&c.Demo, "demo", c.Demo, "serve the demo chat at /demo/ and accept site \"demo\" from the collector's own origin")
 	fs.Float64Var(&c.ConnRate, "conn-rate", c.ConnRate, "records/s allowed per WebSocket connection (0: unlimited)")
 	fs.Float64Var(&c.SiteRate, "site-rate", c.SiteRate, "records/s allowed per site, all connections together (0: unlimited)")
+	fs.Var(secretFlag{&c.ReadToken}, "read-token", "token of the read side (/api/*, /metrics, /dashboard/): Bearer token, or the password of basic auth (at least 16 bytes; prefer env ITLMON_READ_TOKEN). Without it the read side is served to loopback clients only")
+	fs.StringVar(&c.ReadAddr, "read-addr", c.ReadAddr, "loopback address of a separate listener for the read side; default 127.0.0.1:<port+1> when --addr is not loopback and no --read-token is set")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", c.ShutdownTimeout, "how long a graceful shutdown may take to drain connections, queue and spool writes")
 }
 
@@ -236,6 +254,12 @@ func (c *Config) Validate() error {
 	if c.ShutdownTimeout <= 0 {
 		return errors.New("shutdown timeout must be > 0")
 	}
+	if c.ReadToken != "" && len(c.ReadToken) < 16 {
+		return errors.New("read token must be at least 16 bytes")
+	}
+	if c.ReadAddr != "" && !isLoopbackAddr(c.ReadAddr) {
+		return fmt.Errorf("read addr %s: %w", c.ReadAddr, ErrReadAddr)
+	}
 	return nil
 }
 
@@ -254,9 +278,9 @@ func (c *Config) validateStorage() error {
 	if c.Data == "" {
 		return errors.New("data directory must not be empty")
 	}
-	if c.ClickHouse != "" {
-		if !strings.HasPrefix(c.ClickHouse, "clickhouse://") && !strings.HasPrefix(c.ClickHouse, "tcp://") {
-			return fmt.Errorf("%q: %w", redactDSN(c.ClickHouse), ErrDSN)
+	if !c.ClickHouse.IsZero() {
+		if !c.ClickHouse.hasScheme("clickhouse", "tcp") {
+			return fmt.Errorf("%s: %w", c.ClickHouse, ErrDSN)
 		}
 		return nil
 	}
@@ -272,16 +296,15 @@ func (c *Config) validateStorage() error {
 func (c *Config) chdbDir() string  { return filepath.Join(c.Data, "clickhouse") }
 func (c *Config) spoolDir() string { return filepath.Join(c.Data, "spool") }
 
-// redactDSN hides a DSN's password for logs and errors.
-func redactDSN(dsn string) string {
-	scheme, rest, ok := strings.Cut(dsn, "://")
-	if !ok {
-		return dsn
+// isLoopbackAddr reports whether host:port names a loopback host.
+func isLoopbackAddr(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
 	}
-	at := strings.LastIndex(rest, "@")
-	if at < 0 {
-		return dsn
+	if host == "localhost" {
+		return true
 	}
-	user, _, _ := strings.Cut(rest[:at], ":")
-	return scheme + "://" + user + ":***" + rest[at:]
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }

@@ -39,7 +39,7 @@ func TestDSNStartsWhileClickHouseDown(t *testing.T) {
 	}
 	t.Logf("itlmon migrate failed after %v: %s", time.Since(began).Round(time.Millisecond), strings.TrimSpace(stderr.String()))
 
-	m := startMain(t, func(c *Config) { c.ClickHouse, c.ChdbLib = dsn, "" })
+	m := startMain(t, func(c *Config) { c.ClickHouse, c.ChdbLib = secretDSN{raw: dsn}, "" })
 	if m.Engine != nil {
 		t.Fatal("an embedded engine started although a DSN was given")
 	}

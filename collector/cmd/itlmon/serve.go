@@ -79,6 +79,8 @@ type Main struct {
 	stopMigrate func() // ends DB.MigrateInBackground (DSN only)
 	ln          net.Listener
 	server      *http.Server
+	readLn      net.Listener // the read side's own loopback listener, or nil
+	readServer  *http.Server
 	serveErr    chan error
 	closeMu     sync.Mutex
 	closed      bool
@@ -107,6 +109,15 @@ func (m *Main) ParseFlags(args []string, getenv func(string) string) error {
 // URL is the collector's base URL, valid after Run.
 func (m *Main) URL() string { return "http://" + m.ln.Addr().String() }
 
+// ReadURL is the base URL of the read side's own loopback listener, or ""
+// when the read side is served on the main listener; valid after Run.
+func (m *Main) ReadURL() string {
+	if m.readLn == nil {
+		return ""
+	}
+	return "http://" + m.readLn.Addr().String()
+}
+
 // Addr is the listening address, valid after Run.
 func (m *Main) Addr() string { return m.ln.Addr().String() }
 
@@ -127,7 +138,7 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	// With a DSN, start while ClickHouse is down: the schema is applied in
 	// the background once it answers, and the writer spools until then. The
 	// embedded engine is ours: it is up once openStorage returns.
-	lazy := c.ClickHouse != ""
+	lazy := !c.ClickHouse.IsZero()
 	if m.DB, m.Engine, err = openStorage(ctx, c, lazy, log); err != nil {
 		return err
 	}
@@ -217,8 +228,12 @@ func (m *Main) Run(ctx context.Context) (err error) {
 		m.Joiner.Register(mux, join.StaticKeys(c.OriginKeys))
 	}
 
+	handler, err := m.guardReadSide(mux)
+	if err != nil {
+		return err
+	}
 	m.server = &http.Server{
-		Handler:           mux,
+		Handler:           handler,
 		ReadHeaderTimeout: 10 * time.Second,
 		// Bounds a slow beacon body; gorilla clears the deadline of upgraded
 		// connections. No WriteTimeout: the demo streams for minutes.
@@ -226,18 +241,28 @@ func (m *Main) Run(ctx context.Context) (err error) {
 		IdleTimeout: 2 * time.Minute,
 		ErrorLog:    newStdLogger(log.With().Str("component", "http").Logger()),
 	}
-	m.serveErr = make(chan error, 1)
+	m.serveErr = make(chan error, 2)
 	go func() { m.serveErr <- m.server.Serve(m.ln) }()
+	if m.readLn != nil {
+		// Loopback-bound: the listener is the guard.
+		m.readServer = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second,
+			IdleTimeout: 2 * time.Minute, ErrorLog: m.server.ErrorLog}
+		go func() { m.serveErr <- m.readServer.Serve(m.readLn) }()
+	}
 
 	ev := log.Info().Str("url", m.URL()).Int("sites", len(sites)).Bool("demo", c.Demo).Str("data", c.Data)
 	if m.Engine != nil {
 		ev = ev.Str("clickhouse_native", m.Engine.NativeAddr()).Str("clickhouse_http", m.Engine.HTTPAddr())
 	} else {
-		ev = ev.Str("clickhouse", redactDSN(c.ClickHouse))
+		ev = ev.Stringer("clickhouse", c.ClickHouse)
 	}
 	ev.Msg("itlmon serving")
 	if c.Demo {
-		log.Info().Msgf("demo chat: %s/demo/  dashboard: %s/dashboard/", m.URL(), m.URL())
+		read := m.URL()
+		if m.readLn != nil {
+			read = m.ReadURL()
+		}
+		log.Info().Msgf("demo chat: %s/demo/  dashboard: %s/dashboard/", m.URL(), read)
 	}
 	return nil
 }
@@ -245,10 +270,10 @@ func (m *Main) Run(ctx context.Context) (err error) {
 // openStorage connects to the DSN, or starts the embedded engine and
 // connects to it. lazy (DSN only) does not wait for ClickHouse to answer.
 func openStorage(ctx context.Context, c *Config, lazy bool, log zerolog.Logger) (*store.DB, *chdb.Engine, error) {
-	if c.ClickHouse != "" {
-		db, err := store.Open(ctx, store.Options{DSN: c.ClickHouse, StreamsTTL: c.TTL, Lazy: lazy, Logger: log})
+	if !c.ClickHouse.IsZero() {
+		db, err := store.Open(ctx, store.Options{DSN: c.ClickHouse.Reveal(), StreamsTTL: c.TTL, Lazy: lazy, Logger: log})
 		if err != nil {
-			return nil, nil, fmt.Errorf("clickhouse %s: %w", redactDSN(c.ClickHouse), err)
+			return nil, nil, fmt.Errorf("clickhouse %s: %w", c.ClickHouse, err)
 		}
 		return db, nil, nil
 	}
@@ -265,6 +290,57 @@ func openStorage(ctx context.Context, c *Config, lazy bool, log zerolog.Logger) 
 		return nil, nil, fmt.Errorf("embedded clickhouse: %w", err)
 	}
 	return db, eng, nil
+}
+
+// guardReadSide decides who may use the read side (/api/*, /metrics,
+// /dashboard/) and returns the main listener's handler; it starts the read
+// side's own loopback listener when one is needed or asked for, and says so
+// in one log line:
+//   - with a read token: on the main listener, to requests carrying it;
+//   - without, on a loopback main listener: to local clients only;
+//   - without, elsewhere: only on a loopback listener (--read-addr,
+//     default 127.0.0.1:<port+1>).
+//
+// Ingest, the module's assets, the landing and demo pages stay public.
+func (m *Main) guardReadSide(mux http.Handler) (http.Handler, error) {
+	c := &m.Config
+	mainAddr := m.ln.Addr().(*net.TCPAddr)
+	access := httpapi.ReadToken
+	switch {
+	case c.ReadToken != "":
+	case mainAddr.IP.IsLoopback():
+		access = httpapi.ReadLoopback
+	default:
+		access = httpapi.ReadNowhere
+	}
+	readAddr := c.ReadAddr
+	if readAddr == "" && access == httpapi.ReadNowhere {
+		port := 0
+		if mainAddr.Port != 0 && mainAddr.Port < 65535 {
+			port = mainAddr.Port + 1
+		}
+		readAddr = net.JoinHostPort("127.0.0.1", fmt.Sprint(port))
+	}
+	if readAddr != "" {
+		ln, err := net.Listen("tcp", readAddr)
+		if err != nil {
+			return nil, fmt.Errorf("listen for the read side (--read-addr): %w", err)
+		}
+		m.readLn = ln
+	}
+	ev := m.Logger.Info().Str("paths", "/api/*, /metrics, /dashboard/")
+	if m.readLn != nil {
+		ev = ev.Str("read_url", m.ReadURL())
+	}
+	switch access {
+	case httpapi.ReadToken:
+		ev.Str("url", m.URL()).Msg("read side needs the read token (Bearer, or basic auth password)")
+	case httpapi.ReadLoopback:
+		ev.Str("url", m.URL()).Msg("read side served to loopback clients only: no --read-token")
+	default:
+		ev.Msg("read side served on its loopback listener only: no --read-token and --addr is not loopback")
+	}
+	return httpapi.ReadGuard(mux, access, c.ReadToken, m.ReadURL()), nil
 }
 
 // ownOrigins are the origins a browser uses for pages this collector serves.
@@ -312,15 +388,24 @@ func (m *Main) Close() error {
 	if m.server != nil {
 		// Both stop accepting at once; WebSocket connections are hijacked,
 		// so http.Server.Shutdown does not wait for them: ingest does.
-		var ingestErr, httpErr error
+		var ingestErr, httpErr, readErr error
 		var wg sync.WaitGroup
 		wg.Add(2)
 		go func() { defer wg.Done(); ingestErr = m.Ingest.Shutdown(ctx) }()
 		go func() { defer wg.Done(); httpErr = m.server.Shutdown(ctx) }()
+		if m.readServer != nil {
+			wg.Add(1)
+			go func() { defer wg.Done(); readErr = m.readServer.Shutdown(ctx) }()
+		}
 		wg.Wait()
-		errs = append(errs, wrapErr("ingest", ingestErr), wrapErr("http", httpErr))
-	} else if m.ln != nil {
-		m.ln.Close()
+		errs = append(errs, wrapErr("ingest", ingestErr), wrapErr("http", httpErr), wrapErr("read http", readErr))
+	} else {
+		if m.ln != nil {
+			m.ln.Close()
+		}
+		if m.readLn != nil {
+			m.readLn.Close()
+		}
 	}
 	if m.Joiner != nil { // hands its held batches to the writer
 		errs = append(errs, wrapErr("join", m.Joiner.Shutdown(ctx)))

@@ -1,0 +1,114 @@
+package main
+
+import (
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+)
+
+// TestReadSideAccess runs the real program: the read side (/api/*,
+// /metrics, /dashboard/) answers only as its configuration allows, while
+// ingest and the module's assets stay public.
+func TestReadSideAccess(t *testing.T) {
+	const token = "read-token-0123456789"
+	status := func(t *testing.T, url string, hdr ...string) int {
+		t.Helper()
+		req, _ := http.NewRequest("GET", url, nil)
+		for i := 0; i+1 < len(hdr); i += 2 {
+			req.Header.Set(hdr[i], hdr[i+1])
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	public := func(t *testing.T, base string) {
+		t.Helper()
+		if got := status(t, base+"/itl.js"); got != 200 {
+			t.Errorf("/itl.js = %d, want 200", got)
+		}
+		if got := status(t, base+"/healthz"); got != 200 {
+			t.Errorf("/healthz = %d, want 200", got)
+		}
+		// Ingest answers for itself: an unknown site is 404, not a refusal of the guard.
+		if got := status(t, base+"/v1/ws?site=nope", "Origin", pageOrigin); got != 404 {
+			t.Errorf("/v1/ws = %d, want 404 from ingest", got)
+		}
+	}
+	reads := []string{"/api/sites", "/metrics", "/dashboard/", "/api/streams?site=test"}
+
+	t.Run("token", func(t *testing.T) {
+		m := startMain(t, func(c *Config) { c.ReadToken = token })
+		if m.ReadURL() != "" {
+			t.Fatalf("read listener %s started with a token", m.ReadURL())
+		}
+		public(t, m.URL())
+		for _, p := range reads {
+			if got := status(t, m.URL()+p); got != 401 {
+				t.Errorf("%s without the token = %d, want 401", p, got)
+			}
+			if got := status(t, m.URL()+p, "Authorization", "Bearer "+token); got != 200 {
+				t.Errorf("%s with the Bearer token = %d, want 200", p, got)
+			}
+			req, _ := http.NewRequest("GET", m.URL()+p, nil)
+			req.SetBasicAuth("me", token)
+			if got := status(t, m.URL()+p, "Authorization", req.Header.Get("Authorization")); got != 200 {
+				t.Errorf("%s with basic auth = %d, want 200", p, got)
+			}
+		}
+	})
+	t.Run("loopback", func(t *testing.T) {
+		m := startMain(t, nil)
+		public(t, m.URL())
+		for _, p := range reads {
+			if got := status(t, m.URL()+p); got != 200 {
+				t.Errorf("%s from loopback = %d, want 200", p, got)
+			}
+			if got := status(t, m.URL()+p, "X-Forwarded-For", "203.0.113.9"); got != 403 {
+				t.Errorf("%s forwarded by a proxy = %d, want 403", p, got)
+			}
+		}
+	})
+	// A main listener that is not loopback (the read side then only on its
+	// own loopback listener) is not started here: tests listen on loopback
+	// only. httpapi's guard table covers ReadNowhere.
+}
+
+func TestReadSideConfig(t *testing.T) {
+	for _, tc := range []struct {
+		args    []string
+		wantErr string
+	}{
+		{[]string{"--read-token", "short"}, "at least 16"},
+		{[]string{"--read-addr", "0.0.0.0:8081"}, "loopback"},
+		{[]string{"--read-addr", "192.0.2.1:8081"}, "loopback"},
+		{[]string{"--read-addr", "localhost:8081", "--read-token", "0123456789abcdef"}, ""},
+		{[]string{"--read-addr", "[::1]:8081"}, ""},
+	} {
+		m := NewMain()
+		m.Stderr = &strings.Builder{}
+		err := m.ParseFlags(append([]string{"--demo", "--clickhouse", "clickhouse://db:9000/x"}, tc.args...), func(string) string { return "" })
+		if tc.wantErr == "" && err != nil || tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)) {
+			t.Errorf("%v: err = %v, want %q", tc.args, err, tc.wantErr)
+		}
+	}
+	m := NewMain()
+	var usage strings.Builder
+	m.Stderr = &usage
+	m.ParseFlags([]string{"--help"}, func(k string) string {
+		if k == "ITLMON_READ_TOKEN" {
+			return "secret-token-0123456789"
+		}
+		return ""
+	})
+	if strings.Contains(usage.String(), "secret-token") || !strings.Contains(usage.String(), "read-token") {
+		t.Errorf("usage shows the token or lacks the flag:\n%s", usage.String())
+	}
+	if m.Config.ReadToken != "secret-token-0123456789" {
+		t.Errorf("ITLMON_READ_TOKEN not read: %q", m.Config.ReadToken)
+	}
+}
