@@ -438,16 +438,38 @@
     if (dropped) dropped.unregister(rec);
     if (broken) return;
     flush(); // its reads first
-    call(['e', rec.pid, at, kind, rec.status, proto(rec.full), function (f) {
-      /** @type {any} */
-      var s = { id: hexID(rec.sid), url: rec.href, model: rec.model };
-      for (var i = 0; i < SUMMARY.length; i++) s[SUMMARY[i]] = f[i];
-      s.status = STATUS[s.status] || 'open';
-      s.end = ENDS[s.end] || '';
-      s.smooth = !!s.smooth;
-      s.tokensReported = !!s.tokensReported;
-      emit(s);
-    }]);
+    /** @param {string} p */
+    var send = function (p) {
+      call(['e', rec.pid, at, kind, rec.status, p, function (f) {
+        /** @type {any} */
+        var s = { id: hexID(rec.sid), url: rec.href, model: rec.model };
+        for (var i = 0; i < SUMMARY.length; i++) s[SUMMARY[i]] = f[i];
+        s.status = STATUS[s.status] || 'open';
+        s.end = ENDS[s.end] || '';
+        s.smooth = !!s.smooth;
+        s.tokensReported = !!s.tokensReported;
+        emit(s);
+      }]);
+    };
+    var p = proto(rec.full);
+    if (p || kind !== BODY_END) return send(p);
+    // The fetch's resource timing entry (its nextHopProtocol: h2, http/1.1)
+    // is added once its body is complete, which Chromium may do a moment
+    // after the last read: look again a few times (~100 ms at most) before
+    // sending the end without it. pagehide sends what is waiting at once.
+    var tries = 0;
+    /** @param {boolean} [now] */
+    var again = function (now) {
+      if (!protoWait.has(again)) return;
+      p = proto(rec.full);
+      if (!p && !now && ++tries < 6) { setTimeout(again, 20); return; }
+      protoWait.delete(again);
+      send(p);
+      graceDone();
+    };
+    protoWait.add(again);
+    inGrace++;
+    setTimeout(again, 0);
   }
 
   // Firefox and WebKit fail the bodies (and pending fetches) of a page being
@@ -459,9 +481,16 @@
   // listener would tell sooner, but it costs the page Firefox's
   // back/forward cache.
   var ERROR_GRACE_MS = 250;
-  var inGrace = 0; // streams waiting out their grace
+  var inGrace = 0; // ends waiting out their grace, or for their protocol (endStream)
   /** @type {Array<() => void>} */
   var graceWaiters = [];
+  /** @type {Set<(now?: boolean) => void>} */
+  var protoWait = new Set(); // ends waiting for their protocol (endStream)
+
+  // graceDone: one end that waited has been sent; settled() may resolve.
+  function graceDone() {
+    if (--inGrace === 0) graceWaiters.splice(0).forEach(function (w) { w(); });
+  }
 
   /** @param {ItlmonRec} rec @param {number} at */
   function endOnError(rec, at) {
@@ -470,7 +499,7 @@
     inGrace++;
     setTimeout(function () {
       endStream(rec, NET_ERROR, at); // a no-op when pagehide ended it
-      if (--inGrace === 0) graceWaiters.splice(0).forEach(function (w) { w(); });
+      graceDone();
     }, ERROR_GRACE_MS);
   }
 
@@ -878,6 +907,7 @@
         // they leave with the beacon (those whose bodies were collected, at
         // their last read).
         var now = performance.now();
+        protoWait.forEach(function (send) { send(true); });
         measured.forEach(function (rec) {
           if (rec.failedAt >= 0) endStream(rec, PAGEHIDE, rec.failedAt); // failed by the page's teardown
           else if (abandoned(rec)) endStream(rec, CANCELLED, rec.lastAt);
