@@ -423,6 +423,20 @@ func TestNonceCSP(t *testing.T) {
 	}
 }
 
+// storedPage starts a collector for site e2e whose page origin is front (the
+// origin itself, or the proxy before it), and opens o's test page through
+// front in a new tab, with the module ready and batches sent every 200 ms.
+func storedPage(t *testing.T, o *Origin, front string) (*Collector, context.Context) {
+	t.Helper()
+	c := StartCollector(t, "e2e="+front)
+	o.SetCollector(c.URL, "e2e")
+	ctx := NewTab(t)
+	if !OpenPage(t, ctx, strings.Replace(o.PageURL(map[string]any{"flushMs": 200}, false), o.URL, front, 1)) {
+		t.Fatalf("itlmon did not become ready: %s", Eval[string](t, ctx, `itlmon.timing.error`))
+	}
+	return c, ctx
+}
+
 // slowHeaders answers a streamed completion only after wait (or never, when
 // the client leaves first); with hangUp, it closes the connection without
 // an answer instead.
@@ -456,12 +470,7 @@ func TestBeforeHeaders(t *testing.T) {
 	o.Handle("/slow/v1/chat/completions", slowHeaders(30*time.Second, false))
 	o.Handle("/slow/v1/other", slowHeaders(30*time.Second, false))
 	o.Handle("/hangup/api/chat", slowHeaders(300*time.Millisecond, true))
-	c := StartCollector(t, "e2e="+o.URL)
-	o.SetCollector(c.URL, "e2e")
-	ctx := NewTab(t)
-	if !OpenPage(t, ctx, o.PageURL(map[string]any{"flushMs": 200}, false)) {
-		t.Fatalf("itlmon did not become ready: %s", Eval[string](t, ctx, `itlmon.timing.error`))
-	}
+	c, ctx := storedPage(t, o, o.URL)
 	type result struct {
 		Err     string        `json:"err"`
 		Summary []pageSummary `json:"summary"`
@@ -533,12 +542,7 @@ func TestBeforeHeadersBufferingProxy(t *testing.T) {
 	o := StartOrigin(t)
 	o.Handle("/v1/attr", http.HandlerFunc(attrStreamHandler)) // no X-Accel-Buffering (the demo sends it)
 	px := nginx.Start(t, nginx.Options{Upstream: o.URL, Buffering: true, Gzip: true})
-	c := StartCollector(t, "e2e="+px.URL())
-	o.SetCollector(c.URL, "e2e")
-	ctx := NewTab(t)
-	if !OpenPage(t, ctx, strings.Replace(o.PageURL(map[string]any{"flushMs": 200}, false), o.URL, px.URL(), 1)) {
-		t.Fatalf("itlmon did not become ready: %s", Eval[string](t, ctx, `itlmon.timing.error`))
-	}
+	c, ctx := storedPage(t, o, px.URL())
 	// 100 tokens at attrCadence: the proxy answers after ~2 s; the page gives up at 800 ms.
 	read := RunStream(t, ctx, StreamOpts{Path: "/v1/attr", Query: "tokens=100", AbortAfterMs: 800})
 	if read.ErrorName != "AbortError" || read.Status != 0 || read.Bytes != 0 {
@@ -611,12 +615,7 @@ func TestBodyNetworkError(t *testing.T) {
 			c.Close() // mid-body: the chunked encoding never ends
 		}
 	}))
-	c := StartCollector(t, "e2e="+o.URL)
-	o.SetCollector(c.URL, "e2e")
-	ctx := NewTab(t)
-	if !OpenPage(t, ctx, o.PageURL(map[string]any{"flushMs": 200}, false)) {
-		t.Fatalf("itlmon did not become ready: %s", Eval[string](t, ctx, `itlmon.timing.error`))
-	}
+	c, ctx := storedPage(t, o, o.URL)
 	type result struct {
 		Err     string        `json:"err"`
 		Bytes   int           `json:"bytes"`
