@@ -155,6 +155,21 @@ func putID(id *[16]byte, run, i uint32) {
 	id[12], id[13], id[14], id[15] = byte(i>>24), byte(i>>16), byte(i>>8), byte(i)
 }
 
+// wantStoredOnce fails t unless every stream of the acked batches (run's
+// ids, perBatch per batch, as sent) is stored exactly once; why says when.
+func wantStoredOnce(t testing.TB, stored map[[16]byte]int, acked map[uint64]bool, run uint32, perBatch int, why string) {
+	t.Helper()
+	for s := range acked {
+		for j := range perBatch {
+			var id [16]byte
+			putID(&id, run, uint32(s)*uint32(perBatch)+uint32(j))
+			if n := stored[id]; n != 1 {
+				t.Fatalf("acked stream %x stored %d times, want 1%s", id, n, why)
+			}
+		}
+	}
+}
+
 func batchBytes(t testing.TB, seq uint64, recs []beacon.Record) []byte {
 	t.Helper()
 	b := beacon.Batch{Seq: seq, Client: beacon.Client{ConnType: "4g", Release: "r1", ModuleVersion: "test"}, Records: recs}
@@ -364,16 +379,7 @@ func TestClickHouseOutage(t *testing.T) {
 		t.Fatalf("after the outage: rows %d, distinct ids %d, rollup streams %d; want %d each (exactly once)", rows, uniq, rollup, want)
 	}
 	// Every acked batch's ids are there, once.
-	stored := storedIDs(t, m.DB.Conn(), "test")
-	for s := range got {
-		for j := 0; j < perBatch; j++ {
-			var id [16]byte
-			putID(&id, 2, uint32(s*perBatch)+uint32(j))
-			if n := stored[id]; n != 1 {
-				t.Fatalf("acked stream %x stored %d times, want 1", id, n)
-			}
-		}
-	}
+	wantStoredOnce(t, storedIDs(t, m.DB.Conn(), "test"), got, 2, perBatch, "")
 }
 
 // waitRows polls until site has want rows and rollup streams (the spool

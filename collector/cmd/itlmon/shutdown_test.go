@@ -89,16 +89,7 @@ func TestGracefulSIGTERM(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	stored := storedIDs(t, db.Conn(), "test")
-	for s := range acked {
-		for j := 0; j < perBatch; j++ {
-			var id [16]byte
-			putID(&id, 5, uint32(s*perBatch)+uint32(j))
-			if n := stored[id]; n != 1 {
-				t.Fatalf("acked stream %x stored %d times, want 1 (nothing left to replay after a graceful stop)", id, n)
-			}
-		}
-	}
+	wantStoredOnce(t, storedIDs(t, db.Conn(), "test"), acked, 5, perBatch, " (nothing left to replay after a graceful stop)")
 
 }
 
