@@ -5,15 +5,17 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
 	"os/exec"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/itlmon/itlmon/internal/freeport"
 )
 
 // Collector is the real collector, `itlmon serve` (the binary built from
@@ -44,19 +46,30 @@ func StartCollector(t *testing.T, sites ...string) *Collector {
 	if _, err := os.Stat(lib); lib == "" || err != nil {
 		requireReal(t, "clickhouse engine (CHDB_LIB_PATH)", fmt.Errorf("%q: %v", lib, err))
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("listen: %v", err)
+	c := &Collector{Data: t.TempDir(), logs: &syncBuf{}}
+	// A port picked free can still be taken before the collector binds it
+	// (by another test's server): a start that loses that race is retried
+	// on another port.
+	for attempt := 1; ; attempt++ {
+		addr, err := freeport.Addr()
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.URL, c.Addr = "http://"+addr, addr
+		c.args = []string{"serve", "--addr", addr, "--data", c.Data, "--demo", "--log-level", "warn", "--log-format", "json",
+			"--shutdown-timeout", "10s"}
+		for _, s := range sites {
+			c.args = append(c.args, "--site", s)
+		}
+		err = c.start(t)
+		if err == nil {
+			break
+		}
+		if attempt == 3 || !strings.Contains(err.Error(), "address already in use") {
+			t.Fatal(err)
+		}
+		t.Logf("collector start %d: %v; trying another port", attempt, err)
 	}
-	addr := ln.Addr().String()
-	ln.Close()
-	c := &Collector{URL: "http://" + addr, Addr: addr, Data: t.TempDir(), logs: &syncBuf{}}
-	c.args = []string{"serve", "--addr", addr, "--data", c.Data, "--demo", "--log-level", "warn", "--log-format", "json",
-		"--shutdown-timeout", "10s"}
-	for _, s := range sites {
-		c.args = append(c.args, "--site", s)
-	}
-	c.Start(t)
 	t.Cleanup(func() {
 		c.Stop(t)
 		if t.Failed() {
@@ -69,13 +82,23 @@ func StartCollector(t *testing.T, sites ...string) *Collector {
 // Start starts the collector process (again) on the same address and data.
 func (c *Collector) Start(t *testing.T) {
 	t.Helper()
+	if err := c.start(t); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// start starts the collector process and waits until it is ready; it
+// returns an error if the process exits first or is not ready in 90 s.
+func (c *Collector) start(t *testing.T) error {
+	t.Helper()
 	exe := engineExe(t) // the itlmon binary, built once per package (attribution_test.go)
 	c.mu.Lock()
 	cmd := exec.Command(exe, c.args...)
+	mark := len(c.logs.String())
 	cmd.Stdout, cmd.Stderr = c.logs, c.logs
 	if err := cmd.Start(); err != nil {
 		c.mu.Unlock()
-		t.Fatalf("start collector: %v", err)
+		return fmt.Errorf("start collector: %w", err)
 	}
 	c.cmd, c.waited = cmd, make(chan struct{})
 	go func(w chan struct{}) { cmd.Wait(); close(w) }(c.waited)
@@ -87,16 +110,19 @@ func (c *Collector) Start(t *testing.T) {
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
-				return
+				return nil
 			}
 		}
 		select {
 		case <-waited:
-			t.Fatalf("collector exited during start-up:\n%s", c.logs.String())
+			c.mu.Lock()
+			c.cmd = nil
+			c.mu.Unlock()
+			return fmt.Errorf("collector exited during start-up:\n%s", c.logs.String()[mark:])
 		case <-time.After(100 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("collector not ready within 90s (last: %v):\n%s", err, c.logs.String())
+			return fmt.Errorf("collector not ready within 90s (last: %v):\n%s", err, c.logs.String()[mark:])
 		}
 	}
 }

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -18,6 +17,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/itlmon/itlmon/internal/freeport"
 )
 
 // Where Debian's webkit2gtk-driver package installs the WebDriver server,
@@ -118,12 +119,10 @@ func (w *webkit) startX(ctx context.Context) (string, error) {
 // startDriver starts WebKitWebDriver on a free loopback port of display
 // and waits until it answers /status.
 func (w *webkit) startDriver(ctx context.Context, driver, display string) error {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := freeport.Pick()
 	if err != nil {
 		return fmt.Errorf("webkit driver: %w", err)
 	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
 	cmd := exec.Command(driver, "--port="+strconv.Itoa(port), "--host=127.0.0.1")
 	cmd.Env = append(os.Environ(), "DISPLAY=:"+display)
 	cmd.Stdout, cmd.Stderr = w.log, w.log

@@ -26,6 +26,8 @@ import (
 	"testing"
 	"text/template"
 	"time"
+
+	"github.com/itlmon/itlmon/internal/freeport"
 )
 
 // Binary is where Debian installs nginx.
@@ -164,7 +166,7 @@ func start(dir string, opts Options) (*Server, error) {
 	if up == "" {
 		return nil, errors.New("no upstream")
 	}
-	addr, err := freePort()
+	addr, err := freeport.Addr()
 	if err != nil {
 		return nil, err
 	}
@@ -221,13 +223,4 @@ func (s *Server) Stop() error {
 		}
 	})
 	return s.stopErr
-}
-
-func freePort() (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", fmt.Errorf("free port: %w", err)
-	}
-	defer ln.Close()
-	return ln.Addr().String(), nil
 }
