@@ -432,13 +432,13 @@ func wantOriginSmooth(t *testing.T, o *beacon.Origin, r *join.Result) {
 }
 
 // attrCollector is the real collector assembled from its packages (as
-// `itlmon serve` does) with collector/join in the pipeline: the embedded
-// ClickHouse engine, the store writer, the joiner wrapping it, WebSocket
-// ingest, /v1/origin, and the module assets.
+// `itlmon serve` does): the embedded ClickHouse engine, the store writer
+// (the inbox), the promoter (the join), WebSocket ingest, /v1/origin, and
+// the module assets.
 type attrCollector struct {
 	URL string
 	DB  *store.DB
-	J   *join.Joiner
+	P   *join.Promoter
 }
 
 var (
@@ -511,9 +511,14 @@ func startAttrCollector(t *testing.T) *attrCollector {
 		t.Fatal(err)
 	}
 	keys := join.StaticKeys(map[string]string{attrSite: attrKey})
-	j := join.New(db.Conn(), join.Config{Hold: 5 * time.Second, FlushInterval: 100 * time.Millisecond, Logger: log,
-		HasOrigin: func(site string) bool { _, ok := keys(site); return ok }})
-	in, err := ingest.New(ingest.Config{Sites: []ingest.Site{{Key: attrSite, Origins: []string{"*"}}}, Sink: j.Sink(w), Logger: log})
+	p, err := join.NewPromoter([]join.Shard{{Conn: db.Conn()}}, join.PromoterConfig{Hold: 3 * time.Second, Interval: 50 * time.Millisecond, Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pctx, stop := context.WithCancel(context.Background())
+	promoted := make(chan struct{})
+	go func() { defer close(promoted); p.Run(pctx) }()
+	in, err := ingest.New(ingest.Config{Sites: []ingest.Site{{Key: attrSite, Origins: []string{"*"}}}, Sink: w, Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -522,17 +527,18 @@ func startAttrCollector(t *testing.T) *attrCollector {
 		t.Fatal(err)
 	}
 	in.Register(mux)
-	j.Register(mux, keys)
+	join.NewIntake(w, log).Register(mux, keys)
 	url, srv := serve(t, mux)
-	t.Cleanup(func() { // after serve's Close: ingest, joiner, writer, in order
+	t.Cleanup(func() { // after serve's Close: ingest, writer, promoter, in order
 		srv.Close()
 		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		in.Shutdown(sctx)
-		j.Shutdown(sctx)
 		w.Shutdown(sctx)
+		stop()
+		<-promoted
 	})
-	return &attrCollector{URL: url, DB: db, J: j}
+	return &attrCollector{URL: url, DB: db, P: p}
 }
 
 // attrStored is what the collector stored for one page stream: the client

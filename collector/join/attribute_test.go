@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
 
 	"github.com/itlmon/itlmon/wasm/beacon"
 	"github.com/itlmon/itlmon/wasm/meter"
@@ -261,17 +262,23 @@ func TestParseOriginKey(t *testing.T) {
 }
 
 func TestRegisterMetrics(t *testing.T) {
-	j := New(nil, Config{})
-	defer j.Shutdown(t.Context())
+	in := NewIntake(nil, zerolog.Nop())
+	p, err := NewPromoter([]Shard{{}}, PromoterConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	reg := prometheus.NewRegistry()
-	if err := j.RegisterMetrics(reg); err != nil {
+	if err := in.RegisterMetrics(reg); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.RegisterMetrics(reg); err != nil {
 		t.Fatal(err)
 	}
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, want := len(mfs), 10; got != want {
+	if got, want := len(mfs), 3+10; got != want {
 		t.Fatalf("%d metric families, want %d", got, want)
 	}
 }

@@ -26,7 +26,7 @@ type Keys func(site string) (key string, ok bool)
 // timelines are durable; 400 for a malformed body (not retried by the
 // reporter), 403 for a wrong site or key, 413 for an oversized body, 503 when
 // storage failed (retried).
-func (j *Joiner) Handler(keys Keys) http.Handler {
+func (j *Intake) Handler(keys Keys) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodPost {
 			w.Header().Set("Allow", http.MethodPost)
@@ -71,7 +71,7 @@ func (j *Joiner) Handler(keys Keys) http.Handler {
 }
 
 // Register mounts Handler(keys) on mux at origin.Path ("POST /v1/origin").
-func (j *Joiner) Register(mux *http.ServeMux, keys Keys) {
+func (j *Intake) Register(mux *http.ServeMux, keys Keys) {
 	mux.Handle("POST "+origin.Path, j.Handler(keys))
 }
 

@@ -2,26 +2,48 @@ package join
 
 import "github.com/prometheus/client_golang/prometheus"
 
-// RegisterMetrics adds the Joiner's counters to reg as itlmon_join_* metrics.
-func (j *Joiner) RegisterMetrics(reg prometheus.Registerer) error {
-	for _, m := range []struct {
-		name, help string
-		get        func(Stats) uint64
-	}{
-		{"origin_timelines_total", "Origin timelines received on /v1/origin.", func(s Stats) uint64 { return s.Origins }},
-		{"joined_total", "Streams joined with their origin timeline.", func(s Stats) uint64 { return s.Joined }},
-		{"joined_in_streams_total", "Joins whose refined causes reached itl_streams (within the hold).", func(s Stats) uint64 { return s.JoinedInStreams }},
-		{"joined_late_total", "Joins made after the client record was stored.", func(s Stats) uint64 { return s.JoinedLate }},
-		{"held_batches_total", "Client batches held for a missing origin timeline.", func(s Stats) uint64 { return s.Held }},
-		{"hold_timeouts_total", "Held client batches released with an origin timeline still missing.", func(s Stats) uint64 { return s.HoldTimeouts }},
-		{"evicted_total", "Unmatched streams dropped from memory (MaxEntries).", func(s Stats) uint64 { return s.Evicted }},
-		{"reporter_dropped_total", "Timelines origin reporters reported dropping (queue full).", func(s Stats) uint64 { return s.ReporterDropped }},
-		{"rows_written_total", "itl_origin rows inserted.", func(s Stats) uint64 { return s.RowsWritten }},
-		{"rows_dropped_total", "Joined itl_origin rows dropped (queue full or insert failed).", func(s Stats) uint64 { return s.RowsDropped }},
-	} {
+// RegisterMetrics adds the Intake's counters to reg as itlmon_join_* metrics.
+func (in *Intake) RegisterMetrics(reg prometheus.Registerer) error {
+	return registerCounters(reg, "join", []counter{
+		{"origin_timelines_total", "Origin timelines received on /v1/origin.", func() uint64 { return in.Stats().Origins }},
+		{"origin_timelines_failed_total", "Origin timelines not stored (the reporter retries).", func() uint64 { return in.Stats().Failed }},
+		{"reporter_dropped_total", "Timelines origin reporters reported dropping (queue full).", func() uint64 { return in.Stats().ReporterDropped }},
+	})
+}
+
+// RegisterMetrics adds the Promoter's counters and its lag to reg as
+// itlmon_promote_* metrics.
+func (p *Promoter) RegisterMetrics(reg prometheus.Registerer) error {
+	err := registerCounters(reg, "promote", []counter{
+		{"windows_total", "Inbox windows promoted by this collector (reruns included).", func() uint64 { return p.Stats().Windows }},
+		{"records_total", "Inbox rows read by promotions.", func() uint64 { return p.Stats().Records }},
+		{"streams_total", "Client records promoted to itl_streams.", func() uint64 { return p.Stats().Streams }},
+		{"origins_total", "Origin timelines promoted to itl_origin.", func() uint64 { return p.Stats().Origins }},
+		{"copies_total", "Copies dropped (resends, load balancer retries, spool replays).", func() uint64 { return p.Stats().Copies }},
+		{"joined_total", "Client records joined with their origin timeline.", func() uint64 { return p.Stats().Joined }},
+		{"joined_in_streams_total", "Client records whose itl_streams row was refined by the join.", func() uint64 { return p.Stats().JoinedInStreams }},
+		{"refused_total", "Records ClickHouse refused at promotion (data errors), set aside in itl_inbox.", func() uint64 { return p.Stats().Refused }},
+		{"errors_total", "Failed promotion attempts (retried).", func() uint64 { return p.Stats().Errors }},
+	})
+	if err != nil {
+		return err
+	}
+	return reg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Namespace: "itlmon", Subsystem: "promote", Name: "lag_seconds",
+		Help: "Server time minus the end of the last promoted window (the worst shard); the hold and grace are its floor.",
+	}, func() float64 { return p.Stats().Lag.Seconds() }))
+}
+
+type counter struct {
+	name, help string
+	get        func() uint64
+}
+
+func registerCounters(reg prometheus.Registerer, subsystem string, cs []counter) error {
+	for _, m := range cs {
 		get := m.get
-		c := prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: "itlmon", Subsystem: "join", Name: m.name, Help: m.help},
-			func() float64 { return float64(get(j.Stats())) })
+		c := prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: "itlmon", Subsystem: subsystem, Name: m.name, Help: m.help},
+			func() float64 { return float64(get()) })
 		if err := reg.Register(c); err != nil {
 			return err
 		}

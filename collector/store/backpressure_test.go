@@ -62,7 +62,7 @@ func TestSubmitBackpressure(t *testing.T) {
 	if err := w.Submit(context.Background(), makeStreams(1, "demo", at), func(error) {}); !errors.Is(err, store.ErrClosed) {
 		t.Fatalf("submit after shutdown: err = %v, want ErrClosed", err)
 	}
-	if got, want := queryUint(t, db, "SELECT count() FROM itl_streams"), uint64(2); got != want {
+	if got, want := queryUint(t, db, "SELECT count() FROM itl_inbox"), uint64(2); got != want {
 		t.Fatalf("stored %d streams, want %d", got, want)
 	}
 }

@@ -9,10 +9,8 @@ import (
 	"errors"
 	"fmt"
 	"sync/atomic"
-	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2"
-	"github.com/ClickHouse/clickhouse-go/v2/ext"
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
 	"github.com/itlmon/itlmon/collector"
@@ -42,12 +40,18 @@ func (b *rowBatch) append(o rowBatch) {
 	b.Timelines = append(b.Timelines, o.Timelines...)
 }
 
-// spoolVersion is the first byte of every spool frame. Version 2: gob of a
-// rowBatch. Version 1 (before schema/006_names.sql) had the format, status
-// and causes as codes in fields of the names Format, Status, TTFTCause and
-// StallCause; decodeBatch still reads it. A frame of an unknown version is
-// kept on disk, never dropped.
-const spoolVersion = 2
+// spoolVersion is the first byte of every spool frame. Version 3: gob of an
+// inboxFrame (itl_inbox rows). Versions 1 and 2 (before schema/007_inbox.sql)
+// hold a rowBatch (itl_streams and itl_timelines rows; version 1 with the
+// format, status and causes as codes in fields of the names Format, Status,
+// TTFTCause and StallCause); decodeFrame turns them into inbox rows. A frame
+// of an unknown version is kept on disk, never dropped.
+const spoolVersion = 3
+
+// inboxFrame is the gob body of a version 3 frame.
+type inboxFrame struct {
+	Rows []InboxRow
+}
 
 // v1Codes is what a version 1 frame holds that a version 2 rowBatch does not.
 // gob matches fields by name: decoding a version 1 frame into a rowBatch
@@ -61,18 +65,64 @@ type v1Codes struct {
 
 var errSpoolVersion = errors.New("unknown spool frame version")
 
-func encodeBatch(b *rowBatch) ([]byte, error) {
+func encodeFrame(rows []InboxRow) ([]byte, error) {
 	var buf bytes.Buffer
 	buf.WriteByte(spoolVersion)
-	if err := gob.NewEncoder(&buf).Encode(b); err != nil {
+	if err := gob.NewEncoder(&buf).Encode(inboxFrame{Rows: rows}); err != nil {
 		return nil, fmt.Errorf("encode spool frame: %w", err)
 	}
 	return buf.Bytes(), nil
 }
 
+func decodeFrame(p []byte) ([]InboxRow, error) {
+	if len(p) == 0 {
+		return nil, errSpoolVersion
+	}
+	switch p[0] {
+	case spoolVersion:
+		var f inboxFrame
+		if err := gob.NewDecoder(bytes.NewReader(p[1:])).Decode(&f); err != nil {
+			return nil, fmt.Errorf("decode spool frame: %w", err)
+		}
+		return f.Rows, nil
+	case 1, 2:
+		b, err := decodeBatch(p)
+		if err != nil {
+			return nil, err
+		}
+		return b.inboxRows()
+	}
+	return nil, errSpoolVersion
+}
+
+// inboxRows turns a version 1 or 2 frame's rows into inbox rows.
+func (b *rowBatch) inboxRows() ([]InboxRow, error) {
+	tls := make(map[string]timelineRow, len(b.Timelines))
+	for _, tl := range b.Timelines {
+		tls[tl.StreamID] = tl
+	}
+	rows := make([]InboxRow, 0, len(b.Streams))
+	for i := range b.Streams {
+		s, err := b.Streams[i].stream()
+		if err != nil {
+			return nil, fmt.Errorf("decode spool frame v2: %w", err)
+		}
+		if tl, ok := tls[b.Streams[i].StreamID]; ok {
+			s.Timeline = tl.timeline()
+		}
+		row, err := ClientRow(&s)
+		if err != nil {
+			return nil, fmt.Errorf("decode spool frame v2: %w", err)
+		}
+		rows = append(rows, row)
+	}
+	return rows, nil
+}
+
+// decodeBatch decodes a version 1 or 2 frame.
 func decodeBatch(p []byte) (rowBatch, error) {
 	var b rowBatch
-	if len(p) == 0 || (p[0] != spoolVersion && p[0] != 1) {
+	if len(p) == 0 || (p[0] != 2 && p[0] != 1) {
 		return b, errSpoolVersion
 	}
 	if err := gob.NewDecoder(bytes.NewReader(p[1:])).Decode(&b); err != nil {
@@ -111,102 +161,54 @@ func dedupToken(ids []string) string {
 	return hex.EncodeToString(h.Sum(nil)[:16])
 }
 
-// insertResult says what insertBatch did.
-type insertResult struct {
-	Inserted, Duplicates int
-}
-
 // insertHook, set only by tests, is called before (sent false) and after
 // (sent true) each table's insert; an error it returns fails the insert, as
 // a refused insert or a lost reply would.
 var insertHook atomic.Pointer[func(table string, sent bool) error]
 
-// insertBatch stores b: drops streams whose id is already stored or appears
-// earlier in b, inserts the timelines of the rest into itl_timelines, then
-// the rest into itl_streams, each with a deduplication token. A failed insert
-// may be retried with the same b: nothing is counted twice.
-//
-// Timelines go first because fresh is computed against itl_stream_ids, which
-// the itl_streams insert fills: until that insert lands a retry computes the
-// same fresh set, so the same timelines with the same token, and ClickHouse
-// drops them if the earlier try landed; once it has landed, the timelines
-// have too. In the other order a retry after a failed timelines insert would
-// find every id stored and never write the timelines.
-func insertBatch(ctx context.Context, conn driver.Conn, b rowBatch, window time.Duration) (insertResult, error) {
-	fresh, err := freshStreams(ctx, conn, b.Streams, window)
-	if err != nil {
-		return insertResult{}, err
+// insertInbox lands rows in itl_inbox: one plain insert, no deduplication
+// (copies are the promoter's business). On a cluster the insert goes through
+// the Distributed table and returns once the shards have the rows.
+func (db *DB) insertInbox(ctx context.Context, rows []InboxRow) error {
+	if len(rows) == 0 {
+		return nil
 	}
-	res := insertResult{Inserted: len(fresh), Duplicates: len(b.Streams) - len(fresh)}
-	keep := make(map[string]bool, len(fresh))
-	ids := make([]string, len(fresh))
-	for i := range fresh {
-		keep[fresh[i].StreamID] = true
-		ids[i] = fresh[i].StreamID
+	set := clickhouse.Settings{}
+	if db.cluster != "" {
+		set["distributed_foreground_insert"] = 1
 	}
-	var tls []timelineRow
-	var tlIDs []string
-	for _, tl := range b.Timelines {
-		if keep[tl.StreamID] {
-			tls = append(tls, tl)
-			tlIDs = append(tlIDs, tl.StreamID)
-			delete(keep, tl.StreamID) // one timeline per stream
-		}
-	}
-	if err := insertRows(ctx, conn, "itl_timelines", timelineColumns, dedupToken(tlIDs), tls); err != nil {
-		return insertResult{}, err
-	}
-	if err := insertRows(ctx, conn, "itl_streams", streamColumns, dedupToken(ids), fresh); err != nil {
-		return insertResult{}, err
-	}
-	return res, nil
+	return insertRows(ctx, db.conn, "itl_inbox", inboxColumns, set, rows)
 }
 
-// freshStreams returns the rows of streams whose id is not repeated earlier
-// in rows and not stored since window before the oldest row was received.
-func freshStreams(ctx context.Context, conn driver.Conn, rows []streamRow, window time.Duration) ([]streamRow, error) {
-	if len(rows) == 0 {
-		return nil, nil
+// InsertStreams inserts the timelines of streams into itl_timelines, then
+// streams into itl_streams, each insert with insert_deduplication_token
+// token+"/"+table and deduplicate_blocks_in_dependent_materialized_views:
+// retried with the same streams in the same order and the same token, it
+// completes what an earlier try left undone (a materialized view target
+// included) and inserts nothing twice. The caller (the promoter) owns the
+// token's uniqueness.
+func InsertStreams(ctx context.Context, conn driver.Conn, streams []collector.Stream, token string) error {
+	b := newRowBatch(streams)
+	if err := insertRows(ctx, conn, "itl_timelines", timelineColumns, TokenSettings(token+"/itl_timelines"), b.Timelines); err != nil {
+		return err
 	}
-	ids, err := ext.NewTable("batch_ids", ext.Column("id", "FixedString(16)"))
-	if err != nil {
-		return nil, fmt.Errorf("dedup table: %w", err)
+	return insertRows(ctx, conn, "itl_streams", streamColumns, TokenSettings(token+"/itl_streams"), b.Streams)
+}
+
+// InsertRows inserts rows (structs whose fields carry `ch:"column"` tags, in
+// table order or not) into table as one batch with the settings set (for
+// example TokenSettings). The promoter's inserts outside this package use it.
+func InsertRows[R any](ctx context.Context, conn driver.Conn, table string, set clickhouse.Settings, rows []R) error {
+	return insertRows(ctx, conn, table, columnList[R](), set, rows)
+}
+
+// TokenSettings are the settings of an insert that must happen once: its
+// deduplication token, applied to the materialized views it feeds too.
+func TokenSettings(token string) clickhouse.Settings {
+	return clickhouse.Settings{
+		"insert_deduplication_token":                         token,
+		"deduplicate_blocks_in_dependent_materialized_views": 1,
 	}
-	seen := make(map[string]bool, len(rows))
-	oldest := rows[0].ReceivedAt
-	for i := range rows {
-		if err := ids.Append(rows[i].StreamID); err != nil {
-			return nil, fmt.Errorf("dedup table: %w", err)
-		}
-		if rows[i].ReceivedAt.Before(oldest) {
-			oldest = rows[i].ReceivedAt
-		}
-	}
-	q, err := conn.Query(clickhouse.Context(ctx, clickhouse.WithExternalTable(ids)),
-		"SELECT DISTINCT stream_id FROM itl_stream_ids"+
-			" WHERE received_at >= ? AND stream_id IN (SELECT id FROM batch_ids)", oldest.Add(-window))
-	if err != nil {
-		return nil, fmt.Errorf("dedup lookup: %w", err)
-	}
-	defer q.Close()
-	for q.Next() {
-		var id string
-		if err := q.Scan(&id); err != nil {
-			return nil, fmt.Errorf("dedup lookup: %w", err)
-		}
-		seen[id] = true
-	}
-	if err := q.Err(); err != nil {
-		return nil, fmt.Errorf("dedup lookup: %w", err)
-	}
-	fresh := make([]streamRow, 0, len(rows))
-	for i := range rows {
-		if !seen[rows[i].StreamID] {
-			seen[rows[i].StreamID] = true
-			fresh = append(fresh, rows[i])
-		}
-	}
-	return fresh, nil
 }
 
 // errUnencodable marks rows the driver refuses to encode: like a ClickHouse
@@ -214,9 +216,11 @@ func freshStreams(ctx context.Context, conn driver.Conn, rows []streamRow, windo
 var errUnencodable = errors.New("rows the driver cannot encode")
 
 // refused reports whether err is ClickHouse (or the driver) refusing the
-// rows themselves: the server answered with an exception other than those
-// that pass (overload, timeouts, read-only, memory, too many parts), so the
-// same insert would fail again, where an unreachable server would not.
+// rows themselves: a data error, which the same rows would meet again. Only
+// the codes below count. Everything else (the server unreachable, an
+// authentication or access error, a full disk, a missing table, overload)
+// is ClickHouse being unavailable: the rows wait in the spool, whatever it
+// takes, and are never set aside for it.
 func refused(err error) bool {
 	if errors.Is(err, errUnencodable) {
 		return true
@@ -225,36 +229,40 @@ func refused(err error) bool {
 	if !errors.As(err, &ex) {
 		return false
 	}
-	switch ex.Code {
-	case 159, // TIMEOUT_EXCEEDED
-		164, // READONLY
-		202, // TOO_MANY_SIMULTANEOUS_QUERIES
-		203, // NO_FREE_CONNECTION
-		209, // SOCKET_TIMEOUT
-		210, // NETWORK_ERROR
-		236, // ABORTED
-		241, // MEMORY_LIMIT_EXCEEDED
-		242, // TABLE_IS_READ_ONLY
-		252, // TOO_MANY_PARTS
-		285, // TOO_FEW_LIVE_REPLICAS
-		319, // UNKNOWN_STATUS_OF_INSERT
-		394, // QUERY_WAS_CANCELLED
-		425, // SYSTEM_ERROR
-		999: // KEEPER_EXCEPTION
-		return false
-	}
-	return true
+	return dataErrors[ex.Code]
+}
+
+// Refused is refused for other packages (the promoter).
+func Refused(err error) bool { return refused(err) }
+
+// dataErrors are the ClickHouse error codes that mean "these rows are
+// wrong" (ClickHouse's src/Common/ErrorCodes.cpp).
+var dataErrors = map[int32]bool{
+	6:   true, // CANNOT_PARSE_TEXT
+	27:  true, // CANNOT_PARSE_INPUT_ASSERTION_FAILED
+	38:  true, // CANNOT_PARSE_DATE
+	41:  true, // CANNOT_PARSE_DATETIME
+	53:  true, // TYPE_MISMATCH
+	69:  true, // ARGUMENT_OUT_OF_BOUND
+	70:  true, // CANNOT_CONVERT_TYPE
+	72:  true, // CANNOT_PARSE_NUMBER
+	117: true, // INCORRECT_DATA
+	131: true, // TOO_LARGE_STRING_SIZE
+	190: true, // SIZES_OF_ARRAYS_DONT_MATCH
+	321: true, // VALUE_IS_OUT_OF_RANGE_OF_DATA_TYPE
+	349: true, // CANNOT_INSERT_NULL_IN_ORDINARY_COLUMN
+	469: true, // VIOLATED_CONSTRAINT
 }
 
 // insertRows sends rows as one batch: PrepareBatch with an explicit column
 // list, Append, Send.
-func insertRows[R any](ctx context.Context, conn driver.Conn, table, columns, token string, rows []R) error {
+func insertRows[R any](ctx context.Context, conn driver.Conn, table, columns string, set clickhouse.Settings, rows []R) error {
 	if len(rows) == 0 {
 		return nil
 	}
-	ctx = clickhouse.Context(ctx, clickhouse.WithSettings(clickhouse.Settings{
-		"insert_deduplication_token": token,
-	}))
+	if len(set) > 0 {
+		ctx = clickhouse.Context(ctx, clickhouse.WithSettings(set))
+	}
 	if hook := insertHook.Load(); hook != nil {
 		if err := (*hook)(table, false); err != nil {
 			return fmt.Errorf("insert %s: %w", table, err)
@@ -288,12 +296,12 @@ func InsertDirect(ctx context.Context, conn driver.Conn, streams []collector.Str
 	for i := range b.Streams {
 		ids[i] = b.Streams[i].StreamID
 	}
-	if err := insertRows(ctx, conn, "itl_streams", streamColumns, dedupToken(ids), b.Streams); err != nil {
+	if err := insertRows(ctx, conn, "itl_streams", streamColumns, TokenSettings(dedupToken(ids)), b.Streams); err != nil {
 		return err
 	}
 	tlIDs := make([]string, len(b.Timelines))
 	for i := range b.Timelines {
 		tlIDs[i] = b.Timelines[i].StreamID
 	}
-	return insertRows(ctx, conn, "itl_timelines", timelineColumns, dedupToken(tlIDs), b.Timelines)
+	return insertRows(ctx, conn, "itl_timelines", timelineColumns, TokenSettings(dedupToken(tlIDs)), b.Timelines)
 }

@@ -31,16 +31,21 @@ type Options struct {
 	StreamsTTL     time.Duration // raw rows' TTL applied by Migrate; default 90 days
 	// Lazy makes Open skip its ping: the pool dials on first use, so a
 	// caller can start while ClickHouse is down (see MigrateInBackground).
-	Lazy   bool
-	Logger zerolog.Logger
+	Lazy bool
+	// Cluster names the ClickHouse cluster of a cluster layout (itlmon
+	// migrate --cluster): inbox inserts go through its Distributed table
+	// and wait for the shards. Empty: one server.
+	Cluster string
+	Logger  zerolog.Logger
 }
 
 // DB is a ClickHouse connection pool with itlmon's schema. Safe for
 // concurrent use.
 type DB struct {
-	conn driver.Conn
-	opts Options
-	log  zerolog.Logger
+	conn    driver.Conn
+	opts    Options
+	log     zerolog.Logger
+	cluster string
 
 	// pending is set while MigrateInBackground has not applied the schema
 	// yet; cause says why (guarded by mu).
@@ -76,13 +81,17 @@ func Open(ctx context.Context, opts Options) (*DB, error) {
 		return nil, fmt.Errorf("store: open: %w", err)
 	}
 	if opts.Lazy {
-		return &DB{conn: conn, opts: opts, log: opts.Logger.With().Str("component", "store").Logger()}, nil
+		return newDB(conn, opts), nil
 	}
 	if err := conn.Ping(ctx); err != nil {
 		conn.Close()
 		return nil, fmt.Errorf("store: ping: %w", err)
 	}
-	return &DB{conn: conn, opts: opts, log: opts.Logger.With().Str("component", "store").Logger()}, nil
+	return newDB(conn, opts), nil
+}
+
+func newDB(conn driver.Conn, opts Options) *DB {
+	return &DB{conn: conn, opts: opts, cluster: opts.Cluster, log: opts.Logger.With().Str("component", "store").Logger()}
 }
 
 func clickhouseOptions(opts Options) (*clickhouse.Options, error) {

@@ -1,7 +1,9 @@
 package store
 
 import (
+	"bytes"
 	"context"
+	"encoding/gob"
 
 	"github.com/rs/zerolog"
 
@@ -16,8 +18,11 @@ func SpoolStreams(dir string, streams []collector.Stream) error {
 		return err
 	}
 	defer sp.Close()
-	b := newRowBatch(streams)
-	p, err := encodeBatch(&b)
+	rows, bad := inboxRows(streams)
+	if len(bad) > 0 {
+		return bad[0]
+	}
+	p, err := encodeFrame(rows)
 	if err != nil {
 		return err
 	}
@@ -43,8 +48,11 @@ func SpoolBatches(dir string, batches ...[]collector.Stream) (string, error) {
 	defer sp.Close()
 	num := sp.next
 	for _, streams := range batches {
-		b := newRowBatch(streams)
-		p, err := encodeBatch(&b)
+		rows, bad := inboxRows(streams)
+		if len(bad) > 0 {
+			return "", bad[0]
+		}
+		p, err := encodeFrame(rows)
 		if err != nil {
 			return "", err
 		}
@@ -70,12 +78,14 @@ func SpooledStreamIDs(dir string) (map[[16]byte]bool, error) {
 			return nil, err
 		}
 		for _, f := range frames {
-			b, err := decodeBatch(f)
+			rows, err := decodeFrame(f)
 			if err != nil {
 				return nil, err
 			}
-			for _, s := range b.Streams {
-				ids[[16]byte([]byte(s.StreamID))] = true
+			for _, r := range rows {
+				if r.Kind == KindClient {
+					ids[[16]byte([]byte(r.StreamID))] = true
+				}
 			}
 		}
 	}
@@ -88,3 +98,30 @@ func (db *DB) MigrateUpTo(ctx context.Context, last uint32) error { return db.mi
 
 // MigrationAttempts counts MigrateInBackground's attempts so far.
 func (db *DB) MigrationAttempts() int64 { return db.attempts.Load() }
+
+// encodeBatch encodes b as a version 2 frame, as collectors before the inbox
+// (schema/007_inbox.sql) spooled it.
+func encodeBatch(b *rowBatch) ([]byte, error) {
+	var buf bytes.Buffer
+	buf.WriteByte(2)
+	if err := gob.NewEncoder(&buf).Encode(b); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+// SpoolLegacyStreams appends streams to the spool in dir as one version 2
+// frame (itl_streams rows), as a collector before the inbox did.
+func SpoolLegacyStreams(dir string, streams []collector.Stream) error {
+	sp, err := openSpool(dir, zerolog.Nop())
+	if err != nil {
+		return err
+	}
+	defer sp.Close()
+	b := newRowBatch(streams)
+	p, err := encodeBatch(&b)
+	if err != nil {
+		return err
+	}
+	return sp.Append(p)
+}

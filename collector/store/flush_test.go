@@ -44,7 +44,7 @@ func TestFlushTriggers(t *testing.T) {
 	if err := <-partial; err != nil {
 		t.Fatalf("partial batch at shutdown: %v", err)
 	}
-	if got, want := queryUint(t, db, "SELECT count() FROM itl_streams"), uint64(15); got != want {
+	if got, want := queryUint(t, db, "SELECT count() FROM itl_inbox"), uint64(15); got != want {
 		t.Fatalf("stored %d streams, want %d", got, want)
 	}
 	if got, want := w.Stats().Inserts, uint64(2); got != want {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/itlmon/itlmon/collector"
 	"github.com/itlmon/itlmon/collector/chdb"
+	"github.com/itlmon/itlmon/collector/join"
 	"github.com/itlmon/itlmon/collector/store"
 	"github.com/itlmon/itlmon/internal/chtest"
 	"github.com/itlmon/itlmon/wasm/beacon"
@@ -96,6 +97,29 @@ func submit(tb testing.TB, w *store.Writer, streams []collector.Stream) {
 	if err := <-done; err != nil {
 		tb.Fatalf("done: %v", err)
 	}
+}
+
+// promote promotes every inbox row written so far into the tables (what a
+// collector's promoter does continuously), with a short hold.
+func promote(tb testing.TB, db *store.DB) {
+	tb.Helper()
+	if err := tryPromote(tb, db); err != nil {
+		tb.Fatalf("promote: %v", err)
+	}
+}
+
+// tryPromote is promote returning the promoter's error.
+func tryPromote(tb testing.TB, db *store.DB) error {
+	tb.Helper()
+	p, err := join.NewPromoter([]join.Shard{{Conn: db.Conn()}}, join.PromoterConfig{
+		Hold: 10 * time.Millisecond, Grace: 10 * time.Millisecond, Logger: zerolog.New(zerolog.NewTestWriter(tb)),
+	})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	return p.CatchUp(ctx)
 }
 
 func queryUint(tb testing.TB, db *store.DB, q string, args ...any) uint64 {

@@ -70,6 +70,7 @@ func checkExactlyOnce(t *testing.T, db *store.DB, a *acked) {
 	if want == 0 {
 		t.Fatalf("nothing acked")
 	}
+	promote(t, db)
 	if got := queryUint(t, db, "SELECT count() FROM itl_streams"); got != want {
 		t.Errorf("itl_streams rows = %d, want %d acked", got, want)
 	}
@@ -293,6 +294,7 @@ func TestReplayKeepsCorruptSegment(t *testing.T) {
 	if err := w.Shutdown(context.Background()); err != nil {
 		t.Fatalf("shutdown: %v", err)
 	}
+	promote(t, db)
 	if got, want := queryUint(t, db, "SELECT count() FROM itl_streams"), uint64(len(later)); got != want {
 		t.Errorf("itl_streams rows = %d, want %d (the later segment only)", got, want)
 	}
@@ -309,7 +311,8 @@ func TestReplayKeepsCorruptSegment(t *testing.T) {
 }
 
 // TestReplaySetsAsideRefusedStreams: a spooled batch holding a stream that
-// ClickHouse refuses every time (here: it violates a CHECK constraint) does
+// ClickHouse refuses every time (here: it violates a CHECK constraint on the
+// inbox) does
 // not hold up the spool or the live inserts. Replay backs off on its own, and
 // after a few refusals stores the batch in parts and sets the refused stream
 // aside in SpoolDir/quarantine; the frames and segments after it are
@@ -318,7 +321,7 @@ func TestReplayKeepsCorruptSegment(t *testing.T) {
 func TestReplaySetsAsideRefusedStreams(t *testing.T) {
 	db := chtest.NewDB(t, store.Options{})
 	ctx := context.Background()
-	if err := db.Conn().Exec(ctx, "ALTER TABLE itl_streams ADD CONSTRAINT no_poison CHECK model != 'poison'"); err != nil {
+	if err := db.Conn().Exec(ctx, "ALTER TABLE itl_inbox ADD CONSTRAINT no_poison CHECK position(payload, 'poison') = 0"); err != nil {
 		t.Fatalf("add constraint: %v", err)
 	}
 	spoolDir := t.TempDir()
@@ -357,6 +360,7 @@ func TestReplaySetsAsideRefusedStreams(t *testing.T) {
 	}
 
 	want := uint64(len(poisoned) + len(after) + len(later) + len(live) + len(refusedLive) - 2)
+	promote(t, db)
 	if got := queryUint(t, db, "SELECT count() FROM itl_streams"); got != want {
 		t.Errorf("itl_streams rows = %d, want %d (all but the 2 refused)", got, want)
 	}

@@ -333,3 +333,13 @@ func codeOf(names []string, name string) uint8 {
 	}
 	return unknownCode
 }
+
+// timeline rebuilds the beacon timeline of a row.
+func (row *timelineRow) timeline() []beacon.Stamp {
+	n := min(len(row.AtUs), len(row.Read), len(row.Content))
+	tl := make([]beacon.Stamp, n)
+	for i := range n {
+		tl[i] = beacon.Stamp{AtUs: row.AtUs[i], Read: row.Read[i], Content: row.Content[i]}
+	}
+	return tl
+}

@@ -44,15 +44,15 @@ func BenchmarkToColumns(b *testing.B) {
 
 // BenchmarkSpoolEncode is the cost of spooling a batch while ClickHouse is down.
 func BenchmarkSpoolEncode(b *testing.B) {
-	batch := newRowBatch(benchStreams(1000))
-	p, err := encodeBatch(&batch)
+	batch, _ := inboxRows(benchStreams(1000))
+	p, err := encodeFrame(batch)
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.SetBytes(int64(len(p)))
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := encodeBatch(&batch); err != nil {
+		if _, err := encodeFrame(batch); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -155,17 +155,35 @@ func TestBatchEncodingRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := decodeBatch(p)
+	// A version 2 frame (before the inbox) reads as inbox rows.
+	rows, err := decodeFrame(p)
 	if err != nil {
-		t.Fatalf("decode: %v", err)
+		t.Fatalf("decode v2: %v", err)
 	}
-	if len(got.Streams) != 2 || got.Streams[0].StreamID != b.Streams[0].StreamID ||
-		*got.Streams[0].TTFTUs != 123_456 || got.Streams[1].ITLZero != 1 ||
-		!got.Streams[0].ReceivedAt.Equal(st.ReceivedAt) {
-		t.Fatalf("round trip: got %+v", got.Streams)
+	if len(rows) != 2 {
+		t.Fatalf("decode v2: %d rows, want 2", len(rows))
 	}
-	p[0] = 99
-	if _, err := decodeBatch(p); !errors.Is(err, errSpoolVersion) {
+	// Version 3: inbox rows, round trip to the stream.
+	p3, err := encodeFrame(rows)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := decodeFrame(p3)
+	if err != nil {
+		t.Fatalf("decode v3: %v", err)
+	}
+	if len(got) != 2 || got[0].StreamID != b.Streams[0].StreamID || got[0].Kind != KindClient {
+		t.Fatalf("round trip: got %+v", got)
+	}
+	s, err := got[1].Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.TTFTUs != 123_456 || s.ITL.ZeroCount() != 1 || !s.ReceivedAt.Equal(st.ReceivedAt) || s.Site != "demo" {
+		t.Fatalf("round trip: stream %+v", s)
+	}
+	p3[0] = 99
+	if _, err := decodeFrame(p3); !errors.Is(err, errSpoolVersion) {
 		t.Fatalf("decode of version 99: err = %v, want errSpoolVersion", err)
 	}
 }

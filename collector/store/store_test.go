@@ -42,6 +42,7 @@ func TestWriterRoundTrip(t *testing.T) {
 	in := makeStreams(20, "demo", at)
 	submit(t, w, in[:10])
 	submit(t, w, in[10:])
+	promote(t, db)
 
 	got, err := db.LatestStreams(context.Background(), collector.StreamFilter{Site: "demo", Since: at.Add(-time.Minute), Limit: 100})
 	if err != nil {

@@ -19,7 +19,6 @@ const (
 	defaultMaxRows       = 10_000
 	defaultFlushInterval = time.Second
 	defaultQueueSize     = 4096
-	defaultDedupWindow   = 24 * time.Hour
 	insertTimeout        = 30 * time.Second
 	minRetry             = time.Second
 	maxRetry             = 30 * time.Second
@@ -40,7 +39,6 @@ type WriterOptions struct {
 	MaxRows       int           // flush at this many streams; default 10,000
 	FlushInterval time.Duration // flush at least this often; default 1 s
 	QueueSize     int           // Submit calls queued before Submit blocks; default 4096
-	DedupWindow   time.Duration // a stream id seen this long before a batch is a duplicate; default 24 h (at most 7 days)
 	Logger        zerolog.Logger
 }
 
@@ -50,12 +48,11 @@ type Stats struct {
 	QueueDepth    int // Submit calls waiting for the writer (gauge)
 	QueueCapacity int
 
-	RowsInserted     uint64 // streams inserted into ClickHouse, replays included
-	RowsSpooled      uint64 // streams appended to the spool
-	RowsReplayed     uint64 // streams moved from the spool to ClickHouse
-	RowsDeduplicated uint64 // streams dropped because their id was already stored
-	RowsFailed       uint64 // streams whose done got an error (neither inserted nor spooled)
-	RowsQuarantined  uint64 // spooled streams ClickHouse refuses, set aside in SpoolDir/quarantine
+	RowsInserted    uint64 // streams inserted into ClickHouse, replays included
+	RowsSpooled     uint64 // streams appended to the spool
+	RowsReplayed    uint64 // streams moved from the spool to ClickHouse
+	RowsFailed      uint64 // streams whose done got an error (neither inserted nor spooled)
+	RowsQuarantined uint64 // spooled streams ClickHouse refuses, set aside in SpoolDir/quarantine
 
 	Inserts       uint64  // successful batch inserts (live and replay)
 	InsertErrors  uint64  // failed batch inserts
@@ -97,10 +94,10 @@ type Writer struct {
 	quarantine  *spool // opened on first use
 
 	st struct {
-		inserted, spooled, replayed, dedup, failed atomic.Uint64
-		quarantined                                atomic.Uint64
-		inserts, insertErrors, insertNanos         atomic.Uint64
-		lastBatch, spoolSegments, spoolBytes       atomic.Int64
+		inserted, spooled, replayed, failed  atomic.Uint64
+		quarantined                          atomic.Uint64
+		inserts, insertErrors, insertNanos   atomic.Uint64
+		lastBatch, spoolSegments, spoolBytes atomic.Int64
 	}
 }
 
@@ -112,7 +109,7 @@ type frameKey struct {
 
 // job is one Submit call.
 type job struct {
-	rows rowBatch
+	rows []InboxRow
 	done func(error)
 }
 
@@ -132,12 +129,6 @@ func NewWriter(db *DB, opts WriterOptions) (*Writer, error) {
 	}
 	if opts.QueueSize <= 0 {
 		opts.QueueSize = defaultQueueSize
-	}
-	if opts.DedupWindow <= 0 {
-		opts.DedupWindow = defaultDedupWindow
-	}
-	if opts.DedupWindow > 7*24*time.Hour {
-		return nil, errors.New("store: dedup window longer than itl_stream_ids keeps ids (7 days)")
 	}
 	log := opts.Logger.With().Str("component", "writer").Logger()
 	sp, err := openSpool(opts.SpoolDir, log)
@@ -165,7 +156,20 @@ func NewWriter(db *DB, opts WriterOptions) (*Writer, error) {
 // otherwise done is called exactly once, from the writer's goroutine, with
 // nil when every stream is inserted or spooled and fsynced.
 func (w *Writer) Submit(ctx context.Context, streams []collector.Stream, done func(error)) error {
-	j := job{rows: newRowBatch(streams), done: done}
+	rows, bad := inboxRows(streams)
+	for _, err := range bad {
+		// The stream decoded at ingest and cannot be encoded again: a bug,
+		// not the sender's. Logged and counted, the rest go on.
+		w.st.failed.Add(1)
+		w.log.Error().Err(err).Msg("stream not stored")
+	}
+	return w.SubmitRows(ctx, rows, done)
+}
+
+// SubmitRows queues inbox rows (ClientRow, OriginRow), with Submit's
+// contract.
+func (w *Writer) SubmitRows(ctx context.Context, rows []InboxRow, done func(error)) error {
+	j := job{rows: rows, done: done}
 	w.mu.RLock()
 	defer w.mu.RUnlock()
 	if w.closed {
@@ -202,20 +206,19 @@ func (w *Writer) Shutdown(ctx context.Context) error {
 // Stats returns the current counters.
 func (w *Writer) Stats() Stats {
 	return Stats{
-		QueueDepth:       len(w.queue),
-		QueueCapacity:    cap(w.queue),
-		RowsInserted:     w.st.inserted.Load(),
-		RowsSpooled:      w.st.spooled.Load(),
-		RowsReplayed:     w.st.replayed.Load(),
-		RowsDeduplicated: w.st.dedup.Load(),
-		RowsFailed:       w.st.failed.Load(),
-		RowsQuarantined:  w.st.quarantined.Load(),
-		Inserts:          w.st.inserts.Load(),
-		InsertErrors:     w.st.insertErrors.Load(),
-		InsertSeconds:    time.Duration(w.st.insertNanos.Load()).Seconds(),
-		LastBatchRows:    int(w.st.lastBatch.Load()),
-		SpoolSegments:    int(w.st.spoolSegments.Load()),
-		SpoolBytes:       w.st.spoolBytes.Load(),
+		QueueDepth:      len(w.queue),
+		QueueCapacity:   cap(w.queue),
+		RowsInserted:    w.st.inserted.Load(),
+		RowsSpooled:     w.st.spooled.Load(),
+		RowsReplayed:    w.st.replayed.Load(),
+		RowsFailed:      w.st.failed.Load(),
+		RowsQuarantined: w.st.quarantined.Load(),
+		Inserts:         w.st.inserts.Load(),
+		InsertErrors:    w.st.insertErrors.Load(),
+		InsertSeconds:   time.Duration(w.st.insertNanos.Load()).Seconds(),
+		LastBatchRows:   int(w.st.lastBatch.Load()),
+		SpoolSegments:   int(w.st.spoolSegments.Load()),
+		SpoolBytes:      w.st.spoolBytes.Load(),
 	}
 }
 
@@ -236,7 +239,7 @@ func (w *Writer) run() {
 		select {
 		case j := <-w.queue:
 			pending = append(pending, j)
-			if rows += len(j.rows.Streams); rows >= w.opts.MaxRows {
+			if rows += len(j.rows); rows >= w.opts.MaxRows {
 				w.flush(pending)
 				pending, rows = nil, 0
 			}
@@ -272,18 +275,18 @@ func (w *Writer) flush(jobs []job) {
 	if len(jobs) == 0 {
 		return
 	}
-	var b rowBatch
+	var b []InboxRow
 	for _, j := range jobs {
-		b.append(j.rows)
+		b = append(b, j.rows...)
 	}
-	w.st.lastBatch.Store(int64(len(b.Streams)))
+	w.st.lastBatch.Store(int64(len(b)))
 	err := w.insert(b)
 	inserted := err == nil
 	if !inserted {
 		err = w.toSpool(b)
 	}
 	if err != nil {
-		w.st.failed.Add(uint64(len(b.Streams)))
+		w.st.failed.Add(uint64(len(b)))
 	}
 	for _, j := range jobs {
 		j.done(err)
@@ -296,7 +299,7 @@ func (w *Writer) flush(jobs []job) {
 // insert inserts b unless ClickHouse is known to be down, and keeps the
 // retry state and counters. Rows ClickHouse refuses do not mean it is down:
 // they are logged, spooled by the caller, and set aside by the replay.
-func (w *Writer) insert(b rowBatch) error {
+func (w *Writer) insert(b []InboxRow) error {
 	if err := w.db.SchemaReady(); err != nil {
 		return err // DB.MigrateInBackground logs its state
 	}
@@ -315,35 +318,33 @@ func (w *Writer) insert(b rowBatch) error {
 }
 
 // tryInsert inserts b and keeps the counters.
-func (w *Writer) tryInsert(b rowBatch) error {
+func (w *Writer) tryInsert(b []InboxRow) error {
 	ctx, cancel := context.WithTimeout(context.Background(), insertTimeout)
 	defer cancel()
 	began := time.Now()
-	res, err := insertBatch(ctx, w.db.conn, b, w.opts.DedupWindow)
-	if err != nil {
+	if err := w.db.insertInbox(ctx, b); err != nil {
 		w.st.insertErrors.Add(1)
 		return err
 	}
 	w.st.inserts.Add(1)
 	w.st.insertNanos.Add(uint64(time.Since(began)))
-	w.st.inserted.Add(uint64(res.Inserted))
-	w.st.dedup.Add(uint64(res.Duplicates))
+	w.st.inserted.Add(uint64(len(b)))
 	w.recovered()
 	return nil
 }
 
 // toSpool appends b to the spool and fsyncs it.
-func (w *Writer) toSpool(b rowBatch) error {
-	p, err := encodeBatch(&b)
+func (w *Writer) toSpool(b []InboxRow) error {
+	p, err := encodeFrame(b)
 	if err == nil {
 		err = w.spool.Append(p)
 	}
 	w.updateSpoolStats()
 	if err != nil {
-		w.log.Error().Err(err).Int("rows", len(b.Streams)).Msg("spool append failed: batch not stored")
+		w.log.Error().Err(err).Int("rows", len(b)).Msg("spool append failed: batch not stored")
 		return err
 	}
-	w.st.spooled.Add(uint64(len(b.Streams)))
+	w.st.spooled.Add(uint64(len(b)))
 	return nil
 }
 
@@ -374,7 +375,7 @@ func (w *Writer) replay() {
 			continue
 		}
 		for i, f := range frames {
-			b, err := decodeBatch(f)
+			b, err := decodeFrame(f)
 			if err != nil {
 				w.log.Error().Err(err).Uint64("segment", num).Msg("spool segment unreadable; kept on disk, skipped until restart")
 				w.spool.Skip(num)
@@ -460,13 +461,13 @@ func (w *Writer) logError(err error, msg string) {
 // kept there for an operator, never deleted. It returns an error, and the
 // frame is tried again later, when ClickHouse stops answering meanwhile or
 // the quarantine cannot be written.
-func (w *Writer) isolate(seg uint64, i int, b rowBatch) error {
-	var bad rowBatch
+func (w *Writer) isolate(seg uint64, i int, b []InboxRow) error {
+	var bad []InboxRow
 	var why error
-	var split func(b rowBatch) error
-	split = func(b rowBatch) error {
-		if len(b.Streams) == 1 {
-			bad.append(b)
+	var split func(b []InboxRow) error
+	split = func(b []InboxRow) error {
+		if len(b) == 1 {
+			bad = append(bad, b...)
 			return nil
 		}
 		for _, half := range halves(b) {
@@ -486,7 +487,7 @@ func (w *Writer) isolate(seg uint64, i int, b rowBatch) error {
 	if err := split(b); err != nil {
 		return err
 	}
-	if len(bad.Streams) == 0 {
+	if len(bad) == 0 {
 		return nil
 	}
 	if w.quarantine == nil {
@@ -497,7 +498,7 @@ func (w *Writer) isolate(seg uint64, i int, b rowBatch) error {
 		}
 		w.quarantine = q
 	}
-	p, err := encodeBatch(&bad)
+	p, err := encodeFrame(bad)
 	if err == nil {
 		err = w.quarantine.Append(p)
 	}
@@ -505,29 +506,16 @@ func (w *Writer) isolate(seg uint64, i int, b rowBatch) error {
 		w.failed(fmt.Errorf("quarantine: %w", err))
 		return err
 	}
-	w.st.quarantined.Add(uint64(len(bad.Streams)))
-	w.log.Error().AnErr("clickhouse", why).Uint64("segment", seg).Int("frame", i).Int("streams", len(bad.Streams)).
+	w.st.quarantined.Add(uint64(len(bad)))
+	w.log.Error().AnErr("clickhouse", why).Uint64("segment", seg).Int("frame", i).Int("records", len(bad)).
 		Str("dir", w.quarantine.dir).Msg("clickhouse refuses these spooled streams; set aside in quarantine, the rest stored")
 	return nil
 }
 
-// halves splits b's streams, with their timelines, in two.
-func halves(b rowBatch) [2]rowBatch {
-	n := len(b.Streams) / 2
-	var h [2]rowBatch
-	h[0].Streams, h[1].Streams = b.Streams[:n:n], b.Streams[n:]
-	first := make(map[string]bool, n)
-	for _, s := range h[0].Streams {
-		first[s.StreamID] = true
-	}
-	for _, tl := range b.Timelines {
-		k := 1
-		if first[tl.StreamID] {
-			k = 0
-		}
-		h[k].Timelines = append(h[k].Timelines, tl)
-	}
-	return h
+// halves splits b in two.
+func halves(b []InboxRow) [2][]InboxRow {
+	n := len(b) / 2
+	return [2][]InboxRow{b[:n:n], b[n:]}
 }
 
 // recovered resets the backoff after a successful insert.

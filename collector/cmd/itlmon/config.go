@@ -37,8 +37,9 @@ type Config struct {
 	ConnRate        float64 // records/s per connection, 0 = unlimited
 	SiteRate        float64 // records/s per site, 0 = unlimited
 	ShutdownTimeout time.Duration
-	ReadToken       string // credential of the read side (/api/, /metrics, /dashboard/); "" = loopback only
-	ReadAddr        string // loopback listener of the read side; "" = 127.0.0.1:<port+1> when needed
+	ReadToken       string        // credential of the read side (/api/, /metrics, /dashboard/); "" = loopback only
+	ReadAddr        string        // loopback listener of the read side; "" = 127.0.0.1:<port+1> when needed
+	JoinHold        time.Duration // how long after a client record its origin timeline still refines it
 }
 
 // DefaultConfig returns the defaults.
@@ -53,6 +54,7 @@ func DefaultConfig() Config {
 		ConnRate:        ingest.DefaultConnRate,
 		SiteRate:        ingest.DefaultSiteRate,
 		ShutdownTimeout: 30 * time.Second,
+		JoinHold:        join.DefaultHold,
 	}
 }
 
@@ -173,6 +175,7 @@ func (c *Config) serveFlags(fs *flag.FlagSet) {
 	fs.Float64Var(&c.SiteRate, "site-rate", c.SiteRate, "records/s allowed per site, all connections together (0: unlimited)")
 	fs.Var(secretFlag{&c.ReadToken}, "read-token", "token of the read side (/api/*, /metrics, /dashboard/): Bearer token, or the password of basic auth (at least 16 bytes; prefer env ITLMON_READ_TOKEN). Without it the read side is served to loopback clients only")
 	fs.StringVar(&c.ReadAddr, "read-addr", c.ReadAddr, "loopback address of a separate listener for the read side; default 127.0.0.1:<port+1> when --addr is not loopback and no --read-token is set")
+	fs.DurationVar(&c.JoinHold, "join-hold", c.JoinHold, "an origin timeline reaching the inbox up to this long after its client record refines the record's stall causes; records become readable about this much later (the same on every collector of a deployment)")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", c.ShutdownTimeout, "how long a graceful shutdown may take to drain connections, queue and spool writes")
 }
 

@@ -265,8 +265,9 @@ func TestIngestStoresEnrichedRecords(t *testing.T) {
 		t.Fatalf("acks = %v, want seq 41", got)
 	}
 
-	// Acked means stored: read back at once, through the store and the API.
+	// Acked means durable; readable once promoted: through the store and the API.
 	ctx := t.Context()
+	waitPromoted(t, m.DB.Conn())
 	streams, err := m.DB.LatestStreams(ctx, collectorFilter("test"))
 	if err != nil {
 		t.Fatal(err)
@@ -539,6 +540,7 @@ func TestCrashAfterAcks(t *testing.T) {
 // storedIDs counts the rows of each stream id of site.
 func storedIDs(t testing.TB, conn driver.Conn, site string) map[[16]byte]int {
 	t.Helper()
+	waitPromoted(t, conn)
 	rows, err := conn.Query(t.Context(), "SELECT stream_id, count() FROM itl_streams WHERE site = ? GROUP BY stream_id", site)
 	if err != nil {
 		t.Fatal(err)
@@ -666,4 +668,26 @@ func getJSON(t testing.TB, url string, v any) {
 
 func collectorFilter(site string) collector.StreamFilter {
 	return collector.StreamFilter{Site: site, Since: time.Now().Add(-time.Hour), Limit: 100}
+}
+
+// waitPromoted waits until a running collector's promoter has promoted every
+// inbox row ingested so far (acked means durable in the inbox; readable in
+// itl_streams a window, the hold and the grace later), at most 60 s.
+func waitPromoted(t testing.TB, conn driver.Conn) {
+	t.Helper()
+	var until time.Time
+	if err := conn.QueryRow(t.Context(), "SELECT now64(6)").Scan(&until); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		var pending uint64
+		err := conn.QueryRow(t.Context(), `SELECT count() FROM itl_inbox WHERE ingested_at < fromUnixTimestamp64Micro(?)
+			AND ingested_at >= (SELECT max(promoted_window) FROM itl_promoted) + INTERVAL 1 SECOND`, until.UnixMicro()).Scan(&pending)
+		if err == nil && pending == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("inbox rows not promoted within 60s: %d pending (err %v)", pending, err)
+		}
+	}
 }

@@ -17,7 +17,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/rs/zerolog"
 
-	"github.com/itlmon/itlmon/collector"
 	"github.com/itlmon/itlmon/collector/chdb"
 	"github.com/itlmon/itlmon/collector/demo"
 	"github.com/itlmon/itlmon/collector/enrich"
@@ -71,12 +70,14 @@ type Main struct {
 	Engine   *chdb.Engine // nil with a DSN
 	DB       *store.DB
 	Writer   *store.Writer
-	Joiner   *join.Joiner // nil without --origin-key
+	Intake   *join.Intake // origin timelines; nil without --origin-key
+	Promoter *join.Promoter
 	Ingest   *ingest.Handler
 	Registry *prometheus.Registry
 
 	enricher    *enrich.Enricher
 	stopMigrate func() // ends DB.MigrateInBackground (DSN only)
+	stopPromote func() // ends Promoter.Run
 	ln          net.Listener
 	server      *http.Server
 	readLn      net.Listener // the read side's own loopback listener, or nil
@@ -176,22 +177,30 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	m.Registry = prometheus.NewRegistry()
 	m.Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	registerStoreMetrics(m.Registry, m.Writer)
-	var sink collector.Sink = m.Writer
+	// Records land in the inbox (the writer); the promoter turns the inbox
+	// into the tables, joined and exactly once, whichever collector took them.
+	host, _ := os.Hostname()
+	if m.Promoter, err = join.NewPromoter([]join.Shard{{Conn: m.DB.Conn()}}, join.PromoterConfig{
+		Hold: c.JoinHold, Collector: host, Logger: log,
+	}); err != nil {
+		return err
+	}
+	if err := m.Promoter.RegisterMetrics(m.Registry); err != nil {
+		return fmt.Errorf("promoter metrics: %w", err)
+	}
+	pctx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	promoted := make(chan struct{})
+	go func() { defer close(promoted); m.Promoter.Run(pctx) }()
+	m.stopPromote = func() { stop(); <-promoted }
 	if len(c.OriginKeys) > 0 {
-		// Client records of sites with an origin reporter wait briefly for
-		// its timeline, to attribute stalls, then go on to the writer.
-		m.Joiner = join.New(m.DB.Conn(), join.Config{
-			HasOrigin: func(site string) bool { _, ok := c.OriginKeys[site]; return ok },
-			Logger:    log,
-		})
-		if err := m.Joiner.RegisterMetrics(m.Registry); err != nil {
+		m.Intake = join.NewIntake(m.Writer, log)
+		if err := m.Intake.RegisterMetrics(m.Registry); err != nil {
 			return fmt.Errorf("join metrics: %w", err)
 		}
-		sink = m.Joiner.Sink(m.Writer)
 	}
 	m.Ingest, err = ingest.New(ingest.Config{
 		Sites:      sites,
-		Sink:       sink,
+		Sink:       m.Writer,
 		Enricher:   m.enricher,
 		ConnRate:   c.ConnRate,
 		ConnBurst:  max(ingest.DefaultConnBurst, int(c.ConnRate*10)),
@@ -224,8 +233,8 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	httpapi.RegisterDashboard(mux, httpapi.DashboardConfig{Conn: m.DB.Conn(), Available: m.DB.SchemaReady,
 		HasSite: m.Ingest.HasSite, Logger: log.With().Str("component", "dashboard").Logger()})
 	m.Ingest.Register(mux)
-	if m.Joiner != nil {
-		m.Joiner.Register(mux, join.StaticKeys(c.OriginKeys))
+	if m.Intake != nil {
+		m.Intake.Register(mux, join.StaticKeys(c.OriginKeys))
 	}
 
 	handler, err := m.guardReadSide(mux)
@@ -407,14 +416,14 @@ func (m *Main) Close() error {
 			m.readLn.Close()
 		}
 	}
-	if m.Joiner != nil { // hands its held batches to the writer
-		errs = append(errs, wrapErr("join", m.Joiner.Shutdown(ctx)))
-	}
 	if m.stopMigrate != nil {
 		m.stopMigrate()
 	}
 	if m.Writer != nil {
 		errs = append(errs, wrapErr("writer", m.Writer.Shutdown(ctx)))
+	}
+	if m.stopPromote != nil { // a window cut short is promoted again by the next run
+		m.stopPromote()
 	}
 	if m.DB != nil {
 		errs = append(errs, wrapErr("db", m.DB.Close()))

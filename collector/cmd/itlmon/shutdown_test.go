@@ -179,6 +179,7 @@ func TestBeaconPostGeoIP(t *testing.T) {
 	if resp.StatusCode != http.StatusNoContent {
 		t.Fatalf("POST /v1/beacon = %d, want 204", resp.StatusCode)
 	}
+	waitPromoted(t, m.DB.Conn())
 	streams, err := m.DB.LatestStreams(t.Context(), collectorFilter("test"))
 	if err != nil {
 		t.Fatal(err)

@@ -1,0 +1,138 @@
+package store
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/itlmon/itlmon/collector"
+	"github.com/itlmon/itlmon/wasm/beacon"
+	"github.com/itlmon/itlmon/wasm/hist"
+)
+
+// Kinds of itl_inbox rows.
+const (
+	KindClient = "client" // a browser record (collector.Stream)
+	KindOrigin = "origin" // an origin timeline (beacon.Origin)
+)
+
+// InboxRow is one row of itl_inbox (schema/007_inbox.sql): one record as a
+// collector accepted it. ingested_at is left to the server (its DEFAULT).
+type InboxRow struct {
+	Kind         string    `ch:"kind"`
+	Site         string    `ch:"site"`
+	StreamID     string    `ch:"stream_id"`
+	OriginID     string    `ch:"origin_id"`
+	ReceivedAt   time.Time `ch:"received_at"`
+	Country      string    `ch:"country"`
+	Region       string    `ch:"region"`
+	Browser      string    `ch:"browser"`
+	BrowserMajor uint16    `ch:"browser_major"`
+	OS           string    `ch:"os"`
+	Device       string    `ch:"device"`
+	Payload      string    `ch:"payload"`
+}
+
+var inboxColumns = columnList[InboxRow]()
+
+// inboxLimits bound what DecodeClient and DecodeOrigin accept: a record that
+// reached the inbox passed the ingest limits, which an operator may have set
+// above beacon.DefaultLimits.
+var inboxLimits = beacon.Limits{
+	MaxBytes:    64 << 20,
+	MaxRecords:  1,
+	MaxBuckets:  hist.NumIndexes,
+	MaxTimeline: 1 << 20,
+	MaxStalls:   1 << 20,
+	MaxString:   1 << 20,
+}
+
+// ClientRow makes the inbox row of a client stream. The payload is a beacon
+// batch of this one record with the client facts the row needs (never the
+// user agent: the enrichment travels in columns).
+func ClientRow(s *collector.Stream) (InboxRow, error) {
+	b := beacon.Batch{
+		Site: s.Site,
+		Client: beacon.Client{
+			ConnType:      s.ConnType,
+			ConnRTTMs:     s.ConnRTTMs,
+			TimerFloorUs:  s.TimerFloorUs,
+			ModuleVersion: s.ModuleVersion,
+			Release:       s.Release,
+		},
+		Records: []beacon.Record{s.Record},
+	}
+	p, err := b.AppendBinary(nil)
+	if err != nil {
+		return InboxRow{}, fmt.Errorf("inbox: encode client record: %w", err)
+	}
+	return InboxRow{
+		Kind: KindClient, Site: s.Site, StreamID: string(s.StreamID[:]), OriginID: s.OriginID, ReceivedAt: s.ReceivedAt.UTC(),
+		Country: s.Country, Region: s.Region, Browser: s.Browser, BrowserMajor: s.BrowserMajor,
+		OS: s.OS, Device: s.Device, Payload: string(p),
+	}, nil
+}
+
+// OriginRow makes the inbox row of an origin timeline of site. Timelines
+// without an id cannot be joined and have no identity to deduplicate by:
+// they get the empty id and are promoted once per copy.
+func OriginRow(site string, receivedAt time.Time, o *beacon.Origin) (InboxRow, error) {
+	b := beacon.OriginBatch{Site: site, Records: []beacon.Origin{*o}}
+	p, err := b.AppendBinary(nil)
+	if err != nil {
+		return InboxRow{}, fmt.Errorf("inbox: encode origin timeline: %w", err)
+	}
+	return InboxRow{Kind: KindOrigin, Site: site, StreamID: o.ID, OriginID: o.ID, ReceivedAt: receivedAt.UTC(), Payload: string(p)}, nil
+}
+
+// Client decodes the client stream of a KindClient row.
+func (r *InboxRow) Client() (collector.Stream, error) {
+	var s collector.Stream
+	if r.Kind != KindClient {
+		return s, fmt.Errorf("inbox: %q row is not a client record", r.Kind)
+	}
+	b, err := beacon.DecodeBatch([]byte(r.Payload), inboxLimits)
+	if err != nil {
+		return s, fmt.Errorf("inbox: client record: %w", err)
+	}
+	if len(b.Records) != 1 {
+		return s, fmt.Errorf("inbox: client payload holds %d records, want 1", len(b.Records))
+	}
+	s.Record = b.Records[0]
+	s.Site, s.ReceivedAt = r.Site, r.ReceivedAt.UTC()
+	s.Release, s.ModuleVersion = b.Client.Release, b.Client.ModuleVersion
+	s.ConnType, s.ConnRTTMs, s.TimerFloorUs = b.Client.ConnType, b.Client.ConnRTTMs, b.Client.TimerFloorUs
+	s.Country, s.Region, s.Browser, s.BrowserMajor = r.Country, r.Region, r.Browser, r.BrowserMajor
+	s.OS, s.Device = r.OS, r.Device
+	return s, nil
+}
+
+// Origin decodes the timeline of a KindOrigin row.
+func (r *InboxRow) Origin() (beacon.Origin, error) {
+	if r.Kind != KindOrigin {
+		return beacon.Origin{}, fmt.Errorf("inbox: %q row is not an origin timeline", r.Kind)
+	}
+	b, err := beacon.DecodeOriginBatch([]byte(r.Payload), inboxLimits)
+	if err != nil {
+		return beacon.Origin{}, fmt.Errorf("inbox: origin timeline: %w", err)
+	}
+	if len(b.Records) != 1 {
+		return beacon.Origin{}, errors.New("inbox: origin payload does not hold one timeline")
+	}
+	return b.Records[0], nil
+}
+
+// inboxRows turns client streams into inbox rows. A stream that cannot be
+// encoded (it broke a beacon limit on its way) is returned in bad, with why.
+func inboxRows(streams []collector.Stream) (rows []InboxRow, bad []error) {
+	rows = make([]InboxRow, 0, len(streams))
+	for i := range streams {
+		row, err := ClientRow(&streams[i])
+		if err != nil {
+			bad = append(bad, err)
+			continue
+		}
+		rows = append(rows, row)
+	}
+	return rows, bad
+}
