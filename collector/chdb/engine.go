@@ -79,8 +79,8 @@ type Options struct {
 	ConfigFile string
 	// FixedPorts makes a launch whose ports are taken fail instead of
 	// trying new ones, for engines other servers reach by a configured port.
-	FixedPorts bool
-	StopTimeout  time.Duration  // SIGTERM grace before SIGKILL; default 10 s
+	FixedPorts  bool
+	StopTimeout time.Duration // SIGTERM grace before SIGKILL; default 10 s
 }
 
 // Engine is a running, supervised ClickHouse child process. Its methods are
