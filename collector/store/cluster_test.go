@@ -413,3 +413,23 @@ func port(e *chdb.Engine) string {
 	_, p, _ := strings.Cut(e.NativeAddr(), ":")
 	return p
 }
+
+func TestShardingKey(t *testing.T) {
+	tests := []struct {
+		columns    []string
+		sortingKey string
+		want       string
+	}{
+		{[]string{"received_at", "site", "stream_id", "origin_id"}, "site, toStartOfHour(received_at), region, stream_id", "cityHash64(stream_id)"},
+		{[]string{"received_at", "site", "origin_id", "stream_id"}, "site, origin_id", "cityHash64(origin_id)"}, // itl_origin
+		{[]string{"kind", "stream_id", "ingested_at"}, "ingested_at", "cityHash64(stream_id)"},               // itl_inbox
+		{[]string{"origin_id", "at"}, "at", "cityHash64(origin_id)"},
+		{[]string{"minute", "site", "streams"}, "site, minute", "rand()"},
+		{[]string{"my_stream_id", "x"}, "my_stream_id", "rand()"},
+	}
+	for _, tt := range tests {
+		if got := store.ShardingKey(tt.columns, tt.sortingKey); got != tt.want {
+			t.Errorf("ShardingKey(%v, %q) = %s, want %s", tt.columns, tt.sortingKey, got, tt.want)
+		}
+	}
+}
