@@ -15,6 +15,11 @@
 // stream), itl_stream_ids (dedup check), itl_rollup_1m (per-minute aggregates
 // via a materialized view), itl_timelines (sampled raw timelines), itl_origin
 // and itl_origin_1m (the origin vantage point and its rollup).
+//
+// Parse and Cluster (cluster.go) give each statement its form in the cluster
+// layout (itlmon migrate --cluster): the per-shard local database, ON
+// CLUSTER and Replicated engines with replication, and the ALTER or DROP
+// that keeps the main database's Distributed table in step.
 package schema
 
 import (

@@ -72,7 +72,15 @@ type Options struct {
 	NativePort   int            // first port to try for the native protocol; 0 picks a free one
 	HTTPPort     int            // first port to try for HTTP; 0 picks a free one
 	ReadyTimeout time.Duration  // per launch attempt, until /ping answers; default 60 s
-	StopTimeout  time.Duration  // SIGTERM grace before SIGKILL; default 10 s
+	// ConfigFile is a server configuration file (--config-file), e.g. one
+	// holding remote_servers. The command line's ports and path win over it.
+	// A config that names this engine's own ports (a cluster of engines)
+	// needs NativePort and HTTPPort set and FixedPorts.
+	ConfigFile string
+	// FixedPorts makes a launch whose ports are taken fail instead of
+	// trying new ones, for engines other servers reach by a configured port.
+	FixedPorts  bool
+	StopTimeout time.Duration // SIGTERM grace before SIGKILL; default 10 s
 }
 
 // Engine is a running, supervised ClickHouse child process. Its methods are
@@ -404,6 +412,9 @@ func (e *Engine) launch(ctx context.Context) (*child, error) {
 	e.mu.Unlock()
 	var lastErr error
 	for attempt := 0; attempt < launchAttempts; attempt++ {
+		if attempt > 0 && e.opts.FixedPorts {
+			break
+		}
 		if attempt > 0 || native == 0 || httpPort == 0 {
 			var err error
 			if native, httpPort, err = freePorts(); err != nil {
@@ -453,14 +464,18 @@ var (
 
 // spawn starts the child process with its stderr copied to the log.
 func (e *Engine) spawn(native, httpPort int) (*child, error) {
-	cmd := exec.Command(e.opts.Exe,
-		"--path="+e.opts.Dir,
-		"--tcp_port="+strconv.Itoa(native),
-		"--http_port="+strconv.Itoa(httpPort),
+	args := []string{
+		"--path=" + e.opts.Dir,
+		"--tcp_port=" + strconv.Itoa(native),
+		"--http_port=" + strconv.Itoa(httpPort),
 		"--listen_host=127.0.0.1",
 		"--multiquery",
 		"--query", blockingQuery,
-	)
+	}
+	if e.opts.ConfigFile != "" {
+		args = append([]string{"--config-file=" + e.opts.ConfigFile}, args...)
+	}
+	cmd := exec.Command(e.opts.Exe, args...)
 	cmd.Dir = e.opts.Dir
 	cmd.Env = append(os.Environ(), childEnv+"=1", libEnv+"="+e.opts.LibPath)
 	// Own process group: a terminal's Ctrl-C reaches the collector, which

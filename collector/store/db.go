@@ -42,10 +42,11 @@ type Options struct {
 // DB is a ClickHouse connection pool with itlmon's schema. Safe for
 // concurrent use.
 type DB struct {
-	conn    driver.Conn
-	opts    Options
-	log     zerolog.Logger
-	cluster string
+	conn     driver.Conn
+	opts     Options
+	database string // the connection's default database
+	cluster  string
+	log      zerolog.Logger
 
 	// pending is set while MigrateInBackground has not applied the schema
 	// yet; cause says why (guarded by mu).
@@ -80,18 +81,16 @@ func Open(ctx context.Context, opts Options) (*DB, error) {
 	if err != nil {
 		return nil, fmt.Errorf("store: open: %w", err)
 	}
+	db := &DB{conn: conn, opts: opts, database: chOpts.Auth.Database, cluster: opts.Cluster,
+		log: opts.Logger.With().Str("component", "store").Logger()}
 	if opts.Lazy {
-		return newDB(conn, opts), nil
+		return db, nil
 	}
 	if err := conn.Ping(ctx); err != nil {
 		conn.Close()
 		return nil, fmt.Errorf("store: ping: %w", err)
 	}
-	return newDB(conn, opts), nil
-}
-
-func newDB(conn driver.Conn, opts Options) *DB {
-	return &DB{conn: conn, opts: opts, cluster: opts.Cluster, log: opts.Logger.With().Str("component", "store").Logger()}
+	return db, nil
 }
 
 func clickhouseOptions(opts Options) (*clickhouse.Options, error) {
@@ -191,7 +190,7 @@ func (db *DB) migrateUpTo(ctx context.Context, last uint32) error {
 		}
 		db.log.Info().Str("migration", m.Name).Msg("schema migration applied")
 	}
-	return db.applyTTL(ctx)
+	return db.applyTTL(ctx, db.conn, "")
 }
 
 // hasColumn reports whether table (in the current database) has a column
@@ -223,15 +222,16 @@ func (db *DB) appliedVersions(ctx context.Context) (map[uint32]bool, error) {
 	return applied, rows.Err()
 }
 
-// applyTTL sets the raw tables' TTL when it differs from the configured one.
-// materialize_ttl_after_modify = 0: old parts expire as they merge, nothing
-// is rewritten at start-up.
-func (db *DB) applyTTL(ctx context.Context) error {
+// applyTTL sets the raw tables' TTL in conn's current database when it
+// differs from the configured one, with onCluster (" ON CLUSTER name" or "")
+// after the table's name. materialize_ttl_after_modify = 0: old parts expire
+// as they merge, nothing is rewritten at start-up.
+func (db *DB) applyTTL(ctx context.Context, conn driver.Conn, onCluster string) error {
 	days := int(db.opts.StreamsTTL / (24 * time.Hour))
 	want := fmt.Sprintf("toDateTime(received_at) + toIntervalDay(%d)", days)
 	for _, table := range []string{"itl_streams", "itl_timelines"} {
 		var engine string
-		err := db.conn.QueryRow(ctx,
+		err := conn.QueryRow(ctx,
 			"SELECT engine_full FROM system.tables WHERE database = currentDatabase() AND name = ?", table).Scan(&engine)
 		if err != nil {
 			return fmt.Errorf("store: read %s TTL: %w", table, err)
@@ -239,8 +239,8 @@ func (db *DB) applyTTL(ctx context.Context) error {
 		if strings.Contains(engine, "TTL "+want) {
 			continue
 		}
-		stmt := fmt.Sprintf("ALTER TABLE %s MODIFY TTL toDateTime(received_at) + INTERVAL %d DAY", table, days)
-		if err := db.conn.Exec(clickhouse.Context(ctx, clickhouse.WithSettings(clickhouse.Settings{
+		stmt := fmt.Sprintf("ALTER TABLE %s%s MODIFY TTL toDateTime(received_at) + INTERVAL %d DAY", table, onCluster, days)
+		if err := conn.Exec(clickhouse.Context(ctx, clickhouse.WithSettings(clickhouse.Settings{
 			"materialize_ttl_after_modify": 0,
 		})), stmt); err != nil {
 			return fmt.Errorf("store: set %s TTL: %w", table, err)

@@ -8,6 +8,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/itlmon/itlmon/collector"
+	"github.com/itlmon/itlmon/schema"
 )
 
 // SpoolStreams appends streams to the spool in dir as one frame, as a writer
@@ -125,3 +126,15 @@ func SpoolLegacyStreams(dir string, streams []collector.Stream) error {
 	}
 	return sp.Append(p)
 }
+
+// MigrateClusterWith is MigrateCluster applying migs instead of the
+// embedded schema.
+func (db *DB) MigrateClusterWith(ctx context.Context, l ClusterLayout, migs []schema.Migration) error {
+	return db.migrateCluster(ctx, l, migs)
+}
+
+// ClusterBootDDL and DistributedDDL are the statements MigrateCluster
+// builds itself (the files' statements come from schema.Cluster).
+func ClusterBootDDL(l ClusterLayout) []string { return bootDDL(l) }
+
+func DistributedDDL(l ClusterLayout, table, key string) string { return distributedDDL(l, table, key) }

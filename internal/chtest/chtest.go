@@ -48,16 +48,7 @@ func Main(m *testing.M) int {
 // missing engine fails tb instead.
 func Engine(tb testing.TB) *chdb.Engine {
 	tb.Helper()
-	if testing.Short() {
-		tb.Skip("real-engine test: not with -short")
-	}
-	lib := os.Getenv("CHDB_LIB_PATH")
-	if _, statErr := os.Stat(lib); lib == "" || statErr != nil {
-		if os.Getenv("ITLMON_REQUIRE_REAL") == "1" {
-			tb.Fatalf("CHDB_LIB_PATH=%q: real ClickHouse engine required", lib)
-		}
-		tb.Skip("CHDB_LIB_PATH not set or missing; skipping real-engine test")
-	}
+	lib := libPath(tb)
 	once.Do(func() {
 		if dir, err = os.MkdirTemp("", "itlmon-test-engine-"); err != nil {
 			return
@@ -69,6 +60,23 @@ func Engine(tb testing.TB) *chdb.Engine {
 		tb.Fatalf("start engine: %v", err)
 	}
 	return engine
+}
+
+// libPath returns $CHDB_LIB_PATH, skipping tb under -short or when it is
+// missing (failing it then with ITLMON_REQUIRE_REAL=1).
+func libPath(tb testing.TB) string {
+	tb.Helper()
+	if testing.Short() {
+		tb.Skip("real-engine test: not with -short")
+	}
+	lib := os.Getenv("CHDB_LIB_PATH")
+	if _, statErr := os.Stat(lib); lib == "" || statErr != nil {
+		if os.Getenv("ITLMON_REQUIRE_REAL") == "1" {
+			tb.Fatalf("CHDB_LIB_PATH=%q: real ClickHouse engine required", lib)
+		}
+		tb.Skip("CHDB_LIB_PATH not set or missing; skipping real-engine test")
+	}
+	return lib
 }
 
 // NewDB opens a database of its own on the shared engine (opts.Database, or

@@ -8,14 +8,25 @@ import (
 	"io"
 	"os"
 	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/itlmon/itlmon/collector/store"
 )
 
-// runMigrate applies the schema (embedded engine or DSN) and exits.
+// ErrClusterDSN is returned for --cluster without --clickhouse.
+var ErrClusterDSN = errors.New("--cluster needs --clickhouse: the DSN of a node of the cluster, its database the main database")
+
+// runMigrate applies the schema (embedded engine or DSN) and exits; with
+// --cluster, the cluster layout through the DSN's node (store.MigrateCluster).
 func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	c := DefaultConfig()
 	fs := flag.NewFlagSet("itlmon migrate", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	c.storageFlags(fs)
+	var cluster, replication string
+	fs.StringVar(&cluster, "cluster", "", "apply the cluster layout to this cluster (remote_servers): per-shard tables in DB_local, Distributed tables in DB (the DSN's database)")
+	fs.StringVar(&replication, "replication", string(store.Replicated), "with --cluster: replicated (Replicated* engines, ON CLUSTER DDL; needs Keeper) or none (plain engines, applied on every node system.clusters lists)")
 	if err := parseWithEnv(fs, args, os.Getenv); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -27,7 +38,19 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		fmt.Fprintf(stderr, "itlmon migrate: %v\n", err)
 		return 2
 	}
+	repl, err := store.ParseReplication(replication)
+	if err != nil {
+		fmt.Fprintf(stderr, "itlmon migrate: %v\n", err)
+		return 2
+	}
+	if cluster != "" && c.ClickHouse.IsZero() {
+		fmt.Fprintf(stderr, "itlmon migrate: %v\n", ErrClusterDSN)
+		return 2
+	}
 	log := newLogger(c.LogFormat, c.LogLevel, stderr)
+	if cluster != "" {
+		return migrateCluster(ctx, &c, cluster, repl, stdout, log)
+	}
 	db, eng, err := openStorage(ctx, &c, false, log)
 	if err != nil {
 		log.Error().Err(err).Msg("migrate")
@@ -48,5 +71,26 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	}
 	log.Info().Dur("took", time.Since(began)).Msg("schema up to date")
 	fmt.Fprintln(stdout, "schema up to date")
+	return 0
+}
+
+// migrateCluster applies the cluster layout of cluster through the DSN's
+// node. The DSN's database is the main database; it need not exist yet.
+func migrateCluster(ctx context.Context, c *Config, cluster string, repl store.Replication, stdout io.Writer, log zerolog.Logger) int {
+	db, err := store.Open(ctx, store.Options{DSN: c.ClickHouse.Reveal(), StreamsTTL: c.TTL, Lazy: true, Logger: log})
+	if err != nil {
+		log.Error().Err(err).Stringer("clickhouse", c.ClickHouse).Msg("migrate")
+		return 1
+	}
+	defer db.Close()
+	l := store.NewClusterLayout(cluster, db.Database(), repl)
+	began := time.Now()
+	if err := db.MigrateCluster(ctx, l); err != nil {
+		log.Error().Err(err).Str("cluster", cluster).Msg("migrate")
+		return 1
+	}
+	log.Info().Dur("took", time.Since(began)).Str("cluster", cluster).Str("database", l.Database).
+		Str("local_database", l.LocalDB).Str("replication", string(repl)).Msg("cluster schema up to date")
+	fmt.Fprintf(stdout, "cluster %s: schema up to date (tables in %s, Distributed tables in %s)\n", cluster, l.LocalDB, l.Database)
 	return 0
 }
