@@ -401,7 +401,7 @@ func TestShardingKey(t *testing.T) {
 		want       string
 	}{
 		{[]string{"received_at", "site", "stream_id", "origin_id"}, "site, toStartOfHour(received_at), region, stream_id", "cityHash64(stream_id)"},
-		{[]string{"received_at", "site", "origin_id", "stream_id"}, "site, origin_id", "cityHash64(origin_id)"}, // itl_origin
+		{[]string{"received_at", "site", "origin_id", "stream_id"}, "site, origin_id", "cityHash64(origin_id)"},                             // itl_origin
 		{[]string{"kind", "stream_id", "origin_id", "ingested_at"}, "ingested_at", "cityHash64(if(origin_id != '', origin_id, stream_id))"}, // itl_inbox
 		{[]string{"origin_id", "at"}, "at", "cityHash64(origin_id)"},
 		{[]string{"minute", "site", "streams"}, "site, minute", "rand()"},
