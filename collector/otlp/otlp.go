@@ -196,6 +196,12 @@ func New(cfg Config) (*Exporter, error) {
 	return e, nil
 }
 
+// ValidateEndpoint reports whether s is an OTLP/HTTP endpoint New accepts.
+func ValidateEndpoint(s string) error {
+	_, err := metricsURL(s)
+	return err
+}
+
 // metricsURL checks an OTLP/HTTP endpoint and adds /v1/metrics to a bare
 // one.
 func metricsURL(s string) (string, error) {

@@ -16,6 +16,7 @@ import (
 	"github.com/itlmon/itlmon/collector/config"
 	"github.com/itlmon/itlmon/collector/ingest"
 	"github.com/itlmon/itlmon/collector/join"
+	"github.com/itlmon/itlmon/collector/otlp"
 )
 
 // Config is the configuration of serve (and, in part, migrate): defaults,
@@ -37,8 +38,10 @@ type Config struct {
 	ConnRate        float64 // records/s per connection, 0 = unlimited
 	SiteRate        float64 // records/s per site, 0 = unlimited
 	ShutdownTimeout time.Duration
-	ReadToken       string // credential of the read side (/api/, /metrics, /dashboard/); "" = loopback only
-	ReadAddr        string // loopback listener of the read side; "" = 127.0.0.1:<port+1> when needed
+	ReadToken       string        // credential of the read side (/api/, /metrics, /dashboard/); "" = loopback only
+	ReadAddr        string        // loopback listener of the read side; "" = 127.0.0.1:<port+1> when needed
+	OTLPEndpoint    string        // OTLP/HTTP metrics endpoint; "" exports nothing
+	OTLPInterval    time.Duration // how often closed rollup minutes are exported
 }
 
 // DefaultConfig returns the defaults.
@@ -53,6 +56,7 @@ func DefaultConfig() Config {
 		ConnRate:        ingest.DefaultConnRate,
 		SiteRate:        ingest.DefaultSiteRate,
 		ShutdownTimeout: 30 * time.Second,
+		OTLPInterval:    otlp.DefaultInterval,
 	}
 }
 
@@ -174,6 +178,8 @@ func (c *Config) serveFlags(fs *flag.FlagSet) {
 	fs.Var(secretFlag{&c.ReadToken}, "read-token", "token of the read side (/api/*, /metrics, /dashboard/): Bearer token, or the password of basic auth (at least 16 bytes; prefer env ITLMON_READ_TOKEN). Without it the read side is served to loopback clients only")
 	fs.StringVar(&c.ReadAddr, "read-addr", c.ReadAddr, "loopback address of a separate listener for the read side; default 127.0.0.1:<port+1> when --addr is not loopback and no --read-token is set")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", c.ShutdownTimeout, "how long a graceful shutdown may take to drain connections, queue and spool writes")
+	fs.StringVar(&c.OTLPEndpoint, "otlp-endpoint", c.OTLPEndpoint, "export the rollup's closed minutes as OTLP metrics over HTTP/protobuf to this URL (http(s)://host:4318; /v1/metrics is added to a bare host); give it to one collector per database")
+	fs.DurationVar(&c.OTLPInterval, "otlp-interval", c.OTLPInterval, "how often the OTLP exporter sends the minutes closed since its last export")
 }
 
 // envName is the environment variable of a flag: --log-level is ITLMON_LOG_LEVEL.
@@ -256,6 +262,14 @@ func (c *Config) Validate() error {
 	}
 	if c.ReadToken != "" && len(c.ReadToken) < 16 {
 		return errors.New("read token must be at least 16 bytes")
+	}
+	if c.OTLPEndpoint != "" {
+		if err := otlp.ValidateEndpoint(c.OTLPEndpoint); err != nil {
+			return err
+		}
+		if c.OTLPInterval < time.Second {
+			return fmt.Errorf("otlp interval %v: want at least 1s", c.OTLPInterval)
+		}
 	}
 	if c.ReadAddr != "" && !isLoopbackAddr(c.ReadAddr) {
 		return fmt.Errorf("read addr %s: %w", c.ReadAddr, ErrReadAddr)
