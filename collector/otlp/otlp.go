@@ -77,6 +77,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
@@ -159,8 +160,25 @@ type Exporter struct {
 	cfg      Config
 	endpoint string
 
-	mu   sync.Mutex
-	next time.Time // first minute not exported yet
+	mu      sync.Mutex
+	next    time.Time // first minute not exported yet
+	minutes atomic.Uint64
+	points  atomic.Uint64
+	errs    atomic.Uint64
+	skipped atomic.Uint64
+}
+
+// Stats are an Exporter's counters since New.
+type Stats struct {
+	Minutes uint64 // minutes exported (with or without streams)
+	Points  uint64 // data points sent
+	Errors  uint64 // failed exports (each retried)
+	Skipped uint64 // minutes given up on: older than MaxBacklog while exports failed
+}
+
+// Stats returns the counters.
+func (e *Exporter) Stats() Stats {
+	return Stats{Minutes: e.minutes.Load(), Points: e.points.Load(), Errors: e.errs.Load(), Skipped: e.skipped.Load()}
 }
 
 // New validates cfg and returns an Exporter whose first minute is the one
@@ -255,6 +273,7 @@ func (e *Exporter) ExportDue(ctx context.Context) (int, error) {
 	end := e.cfg.Now().Add(-e.cfg.Settle).UTC().Truncate(time.Minute) // first minute not settled
 	if oldest := end.Add(-time.Duration(e.cfg.MaxBacklog) * time.Minute); e.next.Before(oldest) {
 		e.cfg.Logger.Warn().Time("from", e.next).Time("to", oldest).Msg("otlp export: minutes older than the backlog skipped")
+		e.skipped.Add(uint64(oldest.Sub(e.next) / time.Minute))
 		e.next = oldest
 	}
 	sent := 0
@@ -265,14 +284,20 @@ func (e *Exporter) ExportDue(ctx context.Context) (int, error) {
 		}
 		rows, err := readRollup(ctx, e.cfg.Conn, e.next, to)
 		if err != nil {
+			e.errs.Add(1)
 			return sent, err
 		}
 		if len(rows) > 0 {
-			if err := e.send(ctx, encodeRequest(rows)); err != nil {
+			body, points := encodeRequest(rows)
+			if err := e.send(ctx, body); err != nil {
+				e.errs.Add(1)
 				return sent, err
 			}
+			e.points.Add(uint64(points))
 		}
-		sent += int(to.Sub(e.next) / time.Minute)
+		n := int(to.Sub(e.next) / time.Minute)
+		sent += n
+		e.minutes.Add(uint64(n))
 		e.next = to
 	}
 	return sent, nil
@@ -361,16 +386,28 @@ func readRollup(ctx context.Context, conn Conn, from, to time.Time) ([]row, erro
 	return out, nil
 }
 
-// encodeRequest builds the ExportMetricsServiceRequest of rows: one
-// ResourceMetrics (field 1) holding every metric. The request message is
-// written by hand (it is that one repeated field) so the collector does not
-// link the gRPC service packages.
-func encodeRequest(rows []row) []byte {
+// encodeRequest builds the ExportMetricsServiceRequest of rows, one
+// ResourceMetrics (field 1) holding every metric, and counts its data
+// points. The request message is written by hand (it is that one repeated
+// field) so the collector does not link the gRPC service packages.
+func encodeRequest(rows []row) ([]byte, int) {
+	ms := metrics(rows)
+	points := 0
+	for _, m := range ms {
+		switch d := m.Data.(type) {
+		case *metricspb.Metric_ExponentialHistogram:
+			points += len(d.ExponentialHistogram.DataPoints)
+		case *metricspb.Metric_Sum:
+			points += len(d.Sum.DataPoints)
+		case *metricspb.Metric_Gauge:
+			points += len(d.Gauge.DataPoints)
+		}
+	}
 	rm := &metricspb.ResourceMetrics{
 		Resource: &resourcepb.Resource{Attributes: []*commonpb.KeyValue{str("service.name", "itlmon")}},
 		ScopeMetrics: []*metricspb.ScopeMetrics{{
 			Scope:   &commonpb.InstrumentationScope{Name: ScopeName},
-			Metrics: metrics(rows),
+			Metrics: ms,
 		}},
 	}
 	b, err := proto.Marshal(rm)
@@ -378,7 +415,7 @@ func encodeRequest(rows []row) []byte {
 		panic("BUG: otlp: marshal: " + err.Error())
 	}
 	out := protowire.AppendTag(nil, 1, protowire.BytesType)
-	return protowire.AppendBytes(out, b)
+	return protowire.AppendBytes(out, b), points
 }
 
 func str(k, v string) *commonpb.KeyValue {

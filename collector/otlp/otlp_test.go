@@ -273,6 +273,9 @@ func TestExport(t *testing.T) {
 	if n, err := e.ExportDue(ctx); err != nil || n != 1 {
 		t.Fatalf("ExportDue = %d, %v; want 1 minute", n, err)
 	}
+	if st := e.Stats(); st.Minutes != 1 || st.Points == 0 || st.Errors != 0 {
+		t.Errorf("stats %+v, want 1 minute, some points, no errors", st)
+	}
 	got := metricsByName(t, rc.take())
 	wantUnits := map[string]string{otlp.MetricTTFT: "s", otlp.MetricITL: "s", otlp.MetricStreams: "{stream}",
 		otlp.MetricStalls: "{stall}", otlp.MetricStalledTime: "s", otlp.MetricContentEvents: "{event}",
@@ -398,6 +401,9 @@ func TestExport(t *testing.T) {
 	}
 	if n, err := e.ExportDue(ctx); err != nil || n != 1 {
 		t.Fatalf("ExportDue after the failure = %d, %v; want 1 minute", n, err)
+	}
+	if st := e.Stats(); st.Minutes != 2 || st.Errors != 1 || st.Skipped != 0 {
+		t.Errorf("stats %+v, want 2 minutes, 1 error, none skipped", st)
 	}
 	got = metricsByName(t, rc.take())
 	status = map[string]int64{}

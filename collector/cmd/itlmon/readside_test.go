@@ -128,6 +128,9 @@ func TestServeOTLP(t *testing.T) {
 	if m.stopOTLP == nil {
 		t.Fatal("no OTLP exporter started")
 	}
+	if body := getText(t, m.URL()+"/metrics"); !strings.Contains(body, "itlmon_otlp_exported_minutes_total") {
+		t.Error("/metrics has no itlmon_otlp_exported_minutes_total")
+	}
 	if err := m.Close(); err != nil {
 		t.Fatalf("Close: %v", err)
 	}

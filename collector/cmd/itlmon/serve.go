@@ -259,7 +259,7 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	}
 	ev.Msg("itlmon serving")
 	if c.OTLPEndpoint != "" {
-		if m.stopOTLP, err = startOTLP(ctx, m.DB.Conn(), c, log); err != nil {
+		if m.stopOTLP, err = startOTLP(ctx, m.DB.Conn(), c, m.Registry, log); err != nil {
 			return err
 		}
 	}
