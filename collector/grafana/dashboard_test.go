@@ -300,8 +300,9 @@ func buildDashboard() dashboard {
 		Tags:        []string{"itlmon", "llm", "rum"}, Editable: true, SchemaVersion: 39,
 		Time: map[string]any{"from": "now-6h", "to": "now"}, Refresh: "1m", GraphTooltip: 1}
 	d.Templating.List = []variable{
+		// The provisioned data source (provisioning/datasources) by default.
 		{Name: "datasource", Label: "Data source", Type: "datasource", Query: "grafana-clickhouse-datasource",
-			Current: map[string]any{}, Options: []varOption{}},
+			Current: map[string]any{"selected": true, "text": "itlmon ClickHouse", "value": "itlmon-clickhouse"}, Options: []varOption{}},
 		queryVar("site", "Site", siteVarSQL, false),
 		queryVar("region", "Region", dimVarSQL("region"), true),
 		queryVar("browser", "Browser", dimVarSQL("browser"), true),
@@ -381,6 +382,13 @@ func TestDashboardJSON(t *testing.T) {
 	}
 	if !bytes.Equal(got, want) {
 		t.Fatalf("%s differs from the dashboard defined in dashboard_test.go (run with -update if intended)", dashboardFile)
+	}
+	prov, err := os.ReadFile("provisioning/datasources/itlmon-clickhouse.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(prov), "uid: itlmon-clickhouse") || !strings.Contains(string(prov), "type: grafana-clickhouse-datasource") {
+		t.Error("the provisioned data source is not the one the dashboard's datasource variable picks (uid itlmon-clickhouse)")
 	}
 	for _, p := range buildDashboard().Panels {
 		for _, tg := range p.Targets {
