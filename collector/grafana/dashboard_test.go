@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -33,42 +34,44 @@ const filter = `$__timeFilter(minute)
 const repFactor = `(2 * exp2(1 / 32) / (1 + exp2(1 / 32)))`
 
 // rankValue is the representative, in microseconds, of the order statistic
-// of 0-based rank r (a Float64 expression) of a merged histogram: h is its
-// sumMap (Tuple(Array(Int32) indexes, Array(UInt64) counts), ascending), z
-// its zero-bucket count. The zero bucket's values (≤ 1 µs) read as 0.
-func rankValue(r, h, z string) string {
-	return fmt.Sprintf("if(%[1]s < %[3]s, 0, exp2(%[2]s.1[arrayFirstIndex(c -> c + %[3]s > %[1]s, arrayCumSum(%[2]s.2))] / 32) * %[4]s)",
-		r, h, z, repFactor)
+// of 0-based rank r of a merged histogram: h is its sumMap
+// (Tuple(Array(Int32) indexes, Array(UInt64) counts), ascending), z its
+// zero-bucket count. The zero bucket's values (≤ 1 µs) read as 0.
+func rankValue(h, z string) string {
+	return fmt.Sprintf("if(r < %[2]s, 0, exp2(%[1]s.1[arrayFirstIndex(c -> c + %[2]s > r, arrayCumSum(%[1]s.2))] / 32) * %[3]s)",
+		h, z, repFactor)
 }
 
-// quantile is hist.Quantile over a merged histogram (see rankValue), in
-// milliseconds, NULL when it is empty: numpy's linear interpolation between
-// the order statistics around rank q·(n−1).
-func quantile(q float64, h, z string) string {
-	n := fmt.Sprintf("(%s + arraySum(%s.2))", z, h)
-	pos := fmt.Sprintf("((%s - 1) * %v)", n, q)
-	k := fmt.Sprintf("floor(%s)", pos)
-	a, b := rankValue(k, h, z), rankValue(k+" + 1", h, z)
-	return fmt.Sprintf("if(%[1]s = 0, NULL, (%[2]s + (%[3]s - %[2]s) * (%[4]s - %[5]s)) / 1000)", n, a, b, pos, k)
+// interpolated is an Array(Float64): for each q of qs, numpy's linear
+// interpolation between the order statistics around rank q·(n−1) of a merged
+// histogram (h, z: see rankValue), each read by rank, an expression of r.
+func interpolated(h, z, rank string, qs ...float64) string {
+	list := make([]string, len(qs))
+	for i, q := range qs {
+		list[i] = strconv.FormatFloat(q, 'f', -1, 64)
+	}
+	pos := fmt.Sprintf("arrayMap(q -> (toFloat64(%s + arraySum(%s.2)) - 1) * q, [%s])", z, h, strings.Join(list, ", "))
+	return fmt.Sprintf("arrayMap((p, v) -> v[1] + (v[2] - v[1]) * (p - floor(p)), %[1]s,\n      arrayMap(p -> arrayMap(r -> %[2]s, [floor(p), floor(p) + 1]), %[1]s))",
+		pos, rank)
+}
+
+// quantilesMs is an Array(Float64) of hist.Quantile at each of qs over a
+// merged histogram (see rankValue), in milliseconds. The caller drops (or
+// NULLs) empty histograms: their quantiles read 0.
+func quantilesMs(h, z string, qs ...float64) string {
+	return "arrayMap(x -> x / 1000, " + interpolated(h, z, rankValue(h, z), qs...) + ")"
 }
 
 // tokensPerSec is collector/query.SpeedMedian inverted: 1e6 over the median
-// per-stream TPOT (µs) of the rollup's tpot histogram, each bucket
-// represented by the mean of its values (tpot_sum / count; hist.BucketValue
-// when a bucket has no sum), the zero bucket by 1 µs. NULL without streams
-// that have a TPOT.
+// per-stream TPOT (µs) of the rollup's tpot histogram (h, z: see rankValue),
+// each bucket represented by the mean of its values (s = sumMap(tpot_sum),
+// the values' sum per bucket index, over the count; hist.BucketValue when a
+// bucket has no sum), the zero bucket by 1 µs. The caller drops (or NULLs)
+// empty histograms.
 func tokensPerSec(h, s, z string) string {
-	rank := func(r string) string {
-		i := fmt.Sprintf("arrayFirstIndex(c -> c + %[2]s > %[1]s, arrayCumSum(%[3]s.2))", r, z, h)
-		mean := fmt.Sprintf("(%[1]s.2[indexOf(%[1]s.1, %[2]s.1[%[3]s])] / %[2]s.2[%[3]s])", s, h, i)
-		bucket := fmt.Sprintf("(exp2(%s.1[%s] / 32) * %s)", h, i, repFactor)
-		return fmt.Sprintf("if(%[1]s < %[2]s, 1, if(%[3]s > 0, %[3]s, %[4]s))", r, z, mean, bucket)
-	}
-	n := fmt.Sprintf("(%s + arraySum(%s.2))", z, h)
-	pos := fmt.Sprintf("((%s - 1) * 0.5)", n)
-	k := fmt.Sprintf("floor(%s)", pos)
-	a, b := rank(k), rank(k+" + 1")
-	return fmt.Sprintf("if(%[1]s = 0, NULL, 1e6 / (%[2]s + (%[3]s - %[2]s) * (%[4]s - %[5]s)))", n, a, b, pos, k)
+	rank := fmt.Sprintf("if(r < %[2]s, 1, arrayMap(i -> if(%[3]s.2[indexOf(%[3]s.1, %[1]s.1[i])] > 0, %[3]s.2[indexOf(%[3]s.1, %[1]s.1[i])] / %[1]s.2[i],\n        exp2(%[1]s.1[i] / 32) * %[4]s), [arrayFirstIndex(c -> c + %[2]s > r, arrayCumSum(%[1]s.2))])[1])",
+		h, z, s, repFactor)
+	return "1e6 / " + interpolated(h, z, rank, 0.5) + "[1]"
 }
 
 // gaps is the number of ITL gaps of a set of rollup rows.
@@ -76,15 +79,14 @@ const gaps = `(sum(itl_zero) + arraySum(sumMap(itl).2))`
 
 // latencySQL is a quantile panel over one rollup histogram column.
 func latencySQL(col string) string {
-	return `SELECT time,
-  ` + quantile(0.50, "h", "z") + ` AS p50,
-  ` + quantile(0.95, "h", "z") + ` AS p95,
-  ` + quantile(0.99, "h", "z") + ` AS p99
+	return `SELECT time, q[1] AS p50, q[2] AS p95, q[3] AS p99
 FROM (
-  SELECT $__timeInterval(minute) AS time, sumMap(` + col + `) AS h, sum(` + col + `_zero) AS z
+  SELECT $__timeInterval(minute) AS time, sumMap(` + col + `) AS h, sum(` + col + `_zero) AS z,
+    ` + quantilesMs("h", "z", 0.5, 0.95, 0.99) + ` AS q
   FROM itl_rollup_1m
   WHERE ` + filter + `
   GROUP BY time
+  HAVING z + arraySum(h.2) > 0
 )
 ORDER BY time`
 }
@@ -123,12 +125,14 @@ WHERE ` + filter + `
 GROUP BY time
 ORDER BY time`
 
-	tokensPerSecSQL = `SELECT time, ` + tokensPerSec("h", "s", "z") + ` AS tokens_per_sec
+	tokensPerSecSQL = `SELECT time, tokens_per_sec
 FROM (
-  SELECT $__timeInterval(minute) AS time, sumMap(tpot) AS h, sumMap(tpot_sum) AS s, sum(tpot_zero) AS z
+  SELECT $__timeInterval(minute) AS time, sumMap(tpot) AS h, sumMap(tpot_sum) AS s, sum(tpot_zero) AS z,
+    ` + tokensPerSec("h", "s", "z") + ` AS tokens_per_sec
   FROM itl_rollup_1m
   WHERE ` + filter + `
   GROUP BY time
+  HAVING z + arraySum(h.2) > 0
 )
 ORDER BY time`
 
@@ -153,18 +157,21 @@ GROUP BY time
 ORDER BY time`
 
 	breakdownSQL = `SELECT key, streams,
-  ` + quantile(0.50, "ttft_h", "ttft_z") + ` AS ttft_p50_ms,
-  ` + quantile(0.50, "itl_h", "itl_z") + ` AS itl_p50_ms,
-  ` + quantile(0.99, "itl_h", "itl_z") + ` AS itl_p99_ms,
-  if(itl_z + arraySum(itl_h.2) = 0, NULL, stalls / (itl_z + arraySum(itl_h.2))) AS stall_share,
-  ` + tokensPerSec("tpot_h", "tpot_s", "tpot_z") + ` AS tokens_per_sec,
+  if(with_ttft = 0, NULL, ttft_q[1]) AS ttft_p50_ms,
+  if(gaps = 0, NULL, itl_q[1]) AS itl_p50_ms,
+  if(gaps = 0, NULL, itl_q[2]) AS itl_p99_ms,
+  if(gaps = 0, NULL, stalls / gaps) AS stall_share,
+  if(tpot_z + arraySum(tpot_h.2) = 0, NULL, tps) AS tokens_per_sec,
   if(with_ttft = 0, NULL, smooth / with_ttft) AS smooth_share
 FROM (
   SELECT toString(${group_by}) AS key, sum(streams) AS streams, sum(stalls) AS stalls,
     sum(smooth) AS smooth, sum(with_ttft) AS with_ttft,
     sumMap(ttft) AS ttft_h, sum(ttft_zero) AS ttft_z,
-    sumMap(itl) AS itl_h, sum(itl_zero) AS itl_z,
-    sumMap(tpot) AS tpot_h, sumMap(tpot_sum) AS tpot_s, sum(tpot_zero) AS tpot_z
+    sumMap(itl) AS itl_h, sum(itl_zero) AS itl_z, itl_z + arraySum(itl_h.2) AS gaps,
+    sumMap(tpot) AS tpot_h, sumMap(tpot_sum) AS tpot_s, sum(tpot_zero) AS tpot_z,
+    ` + quantilesMs("ttft_h", "ttft_z", 0.5) + ` AS ttft_q,
+    ` + quantilesMs("itl_h", "itl_z", 0.5, 0.99) + ` AS itl_q,
+    ` + tokensPerSec("tpot_h", "tpot_s", "tpot_z") + ` AS tps
   FROM itl_rollup_1m
   WHERE ` + filter + `
   GROUP BY key
