@@ -402,6 +402,12 @@ func TestDashboardJSON(t *testing.T) {
 			if strings.Contains(tg.RawSQL, "itl_streams") {
 				t.Errorf("panel %q reads raw rows; the dashboard reads the rollups only", p.Title)
 			}
+			if !strings.Contains(tg.RawSQL, filter) {
+				t.Errorf("panel %q does not apply the time range and the variables", p.Title)
+			}
+			if (p.Type == "timeseries") != (tg.Format == formatTimeSeries) {
+				t.Errorf("panel %q (%s) has format %d", p.Title, p.Type, tg.Format)
+			}
 		}
 	}
 }
