@@ -14,7 +14,8 @@
 // has a column b (see RenameColumn). Tables: itl_streams (raw, one row per
 // stream), itl_stream_ids (dedup check), itl_rollup_1m (per-minute aggregates
 // via a materialized view), itl_timelines (sampled raw timelines), itl_origin
-// and itl_origin_1m (the origin vantage point and its rollup).
+// and itl_origin_1m (the origin vantage point and its rollup), itl_otlp_exports
+// (the minutes the OpenTelemetry export claimed).
 package schema
 
 import (

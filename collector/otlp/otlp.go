@@ -49,37 +49,44 @@
 // The points are read from ClickHouse, not from one collector's stream
 // flow, so they cover every collector writing to that database (and a
 // record resent to another collector after a lost ack is counted once: the
-// writer dropped it before the rollup saw it). For that reason exactly one
-// collector of a deployment should export: give --otlp-endpoint to one.
-// Each minute is read once it is closed and has settled (Config.Settle:
-// rows land in the minute their batch was received, after the writer's
-// batching delay), exported once, and never again by this process; a point
-// carries the minute as its start and end, so a duplicate from a second
-// exporter is an identical point (same resource, attributes and times), not
-// a new series. An exporter starts with the minute now - Settle falls in, so
-// a restart neither repeats the minutes the previous process sent nor
-// exports what it had not yet (minutes that settled while no exporter ran
-// are not sent). Rows written after their minute was exported (a ClickHouse
-// outage replayed from the spool much later) are not sent either; the
-// rollup in ClickHouse stays the complete record. A failed export is retried
-// at the next interval with the same minutes, up to MaxBacklog minutes back.
+// writer dropped it before the rollup saw it). Every collector may run an
+// exporter: each minute is claimed in itl_otlp_exports
+// (schema/007_otlp_exports.sql) by an insert whose deduplication token is
+// the minute's, so the engine keeps the first claim only, and only the
+// exporter named in it sends the minute. A minute is read once it is closed
+// and has settled (Config.Settle: rows land in the minute their batch was
+// received, after the writer's batching delay), and sent as delta points
+// whose start and end are the minute's bounds. A failed send is retried by
+// the claiming exporter at the next interval, up to MaxBacklog minutes back;
+// an exporter that dies between its claim and its send loses that minute
+// (at most once, never twice). An exporter starts with the minute
+// now - Settle falls in, or earlier at the minute after the last one any
+// exporter claimed, so a restart leaves no gap within MaxBacklog. Rows
+// written after their minute was sent (a ClickHouse outage replayed from the
+// spool much later) are not sent; the rollup in ClickHouse stays the
+// complete record.
 package otlp
 
 import (
 	"bytes"
 	"compress/gzip"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"math"
 	"net/http"
 	"net/url"
+	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/ClickHouse/clickhouse-go/v2"
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 	"github.com/rs/zerolog"
 	"google.golang.org/protobuf/encoding/protowire"
@@ -152,6 +159,7 @@ type Config struct {
 // Conn is the part of a clickhouse-go connection the exporter uses.
 type Conn interface {
 	Query(ctx context.Context, query string, args ...any) (driver.Rows, error)
+	Exec(ctx context.Context, query string, args ...any) error
 }
 
 // Exporter sends closed rollup minutes to an OTLP endpoint. Run it once;
@@ -160,12 +168,15 @@ type Exporter struct {
 	cfg      Config
 	endpoint string
 
-	mu      sync.Mutex
-	next    time.Time // first minute not exported yet
-	minutes atomic.Uint64
-	points  atomic.Uint64
-	errs    atomic.Uint64
-	skipped atomic.Uint64
+	id        string // this exporter in itl_otlp_exports
+	mu        sync.Mutex
+	next      time.Time // first minute not exported yet
+	resumed   bool      // next was compared with the last claimed minute
+	minutes   atomic.Uint64
+	points    atomic.Uint64
+	errs      atomic.Uint64
+	skipped   atomic.Uint64
+	elsewhere atomic.Uint64
 }
 
 // Stats are an Exporter's counters since New.
@@ -174,15 +185,20 @@ type Stats struct {
 	Points  uint64 // data points sent
 	Errors  uint64 // failed exports (each retried)
 	Skipped uint64 // minutes given up on: older than MaxBacklog while exports failed
+	// Elsewhere: minutes another exporter claimed (and sends) first.
+	Elsewhere uint64
 }
 
 // Stats returns the counters.
 func (e *Exporter) Stats() Stats {
-	return Stats{Minutes: e.minutes.Load(), Points: e.points.Load(), Errors: e.errs.Load(), Skipped: e.skipped.Load()}
+	return Stats{Minutes: e.minutes.Load(), Points: e.points.Load(), Errors: e.errs.Load(), Skipped: e.skipped.Load(),
+		Elsewhere: e.elsewhere.Load()}
 }
 
 // New validates cfg and returns an Exporter whose first minute is the one
-// cfg.Now() - cfg.Settle falls in.
+// cfg.Now() - cfg.Settle falls in, or, at its first export, the minute after
+// the last one any exporter claimed when that is earlier (and within
+// MaxBacklog). It does not touch ClickHouse.
 func New(cfg Config) (*Exporter, error) {
 	endpoint, err := metricsURL(cfg.Endpoint)
 	if err != nil {
@@ -209,7 +225,10 @@ func New(cfg Config) (*Exporter, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	e := &Exporter{cfg: cfg, endpoint: endpoint}
+	host, _ := os.Hostname()
+	var rnd [6]byte
+	rand.Read(rnd[:])
+	e := &Exporter{cfg: cfg, endpoint: endpoint, id: host + "-" + hex.EncodeToString(rnd[:])}
 	e.next = cfg.Now().Add(-cfg.Settle).UTC().Truncate(time.Minute)
 	return e, nil
 }
@@ -264,14 +283,27 @@ func (e *Exporter) Run(ctx context.Context) {
 
 // ExportDue exports the minutes that closed and settled since the last
 // export, oldest first, at most maxMinutesPerRequest per request, and
-// returns how many minutes it sent. A minute is sent even when it holds no
-// streams (then it adds no points). On an error the minutes not sent stay
-// due.
+// returns how many minutes it sent. Each minute is claimed first
+// (itl_otlp_exports): one claimed by another exporter is skipped. A minute
+// is sent even when it holds no streams (then it adds no points). On an
+// error the minutes not sent stay due (and stay this exporter's).
 func (e *Exporter) ExportDue(ctx context.Context) (int, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	end := e.cfg.Now().Add(-e.cfg.Settle).UTC().Truncate(time.Minute) // first minute not settled
-	if oldest := end.Add(-time.Duration(e.cfg.MaxBacklog) * time.Minute); e.next.Before(oldest) {
+	oldest := end.Add(-time.Duration(e.cfg.MaxBacklog) * time.Minute)
+	if !e.resumed {
+		last, err := lastClaimed(ctx, e.cfg.Conn)
+		if err != nil {
+			e.errs.Add(1)
+			return 0, err
+		}
+		if !last.IsZero() && !last.Before(oldest) && last.Add(time.Minute).Before(e.next) {
+			e.next = last.Add(time.Minute) // go on where the exporters stopped
+		}
+		e.resumed = true
+	}
+	if e.next.Before(oldest) {
 		e.cfg.Logger.Warn().Time("from", e.next).Time("to", oldest).Msg("otlp export: minutes older than the backlog skipped")
 		e.skipped.Add(uint64(oldest.Sub(e.next) / time.Minute))
 		e.next = oldest
@@ -282,10 +314,27 @@ func (e *Exporter) ExportDue(ctx context.Context) (int, error) {
 		if to.After(end) {
 			to = end
 		}
-		rows, err := readRollup(ctx, e.cfg.Conn, e.next, to)
-		if err != nil {
-			e.errs.Add(1)
-			return sent, err
+		mine, someMine := map[time.Time]bool{}, false
+		for m := e.next; m.Before(to); m = m.Add(time.Minute) {
+			ok, err := e.claim(ctx, m)
+			if err != nil {
+				e.errs.Add(1)
+				return sent, err
+			}
+			mine[m], someMine = ok, someMine || ok
+		}
+		var rows []row
+		if someMine {
+			all, err := readRollup(ctx, e.cfg.Conn, e.next, to)
+			if err != nil {
+				e.errs.Add(1)
+				return sent, err
+			}
+			for _, r := range all {
+				if mine[r.minute.UTC()] {
+					rows = append(rows, r)
+				}
+			}
 		}
 		if len(rows) > 0 {
 			body, points := encodeRequest(rows)
@@ -295,12 +344,79 @@ func (e *Exporter) ExportDue(ctx context.Context) (int, error) {
 			}
 			e.points.Add(uint64(points))
 		}
-		n := int(to.Sub(e.next) / time.Minute)
-		sent += n
-		e.minutes.Add(uint64(n))
+		for _, ok := range mine {
+			if ok {
+				sent++
+				e.minutes.Add(1)
+			} else {
+				e.elsewhere.Add(1)
+			}
+		}
 		e.next = to
 	}
 	return sent, nil
+}
+
+// claimToken is the insert_deduplication_token of a minute's claim: every
+// exporter's claim of that minute carries the same one, so the engine keeps
+// only the first.
+func claimToken(m time.Time) string { return "itlmon-otlp-" + strconv.FormatInt(m.Unix(), 10) }
+
+// claim records this exporter's claim of minute m in itl_otlp_exports and
+// reports whether the minute is this exporter's: the first claim stored,
+// its own included when it claims again after a failed send.
+func (e *Exporter) claim(ctx context.Context, m time.Time) (bool, error) {
+	cctx := clickhouse.Context(ctx, clickhouse.WithSettings(clickhouse.Settings{"insert_deduplication_token": claimToken(m)}))
+	if err := e.cfg.Conn.Exec(cctx, "INSERT INTO itl_otlp_exports (minute, exporter, claimed_at) VALUES (?, ?, ?)",
+		m, e.id, e.cfg.Now().UTC()); err != nil {
+		return false, fmt.Errorf("claim %s: %w", m.Format(time.RFC3339), err)
+	}
+	rs, err := e.cfg.Conn.Query(ctx, "SELECT argMin(exporter, claimed_at), count() FROM itl_otlp_exports WHERE minute = ?", m)
+	if err != nil {
+		return false, fmt.Errorf("read claim %s: %w", m.Format(time.RFC3339), err)
+	}
+	defer rs.Close()
+	var (
+		owner string
+		n     uint64
+	)
+	if rs.Next() {
+		if err := rs.Scan(&owner, &n); err != nil {
+			return false, fmt.Errorf("read claim %s: %w", m.Format(time.RFC3339), err)
+		}
+	}
+	if err := rs.Err(); err != nil {
+		return false, fmt.Errorf("read claim %s: %w", m.Format(time.RFC3339), err)
+	}
+	if n == 0 {
+		return false, fmt.Errorf("claim %s: not stored", m.Format(time.RFC3339))
+	}
+	return owner == e.id, nil
+}
+
+// lastClaimed is the latest minute any exporter claimed, zero when none.
+func lastClaimed(ctx context.Context, conn Conn) (time.Time, error) {
+	rs, err := conn.Query(ctx, "SELECT max(minute), count() FROM itl_otlp_exports")
+	if err != nil {
+		return time.Time{}, fmt.Errorf("read claims: %w", err)
+	}
+	defer rs.Close()
+	var (
+		last time.Time
+		n    uint64
+	)
+	if rs.Next() {
+		if err := rs.Scan(&last, &n); err != nil {
+			return time.Time{}, fmt.Errorf("read claims: %w", err)
+		}
+	}
+	if err := rs.Err(); err != nil {
+		return time.Time{}, fmt.Errorf("read claims: %w", err)
+	}
+	if n == 0 {
+		return time.Time{}, nil
+	}
+	return last.UTC(), nil
 }
 
 // send posts one ExportMetricsServiceRequest. 2xx is success; the response

@@ -461,6 +461,8 @@ func (nopConn) Query(context.Context, string, ...any) (driver.Rows, error) {
 	return nil, errors.New("not connected")
 }
 
+func (nopConn) Exec(context.Context, string, ...any) error { return errors.New("not connected") }
+
 // TestSecondsBuckets: every microsecond bucket's count goes to the seconds
 // bucket (same scale) that holds the bucket's representative value.
 func TestSecondsBuckets(t *testing.T) {
@@ -471,5 +473,96 @@ func TestSecondsBuckets(t *testing.T) {
 		if !(v > lo*(1-1e-12) && v <= hi*(1+1e-12)) {
 			t.Fatalf("µs bucket %d (representative %v s) -> seconds bucket %d (%v, %v]", i, v, j, lo, hi)
 		}
+	}
+}
+
+// streamsPerMinute sums itlmon.streams by the minute its points start.
+func streamsPerMinute(t *testing.T, reqs []*colmetricspb.ExportMetricsServiceRequest) map[time.Time]int64 {
+	t.Helper()
+	out := map[time.Time]int64{}
+	for _, m := range metricsByName(t, reqs)[otlp.MetricStreams] {
+		for _, p := range m.GetSum().DataPoints {
+			out[time.Unix(0, int64(p.StartTimeUnixNano)).UTC()] += p.GetAsInt()
+		}
+	}
+	return out
+}
+
+// TestSeveralExporters: exporters of several collectors, racing on the same
+// database, send each minute once between them; an exporter started later
+// goes on from the last claimed minute.
+func TestSeveralExporters(t *testing.T) {
+	db := chtest.NewDB(t, store.Options{})
+	ctx := context.Background()
+	m0 := time.Now().UTC().Truncate(time.Minute).Add(-30 * time.Minute)
+	var streams []collector.Stream
+	want := map[time.Time]int64{}
+	for k := range 6 {
+		at := m0.Add(time.Duration(k) * time.Minute)
+		for range k + 1 {
+			streams = append(streams, seed{"Chrome", "gpt-x", at.Add(5 * time.Second), 300 * time.Millisecond,
+				gapsOf(10, 20*time.Millisecond, 0, 0), meter.CauseUnknown, meter.StatusComplete}.stream())
+		}
+		want[at] = int64(k + 1)
+	}
+	if err := store.InsertDirect(ctx, db.Conn(), streams); err != nil {
+		t.Fatalf("insert: %v", err)
+	}
+	rc := &receiver{t: t}
+	srv := httptest.NewServer(rc)
+	defer srv.Close()
+
+	// Four exporters start in m0 and race for minutes m0..m0+3.
+	clk := &clock{t: m0.Add(40 * time.Second)}
+	var es []*otlp.Exporter
+	for range 4 {
+		e, err := otlp.New(otlp.Config{Endpoint: srv.URL, Conn: db.Conn(), Settle: 30 * time.Second, Now: clk.Now})
+		if err != nil {
+			t.Fatal(err)
+		}
+		es = append(es, e)
+	}
+	clk.Set(m0.Add(4*time.Minute + 31*time.Second))
+	var wg sync.WaitGroup
+	for _, e := range es {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := e.ExportDue(ctx); err != nil {
+				t.Errorf("ExportDue: %v", err)
+			}
+		}()
+	}
+	wg.Wait()
+	got := streamsPerMinute(t, rc.take())
+	var sent, elsewhere uint64
+	for _, e := range es {
+		sent += e.Stats().Minutes
+		elsewhere += e.Stats().Elsewhere
+	}
+	if sent != 4 || elsewhere != 3*4 {
+		t.Errorf("minutes sent %d, claimed elsewhere %d; want 4 and 12 (each minute by one of four exporters)", sent, elsewhere)
+	}
+	for k := range 4 {
+		m := m0.Add(time.Duration(k) * time.Minute)
+		if got[m] != want[m] {
+			t.Errorf("minute %v: %d streams exported, want %d (once)", m, got[m], want[m])
+		}
+	}
+
+	// A collector restarted later (its own start would be m0+5) goes on
+	// from m0+4, the minute after the last claimed.
+	clk.Set(m0.Add(5*time.Minute + 40*time.Second))
+	late, err := otlp.New(otlp.Config{Endpoint: srv.URL, Conn: db.Conn(), Settle: 30 * time.Second, Now: clk.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk.Set(m0.Add(6*time.Minute + 31*time.Second))
+	if n, err := late.ExportDue(ctx); err != nil || n != 2 {
+		t.Fatalf("restarted ExportDue = %d, %v; want minutes m0+4 and m0+5", n, err)
+	}
+	got = streamsPerMinute(t, rc.take())
+	if w := map[time.Time]int64{m0.Add(4 * time.Minute): want[m0.Add(4*time.Minute)], m0.Add(5 * time.Minute): want[m0.Add(5*time.Minute)]}; !mapsEqual(got, w) {
+		t.Errorf("after the restart: %v, want %v", got, w)
 	}
 }

@@ -29,6 +29,8 @@ func startOTLP(ctx context.Context, conn otlp.Conn, c *Config, reg prometheus.Re
 			func(s otlp.Stats) uint64 { return s.Errors }),
 		counter("itlmon_otlp_skipped_minutes_total", "Rollup minutes never exported: older than the retry backlog while exports failed.",
 			func(s otlp.Stats) uint64 { return s.Skipped }),
+		counter("itlmon_otlp_minutes_elsewhere_total", "Rollup minutes another collector's exporter claimed (and sends).",
+			func(s otlp.Stats) uint64 { return s.Elsewhere }),
 	); err != nil {
 		return nil, fmt.Errorf("otlp metrics: %w", err)
 	}
