@@ -51,7 +51,7 @@
 // record resent to another collector after a lost ack is counted once: the
 // writer dropped it before the rollup saw it). Every collector may run an
 // exporter: each minute is claimed in itl_otlp_exports
-// (schema/007_otlp_exports.sql) by an insert whose deduplication token is
+// (schema/008_otlp_exports.sql) by an insert whose deduplication token is
 // the minute's, so the engine keeps the first claim only, and only the
 // exporter named in it sends the minute. A minute is read once it is closed
 // and has settled (Config.Settle: rows land in the minute their batch was
