@@ -11,10 +11,13 @@
 // EXISTS), statements end with ";" at the end of a line, no data-rewriting
 // mutations. The one statement ClickHouse cannot make idempotent, ALTER TABLE
 // t RENAME COLUMN [IF EXISTS] a TO b, is skipped by the runner when t already
-// has a column b (see RenameColumn). Tables: itl_streams (raw, one row per
-// stream), itl_stream_ids (dedup check), itl_rollup_1m (per-minute aggregates
-// via a materialized view), itl_timelines (sampled raw timelines), itl_origin
-// and itl_origin_1m (the origin vantage point and its rollup).
+// has a column b (see RenameColumn). Tables: itl_inbox (records as they
+// arrived, at least once), itl_promoted_ids and itl_promoted (what the
+// promoter moved, exactly once, into:) itl_streams (raw, one row per
+// stream), itl_rollup_1m (per-minute aggregates via materialized views),
+// itl_timelines (sampled raw timelines), itl_origin and itl_origin_1m (the
+// origin vantage point and its rollup); itl_otlp_exports (the minutes the
+// OpenTelemetry export claimed).
 //
 // Parse and Cluster (cluster.go) give each statement its form in the cluster
 // layout (itlmon migrate --cluster): the per-shard local database, ON

@@ -16,6 +16,7 @@ import (
 	"github.com/itlmon/itlmon/collector/config"
 	"github.com/itlmon/itlmon/collector/ingest"
 	"github.com/itlmon/itlmon/collector/join"
+	"github.com/itlmon/itlmon/collector/otlp"
 )
 
 // Config is the configuration of serve (and, in part, migrate): defaults,
@@ -40,6 +41,8 @@ type Config struct {
 	ReadToken       string        // credential of the read side (/api/, /metrics, /dashboard/); "" = loopback only
 	ReadAddr        string        // loopback listener of the read side; "" = 127.0.0.1:<port+1> when needed
 	JoinHold        time.Duration // how long after a client record its origin timeline still refines it
+	OTLPEndpoint    string        // OTLP/HTTP metrics endpoint; "" exports nothing
+	OTLPInterval    time.Duration // how often closed rollup minutes are exported
 }
 
 // DefaultConfig returns the defaults.
@@ -55,6 +58,7 @@ func DefaultConfig() Config {
 		SiteRate:        ingest.DefaultSiteRate,
 		ShutdownTimeout: 30 * time.Second,
 		JoinHold:        join.DefaultHold,
+		OTLPInterval:    otlp.DefaultInterval,
 	}
 }
 
@@ -177,6 +181,8 @@ func (c *Config) serveFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.ReadAddr, "read-addr", c.ReadAddr, "loopback address of a separate listener for the read side; default 127.0.0.1:<port+1> when --addr is not loopback and no --read-token is set")
 	fs.DurationVar(&c.JoinHold, "join-hold", c.JoinHold, "an origin timeline reaching the inbox up to this long after its client record refines the record's stall causes; records become readable about this much later (the same on every collector of a deployment)")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", c.ShutdownTimeout, "how long a graceful shutdown may take to drain connections, queue and spool writes")
+	fs.StringVar(&c.OTLPEndpoint, "otlp-endpoint", c.OTLPEndpoint, "export the rollup's closed minutes as OTLP metrics over HTTP/protobuf to this URL (http(s)://host:4318; /v1/metrics is added to a bare host); every collector may: each minute is sent by the one that claims it")
+	fs.DurationVar(&c.OTLPInterval, "otlp-interval", c.OTLPInterval, "how often the OTLP exporter sends the minutes closed since its last export")
 }
 
 // envName is the environment variable of a flag: --log-level is ITLMON_LOG_LEVEL.
@@ -259,6 +265,14 @@ func (c *Config) Validate() error {
 	}
 	if c.ReadToken != "" && len(c.ReadToken) < 16 {
 		return errors.New("read token must be at least 16 bytes")
+	}
+	if c.OTLPEndpoint != "" {
+		if err := otlp.ValidateEndpoint(c.OTLPEndpoint); err != nil {
+			return err
+		}
+		if c.OTLPInterval < time.Second {
+			return fmt.Errorf("otlp interval %v: want at least 1s", c.OTLPInterval)
+		}
 	}
 	if c.ReadAddr != "" && !isLoopbackAddr(c.ReadAddr) {
 		return fmt.Errorf("read addr %s: %w", c.ReadAddr, ErrReadAddr)

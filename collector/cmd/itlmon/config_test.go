@@ -56,6 +56,18 @@ func TestParseFlags(t *testing.T) {
 		{"log format", []string{"--chdb-lib", lib, "--demo", "--log-format", "xml"}, nil, "log format", nil},
 		{"log level", []string{"--chdb-lib", lib, "--demo", "--log-level", "loud"}, nil, "log level", nil},
 		{"geoip missing", []string{"--chdb-lib", lib, "--demo", "--geoip", "/nonexistent.mmdb"}, nil, "geoip", nil},
+		{"otlp", []string{"--chdb-lib", lib, "--demo", "--otlp-endpoint", "http://otel:4318", "--otlp-interval", "30s"}, nil, "", func(t *testing.T, c Config) {
+			if c.OTLPEndpoint != "http://otel:4318" || c.OTLPInterval != 30*time.Second {
+				t.Errorf("otlp = %q every %v", c.OTLPEndpoint, c.OTLPInterval)
+			}
+		}},
+		{"otlp from env", []string{"--chdb-lib", lib, "--demo"}, map[string]string{"ITLMON_OTLP_ENDPOINT": "https://otel.example.com/v1/metrics"}, "", func(t *testing.T, c Config) {
+			if c.OTLPEndpoint != "https://otel.example.com/v1/metrics" || c.OTLPInterval != time.Minute {
+				t.Errorf("otlp = %q every %v", c.OTLPEndpoint, c.OTLPInterval)
+			}
+		}},
+		{"otlp grpc endpoint", []string{"--chdb-lib", lib, "--demo", "--otlp-endpoint", "grpc://otel:4317"}, nil, "otlp endpoint", nil},
+		{"otlp interval", []string{"--chdb-lib", lib, "--demo", "--otlp-endpoint", "http://otel:4318", "--otlp-interval", "10ms"}, nil, "otlp interval", nil},
 		{"env", []string{"--chdb-lib", lib}, map[string]string{
 			"ITLMON_ADDR": "127.0.0.1:9999", "ITLMON_SITES": "a=https://a.example.com; b=https://b.example.com",
 			"ITLMON_TRUST_PROXY": "true", "ITLMON_TTL": "7d",

@@ -3,8 +3,11 @@ package main
 import (
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // TestReadSideAccess runs the real program: the read side (/api/*,
@@ -110,5 +113,28 @@ func TestReadSideConfig(t *testing.T) {
 	}
 	if m.Config.ReadToken != "secret-token-0123456789" {
 		t.Errorf("ITLMON_READ_TOKEN not read: %q", m.Config.ReadToken)
+	}
+}
+
+// TestServeOTLP: serve with --otlp-endpoint starts the exporter, which sends
+// nothing for an empty rollup, and Close stops it (collector/otlp's tests
+// cover what it sends: a minute is only exported once it has closed and
+// settled, too late for this test to wait for).
+func TestServeOTLP(t *testing.T) {
+	var posts atomic.Int64
+	rc := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { posts.Add(1) }))
+	defer rc.Close()
+	m := startMain(t, func(c *Config) { c.OTLPEndpoint, c.OTLPInterval = rc.URL, time.Second })
+	if m.stopOTLP == nil {
+		t.Fatal("no OTLP exporter started")
+	}
+	if body := getText(t, m.URL()+"/metrics"); !strings.Contains(body, "itlmon_otlp_exported_minutes_total") {
+		t.Error("/metrics has no itlmon_otlp_exported_minutes_total")
+	}
+	if err := m.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if n := posts.Load(); n != 0 {
+		t.Errorf("%d exports of an empty rollup, want none", n)
 	}
 }

@@ -78,6 +78,7 @@ type Main struct {
 	enricher    *enrich.Enricher
 	stopMigrate func() // ends DB.MigrateInBackground (DSN only)
 	stopPromote func() // ends Promoter.Run
+	stopOTLP    func() // ends the OTLP exporter (--otlp-endpoint)
 	ln          net.Listener
 	server      *http.Server
 	readLn      net.Listener // the read side's own loopback listener, or nil
@@ -266,6 +267,11 @@ func (m *Main) Run(ctx context.Context) (err error) {
 		ev = ev.Stringer("clickhouse", c.ClickHouse)
 	}
 	ev.Msg("itlmon serving")
+	if c.OTLPEndpoint != "" {
+		if m.stopOTLP, err = startOTLP(ctx, m.DB.Conn(), c, m.Registry, log); err != nil {
+			return err
+		}
+	}
 	if c.Demo {
 		read := m.URL()
 		if m.readLn != nil {
@@ -415,6 +421,9 @@ func (m *Main) Close() error {
 		if m.readLn != nil {
 			m.readLn.Close()
 		}
+	}
+	if m.stopOTLP != nil {
+		m.stopOTLP()
 	}
 	if m.stopMigrate != nil {
 		m.stopMigrate()

@@ -1,0 +1,4 @@
+package otlp
+
+// UsToS exposes usToS to the external tests.
+var UsToS = usToS
