@@ -8,14 +8,16 @@ import (
 	"io"
 	"os"
 	"time"
+
+	"github.com/itlmon/itlmon/collector/server"
 )
 
 // runMigrate applies the schema (embedded engine or DSN) and exits.
 func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	c := DefaultConfig()
+	c := server.DefaultConfig()
 	fs := flag.NewFlagSet("itlmon migrate", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	c.storageFlags(fs)
+	storageFlags(fs, &c)
 	if err := parseWithEnv(fs, args, os.Getenv); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -23,12 +25,12 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		fmt.Fprintf(stderr, "itlmon migrate: %v\n", err)
 		return 2
 	}
-	if err := c.validateStorage(); err != nil {
+	if err := c.ValidateStorage(); err != nil {
 		fmt.Fprintf(stderr, "itlmon migrate: %v\n", err)
 		return 2
 	}
-	log := newLogger(c.LogFormat, c.LogLevel, stderr)
-	db, eng, err := openStorage(ctx, &c, false, log)
+	log := server.NewLogger(c.LogFormat, c.LogLevel, stderr)
+	db, eng, err := server.OpenStorage(ctx, &c, false, log)
 	if err != nil {
 		log.Error().Err(err).Msg("migrate")
 		return 1
