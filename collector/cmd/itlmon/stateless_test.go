@@ -108,6 +108,7 @@ func TestStatelessCollectors(t *testing.T) {
 	// The client resends the shared batch to the new B (its ack lost).
 	wsB2 := dialPeer(t, b)
 	wsB2.send(t, "test", 11, shared...)
+	wsB2.acks.wait(t, 1, 30*time.Second)
 
 	// Joined, whichever collector got which side.
 	ids := []string{"it12-1", "it12-2", "it12-3"}
