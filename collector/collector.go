@@ -1,7 +1,7 @@
 // Package collector holds the domain types of the itlmon collector. The
 // technology packages around it (store: ClickHouse and the spool; chdb: the
 // embedded engine; ingest: WebSocket and beacon HTTP; enrich: User-Agent and
-// geo; cmd/itlmon: wiring) depend on these, never on each other's internals.
+// geo; server: wiring; cmd/itlmon: flags) depend on these, never on each other's internals.
 package collector
 
 import (

@@ -39,6 +39,15 @@ type Collector struct {
 // fails under ITLMON_REQUIRE_REAL=1) without the ClickHouse engine library.
 func StartCollector(t *testing.T, sites ...string) *Collector {
 	t.Helper()
+	return StartCollectorArgs(t, nil, sites...)
+}
+
+// StartCollectorArgs is StartCollector with more `itlmon serve` flags after
+// the defaults (a later flag wins): --clickhouse DSN (a second collector on
+// the ClickHouse of a first one: see ClickHouseDSN), --origin-key SITE=KEY,
+// --log-level info.
+func StartCollectorArgs(t *testing.T, args []string, sites ...string) *Collector {
+	t.Helper()
 	if testing.Short() {
 		t.Skip(errSkipShort.Error())
 	}
@@ -61,6 +70,7 @@ func StartCollector(t *testing.T, sites ...string) *Collector {
 		for _, s := range sites {
 			c.args = append(c.args, "--site", s)
 		}
+		c.args = append(c.args, args...)
 		err = c.start(t)
 		if err == nil {
 			break

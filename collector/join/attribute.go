@@ -17,7 +17,7 @@
 // Only sites that report origin timelines (Config.HasOrigin: those with an
 // origin key) are held or kept; other sites' records pass straight through.
 //
-// Wiring (cmd/itlmon):
+// Wiring (collector/server):
 //
 //	j := join.New(db.Conn(), join.Config{HasOrigin: hasKey, Logger: log})
 //	ingest.New(ingest.Config{Sink: j.Sink(writer), ...})

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/itlmon/itlmon/collector/server"
 )
 
 func TestParseFlags(t *testing.T) {
@@ -21,10 +23,10 @@ func TestParseFlags(t *testing.T) {
 		args    []string
 		env     map[string]string
 		wantErr string // substring; "" = ok
-		check   func(t *testing.T, c Config)
+		check   func(t *testing.T, c server.Config)
 	}{
 		{"defaults need a site", []string{"--chdb-lib", lib}, nil, "no sites configured", nil},
-		{"demo alone", []string{"--chdb-lib", lib, "--demo"}, nil, "", func(t *testing.T, c Config) {
+		{"demo alone", []string{"--chdb-lib", lib, "--demo"}, nil, "", func(t *testing.T, c server.Config) {
 			if c.Addr != "127.0.0.1:8080" || c.Data != "./data" || c.TTL != 90*24*time.Hour || !c.Demo {
 				t.Errorf("config = %+v", c)
 			}
@@ -32,21 +34,21 @@ func TestParseFlags(t *testing.T) {
 		{"no engine library", []string{"--chdb-lib", "", "--demo"}, nil, "make deps-chdb", nil},
 		{"missing engine library", []string{"--chdb-lib", "/nonexistent/libchdb.so", "--demo"}, nil, "make deps-chdb", nil},
 		{"dsn needs no library", []string{"--chdb-lib", "", "--clickhouse", "clickhouse://u:p@db:9000/itlmon", "--demo"}, nil, "", nil},
-		{"bad dsn", []string{"--clickhouse", "mysql://u:secret@db", "--demo"}, nil, "clickhouse://", func(t *testing.T, c Config) {}},
-		{"sites", []string{"--chdb-lib", lib, "--site", "a=https://a.example.com", "--site", "b=https://b.example.com,http://localhost:3000"}, nil, "", func(t *testing.T, c Config) {
+		{"bad dsn", []string{"--clickhouse", "mysql://u:secret@db", "--demo"}, nil, "clickhouse://", func(t *testing.T, c server.Config) {}},
+		{"sites", []string{"--chdb-lib", lib, "--site", "a=https://a.example.com", "--site", "b=https://b.example.com,http://localhost:3000"}, nil, "", func(t *testing.T, c server.Config) {
 			if len(c.Sites) != 2 || c.Sites[1].Origins[1] != "http://localhost:3000" {
 				t.Errorf("sites = %+v", c.Sites)
 			}
 		}},
 		{"bad site", []string{"--chdb-lib", lib, "--site", "a=https://a.example.com/path"}, nil, "origin", nil},
-		{"sites file", []string{"--chdb-lib", lib, "--sites-file", sites}, nil, "", func(t *testing.T, c Config) {
+		{"sites file", []string{"--chdb-lib", lib, "--sites-file", sites}, nil, "", func(t *testing.T, c server.Config) {
 			if len(c.Sites) != 2 || c.Sites[1].Key != "blog" || len(c.Sites[1].Origins) != 2 {
 				t.Errorf("sites = %+v", c.Sites)
 			}
 		}},
 		{"duplicate site", []string{"--chdb-lib", lib, "--sites-file", sites, "--site", "shop=https://x.example.com"}, nil, "twice", nil},
 		{"demo site with more origins", []string{"--chdb-lib", lib, "--demo", "--site", "demo=http://192.168.1.5:8080"}, nil, "", nil},
-		{"ttl days", []string{"--chdb-lib", lib, "--demo", "--ttl", "30d"}, nil, "", func(t *testing.T, c Config) {
+		{"ttl days", []string{"--chdb-lib", lib, "--demo", "--ttl", "30d"}, nil, "", func(t *testing.T, c server.Config) {
 			if c.TTL != 30*24*time.Hour {
 				t.Errorf("ttl = %v", c.TTL)
 			}
@@ -56,12 +58,12 @@ func TestParseFlags(t *testing.T) {
 		{"log format", []string{"--chdb-lib", lib, "--demo", "--log-format", "xml"}, nil, "log format", nil},
 		{"log level", []string{"--chdb-lib", lib, "--demo", "--log-level", "loud"}, nil, "log level", nil},
 		{"geoip missing", []string{"--chdb-lib", lib, "--demo", "--geoip", "/nonexistent.mmdb"}, nil, "geoip", nil},
-		{"otlp", []string{"--chdb-lib", lib, "--demo", "--otlp-endpoint", "http://otel:4318", "--otlp-interval", "30s"}, nil, "", func(t *testing.T, c Config) {
+		{"otlp", []string{"--chdb-lib", lib, "--demo", "--otlp-endpoint", "http://otel:4318", "--otlp-interval", "30s"}, nil, "", func(t *testing.T, c server.Config) {
 			if c.OTLPEndpoint != "http://otel:4318" || c.OTLPInterval != 30*time.Second {
 				t.Errorf("otlp = %q every %v", c.OTLPEndpoint, c.OTLPInterval)
 			}
 		}},
-		{"otlp from env", []string{"--chdb-lib", lib, "--demo"}, map[string]string{"ITLMON_OTLP_ENDPOINT": "https://otel.example.com/v1/metrics"}, "", func(t *testing.T, c Config) {
+		{"otlp from env", []string{"--chdb-lib", lib, "--demo"}, map[string]string{"ITLMON_OTLP_ENDPOINT": "https://otel.example.com/v1/metrics"}, "", func(t *testing.T, c server.Config) {
 			if c.OTLPEndpoint != "https://otel.example.com/v1/metrics" || c.OTLPInterval != time.Minute {
 				t.Errorf("otlp = %q every %v", c.OTLPEndpoint, c.OTLPInterval)
 			}
@@ -71,17 +73,17 @@ func TestParseFlags(t *testing.T) {
 		{"env", []string{"--chdb-lib", lib}, map[string]string{
 			"ITLMON_ADDR": "127.0.0.1:9999", "ITLMON_SITES": "a=https://a.example.com; b=https://b.example.com",
 			"ITLMON_TRUST_PROXY": "true", "ITLMON_TTL": "7d",
-		}, "", func(t *testing.T, c Config) {
+		}, "", func(t *testing.T, c server.Config) {
 			if c.Addr != "127.0.0.1:9999" || len(c.Sites) != 2 || !c.TrustProxy || c.TTL != 7*24*time.Hour {
 				t.Errorf("config = %+v", c)
 			}
 		}},
-		{"flag beats env", []string{"--chdb-lib", lib, "--demo", "--addr", "127.0.0.1:1"}, map[string]string{"ITLMON_ADDR": "127.0.0.1:9999"}, "", func(t *testing.T, c Config) {
+		{"flag beats env", []string{"--chdb-lib", lib, "--demo", "--addr", "127.0.0.1:1"}, map[string]string{"ITLMON_ADDR": "127.0.0.1:9999"}, "", func(t *testing.T, c server.Config) {
 			if c.Addr != "127.0.0.1:1" {
 				t.Errorf("addr = %s, want the flag's", c.Addr)
 			}
 		}},
-		{"origin key", []string{"--chdb-lib", lib, "--site", "chat=https://a.example.com", "--origin-key", "chat=0123456789abcdef"}, nil, "", func(t *testing.T, c Config) {
+		{"origin key", []string{"--chdb-lib", lib, "--site", "chat=https://a.example.com", "--origin-key", "chat=0123456789abcdef"}, nil, "", func(t *testing.T, c server.Config) {
 			if c.OriginKeys["chat"] != "0123456789abcdef" {
 				t.Errorf("origin keys = %v", c.OriginKeys)
 			}
@@ -92,18 +94,17 @@ func TestParseFlags(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			m := NewMain()
-			m.Stderr = &strings.Builder{}
-			err := m.ParseFlags(tt.args, func(k string) string { return tt.env[k] })
+			c := server.DefaultConfig()
+			err := parseServeFlags(&c, &strings.Builder{}, tt.args, func(k string) string { return tt.env[k] })
 			if tt.wantErr == "" {
 				if err != nil {
-					t.Fatalf("ParseFlags: %v", err)
+					t.Fatalf("parseServeFlags: %v", err)
 				}
 			} else if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-				t.Fatalf("ParseFlags err = %v, want one containing %q", err, tt.wantErr)
+				t.Fatalf("parseServeFlags err = %v, want one containing %q", err, tt.wantErr)
 			}
 			if tt.check != nil && err == nil {
-				tt.check(t, m.Config)
+				tt.check(t, c)
 			}
 			if err != nil && strings.Contains(err.Error(), "secret") {
 				t.Fatalf("error leaks the DSN password: %v", err)
@@ -127,18 +128,5 @@ func TestDispatch(t *testing.T) {
 	errOut.Reset()
 	if got := dispatch(t.Context(), []string{"--site", "nokey"}, &out, &errOut); got != 2 || !strings.Contains(errOut.String(), "KEY=ORIGIN") {
 		t.Fatalf("serve with a bad flag: exit %d, %q", got, errOut.String())
-	}
-}
-
-func TestRedactAddrs(t *testing.T) {
-	for _, tc := range []struct{ in, want string }{
-		{"http: panic serving 1.2.3.4:5678: boom", "http: panic serving [addr]: boom"},
-		{"http: TLS handshake error from [2001:db8::1]:443: EOF", "http: TLS handshake error from [addr]: EOF"},
-		{"read from 2001:db8::7 failed", "read from [addr] failed"},
-		{"http: Server closed after 10:30", "http: Server closed after 10:30"},
-	} {
-		if got := redactAddrs(tc.in); got != tc.want {
-			t.Errorf("redactAddrs(%q) = %q, want %q", tc.in, got, tc.want)
-		}
 	}
 }

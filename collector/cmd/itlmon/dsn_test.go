@@ -15,6 +15,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/itlmon/itlmon/collector/chdb"
+	"github.com/itlmon/itlmon/collector/server"
 	"github.com/itlmon/itlmon/wasm/beacon"
 )
 
@@ -39,7 +40,7 @@ func TestDSNStartsWhileClickHouseDown(t *testing.T) {
 	}
 	t.Logf("itlmon migrate failed after %v: %s", time.Since(began).Round(time.Millisecond), strings.TrimSpace(stderr.String()))
 
-	m := startMain(t, func(c *Config) { c.ClickHouse, c.ChdbLib = secretDSN{raw: dsn}, "" })
+	m := startMain(t, func(c *server.Config) { c.ClickHouse, c.ChdbLib = server.NewSecretDSN(dsn), "" })
 	if m.Engine != nil {
 		t.Fatal("an embedded engine started although a DSN was given")
 	}

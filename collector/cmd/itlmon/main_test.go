@@ -25,6 +25,7 @@ import (
 	"github.com/itlmon/itlmon/collector"
 	"github.com/itlmon/itlmon/collector/chdb"
 	"github.com/itlmon/itlmon/collector/ingest"
+	"github.com/itlmon/itlmon/collector/server"
 	"github.com/itlmon/itlmon/collector/store"
 	"github.com/itlmon/itlmon/wasm/beacon"
 )
@@ -79,9 +80,9 @@ func chdbLib(t testing.TB) string {
 
 // startMain runs the real program in-process on a free loopback port with
 // the embedded engine in a temp dir.
-func startMain(t testing.TB, mod func(*Config)) *Main {
+func startMain(t testing.TB, mod func(*server.Config)) *server.Main {
 	t.Helper()
-	m := NewMain()
+	m := server.NewMain()
 	m.Config.Addr = "127.0.0.1:0"
 	m.Config.Data = t.TempDir()
 	m.Config.ChdbLib = chdbLib(t)
@@ -386,7 +387,7 @@ func TestClickHouseOutage(t *testing.T) {
 // waitRows polls until site has want rows and rollup streams (the spool
 // replays in the background) and returns rows, distinct stream ids and the
 // rollup's count.
-func waitRows(t testing.TB, m *Main, site string, want int, timeout time.Duration) (rows, uniq, rollup int) {
+func waitRows(t testing.TB, m *server.Main, site string, want int, timeout time.Duration) (rows, uniq, rollup int) {
 	t.Helper()
 	ctx := t.Context()
 	deadline := time.Now().Add(timeout)

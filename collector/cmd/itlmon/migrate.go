@@ -11,6 +11,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/itlmon/itlmon/collector/server"
 	"github.com/itlmon/itlmon/collector/store"
 )
 
@@ -20,10 +21,10 @@ var ErrClusterDSN = errors.New("--cluster needs --clickhouse: the DSN of a node 
 // runMigrate applies the schema (embedded engine or DSN) and exits; with
 // --cluster, the cluster layout through the DSN's node (store.MigrateCluster).
 func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	c := DefaultConfig()
+	c := server.DefaultConfig()
 	fs := flag.NewFlagSet("itlmon migrate", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	c.storageFlags(fs)
+	storageFlags(fs, &c)
 	var cluster, replication string
 	fs.StringVar(&cluster, "cluster", "", "apply the cluster layout to this cluster (remote_servers): per-shard tables in DB_local, Distributed tables in DB (the DSN's database)")
 	fs.StringVar(&replication, "replication", string(store.Replicated), "with --cluster: replicated (Replicated* engines, ON CLUSTER DDL; needs Keeper) or none (plain engines, applied on every node system.clusters lists)")
@@ -34,7 +35,7 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		fmt.Fprintf(stderr, "itlmon migrate: %v\n", err)
 		return 2
 	}
-	if err := c.validateStorage(); err != nil {
+	if err := c.ValidateStorage(); err != nil {
 		fmt.Fprintf(stderr, "itlmon migrate: %v\n", err)
 		return 2
 	}
@@ -47,11 +48,11 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		fmt.Fprintf(stderr, "itlmon migrate: %v\n", ErrClusterDSN)
 		return 2
 	}
-	log := newLogger(c.LogFormat, c.LogLevel, stderr)
+	log := server.NewLogger(c.LogFormat, c.LogLevel, stderr)
 	if cluster != "" {
 		return migrateCluster(ctx, &c, cluster, repl, stdout, log)
 	}
-	db, eng, err := openStorage(ctx, &c, false, log)
+	db, eng, err := server.OpenStorage(ctx, &c, false, log)
 	if err != nil {
 		log.Error().Err(err).Msg("migrate")
 		return 1
@@ -76,7 +77,7 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) in
 
 // migrateCluster applies the cluster layout of cluster through the DSN's
 // node. The DSN's database is the main database; it need not exist yet.
-func migrateCluster(ctx context.Context, c *Config, cluster string, repl store.Replication, stdout io.Writer, log zerolog.Logger) int {
+func migrateCluster(ctx context.Context, c *server.Config, cluster string, repl store.Replication, stdout io.Writer, log zerolog.Logger) int {
 	db, err := store.Open(ctx, store.Options{DSN: c.ClickHouse.Reveal(), StreamsTTL: c.TTL, Lazy: true, Logger: log})
 	if err != nil {
 		log.Error().Err(err).Stringer("clickhouse", c.ClickHouse).Msg("migrate")

@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/itlmon/itlmon/collector/server"
 )
 
 // TestReadSideAccess runs the real program: the read side (/api/*,
@@ -45,7 +47,7 @@ func TestReadSideAccess(t *testing.T) {
 	reads := []string{"/api/sites", "/metrics", "/dashboard/", "/api/streams?site=test"}
 
 	t.Run("token", func(t *testing.T) {
-		m := startMain(t, func(c *Config) { c.ReadToken = token })
+		m := startMain(t, func(c *server.Config) { c.ReadToken = token })
 		if m.ReadURL() != "" {
 			t.Fatalf("read listener %s started with a token", m.ReadURL())
 		}
@@ -92,17 +94,15 @@ func TestReadSideConfig(t *testing.T) {
 		{[]string{"--read-addr", "localhost:8081", "--read-token", "0123456789abcdef"}, ""},
 		{[]string{"--read-addr", "[::1]:8081"}, ""},
 	} {
-		m := NewMain()
-		m.Stderr = &strings.Builder{}
-		err := m.ParseFlags(append([]string{"--demo", "--clickhouse", "clickhouse://db:9000/x"}, tc.args...), func(string) string { return "" })
+		c := server.DefaultConfig()
+		err := parseServeFlags(&c, &strings.Builder{}, append([]string{"--demo", "--clickhouse", "clickhouse://db:9000/x"}, tc.args...), func(string) string { return "" })
 		if tc.wantErr == "" && err != nil || tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)) {
 			t.Errorf("%v: err = %v, want %q", tc.args, err, tc.wantErr)
 		}
 	}
-	m := NewMain()
+	c := server.DefaultConfig()
 	var usage strings.Builder
-	m.Stderr = &usage
-	m.ParseFlags([]string{"--help"}, func(k string) string {
+	parseServeFlags(&c, &usage, []string{"--help"}, func(k string) string {
 		if k == "ITLMON_READ_TOKEN" {
 			return "secret-token-0123456789"
 		}
@@ -111,8 +111,8 @@ func TestReadSideConfig(t *testing.T) {
 	if strings.Contains(usage.String(), "secret-token") || !strings.Contains(usage.String(), "read-token") {
 		t.Errorf("usage shows the token or lacks the flag:\n%s", usage.String())
 	}
-	if m.Config.ReadToken != "secret-token-0123456789" {
-		t.Errorf("ITLMON_READ_TOKEN not read: %q", m.Config.ReadToken)
+	if c.ReadToken != "secret-token-0123456789" {
+		t.Errorf("ITLMON_READ_TOKEN not read: %q", c.ReadToken)
 	}
 }
 
@@ -124,10 +124,7 @@ func TestServeOTLP(t *testing.T) {
 	var posts atomic.Int64
 	rc := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { posts.Add(1) }))
 	defer rc.Close()
-	m := startMain(t, func(c *Config) { c.OTLPEndpoint, c.OTLPInterval = rc.URL, time.Second })
-	if m.stopOTLP == nil {
-		t.Fatal("no OTLP exporter started")
-	}
+	m := startMain(t, func(c *server.Config) { c.OTLPEndpoint, c.OTLPInterval = rc.URL, time.Second })
 	if body := getText(t, m.URL()+"/metrics"); !strings.Contains(body, "itlmon_otlp_exported_minutes_total") {
 		t.Error("/metrics has no itlmon_otlp_exported_minutes_total")
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/itlmon/itlmon/collector"
+	"github.com/itlmon/itlmon/collector/server"
 	"github.com/itlmon/itlmon/collector/store"
 	"github.com/itlmon/itlmon/wasm/beacon"
 )
@@ -176,7 +177,7 @@ func runClients(conns []*websocket.Conn, frames [][][]byte, inFlight int) (time.
 
 // insertDirect is the baseline: the rows straight into the same ClickHouse
 // with clickhouse-go batches of the writer's size.
-func insertDirect(t *testing.T, m *Main, streams []collector.Stream) time.Duration {
+func insertDirect(t *testing.T, m *server.Main, streams []collector.Stream) time.Duration {
 	const batch = 10_000
 	began := time.Now()
 	for k := 0; k < len(streams); k += batch {

@@ -17,6 +17,7 @@ import (
 	"github.com/maxmind/mmdbwriter"
 	"github.com/maxmind/mmdbwriter/mmdbtype"
 
+	"github.com/itlmon/itlmon/collector/server"
 	"github.com/itlmon/itlmon/collector/store"
 	"github.com/itlmon/itlmon/wasm/beacon"
 )
@@ -148,7 +149,7 @@ func TestSecondSignalExits(t *testing.T) {
 func TestBeaconPostGeoIP(t *testing.T) {
 	mmdb := writeMMDB(t)
 	const originKey = "0123456789abcdef"
-	m := startMain(t, func(c *Config) {
+	m := startMain(t, func(c *server.Config) {
 		c.GeoIP = mmdb
 		c.OriginKeys = map[string]string{"test": originKey} // the joiner wraps the writer
 	})
@@ -233,7 +234,7 @@ func waitExit(t *testing.T, p *proc) {
 // TestDemoSite: --demo serves the demo page and accepts site "demo" from the
 // collector's own origin only.
 func TestDemoSite(t *testing.T) {
-	m := startMain(t, func(c *Config) { c.Demo = true })
+	m := startMain(t, func(c *server.Config) { c.Demo = true })
 	if got := getStatus(t, m.URL()+"/demo/"); got != 200 {
 		t.Fatalf("GET /demo/ = %d, want 200", got)
 	}

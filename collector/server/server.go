@@ -1,9 +1,13 @@
-package main
+// Package server is the collector program, `itlmon serve`: storage (the
+// embedded engine or a DSN), the writer and spool, the origin join, ingest and
+// the HTTP API, wired together by Main. The command line (cmd/itlmon) parses
+// flags into a Config and runs a Main; tests run one or more Mains in-process
+// on port 0 and learn their addresses from URL, Addr and Engine.
+package server
 
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -27,39 +31,9 @@ import (
 	"github.com/itlmon/itlmon/web"
 )
 
-func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	m := NewMain()
-	m.Stderr = stderr
-	m.Logger = newLogger("auto", "info", stderr)
-	if err := m.ParseFlags(args, os.Getenv); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		fmt.Fprintf(stderr, "itlmon serve: %v\n", err)
-		return 2
-	}
-	if err := m.Run(ctx); err != nil {
-		m.Logger.Error().Err(err).Msg("start")
-		m.Close()
-		return 1
-	}
-	code := 0
-	select {
-	case <-ctx.Done():
-	case err := <-m.serveErr:
-		m.Logger.Error().Err(err).Msg("http server stopped")
-		code = 1
-	}
-	if err := m.Close(); err != nil {
-		m.Logger.Error().Err(err).Msg("shutdown")
-		return 1
-	}
-	return code
-}
-
-// Main is the serve program: ParseFlags, Run (returns once serving), Close
-// (graceful). Tests run it in-process with Addr "127.0.0.1:0" and a
-// temporary Data directory.
+// Main is the serve program: Run (returns once serving), Close (graceful).
+// Tests run it in-process with Addr "127.0.0.1:0" and a temporary Data
+// directory, then read the bound address from Addr or URL.
 type Main struct {
 	Config Config
 	Log    *zerolog.Logger // optional; default: built from Config.LogFormat/LogLevel on Stderr
@@ -93,21 +67,6 @@ func NewMain() *Main {
 	return &Main{Config: DefaultConfig(), Logger: zerolog.Nop(), Stderr: os.Stderr}
 }
 
-// ParseFlags reads the environment (through getenv) and then args, and
-// validates the result.
-func (m *Main) ParseFlags(args []string, getenv func(string) string) error {
-	fs := flag.NewFlagSet("itlmon serve", flag.ContinueOnError)
-	fs.SetOutput(m.Stderr)
-	m.Config.serveFlags(fs)
-	if err := parseWithEnv(fs, args, getenv); err != nil {
-		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected arguments %q", fs.Args())
-	}
-	return m.Config.Validate()
-}
-
 // URL is the collector's base URL, valid after Run.
 func (m *Main) URL() string { return "http://" + m.ln.Addr().String() }
 
@@ -123,6 +82,10 @@ func (m *Main) ReadURL() string {
 // Addr is the listening address, valid after Run.
 func (m *Main) Addr() string { return m.ln.Addr().String() }
 
+// Err receives the error of an HTTP server (main or read side) that stopped
+// serving on its own, not by Close; valid after Run.
+func (m *Main) Err() <-chan error { return m.serveErr }
+
 // Run starts storage, the ingest pipeline and the HTTP server, and returns
 // once it serves. On error, call Close to release what was started.
 func (m *Main) Run(ctx context.Context) (err error) {
@@ -133,7 +96,7 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	if m.Log != nil {
 		m.Logger = *m.Log
 	} else {
-		m.Logger = newLogger(c.LogFormat, c.LogLevel, m.Stderr)
+		m.Logger = NewLogger(c.LogFormat, c.LogLevel, m.Stderr)
 	}
 	log := m.Logger
 
@@ -141,7 +104,7 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	// the background once it answers, and the writer spools until then. The
 	// embedded engine is ours: it is up once openStorage returns.
 	lazy := !c.ClickHouse.IsZero()
-	if m.DB, m.Engine, err = openStorage(ctx, c, lazy, log); err != nil {
+	if m.DB, m.Engine, err = OpenStorage(ctx, c, lazy, log); err != nil {
 		return err
 	}
 	if lazy {
@@ -282,9 +245,9 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	return nil
 }
 
-// openStorage connects to the DSN, or starts the embedded engine and
+// OpenStorage connects to the DSN, or starts the embedded engine and
 // connects to it. lazy (DSN only) does not wait for ClickHouse to answer.
-func openStorage(ctx context.Context, c *Config, lazy bool, log zerolog.Logger) (*store.DB, *chdb.Engine, error) {
+func OpenStorage(ctx context.Context, c *Config, lazy bool, log zerolog.Logger) (*store.DB, *chdb.Engine, error) {
 	if !c.ClickHouse.IsZero() {
 		db, err := store.Open(ctx, store.Options{DSN: c.ClickHouse.Reveal(), StreamsTTL: c.TTL, Lazy: lazy, Logger: log})
 		if err != nil {

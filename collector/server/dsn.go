@@ -1,4 +1,4 @@
-package main
+package server
 
 import (
 	"fmt"
@@ -6,25 +6,28 @@ import (
 	"strings"
 )
 
-// secretDSN is a ClickHouse DSN that keeps its secrets out of log lines,
+// SecretDSN is a ClickHouse DSN that keeps its secrets out of log lines,
 // error texts and flag usage: String, Format (every verb), MarshalText and
 // MarshalJSON give the redacted form, and only Reveal gives the DSN itself,
 // for the driver. The zero value is the empty DSN. It is a flag.Value.
-type secretDSN struct{ raw string }
+type SecretDSN struct{ raw string }
+
+// NewSecretDSN wraps dsn ("" is no DSN: the embedded engine).
+func NewSecretDSN(dsn string) SecretDSN { return SecretDSN{raw: dsn} }
 
 // Reveal returns the DSN with its secrets, for clickhouse-go and nothing else.
-func (d secretDSN) Reveal() string { return d.raw }
+func (d SecretDSN) Reveal() string { return d.raw }
 
 // IsZero reports whether no DSN was given.
-func (d secretDSN) IsZero() bool { return d.raw == "" }
+func (d SecretDSN) IsZero() bool { return d.raw == "" }
 
-func (d secretDSN) String() string { return redactDSN(d.raw) }
-func (d secretDSN) Format(f fmt.State, verb rune) {
+func (d SecretDSN) String() string { return redactDSN(d.raw) }
+func (d SecretDSN) Format(f fmt.State, verb rune) {
 	fmt.Fprintf(f, fmt.FormatString(f, verb), redactDSN(d.raw))
 }
-func (d secretDSN) MarshalText() ([]byte, error) { return []byte(redactDSN(d.raw)), nil }
-func (d *secretDSN) Set(v string) error          { d.raw = v; return nil }
-func (d secretDSN) hasScheme(schemes ...string) bool {
+func (d SecretDSN) MarshalText() ([]byte, error) { return []byte(redactDSN(d.raw)), nil }
+func (d *SecretDSN) Set(v string) error          { d.raw = v; return nil }
+func (d SecretDSN) hasScheme(schemes ...string) bool {
 	for _, s := range schemes {
 		if strings.HasPrefix(d.raw, s+"://") {
 			return true

@@ -1,4 +1,4 @@
-package main
+package server
 
 import (
 	"io"
@@ -11,9 +11,9 @@ import (
 	"github.com/rs/zerolog"
 )
 
-// newLogger returns a zerolog logger: JSON lines, or the console writer when
+// NewLogger returns a zerolog logger: JSON lines, or the console writer when
 // format is "console" or "auto" on a terminal. format and level were validated.
-func newLogger(format, level string, w io.Writer) zerolog.Logger {
+func NewLogger(format, level string, w io.Writer) zerolog.Logger {
 	lvl, err := zerolog.ParseLevel(level)
 	if err != nil {
 		lvl = zerolog.InfoLevel

@@ -1,0 +1,341 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gorilla/websocket"
+
+	"github.com/itlmon/itlmon/collector/ingest"
+	"github.com/itlmon/itlmon/collector/origin"
+	"github.com/itlmon/itlmon/collector/server"
+	"github.com/itlmon/itlmon/wasm/beacon"
+	"github.com/itlmon/itlmon/wasm/meter"
+)
+
+// originKey is the shared key of site "chat"'s origin reporter.
+const originKey = "origin-key-0123456789"
+
+// withChat adds site "chat", whose origin reports timelines, to c.
+func withChat(c *server.Config) {
+	c.Sites = append(c.Sites, ingest.Site{Key: "chat", Origins: []string{pageOrigin}})
+	c.OriginKeys = map[string]string{"chat": originKey}
+}
+
+// TestStatelessCollectors runs two collectors in-process on one ClickHouse:
+// A with the embedded engine, B with a DSN to A's engine (database itlmon),
+// as two collectors behind a load balancer. Any collector may receive any
+// record of a stream, and what is stored must equal what one collector
+// stores:
+//   - a client record on one and the origin timeline of the same stream on
+//     the other are stored joined (the stall refined to `origin`), in both
+//     directions and in both orders;
+//   - the same browser batch delivered to both at once (a load balancer
+//     retry), in flushes carrying other rows, is stored once in itl_streams,
+//     itl_stream_ids, itl_timelines and the rollup, ClickHouse being slow
+//     (every itl_timelines insert takes 1.5 s, longer than a flush interval,
+//     so neither collector's insert is committed when the other's starts);
+//   - a restart of B changes nothing: a client record B acked before it
+//     stopped is joined with its origin timeline sent to A afterwards, and
+//     the batch resent to the new B process is still stored once.
+func TestStatelessCollectors(t *testing.T) {
+	t.Skip("until the inbox promoter lands")
+	a := startMain(t, withChat)
+	dsn := server.NewSecretDSN("clickhouse://" + a.Engine.NativeAddr() + "/itlmon")
+	bData := t.TempDir()
+	onA := func(c *server.Config) {
+		withChat(c)
+		c.ClickHouse, c.ChdbLib, c.Data = dsn, "", bData
+	}
+	b := startMain(t, onA)
+	waitSchema(t, b)
+	conn := a.DB.Conn()
+
+	// Joins across collectors, both directions, both orders.
+	const run = 12
+	wsA, wsB := dialPeer(t, a), dialPeer(t, b)
+	o1, o2 := pausedOrigin("it12-1"), pausedOrigin("it12-2")
+	wsA.send(t, "chat", 1, joinedRecord(o1, run, 1)) // client on A first, then its origin on B
+	postOrigin(t, b, o1)
+	postOrigin(t, a, o2) // origin on A first, then the client on B
+	wsB.send(t, "chat", 1, joinedRecord(o2, run, 2))
+
+	// The same batch on both, each in a flush with other rows, ClickHouse slow.
+	if err := conn.Exec(t.Context(), `CREATE MATERIALIZED VIEW itl_test_slow_mv ENGINE = Null AS
+		SELECT stream_id FROM itl_timelines WHERE sleep(1.5) = 0`); err != nil {
+		t.Fatalf("slow view: %v", err)
+	}
+	shared := make([]beacon.Record, 5)
+	for i := range shared {
+		shared[i] = timedRecord(run, 100+uint32(i))
+	}
+	var wg sync.WaitGroup
+	for i, ws := range []*peerConn{wsA, wsB} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			other := uint32(200 + 10*i)
+			ws.sendQuiet("test", 10, timedRecord(run, other), timedRecord(run, other+1))
+			ws.sendQuiet("test", 11, shared...)
+			ws.sendQuiet("test", 12, timedRecord(run, other+2), timedRecord(run, other+3))
+		}()
+	}
+	wg.Wait()
+	for _, ws := range []*peerConn{wsA, wsB} {
+		ws.acks.wait(t, 1+3, 60*time.Second) // the chat record and the three test batches
+	}
+	if err := conn.Exec(t.Context(), "DROP VIEW itl_test_slow_mv"); err != nil {
+		t.Fatalf("drop slow view: %v", err)
+	}
+
+	// B acks a client record, stops; a new B process starts on the same
+	// data root; the origin timeline of that record arrives at A.
+	o3 := pausedOrigin("it12-3")
+	wsB.send(t, "chat", 2, joinedRecord(o3, run, 3))
+	wsB.acks.wait(t, 1+3+1, 30*time.Second)
+	acked := time.Now()
+	if err := b.Close(); err != nil {
+		t.Fatalf("close B: %v", err)
+	}
+	b = startMain(t, onA)
+	waitSchema(t, b)
+	postOrigin(t, a, o3)
+	t.Logf("origin timeline of it12-3 stored on A %v after B acked its client record (B restarted in between)",
+		time.Since(acked).Round(time.Millisecond))
+	// The client resends the shared batch to the new B (its ack lost).
+	wsB2 := dialPeer(t, b)
+	wsB2.send(t, "test", 11, shared...)
+	wsB2.acks.wait(t, 1, 30*time.Second)
+
+	// Joined, whichever collector got which side.
+	ids := []string{"it12-1", "it12-2", "it12-3"}
+	why := []string{"client on A, then origin on B", "origin on A, then client on B", "client acked by B, B restarted, origin on A"}
+	const joined = "(1,1,0,['origin'])"
+	got := make([]string, len(ids))
+	settle(t, 30*time.Second, func() bool {
+		done := true
+		for i, id := range ids {
+			err := conn.QueryRow(t.Context(), `SELECT toString((count(), any(stalls_origin), any(stalls_unknown), any(stall_cause)))
+				FROM itl_streams WHERE site = 'chat' AND origin_id = ?`, id).Scan(&got[i])
+			if err != nil {
+				got[i] = "error: " + err.Error()
+			}
+			done = done && got[i] == joined
+		}
+		return done
+	})
+	for i, id := range ids {
+		if got[i] != joined {
+			t.Errorf("stream %s (%s): itl_streams (rows, stalls_origin, stalls_unknown, causes) = %s, want %s (joined)", id, why[i], got[i], joined)
+		}
+	}
+
+	// Stored once: 5 shared records and 2×4 others on site test.
+	const want = 5 + 2*4
+	wantCounts := fmt.Sprintf("(%d,%d,%d,%d,%d)", want, want, want, want, want)
+	var counts string
+	settle(t, 30*time.Second, func() bool {
+		err := conn.QueryRow(t.Context(), `SELECT toString((
+			(SELECT count() FROM itl_streams WHERE site = 'test'),
+			(SELECT uniqExact(stream_id) FROM itl_streams WHERE site = 'test'),
+			(SELECT count() FROM itl_stream_ids WHERE stream_id IN (SELECT stream_id FROM itl_streams WHERE site = 'test')),
+			(SELECT count() FROM itl_timelines WHERE site = 'test'),
+			(SELECT toUInt64(sum(streams)) FROM itl_rollup_1m WHERE site = 'test')))`).Scan(&counts)
+		if err != nil {
+			counts = "error: " + err.Error()
+		}
+		return counts == wantCounts
+	})
+	if counts != wantCounts {
+		t.Errorf("site test (the same batch on both collectors, then resent to B after its restart): (itl_streams rows, distinct ids, itl_stream_ids rows, itl_timelines rows, rollup streams) = %s, want %s",
+			counts, wantCounts)
+	}
+	stored := storedIDs(t, conn, "test")
+	for i := range shared {
+		if n := stored[shared[i].StreamID]; n != 1 {
+			t.Errorf("shared record %d stored %d times in itl_streams, want 1", i, n)
+		}
+	}
+}
+
+// settle polls done until it reports true or timeout passes.
+func settle(t testing.TB, timeout time.Duration, done func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(timeout); !done() && time.Now().Before(deadline); {
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// waitSchema waits until m (on a DSN: migrated in the background) has its schema.
+func waitSchema(t testing.TB, m *server.Main) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for m.DB.SchemaReady() != nil {
+		if time.Now().After(deadline) {
+			t.Fatalf("schema not ready after 60 s: %v", m.DB.SchemaReady())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// peerConn is a page's WebSocket to one collector, one per site.
+type peerConn struct {
+	m    *server.Main
+	mu   sync.Mutex
+	c    map[string]*websocket.Conn
+	acks *ackReader // of every site's connection: acks are counted, not told apart
+}
+
+func dialPeer(t testing.TB, m *server.Main) *peerConn {
+	return &peerConn{m: m, c: map[string]*websocket.Conn{}, acks: &ackReader{seqs: map[uint64]bool{}, more: make(chan struct{}, 1)}}
+}
+
+// send sends one batch of recs on site's connection.
+func (p *peerConn) send(t testing.TB, site string, seq uint64, recs ...beacon.Record) {
+	t.Helper()
+	if err := p.write(site, seq, recs); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// sendQuiet is send for goroutines: a failed send shows as a missing ack.
+func (p *peerConn) sendQuiet(site string, seq uint64, recs ...beacon.Record) {
+	p.write(site, seq, recs)
+}
+
+func (p *peerConn) write(site string, seq uint64, recs []beacon.Record) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	c := p.c[site]
+	if c == nil {
+		h := http.Header{}
+		h.Set("Origin", pageOrigin)
+		h.Set("User-Agent", firefoxUA)
+		var err error
+		if c, _, err = websocket.DefaultDialer.Dial(wsURL(p.m.URL(), site), h); err != nil {
+			return err
+		}
+		p.c[site] = c
+		go p.readAcks(site, uint64(len(p.c)), c)
+	}
+	bb := beacon.Batch{Seq: seq, Client: beacon.Client{ConnType: "4g", Release: "r1", ModuleVersion: "test"}, Records: recs}
+	frame, err := bb.AppendBinary(nil)
+	if err != nil {
+		return err
+	}
+	return c.WriteMessage(websocket.BinaryMessage, frame)
+}
+
+// readAcks counts c's acks into p.acks, keyed by (conn, seq): conn numbers
+// p's connections.
+func (p *peerConn) readAcks(site string, conn uint64, c *websocket.Conn) {
+	a := p.acks
+	defer c.Close()
+	for {
+		_, msg, err := c.ReadMessage()
+		if err == nil {
+			var ack beacon.Ack
+			if ack, err = beacon.DecodeAck(msg); err == nil {
+				a.mu.Lock()
+				a.seqs[conn<<56|ack.Seq] = true
+				a.mu.Unlock()
+			}
+		}
+		if err != nil {
+			a.mu.Lock()
+			if a.err == nil && !websocket.IsCloseError(err, websocket.CloseNormalClosure, websocket.CloseGoingAway) {
+				a.err = fmt.Errorf("%s: %w", site, err)
+			}
+			a.mu.Unlock()
+		}
+		select {
+		case a.more <- struct{}{}:
+		default:
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// postOrigin sends o as site chat's origin reporter does, to m.
+func postOrigin(t testing.TB, m *server.Main, o beacon.Origin) {
+	t.Helper()
+	body, err := (&beacon.OriginBatch{Seq: 1, Site: "chat", Records: []beacon.Origin{o}}).AppendBinary(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, _ := http.NewRequest("POST", m.URL()+origin.Path+"?site=chat", bytes.NewReader(body))
+	req.Header.Set(origin.HeaderKey, originKey)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNoContent {
+		t.Fatalf("POST %s: %s, want 204", origin.Path, resp.Status)
+	}
+}
+
+const ms = 1000
+
+// pausedOrigin is an origin timeline: 30 content events 20 ms apart from
+// 100 ms, pausing 600 ms before event 15 (collector/join's fixture).
+func pausedOrigin(id string) beacon.Origin {
+	o := beacon.Origin{ID: id, StartUnixMs: time.Now().UnixMilli(), Route: "/v1/chat", Format: 1, Status: 1,
+		HTTPStatus: 200, TTFBUs: 90 * ms, DurationUs: 1300 * ms, Events: 31, ContentEvents: 30, Flushes: 31,
+		MaxEventsPerFlush: 1, Bytes: 3000}
+	for i := range 30 {
+		e := uint32(100*ms + i*20*ms)
+		if i >= 15 {
+			e += 600 * ms
+		}
+		o.EmitUs = append(o.EmitUs, e)
+		if i > 0 {
+			o.ITL.Record(float64(e - o.EmitUs[i-1]))
+		}
+	}
+	o.TTFTUs = o.EmitUs[0]
+	return o
+}
+
+// joinedRecord is the browser's record of o, 40 ms later, its one stall
+// attributed `unknown` (the page was idle and the read carried one event):
+// joined with o, the stall is the origin's.
+func joinedRecord(o beacon.Origin, run, i uint32) beacon.Record {
+	r := record(run, i)
+	r.OriginID = o.ID
+	r.StartUnixMs = o.StartUnixMs
+	r.Format, r.Status, r.HTTPStatus = 1, 1, 200
+	r.TTFBUs, r.TTFCUs, r.DurationUs = o.TTFBUs+40*ms, o.EmitUs[0]+40*ms, o.DurationUs+40*ms
+	r.TTFTUs = o.EmitUs[0] + 40*ms
+	r.Events, r.ContentEvents, r.Tokens, r.Reads = 31, 30, 30, 31
+	r.GapP50Us, r.GapP95Us, r.GapP99Us, r.GapMaxUs = 20*ms, 20*ms, 620*ms, 620*ms
+	r.ITL.Reset()
+	r.Timeline = nil
+	for k, e := range o.EmitUs {
+		r.Timeline = append(r.Timeline, beacon.Stamp{AtUs: e + 40*ms, Read: uint32(k), Content: true})
+		if k > 0 {
+			r.ITL.Record(float64(e - o.EmitUs[k-1]))
+		}
+	}
+	r.Stalls, r.StalledUs = 1, 620*ms
+	r.StallsByCause[meter.CauseUnknown], r.StalledByCause[meter.CauseUnknown] = 1, 620*ms
+	r.StallList = []beacon.Stall{{StartUs: o.EmitUs[14] + 40*ms, EndUs: o.EmitUs[15] + 40*ms, Cause: uint8(meter.CauseUnknown), NextReadEvents: 1}}
+	r.TTFTCause = uint8(meter.CauseUnknown)
+	return r
+}
+
+// timedRecord is record(run, i) with its timeline, so it has an
+// itl_timelines row.
+func timedRecord(run, i uint32) beacon.Record {
+	r := record(run, i)
+	for k := range uint32(40) {
+		r.Timeline = append(r.Timeline, beacon.Stamp{AtUs: 20_000 + k*20_000, Read: k, Content: true})
+	}
+	return r
+}
