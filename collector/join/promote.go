@@ -25,7 +25,7 @@ const Window = time.Second
 
 // Defaults of PromoterConfig.
 const (
-	DefaultHold        = 2 * time.Second
+	DefaultHold        = 3 * time.Second
 	DefaultGrace       = time.Second
 	DefaultJoinTTL     = 2 * time.Minute
 	DefaultDedupWindow = 24 * time.Hour

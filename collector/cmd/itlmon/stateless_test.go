@@ -36,14 +36,13 @@ func withChat(c *server.Config) {
 //     directions and in both orders;
 //   - the same browser batch delivered to both at once (a load balancer
 //     retry), in flushes carrying other rows, is stored once in itl_streams,
-//     itl_stream_ids, itl_timelines and the rollup, ClickHouse being slow
+//     itl_promoted_ids, itl_timelines and the rollup, ClickHouse being slow
 //     (every itl_timelines insert takes 1.5 s, longer than a flush interval,
 //     so neither collector's insert is committed when the other's starts);
 //   - a restart of B changes nothing: a client record B acked before it
 //     stopped is joined with its origin timeline sent to A afterwards, and
 //     the batch resent to the new B process is still stored once.
 func TestStatelessCollectors(t *testing.T) {
-	t.Skip("until the inbox promoter lands")
 	a := startMain(t, withChat)
 	dsn := server.NewSecretDSN("clickhouse://" + a.Engine.NativeAddr() + "/itlmon")
 	bData := t.TempDir()
@@ -142,7 +141,7 @@ func TestStatelessCollectors(t *testing.T) {
 		err := conn.QueryRow(t.Context(), `SELECT toString((
 			(SELECT count() FROM itl_streams WHERE site = 'test'),
 			(SELECT uniqExact(stream_id) FROM itl_streams WHERE site = 'test'),
-			(SELECT count() FROM itl_stream_ids WHERE stream_id IN (SELECT stream_id FROM itl_streams WHERE site = 'test')),
+			(SELECT count() FROM itl_promoted_ids WHERE kind = 'client' AND stream_id IN (SELECT stream_id FROM itl_streams WHERE site = 'test')),
 			(SELECT count() FROM itl_timelines WHERE site = 'test'),
 			(SELECT toUInt64(sum(streams)) FROM itl_rollup_1m WHERE site = 'test')))`).Scan(&counts)
 		if err != nil {
@@ -151,7 +150,7 @@ func TestStatelessCollectors(t *testing.T) {
 		return counts == wantCounts
 	})
 	if counts != wantCounts {
-		t.Errorf("site test (the same batch on both collectors, then resent to B after its restart): (itl_streams rows, distinct ids, itl_stream_ids rows, itl_timelines rows, rollup streams) = %s, want %s",
+		t.Errorf("site test (the same batch on both collectors, then resent to B after its restart): (itl_streams rows, distinct ids, itl_promoted_ids rows, itl_timelines rows, rollup streams) = %s, want %s",
 			counts, wantCounts)
 	}
 	stored := storedIDs(t, conn, "test")
