@@ -97,9 +97,11 @@ type Shard struct {
 // number of collectors may run one on the same shards: they do the same work
 // and ClickHouse keeps one copy of it.
 type Promoter struct {
-	cfg    PromoterConfig
-	log    zerolog.Logger
-	shards []Shard
+	cfg     PromoterConfig
+	log     zerolog.Logger
+	shards  []Shard
+	resolve func(context.Context) ([]Shard, error) // a cluster's shards, found by Run
+	owned   bool                                    // shards came from resolve: Run closes them
 
 	windows, records, streams, origins, copies, joined, joinedInStreams, refused, errs atomic.Uint64
 	lagNanos                                                                           atomic.Int64
@@ -131,6 +133,51 @@ func NewPromoter(shards []Shard, cfg PromoterConfig) (*Promoter, error) {
 	return &Promoter{cfg: cfg, shards: shards, log: cfg.Logger.With().Str("component", "promoter").Logger()}, nil
 }
 
+// NewClusterPromoter returns a Promoter of the shards resolve finds (a
+// cluster's, store.DB.ShardConns), which Run looks up when it starts and
+// until it succeeds (ClickHouse may be down), and closes when it returns.
+func NewClusterPromoter(resolve func(context.Context) ([]Shard, error), cfg PromoterConfig) (*Promoter, error) {
+	if err := cfg.setDefaults(); err != nil {
+		return nil, err
+	}
+	return &Promoter{cfg: cfg, resolve: resolve, log: cfg.Logger.With().Str("component", "promoter").Logger()}, nil
+}
+
+// findShards resolves the shards of a cluster promoter, retrying with a
+// capped wait until it succeeds or ctx ends.
+func (p *Promoter) findShards(ctx context.Context) error {
+	if p.shards != nil || p.resolve == nil {
+		return nil
+	}
+	wait := p.cfg.Interval
+	var lastLog time.Time
+	for {
+		shards, err := p.resolve(ctx)
+		if err == nil && len(shards) > 0 {
+			p.shards, p.owned = shards, true
+			names := make([]string, len(shards))
+			for i, sh := range shards {
+				names[i] = sh.Name
+			}
+			p.log.Info().Strs("shards", names).Msg("promoting the cluster's shards")
+			return nil
+		}
+		if err == nil {
+			err = errors.New("no shards")
+		}
+		if time.Since(lastLog) > 30*time.Second {
+			p.log.Warn().Err(err).Msg("cannot reach the cluster's shards yet; retrying")
+			lastLog = time.Now()
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 10*time.Second)
+	}
+}
+
 // Stats returns a snapshot of the counters.
 func (p *Promoter) Stats() PromoterStats {
 	return PromoterStats{
@@ -143,6 +190,16 @@ func (p *Promoter) Stats() PromoterStats {
 // Run promotes windows on every shard until ctx ends. Errors (ClickHouse
 // down, a shard unreachable) are logged at most every 30 s and retried.
 func (p *Promoter) Run(ctx context.Context) {
+	if err := p.findShards(ctx); err != nil {
+		return
+	}
+	if p.owned {
+		defer func() {
+			for _, sh := range p.shards {
+				sh.Conn.Close()
+			}
+		}()
+	}
 	var lastLog time.Time
 	for {
 		busy := false
@@ -612,6 +669,9 @@ func insertOrSetAside[R any](ctx context.Context, token string, rows []R,
 // the grace after its end), and returns when done or when ctx ends. Tests
 // use it to read what they wrote; Run does the same continuously.
 func (p *Promoter) CatchUp(ctx context.Context) error {
+	if err := p.findShards(ctx); err != nil {
+		return err
+	}
 	for _, sh := range p.shards {
 		var until time.Time
 		if err := sh.Conn.QueryRow(ctx, "SELECT now64(6)").Scan(&until); err != nil {

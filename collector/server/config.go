@@ -37,6 +37,7 @@ type Config struct {
 	ReadToken       string // credential of the read side (/api/, /metrics, /dashboard/); "" = loopback only
 	ReadAddr        string // loopback listener of the read side; "" = 127.0.0.1:<port+1> when needed
 	JoinHold        time.Duration // how long after a client record its origin timeline still refines it
+	Cluster         string        // the cluster of a cluster layout (itlmon migrate --cluster); needs ClickHouse
 	OTLPEndpoint    string        // OTLP/HTTP metrics endpoint; "" exports nothing
 	OTLPInterval    time.Duration // how often closed rollup minutes are exported
 }
@@ -66,6 +67,7 @@ var (
 	ErrLogLevel  = errors.New("log level must be debug, info, warn or error")
 	ErrTTL       = errors.New("ttl must be at least 1d")
 	ErrReadAddr  = errors.New("the read side's own listener must be on a loopback address (127.0.0.1, ::1, localhost): elsewhere set --read-token")
+	ErrClusterDSN = errors.New("--cluster needs --clickhouse: the DSN of a node of the cluster, its database the main database (the embedded engine is one server)")
 	ErrDSN       = errors.New("clickhouse DSN must look like clickhouse://user:pass@host:9000/db")
 )
 
@@ -144,6 +146,9 @@ func (c *Config) ValidateStorage() error {
 	}
 	if c.Data == "" {
 		return errors.New("data directory must not be empty")
+	}
+	if c.Cluster != "" && c.ClickHouse.IsZero() {
+		return ErrClusterDSN
 	}
 	if !c.ClickHouse.IsZero() {
 		if !c.ClickHouse.hasScheme("clickhouse", "tcp") {

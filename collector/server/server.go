@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"os"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -144,9 +145,24 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	// Records land in the inbox (the writer); the promoter turns the inbox
 	// into the tables, joined and exactly once, whichever collector took them.
 	host, _ := os.Hostname()
-	if m.Promoter, err = join.NewPromoter([]join.Shard{{Conn: m.DB.Conn()}}, join.PromoterConfig{
-		Hold: c.JoinHold, Collector: host, Logger: log,
-	}); err != nil {
+	pcfg := join.PromoterConfig{Hold: c.JoinHold, Collector: host, Logger: log}
+	if c.Cluster == "" {
+		m.Promoter, err = join.NewPromoter([]join.Shard{{Conn: m.DB.Conn()}}, pcfg)
+	} else {
+		// Every shard's local database, wherever the records of a stream landed.
+		m.Promoter, err = join.NewClusterPromoter(func(ctx context.Context) ([]join.Shard, error) {
+			scs, err := m.DB.ShardConns(ctx)
+			if err != nil {
+				return nil, err
+			}
+			shards := make([]join.Shard, len(scs))
+			for i, sc := range scs {
+				shards[i] = join.Shard{Name: strconv.Itoa(int(sc.Shard)), Conn: sc.Conn}
+			}
+			return shards, nil
+		}, pcfg)
+	}
+	if err != nil {
 		return err
 	}
 	if err := m.Promoter.RegisterMetrics(m.Registry); err != nil {
@@ -249,7 +265,7 @@ func (m *Main) Run(ctx context.Context) (err error) {
 // connects to it. lazy (DSN only) does not wait for ClickHouse to answer.
 func OpenStorage(ctx context.Context, c *Config, lazy bool, log zerolog.Logger) (*store.DB, *chdb.Engine, error) {
 	if !c.ClickHouse.IsZero() {
-		db, err := store.Open(ctx, store.Options{DSN: c.ClickHouse.Reveal(), StreamsTTL: c.TTL, Lazy: lazy, Logger: log})
+		db, err := store.Open(ctx, store.Options{DSN: c.ClickHouse.Reveal(), StreamsTTL: c.TTL, Lazy: lazy, Cluster: c.Cluster, Logger: log})
 		if err != nil {
 			return nil, nil, fmt.Errorf("clickhouse %s: %w", c.ClickHouse, err)
 		}

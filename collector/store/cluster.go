@@ -153,6 +153,49 @@ func Shards(nodes []ClusterNode) []ClusterNode {
 	return shards
 }
 
+// ClusterLayout is the layout of the cluster db was opened for
+// (Options.Cluster), its main database the connection's.
+func (db *DB) ClusterLayout() ClusterLayout {
+	return NewClusterLayout(db.cluster, db.database, Replicated)
+}
+
+// ShardConn is a connection to one shard's local database, through its
+// replicas in order (the first that answers).
+type ShardConn struct {
+	Shard uint32
+	Addrs []string
+	Conn  driver.Conn
+}
+
+// ShardConns connects to every shard of db's cluster (Options.Cluster), to
+// its local database, with db's credentials and settings: the promoter
+// works there. On an error, the connections made so far are closed.
+func (db *DB) ShardConns(ctx context.Context) ([]ShardConn, error) {
+	if db.cluster == "" {
+		return nil, errors.New("store: not opened for a cluster")
+	}
+	nodes, err := db.ClusterNodes(ctx, db.cluster)
+	if err != nil {
+		return nil, err
+	}
+	l := db.ClusterLayout()
+	var out []ShardConn
+	for i := 0; i < len(nodes); {
+		sc := ShardConn{Shard: nodes[i].Shard}
+		for ; i < len(nodes) && nodes[i].Shard == sc.Shard; i++ {
+			sc.Addrs = append(sc.Addrs, nodes[i].Addr())
+		}
+		if sc.Conn, err = db.connect(ctx, sc.Addrs, l.LocalDB); err != nil {
+			for _, c := range out {
+				c.Conn.Close()
+			}
+			return nil, fmt.Errorf("store: shard %d: %w", sc.Shard, err)
+		}
+		out = append(out, sc)
+	}
+	return out, nil
+}
+
 // ClusterNodes is ClusterNodes on db's connection.
 func (db *DB) ClusterNodes(ctx context.Context, cluster string) ([]ClusterNode, error) {
 	return ClusterNodes(ctx, db.conn, cluster)

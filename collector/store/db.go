@@ -330,6 +330,10 @@ func (db *DB) migrateOnce(ctx context.Context) error {
 	if err := db.ping(ctx); err != nil {
 		return err
 	}
+	if db.cluster != "" {
+		// Collectors of a cluster run no DDL: itlmon migrate --cluster does.
+		return db.ClusterSchemaReady(ctx, db.ClusterLayout())
+	}
 	if err := db.Migrate(ctx); err != nil {
 		if perr := db.ping(ctx); perr != nil && errors.Is(perr, errUnreachable) {
 			return perr

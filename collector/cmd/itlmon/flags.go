@@ -104,6 +104,7 @@ func storageFlags(fs *flag.FlagSet, c *server.Config) {
 	fs.Var(durationFlag{&c.TTL}, "ttl", "how long raw stream rows are kept (e.g. 90d)")
 	fs.StringVar(&c.LogFormat, "log-format", c.LogFormat, "auto (console on a terminal, else JSON), json or console")
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "debug, info, warn or error")
+	fs.StringVar(&c.Cluster, "cluster", c.Cluster, "a cluster layout's cluster (remote_servers): migrate creates the layout (per-shard tables in DB_local, Distributed tables in DB, the DSN's database); serve inserts through it, promotes every shard and runs no DDL")
 }
 
 // serveFlags registers the flags of serve.

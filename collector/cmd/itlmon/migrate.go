@@ -15,9 +15,6 @@ import (
 	"github.com/itlmon/itlmon/collector/store"
 )
 
-// ErrClusterDSN is returned for --cluster without --clickhouse.
-var ErrClusterDSN = errors.New("--cluster needs --clickhouse: the DSN of a node of the cluster, its database the main database")
-
 // runMigrate applies the schema (embedded engine or DSN) and exits; with
 // --cluster, the cluster layout through the DSN's node (store.MigrateCluster).
 func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -25,8 +22,7 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	fs := flag.NewFlagSet("itlmon migrate", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	storageFlags(fs, &c)
-	var cluster, replication string
-	fs.StringVar(&cluster, "cluster", "", "apply the cluster layout to this cluster (remote_servers): per-shard tables in DB_local, Distributed tables in DB (the DSN's database)")
+	var replication string
 	fs.StringVar(&replication, "replication", string(store.Replicated), "with --cluster: replicated (Replicated* engines, ON CLUSTER DDL; needs Keeper) or none (plain engines, applied on every node system.clusters lists)")
 	if err := parseWithEnv(fs, args, os.Getenv); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -44,13 +40,9 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		fmt.Fprintf(stderr, "itlmon migrate: %v\n", err)
 		return 2
 	}
-	if cluster != "" && c.ClickHouse.IsZero() {
-		fmt.Fprintf(stderr, "itlmon migrate: %v\n", ErrClusterDSN)
-		return 2
-	}
 	log := server.NewLogger(c.LogFormat, c.LogLevel, stderr)
-	if cluster != "" {
-		return migrateCluster(ctx, &c, cluster, repl, stdout, log)
+	if c.Cluster != "" {
+		return migrateCluster(ctx, &c, c.Cluster, repl, stdout, log)
 	}
 	db, eng, err := server.OpenStorage(ctx, &c, false, log)
 	if err != nil {

@@ -8,11 +8,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ClickHouse/clickhouse-go/v2"
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 	"github.com/gorilla/websocket"
 
 	"github.com/itlmon/itlmon/collector/ingest"
 	"github.com/itlmon/itlmon/collector/origin"
 	"github.com/itlmon/itlmon/collector/server"
+	"github.com/itlmon/itlmon/internal/chtest"
 	"github.com/itlmon/itlmon/wasm/beacon"
 	"github.com/itlmon/itlmon/wasm/meter"
 )
@@ -46,11 +49,66 @@ func TestStatelessCollectors(t *testing.T) {
 	a := startMain(t, withChat)
 	dsn := server.NewSecretDSN("clickhouse://" + a.Engine.NativeAddr() + "/itlmon")
 	bData := t.TempDir()
-	onA := func(c *server.Config) {
-		withChat(c)
-		c.ClickHouse, c.ChdbLib, c.Data = dsn, "", bData
+	startB := func() *server.Main {
+		return startMain(t, func(c *server.Config) {
+			withChat(c)
+			c.ClickHouse, c.ChdbLib, c.Data = dsn, "", bData
+		})
 	}
-	b := startMain(t, onA)
+	statelessScenario(t, a, startB, true, nil)
+}
+
+// TestClusterCollectors is TestStatelessCollectors on a cluster layout: two
+// embedded engines as two shards (itlmon migrate --cluster --replication
+// none), collector A on the first with --cluster, B on the second, each
+// inserting through the Distributed inbox and promoting both shards. A
+// stream's records meet on the shard of their join key whichever collector
+// took them; reads go through the Distributed tables.
+func TestClusterCollectors(t *testing.T) {
+	chdbLib(t)
+	nodes := chtest.Cluster(t, "itl", 2)
+	var stderr bytes.Buffer
+	if code := runMigrate(t.Context(), []string{"--clickhouse", "clickhouse://" + nodes[0].NativeAddr() + "/itlmon",
+		"--cluster", "itl", "--replication", "none", "--log-format", "json"}, &bytes.Buffer{}, &stderr); code != 0 {
+		t.Fatalf("itlmon migrate --cluster exited %d: %s", code, stderr.String())
+	}
+	on := func(node int, data string) func(*server.Config) {
+		return func(c *server.Config) {
+			withChat(c)
+			c.ClickHouse = server.NewSecretDSN("clickhouse://" + nodes[node].NativeAddr() + "/itlmon")
+			c.ChdbLib, c.Data, c.Cluster = "", data, "itl"
+		}
+	}
+	a := startMain(t, on(0, t.TempDir()))
+	waitSchema(t, a)
+	bData := t.TempDir()
+	startB := func() *server.Main { return startMain(t, on(1, bData)) }
+	var locals []driver.Conn
+	for _, n := range nodes {
+		c, err := clickhouse.Open(&clickhouse.Options{Addr: []string{n.NativeAddr()}, Auth: clickhouse.Auth{Database: "itlmon_local"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		locals = append(locals, c)
+	}
+	statelessScenario(t, a, startB, false, locals)
+	// Both shards hold some of the streams.
+	for i, c := range locals {
+		var n uint64
+		if err := c.QueryRow(t.Context(), "SELECT count() FROM itl_streams").Scan(&n); err != nil || n == 0 {
+			t.Errorf("shard %d: %d streams (err %v), want some", i+1, n, err)
+		}
+	}
+}
+
+// statelessScenario is TestStatelessCollectors' scenario on collector a and
+// collectors startB starts (again, on the same data root, after a stop).
+// slow makes every itl_timelines insert take 1.5 s (one server only: a view
+// on the table). shards, if any, are each shard's local database, waited on
+// until promoted before the final counts.
+func statelessScenario(t *testing.T, a *server.Main, startB func() *server.Main, slow bool, shards []driver.Conn) {
+	b := startB()
 	waitSchema(t, b)
 	conn := a.DB.Conn()
 
@@ -64,9 +122,11 @@ func TestStatelessCollectors(t *testing.T) {
 	wsB.send(t, "chat", 1, joinedRecord(o2, run, 2))
 
 	// The same batch on both, each in a flush with other rows, ClickHouse slow.
-	if err := conn.Exec(t.Context(), `CREATE MATERIALIZED VIEW itl_test_slow_mv ENGINE = Null AS
-		SELECT stream_id FROM itl_timelines WHERE sleep(1.5) = 0`); err != nil {
-		t.Fatalf("slow view: %v", err)
+	if slow {
+		if err := conn.Exec(t.Context(), `CREATE MATERIALIZED VIEW itl_test_slow_mv ENGINE = Null AS
+			SELECT stream_id FROM itl_timelines WHERE sleep(1.5) = 0`); err != nil {
+			t.Fatalf("slow view: %v", err)
+		}
 	}
 	shared := make([]beacon.Record, 5)
 	for i := range shared {
@@ -87,8 +147,10 @@ func TestStatelessCollectors(t *testing.T) {
 	for _, ws := range []*peerConn{wsA, wsB} {
 		ws.acks.wait(t, 1+3, 60*time.Second) // the chat record and the three test batches
 	}
-	if err := conn.Exec(t.Context(), "DROP VIEW itl_test_slow_mv"); err != nil {
-		t.Fatalf("drop slow view: %v", err)
+	if slow {
+		if err := conn.Exec(t.Context(), "DROP VIEW itl_test_slow_mv"); err != nil {
+			t.Fatalf("drop slow view: %v", err)
+		}
 	}
 
 	// B acks a client record, stops; a new B process starts on the same
@@ -100,7 +162,7 @@ func TestStatelessCollectors(t *testing.T) {
 	if err := b.Close(); err != nil {
 		t.Fatalf("close B: %v", err)
 	}
-	b = startMain(t, onA)
+	b = startB()
 	waitSchema(t, b)
 	postOrigin(t, a, o3)
 	t.Logf("origin timeline of it12-3 stored on A %v after B acked its client record (B restarted in between)",
@@ -141,7 +203,7 @@ func TestStatelessCollectors(t *testing.T) {
 		err := conn.QueryRow(t.Context(), `SELECT toString((
 			(SELECT count() FROM itl_streams WHERE site = 'test'),
 			(SELECT uniqExact(stream_id) FROM itl_streams WHERE site = 'test'),
-			(SELECT count() FROM itl_promoted_ids WHERE kind = 'client' AND stream_id IN (SELECT stream_id FROM itl_streams WHERE site = 'test')),
+			(SELECT count() FROM itl_promoted_ids WHERE kind = 'client' AND stream_id GLOBAL IN (SELECT stream_id FROM itl_streams WHERE site = 'test')),
 			(SELECT count() FROM itl_timelines WHERE site = 'test'),
 			(SELECT toUInt64(sum(streams)) FROM itl_rollup_1m WHERE site = 'test')))`).Scan(&counts)
 		if err != nil {
@@ -152,6 +214,9 @@ func TestStatelessCollectors(t *testing.T) {
 	if counts != wantCounts {
 		t.Errorf("site test (the same batch on both collectors, then resent to B after its restart): (itl_streams rows, distinct ids, itl_promoted_ids rows, itl_timelines rows, rollup streams) = %s, want %s",
 			counts, wantCounts)
+	}
+	for _, sh := range shards {
+		waitPromoted(t, sh)
 	}
 	stored := storedIDs(t, conn, "test")
 	for i := range shared {
