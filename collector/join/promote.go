@@ -101,7 +101,7 @@ type Promoter struct {
 	log     zerolog.Logger
 	shards  []Shard
 	resolve func(context.Context) ([]Shard, error) // a cluster's shards, found by Run
-	owned   bool                                    // shards came from resolve: Run closes them
+	owned   bool                                   // shards came from resolve: Run closes them
 
 	windows, records, streams, origins, copies, joined, joinedInStreams, refused, errs atomic.Uint64
 	lagNanos                                                                           atomic.Int64

@@ -34,8 +34,8 @@ type Config struct {
 	ConnRate        float64 // records/s per connection, 0 = unlimited
 	SiteRate        float64 // records/s per site, 0 = unlimited
 	ShutdownTimeout time.Duration
-	ReadToken       string // credential of the read side (/api/, /metrics, /dashboard/); "" = loopback only
-	ReadAddr        string // loopback listener of the read side; "" = 127.0.0.1:<port+1> when needed
+	ReadToken       string        // credential of the read side (/api/, /metrics, /dashboard/); "" = loopback only
+	ReadAddr        string        // loopback listener of the read side; "" = 127.0.0.1:<port+1> when needed
 	JoinHold        time.Duration // how long after a client record its origin timeline still refines it
 	Cluster         string        // the cluster of a cluster layout (itlmon migrate --cluster); needs ClickHouse
 	OTLPEndpoint    string        // OTLP/HTTP metrics endpoint; "" exports nothing
@@ -61,14 +61,14 @@ func DefaultConfig() Config {
 
 // Configuration errors, wrapped with the offending value.
 var (
-	ErrNoSites   = errors.New("no sites configured: pass --site KEY=ORIGIN[,ORIGIN...], --sites-file FILE or --demo")
-	ErrNoChdbLib = errors.New("no ClickHouse engine library: run `make deps-chdb` (it sets CHDB_LIB_PATH), pass --chdb-lib PATH, or --clickhouse DSN for a ClickHouse server")
-	ErrLogFormat = errors.New("log format must be auto, json or console")
-	ErrLogLevel  = errors.New("log level must be debug, info, warn or error")
-	ErrTTL       = errors.New("ttl must be at least 1d")
-	ErrReadAddr  = errors.New("the read side's own listener must be on a loopback address (127.0.0.1, ::1, localhost): elsewhere set --read-token")
+	ErrNoSites    = errors.New("no sites configured: pass --site KEY=ORIGIN[,ORIGIN...], --sites-file FILE or --demo")
+	ErrNoChdbLib  = errors.New("no ClickHouse engine library: run `make deps-chdb` (it sets CHDB_LIB_PATH), pass --chdb-lib PATH, or --clickhouse DSN for a ClickHouse server")
+	ErrLogFormat  = errors.New("log format must be auto, json or console")
+	ErrLogLevel   = errors.New("log level must be debug, info, warn or error")
+	ErrTTL        = errors.New("ttl must be at least 1d")
+	ErrReadAddr   = errors.New("the read side's own listener must be on a loopback address (127.0.0.1, ::1, localhost): elsewhere set --read-token")
 	ErrClusterDSN = errors.New("--cluster needs --clickhouse: the DSN of a node of the cluster, its database the main database (the embedded engine is one server)")
-	ErrDSN       = errors.New("clickhouse DSN must look like clickhouse://user:pass@host:9000/db")
+	ErrDSN        = errors.New("clickhouse DSN must look like clickhouse://user:pass@host:9000/db")
 )
 
 // Validate checks the configuration and loads the sites file.
