@@ -11,6 +11,7 @@
 //	w.Submit(ctx, streams, done)               // collector.Sink: blocks while the queue is full
 //	w.Stats()                                  // counters/gauges for Prometheus (CounterFunc/GaugeFunc)
 //	w.Shutdown(ctx)                            // drains the queue into ClickHouse or the spool
+//	store.InsertStreams(ctx, conn, streams, token) // the promoter's exactly-once insert
 //	db.LatestStreams(ctx, collector.StreamFilter{...}) // collector.StreamReader, newest first
 //	store.InsertDirect(ctx, db.Conn(), streams)  // one plain batch insert: the benchmark baseline
 //	db.Close()
@@ -24,24 +25,18 @@
 // detected by its length and CRC and dropped with a log line: it was never
 // acknowledged.
 //
-// Batching: one goroutine collects Submits and flushes at MaxRows streams or
-// every FlushInterval, one insert per table (itl_streams, itl_timelines)
-// with an explicit column list, rows appended column by column. While
-// inserts fail, batches go straight to the spool for a jittered, doubling
-// back-off (1 s to 30 s), and the error is logged once per 30 s.
+// Batching: one goroutine collects Submits and flushes at MaxRows records
+// or every FlushInterval, one insert into itl_inbox with an explicit column
+// list, rows appended column by column. While inserts fail, batches go
+// straight to the spool for a jittered, doubling back-off (1 s to 30 s), and
+// the error is logged once per 30 s. Only data errors (Refused) count as
+// ClickHouse refusing rows; anything else is ClickHouse being unavailable.
 //
-// Deduplication (a record resent after a lost ack must count once, in
-// itl_streams and in the rollup, whose materialized view fires per insert):
-// before each insert the writer drops duplicates within the batch and ids
-// already in itl_stream_ids received since the batch's oldest row minus
-// DedupWindow (24 h by default; one lookup per batch, covering resends and
-// spool replays), and sends every insert with an insert_deduplication_token
-// derived from its rows, so retrying an insert whose first try landed but
-// whose answer was lost inserts nothing, views included. A batch's
-// itl_timelines insert goes before its itl_streams insert, so a retry after
-// either failed still writes each timeline once. Two collectors
-// racing on one resend, or a resend later than the window, can still store
-// a stream twice. See schema/002_stream_ids.sql.
+// Exactly once: the writer lands records in itl_inbox at least once (a
+// resend, a replay or another collector may land a copy); the promoter
+// (collector/join.Promoter) stores each once in the tables users read,
+// using InsertStreams and InsertRows with TokenSettings. See
+// schema/007_inbox.sql.
 //
 // Metrics: Writer.Stats returns counters and gauges; the command registers
 // them as Prometheus CounterFunc/GaugeFunc.
