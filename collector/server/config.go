@@ -13,6 +13,7 @@ import (
 	"github.com/itlmon/itlmon/collector/ingest"
 	"github.com/itlmon/itlmon/collector/join"
 	"github.com/itlmon/itlmon/collector/otlp"
+	"github.com/itlmon/itlmon/collector/store"
 )
 
 // Config is the configuration of serve (and, in part, migrate). The command
@@ -38,6 +39,7 @@ type Config struct {
 	ReadAddr        string        // loopback listener of the read side; "" = 127.0.0.1:<port+1> when needed
 	JoinHold        time.Duration // how long after a client record its origin timeline still refines it
 	Cluster         string        // the cluster of a cluster layout (itlmon migrate --cluster); needs ClickHouse
+	SpoolMax        int64         // bytes the spool may hold on disk; the oldest records go beyond (-1: unbounded)
 	OTLPEndpoint    string        // OTLP/HTTP metrics endpoint; "" exports nothing
 	OTLPInterval    time.Duration // how often closed rollup minutes are exported
 }
@@ -55,6 +57,7 @@ func DefaultConfig() Config {
 		SiteRate:        ingest.DefaultSiteRate,
 		ShutdownTimeout: 30 * time.Second,
 		JoinHold:        join.DefaultHold,
+		SpoolMax:        store.DefaultMaxSpoolBytes,
 		OTLPInterval:    otlp.DefaultInterval,
 	}
 }
@@ -112,6 +115,9 @@ func (c *Config) Validate() error {
 	}
 	if c.ReadToken != "" && len(c.ReadToken) < 16 {
 		return errors.New("read token must be at least 16 bytes")
+	}
+	if c.SpoolMax == 0 || c.SpoolMax > 0 && c.SpoolMax < 1<<20 {
+		return errors.New("spool max must be at least 1MiB (or -1: unbounded)")
 	}
 	if c.JoinHold <= 0 {
 		return errors.New("join hold must be > 0")

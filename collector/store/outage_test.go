@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -16,6 +17,7 @@ import (
 	"github.com/itlmon/itlmon/collector"
 	"github.com/itlmon/itlmon/collector/store"
 	"github.com/itlmon/itlmon/internal/chtest"
+	"github.com/itlmon/itlmon/internal/freeport"
 )
 
 // acked collects the ids of streams whose done reported success.
@@ -377,4 +379,55 @@ func TestReplaySetsAsideRefusedStreams(t *testing.T) {
 	if len(set) != 2 || !set[poisoned[5].StreamID] || !set[refusedLive[2].StreamID] {
 		t.Fatalf("quarantine holds %d streams, want exactly the 2 refused ones", len(set))
 	}
+}
+
+// TestSpoolBound: while ClickHouse is away the spool keeps at most
+// MaxSpoolBytes on disk: to append a batch beyond it the oldest segments go,
+// their records counted as dropped; the newest records are kept, and
+// every spooled record is either still in the spool or counted.
+func TestSpoolBound(t *testing.T) {
+	port, err := freeport.Pick() // nothing listens there: ClickHouse is away
+	if err != nil {
+		t.Fatal(err)
+	}
+	db, err := store.Open(context.Background(), store.Options{Addr: fmt.Sprintf("127.0.0.1:%d", port), Lazy: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	spoolDir := t.TempDir()
+	const bound = 256 << 10
+	w := newWriter(t, db, store.WriterOptions{SpoolDir: spoolDir, FlushInterval: 10 * time.Millisecond, MaxSpoolBytes: bound})
+	at := time.Now().UTC()
+	var last []collector.Stream
+	for range 60 {
+		last = makeStreams(20, "demo", at)
+		submit(t, w, last) // acked through the spool
+		if st := w.Stats(); st.SpoolBytes > bound {
+			t.Fatalf("spool holds %d bytes, bound %d", st.SpoolBytes, bound)
+		}
+	}
+	if err := w.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	st := w.Stats()
+	if st.RowsDropped == 0 || st.BytesDropped == 0 {
+		t.Fatalf("stats %+v: want the oldest records dropped", st)
+	}
+	kept, err := store.SpooledStreamIDs(spoolDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := uint64(len(kept))+st.RowsDropped, st.RowsSpooled; got != want {
+		t.Errorf("%d records in the spool + %d dropped = %d, want the %d spooled", len(kept), st.RowsDropped, got, want)
+	}
+	for i := range last {
+		if !kept[last[i].StreamID] {
+			t.Fatalf("newest record %d not in the spool: the oldest must go first", i)
+		}
+	}
+	if st.SpoolBytes < bound/2 {
+		t.Errorf("spool keeps %d bytes, want most of its %d-byte bound used (segments of an eighth of it)", st.SpoolBytes, bound)
+	}
+	t.Logf("bound %d bytes: %d records spooled, %d kept, %d dropped (%d bytes)", bound, st.RowsSpooled, len(kept), st.RowsDropped, st.BytesDropped)
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ClickHouse/clickhouse-go/v2"
 	"github.com/rs/zerolog"
 
 	"github.com/itlmon/itlmon/collector"
@@ -335,5 +336,31 @@ func TestSpoolReadCorruptKeepsSegment(t *testing.T) {
 	frames, err := s.Read(2)
 	if err != nil || len(frames) != 3 {
 		t.Fatalf("Read of a torn tail = %d frames, %v; want 3, nil", len(frames), err)
+	}
+}
+
+// TestRefusedOnlyDataErrors: only ClickHouse saying the rows are wrong is a
+// refusal (set aside after retries); an environmental error (credentials,
+// access, disk, a missing table, overload, the network) is ClickHouse being
+// unavailable, and the rows wait in the spool however long it takes.
+func TestRefusedOnlyDataErrors(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want bool
+	}{
+		{&clickhouse.Exception{Code: 469, Name: "VIOLATED_CONSTRAINT"}, true},
+		{fmt.Errorf("insert itl_inbox: %w", &clickhouse.Exception{Code: 53, Name: "TYPE_MISMATCH"}), true},
+		{fmt.Errorf("append: %w: %w", errUnencodable, errors.New("bad value")), true},
+		{&clickhouse.Exception{Code: 516, Name: "AUTHENTICATION_FAILED"}, false},
+		{&clickhouse.Exception{Code: 497, Name: "ACCESS_DENIED"}, false},
+		{&clickhouse.Exception{Code: 243, Name: "NOT_ENOUGH_SPACE"}, false},
+		{&clickhouse.Exception{Code: 60, Name: "UNKNOWN_TABLE"}, false},
+		{&clickhouse.Exception{Code: 252, Name: "TOO_MANY_PARTS"}, false},
+		{&clickhouse.Exception{Code: 241, Name: "MEMORY_LIMIT_EXCEEDED"}, false},
+		{errors.New("dial tcp 127.0.0.1:9000: connect: connection refused"), false},
+	} {
+		if got := refused(tc.err); got != tc.want {
+			t.Errorf("refused(%v) = %v, want %v", tc.err, got, tc.want)
+		}
 	}
 }

@@ -19,6 +19,9 @@ const (
 	defaultMaxRows       = 10_000
 	defaultFlushInterval = time.Second
 	defaultQueueSize     = 4096
+	// DefaultMaxSpoolBytes is WriterOptions.MaxSpoolBytes's default: at
+	// about 1 KB a record, a million records, an hour of a busy site.
+	DefaultMaxSpoolBytes = 1 << 30
 	insertTimeout        = 30 * time.Second
 	minRetry             = time.Second
 	maxRetry             = 30 * time.Second
@@ -35,7 +38,11 @@ var ErrClosed = errors.New("store: writer shut down")
 
 // WriterOptions configure NewWriter. SpoolDir is required.
 type WriterOptions struct {
-	SpoolDir      string        // local spool for when ClickHouse is unreachable (DATA/spool)
+	SpoolDir string // local spool for when ClickHouse is unreachable (DATA/spool)
+	// MaxSpoolBytes bounds the spool on disk: to append a batch beyond it
+	// the oldest segments are deleted, their records counted as dropped and
+	// logged. Default 1 GiB; negative: unbounded.
+	MaxSpoolBytes int64
 	MaxRows       int           // flush at this many streams; default 10,000
 	FlushInterval time.Duration // flush at least this often; default 1 s
 	QueueSize     int           // Submit calls queued before Submit blocks; default 4096
@@ -53,6 +60,8 @@ type Stats struct {
 	RowsReplayed    uint64 // streams moved from the spool to ClickHouse
 	RowsFailed      uint64 // streams whose done got an error (neither inserted nor spooled)
 	RowsQuarantined uint64 // spooled streams ClickHouse refuses, set aside in SpoolDir/quarantine
+	RowsDropped     uint64 // spooled records deleted with the oldest segments to keep the spool within MaxSpoolBytes
+	BytesDropped    uint64 // ... and their bytes
 
 	Inserts       uint64  // successful batch inserts (live and replay)
 	InsertErrors  uint64  // failed batch inserts
@@ -95,7 +104,7 @@ type Writer struct {
 
 	st struct {
 		inserted, spooled, replayed, failed  atomic.Uint64
-		quarantined                          atomic.Uint64
+		quarantined, dropped, droppedBytes   atomic.Uint64
 		inserts, insertErrors, insertNanos   atomic.Uint64
 		lastBatch, spoolSegments, spoolBytes atomic.Int64
 	}
@@ -130,10 +139,18 @@ func NewWriter(db *DB, opts WriterOptions) (*Writer, error) {
 	if opts.QueueSize <= 0 {
 		opts.QueueSize = defaultQueueSize
 	}
+	if opts.MaxSpoolBytes == 0 {
+		opts.MaxSpoolBytes = DefaultMaxSpoolBytes
+	}
 	log := opts.Logger.With().Str("component", "writer").Logger()
 	sp, err := openSpool(opts.SpoolDir, log)
 	if err != nil {
 		return nil, err
+	}
+	if opts.MaxSpoolBytes > 0 {
+		// Segments of an eighth of the bound: making room deletes about
+		// that much, not the whole spool.
+		sp.segBytes = min(sp.segBytes, max(opts.MaxSpoolBytes/8, 4<<10))
 	}
 	w := &Writer{
 		db: db, opts: opts, log: log, spool: sp, refusals: map[frameKey]int{},
@@ -213,6 +230,8 @@ func (w *Writer) Stats() Stats {
 		RowsReplayed:    w.st.replayed.Load(),
 		RowsFailed:      w.st.failed.Load(),
 		RowsQuarantined: w.st.quarantined.Load(),
+		RowsDropped:     w.st.dropped.Load(),
+		BytesDropped:    w.st.droppedBytes.Load(),
 		Inserts:         w.st.inserts.Load(),
 		InsertErrors:    w.st.insertErrors.Load(),
 		InsertSeconds:   time.Duration(w.st.insertNanos.Load()).Seconds(),
@@ -333,9 +352,13 @@ func (w *Writer) tryInsert(b []InboxRow) error {
 	return nil
 }
 
-// toSpool appends b to the spool and fsyncs it.
+// toSpool appends b to the spool and fsyncs it, first making room within
+// MaxSpoolBytes.
 func (w *Writer) toSpool(b []InboxRow) error {
 	p, err := encodeFrame(b)
+	if err == nil {
+		err = w.makeRoom(int64(len(p) + frameHeader))
+	}
 	if err == nil {
 		err = w.spool.Append(p)
 	}
@@ -411,6 +434,49 @@ func (w *Writer) replay() {
 		w.updateSpoolStats()
 		w.log.Info().Uint64("segment", num).Int("frames", len(frames)).Msg("spool segment replayed")
 	}
+}
+
+// makeRoom deletes the oldest spool segments until need more bytes fit
+// within MaxSpoolBytes, counting and logging what they held: when ClickHouse
+// is away longer than the spool can hold, the newest records are kept.
+// Segments set aside as unreadable stay (an operator's), and count.
+func (w *Writer) makeRoom(need int64) error {
+	limit := w.opts.MaxSpoolBytes
+	if limit < 0 {
+		return nil
+	}
+	if need > limit {
+		return fmt.Errorf("spool: a batch of %d bytes is larger than the spool's bound (%d bytes)", need, limit)
+	}
+	for w.spool.Bytes()+need > limit {
+		num, ok := w.spool.Oldest() // seals the open segment when it is the only one
+		if !ok {
+			return fmt.Errorf("spool: %d bytes of unreadable segments leave no room within its bound (%d bytes)", w.spool.Bytes(), limit)
+		}
+		before := w.spool.Bytes()
+		records := 0
+		if frames, err := w.spool.Read(num); err == nil {
+			for _, f := range frames {
+				if rows, err := decodeFrame(f); err == nil {
+					records += len(rows)
+				}
+			}
+		}
+		if err := w.spool.Remove(num); err != nil {
+			return err
+		}
+		for k := range w.refusals {
+			if k.seg == num {
+				delete(w.refusals, k)
+			}
+		}
+		w.st.dropped.Add(uint64(records))
+		w.st.droppedBytes.Add(uint64(before - w.spool.Bytes()))
+		w.log.Error().Uint64("segment", num).Int("records", records).Int64("bytes", before-w.spool.Bytes()).
+			Int64("max_bytes", limit).Msg("spool full: oldest segment deleted, its records lost (ClickHouse away too long; raise --spool-max)")
+	}
+	w.updateSpoolStats()
+	return nil
 }
 
 func (w *Writer) updateSpoolStats() {

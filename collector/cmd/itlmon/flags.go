@@ -96,6 +96,49 @@ func (f durationFlag) Set(v string) error {
 	return nil
 }
 
+// bytesFlag is a size: plain bytes, or with KiB, MiB, GiB, TiB (or KB, MB,
+// GB, TB: powers of 1000); -1 for unbounded.
+type bytesFlag struct{ n *int64 }
+
+func (f bytesFlag) String() string {
+	if f.n == nil {
+		return ""
+	}
+	for _, u := range []struct {
+		s string
+		n int64
+	}{{"TiB", 1 << 40}, {"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}} {
+		if *f.n > 0 && *f.n%u.n == 0 {
+			return strconv.FormatInt(*f.n/u.n, 10) + u.s
+		}
+	}
+	return strconv.FormatInt(*f.n, 10)
+}
+
+func (f bytesFlag) Set(v string) error {
+	v = strings.TrimSpace(v)
+	if v == "-1" {
+		*f.n = -1
+		return nil
+	}
+	mult := int64(1)
+	for _, u := range []struct {
+		s string
+		n int64
+	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"TiB", 1 << 40}, {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12}, {"B", 1}} {
+		if num, ok := strings.CutSuffix(v, u.s); ok {
+			v, mult = strings.TrimSpace(num), u.n
+			break
+		}
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n < 0 || n > (1<<62)/mult {
+		return fmt.Errorf("size %q: want bytes, e.g. 2GiB, 500MB or 1048576 (-1: unbounded)", v)
+	}
+	*f.n = n * mult
+	return nil
+}
+
 // storageFlags registers the flags serve and migrate share.
 func storageFlags(fs *flag.FlagSet, c *server.Config) {
 	fs.StringVar(&c.Data, "data", c.Data, "data root: the embedded ClickHouse's files (DATA/clickhouse) and the spool (DATA/spool)")
@@ -121,6 +164,7 @@ func serveFlags(fs *flag.FlagSet, c *server.Config) {
 	fs.Float64Var(&c.SiteRate, "site-rate", c.SiteRate, "records/s allowed per site, all connections together (0: unlimited)")
 	fs.Var(secretFlag{&c.ReadToken}, "read-token", "token of the read side (/api/*, /metrics, /dashboard/): Bearer token, or the password of basic auth (at least 16 bytes; prefer env ITLMON_READ_TOKEN). Without it the read side is served to loopback clients only")
 	fs.StringVar(&c.ReadAddr, "read-addr", c.ReadAddr, "loopback address of a separate listener for the read side; default 127.0.0.1:<port+1> when --addr is not loopback and no --read-token is set")
+	fs.Var(bytesFlag{&c.SpoolMax}, "spool-max", "bytes the local spool may hold on disk while ClickHouse is away (e.g. 10GiB); beyond, the oldest spooled records are deleted, counted (itlmon_store_spool_dropped_rows_total) and logged; -1: unbounded")
 	fs.DurationVar(&c.JoinHold, "join-hold", c.JoinHold, "an origin timeline reaching the inbox up to this long after its client record refines the record's stall causes; records become readable about this much later (the same on every collector of a deployment)")
 	fs.StringVar(&c.OTLPEndpoint, "otlp-endpoint", c.OTLPEndpoint, "export the rollup's closed minutes as OTLP metrics over HTTP/protobuf to this URL (http(s)://host:4318; /v1/metrics is added to a bare host); every collector may: each minute is sent by the one that claims it")
 	fs.DurationVar(&c.OTLPInterval, "otlp-interval", c.OTLPInterval, "how often the OTLP exporter sends the minutes closed since its last export")
