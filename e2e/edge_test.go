@@ -127,6 +127,26 @@ func (s *edgeSink) pair(t *testing.T, id string) (o, e beacon.Origin) {
 	}
 }
 
+// origin waits for the origin's timeline of stream id.
+func (s *edgeSink) origin(t *testing.T, id string) beacon.Origin {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		s.mu.Lock()
+		for _, r := range s.recs {
+			if r.ID == id && r.Vantage == beacon.VantageOrigin {
+				s.mu.Unlock()
+				return r
+			}
+		}
+		s.mu.Unlock()
+		if time.Now().After(deadline) {
+			t.Fatalf("no origin timeline for %s within 15 s", id)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 // next waits for the first stream id after the first `after` timelines that
 // has both an origin and an edge timeline, and returns it.
 func (s *edgeSink) next(t *testing.T, after int) string {
@@ -494,6 +514,58 @@ func TestEdgeWorker(t *testing.T) {
 		if or.ContentEvents >= 25 || ed.ContentEvents > or.ContentEvents {
 			t.Fatalf("after the abort: origin emitted %d content events, edge saw %d; want fewer than 25", or.ContentEvents, ed.ContentEvents)
 		}
-		t.Logf("SDK abort after 5 chunks: %q both ways; origin stopped after %d content events (%d µs), edge %d", abEdge.Err, or.ContentEvents, or.DurationUs, ed.ContentEvents)
+		t.Logf("SDK abort after 5 chunks: %q both ways; origin stopped after %d content events (%d µs), edge after %d (%d µs)", abEdge.Err, or.ContentEvents, or.DurationUs, ed.ContentEvents, ed.DurationUs)
+		// The same abort through the JavaScript pass-through Worker, for
+		// the record: when the origin learns of it depends on workerd.
+		before = sink.len()
+		abJS := Eval[sdkResult](t, edgeTab(t, wd.JSURL), sdkCall(true))
+		deadline := time.Now().Add(15 * time.Second)
+		for {
+			sink.mu.Lock()
+			var found *beacon.Origin
+			for _, r := range sink.recs[before:] {
+				if r.Status == uint8(meter.StatusAborted) {
+					found = &r
+				}
+			}
+			sink.mu.Unlock()
+			if found != nil {
+				t.Logf("through the JS pass-through Worker: %d chunks; origin stopped after %d content events (%d µs)", abJS.Chunks, found.ContentEvents, found.DurationUs)
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("through the JS pass-through Worker: no aborted origin timeline")
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	})
+
+	// A client that goes away while the origin is silent: the origin learns
+	// it through either Worker, and sends nothing after its pause.
+	t.Run("abort reaches the origin", func(t *testing.T) {
+		for _, w := range []struct{ name, url string }{{"go", wd.URL}, {"js", wd.JSURL}} {
+			rctx, cancel := context.WithCancel(context.Background())
+			req, _ := http.NewRequestWithContext(rctx, "POST", w.url+"/v1/chat/completions?tokens=6&interval_ms=5&pause_at=2&pause_ms=1500", strings.NewReader(`{"model":"m","stream":true}`))
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			id := resp.Header.Get(origin.HeaderStream)
+			buf := make([]byte, 4096)
+			var got []byte
+			for strings.Count(string(got), `"content":"`) < 2 {
+				n, err := resp.Body.Read(buf)
+				if got = append(got, buf[:n]...); err != nil {
+					t.Fatalf("%s: read before the abort: %v", w.name, err)
+				}
+			}
+			cancel()
+			resp.Body.Close()
+			or := sink.origin(t, id)
+			if or.Status != uint8(meter.StatusAborted) || or.ContentEvents >= 6 {
+				t.Fatalf("%s Worker: origin stored %v after %d content events, want aborted before the 6th", w.name, meter.Status(or.Status), or.ContentEvents)
+			}
+			t.Logf("%s Worker: the origin stored the abort at %d ms (it paused 1500 ms after its 2nd token)", w.name, or.DurationUs/1000)
+		}
 	})
 }
