@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"compress/gzip"
 	"context"
 	"encoding/json"
 	"errors"
@@ -215,8 +216,11 @@ func startEdgeOrigin(t *testing.T, sink *edgeSink) *Origin {
 // front of the same origin.
 type workerd struct {
 	URL, JSURL string
-	cmd        *exec.Cmd
-	log        *syncBuf
+	// BareURL is the same Go Worker measuring nothing (ITLMON_ROUTES set
+	// to a path no request takes), to tell the meter's cost from the rest.
+	BareURL string
+	cmd     *exec.Cmd
+	log     *syncBuf
 }
 
 // edgeDir is where `make edge` put the Worker.
@@ -275,22 +279,32 @@ func startWorkerd(t testing.TB, originURL, collectorURL string) *workerd {
 	if err != nil {
 		t.Fatal(err)
 	}
+	bareAddr, err := freeport.Addr()
+	if err != nil {
+		t.Fatal(err)
+	}
 	vars := [][2]string{{"ITLMON_ORIGIN", originURL}, {"ITLMON_COLLECTOR", collectorURL}, {"ITLMON_SITE", edgeSite},
 		{"ITLMON_KEY", edgeKey}, {"ITLMON_ROUTES", "/v1/*,/api/*"}}
-	var bindings []string
-	for _, v := range vars {
-		bindings = append(bindings, fmt.Sprintf("(name = %q, text = %q)", v[0], v[1]))
+	capnpBindings := func(vars [][2]string) string {
+		var bindings []string
+		for _, v := range vars {
+			bindings = append(bindings, fmt.Sprintf("(name = %q, text = %q)", v[0], v[1]))
+		}
+		return strings.Join(bindings, ", ")
 	}
+	bare := append(slices.Clone(vars[:len(vars)-1]), [2]string{"ITLMON_ROUTES", "/not-measured"})
 	config := `using Workerd = import "/workerd/workerd.capnp";
 const config :Workerd.Config = (
   services = [
     (name = "edge", worker = .edgeWorker),
     (name = "js", worker = .jsWorker),
+    (name = "bare", worker = .bareWorker),
     (name = "net", network = (allow = ["public", "private", "local"])),
   ],
   sockets = [
     (name = "edge", address = "` + goAddr + `", http = (cfBlobHeader = "` + cfBlobHeader + `"), service = "edge"),
     (name = "js", address = "` + jsAddr + `", http = (cfBlobHeader = "` + cfBlobHeader + `"), service = "js"),
+    (name = "bare", address = "` + bareAddr + `", http = (cfBlobHeader = "` + cfBlobHeader + `"), service = "bare"),
   ],
 );
 const edgeWorker :Workerd.Worker = (
@@ -300,7 +314,17 @@ const edgeWorker :Workerd.Worker = (
     (name = "app.wasm", wasm = embed "app.wasm"),
   ],
   compatibilityDate = "2025-01-01",
-  bindings = [` + strings.Join(bindings, ", ") + `],
+  bindings = [` + capnpBindings(vars) + `],
+  globalOutbound = "net",
+);
+const bareWorker :Workerd.Worker = (
+  modules = [
+    (name = "worker.mjs", esModule = embed "worker.mjs"),
+    (name = "wasm_exec.js", esModule = embed "wasm_exec.js"),
+    (name = "app.wasm", wasm = embed "app.wasm"),
+  ],
+  compatibilityDate = "2025-01-01",
+  bindings = [` + capnpBindings(bare) + `],
   globalOutbound = "net",
 );
 const jsWorker :Workerd.Worker = (
@@ -313,7 +337,7 @@ const jsWorker :Workerd.Worker = (
 	if err := os.WriteFile(filepath.Join(dir, "config.capnp"), []byte(config), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	w := &workerd{URL: "http://" + goAddr, JSURL: "http://" + jsAddr, log: &syncBuf{}}
+	w := &workerd{URL: "http://" + goAddr, JSURL: "http://" + jsAddr, BareURL: "http://" + bareAddr, log: &syncBuf{}}
 	w.cmd = exec.Command(bin, "serve", filepath.Join(dir, "config.capnp"), "--verbose")
 	w.cmd.Stdout, w.cmd.Stderr = w.log, w.log
 	if err := w.cmd.Start(); err != nil {
@@ -329,7 +353,7 @@ const jsWorker :Workerd.Worker = (
 		}
 	})
 	deadline := time.Now().Add(30 * time.Second)
-	for _, addr := range []string{goAddr, jsAddr} {
+	for _, addr := range []string{goAddr, jsAddr, bareAddr} {
 		for {
 			c, err := net.DialTimeout("tcp", addr, time.Second)
 			if err == nil {
@@ -568,4 +592,119 @@ func TestEdgeWorker(t *testing.T) {
 			t.Logf("%s Worker: the origin stored the abort at %d ms (it paused 1500 ms after its 2nd token)", w.name, or.DurationUs/1000)
 		}
 	})
+}
+
+// TestEdgeReport (ITLMON_BENCH_REPORT=1, make bench): the Worker's size
+// against Cloudflare's limits, and the CPU and wall time workerd spends per
+// request on the Go Worker (a new Go instance per request, proxying, the
+// meter, the timeline's POST) against a plain JavaScript pass-through Worker
+// in the same workerd run. CPU is the workerd process's user+system time
+// over the requests (10 ms ticks, so many requests), wall time is the
+// client's, request to last byte.
+func TestEdgeReport(t *testing.T) {
+	if os.Getenv("ITLMON_BENCH_REPORT") != "1" {
+		t.Skip("report: set ITLMON_BENCH_REPORT=1 (make bench)")
+	}
+	dir := edgeDir(t)
+	raw, gz := 0, 0
+	{
+		var all []byte
+		for _, f := range []string{"app.wasm", "wasm_exec.js", "worker.mjs"} {
+			b, err := os.ReadFile(filepath.Join(dir, f))
+			if err != nil {
+				t.Fatal(err)
+			}
+			raw += len(b)
+			all = append(all, b...)
+		}
+		gz = gzipLen(t, all)
+	}
+	sink := startEdgeSink(t)
+	o := startEdgeOrigin(t, sink)
+	wd := startWorkerd(t, o.URL, sink.URL)
+	const n = 40
+	type row struct {
+		name              string
+		cpuPerReq, wallMs float64
+	}
+	var rows []row
+	run := func(name, base, path string, body bool) {
+		do := func() time.Duration {
+			var req *http.Request
+			if body {
+				req, _ = http.NewRequest("POST", base+path, strings.NewReader(`{"model":"m","stream":true}`))
+			} else {
+				req, _ = http.NewRequest("GET", base+path, nil)
+			}
+			req.Header.Set(cfBlobHeader, edgeCFJSON())
+			start := time.Now()
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := io.Copy(io.Discard, resp.Body); err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != 200 {
+				t.Fatalf("%s: status %d", name, resp.StatusCode)
+			}
+			return time.Since(start)
+		}
+		for range 3 {
+			do()
+		}
+		time.Sleep(200 * time.Millisecond) // the warm-up's timeline POSTs
+		before := sink.len()
+		cpu0 := wd.cpu(t)
+		walls := make([]float64, 0, n)
+		for range n {
+			walls = append(walls, float64(do().Microseconds())/1e3)
+		}
+		if base == wd.URL && body { // the timelines' POSTs are part of the Go Worker's work
+			deadline := time.Now().Add(15 * time.Second)
+			for sink.len() < before+2*n && time.Now().Before(deadline) {
+				time.Sleep(10 * time.Millisecond)
+			}
+		}
+		cpu := wd.cpu(t) - cpu0
+		slices.Sort(walls)
+		rows = append(rows, row{name, float64(cpu.Microseconds()) / 1e3 / n, walls[n/2]})
+	}
+	stream := "/v1/chat/completions?tokens=200&interval_ms=0"
+	run("Go Worker, /plain (instance start + a small JSON response)", wd.URL, "/plain", false)
+	run("JS pass-through, /plain", wd.JSURL, "/plain", false)
+	run("Go Worker, 200-event SSE stream, not measured", wd.BareURL, stream, true)
+	run("Go Worker, 200-event SSE stream (+ meter, + timeline POST)", wd.URL, stream, true)
+	run("JS pass-through, 200-event SSE stream", wd.JSURL, stream, true)
+
+	var b strings.Builder
+	fmt.Fprintf(&b, "edge Worker report (workerd %s, %d requests each, sequential)\n", workerdVersion(), n)
+	fmt.Fprintf(&b, "  size: %.2f MB raw, %.2f MB gzip (Cloudflare: 3 MB compressed on the free plan, 10 MB paid, 64 MB uncompressed)\n", float64(raw)/1e6, float64(gz)/1e6)
+	fmt.Fprintf(&b, "  %-62s %14s %14s\n", "", "CPU ms/req", "wall ms (p50)")
+	for _, r := range rows {
+		fmt.Fprintf(&b, "  %-62s %14.1f %14.1f\n", r.name, r.cpuPerReq, r.wallMs)
+	}
+	fmt.Fprintf(&b, "  (Cloudflare's free plan allows 10 ms CPU per request; the paid plan 30 s by default)\n")
+	t.Log("\n" + b.String())
+}
+
+func gzipLen(t *testing.T, b []byte) int {
+	t.Helper()
+	var buf strings.Builder
+	zw, err := gzip.NewWriterLevel(&buf, gzip.BestCompression)
+	if err != nil {
+		t.Fatal(err)
+	}
+	zw.Write(b)
+	zw.Close()
+	return buf.Len()
+}
+
+func workerdVersion() string {
+	out, err := exec.Command(os.Getenv("WORKERD_BIN"), "--version").CombinedOutput()
+	if err != nil {
+		return "?"
+	}
+	return strings.TrimSpace(string(out))
 }
