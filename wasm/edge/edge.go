@@ -139,6 +139,13 @@ type Proxy struct {
 	// away. It is called as a measured response starts, while the request
 	// is alive; f waits for the timeline and posts it.
 	Background func(f func())
+	// Relay sends the status and headers already set on w, then the body as
+	// it arrives, and returns how the body ended. With observe not nil it
+	// calls observe with every chunk, in order, and the time the chunk
+	// arrived from the origin, before the body ended (not necessarily at
+	// once: the Worker's relay stamps chunks as they arrive and hands them
+	// over in batches). nil: a loop of Read and Write in Go (copyBody).
+	Relay func(ctx context.Context, w http.ResponseWriter, body io.ReadCloser, observe func(b []byte, at time.Time)) meter.Stop
 	// Facts returns the edge's facts on the request (request.cf).
 	Facts func(*http.Request) beacon.Edge
 	Now   func() time.Time
@@ -203,37 +210,15 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		})
 	}
 	w.WriteHeader(resp.StatusCode)
-	flushHeaders(w)
-
-	// Read the body chunk by chunk: io.Copy would hand the runtime's stream
-	// straight through (WriteTo) and the chunks would never be seen.
-	buf := make([]byte, readBuf)
-	how := meter.StopBodyEnd
-	for {
-		n, rerr := resp.Body.Read(buf)
-		if n > 0 {
-			if s != nil {
-				s.m.Feed(buf[:n], meter.Duration(p.Now().Sub(start)))
-			}
-			if _, werr := w.Write(buf[:n]); werr != nil {
-				how = meter.StopAbort // the client went away
-				break
-			}
-			if f, ok := w.(http.Flusher); ok {
-				f.Flush()
-			}
-		}
-		if rerr != nil {
-			switch {
-			case ctx.Err() != nil:
-				how = meter.StopAbort
-			case rerr != io.EOF:
-				how = meter.StopError
-				p.Logf("itlmon edge: origin body: %v", rerr)
-			}
-			break
-		}
+	var observe func(b []byte, at time.Time)
+	if s != nil {
+		observe = func(b []byte, at time.Time) { s.m.Feed(b, meter.Duration(at.Sub(start))) }
 	}
+	relay := p.Relay
+	if relay == nil {
+		relay = p.copyBody
+	}
+	how := relay(ctx, w, resp.Body, observe)
 	if s == nil {
 		return
 	}
@@ -252,6 +237,38 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	timeline <- body
+}
+
+// copyBody is the Relay written in Go: it reads the body chunk by chunk
+// (io.Copy would hand a runtime's stream straight through with WriteTo, and
+// the chunks would never be seen), observes each and writes it to w.
+func (p *Proxy) copyBody(ctx context.Context, w http.ResponseWriter, body io.ReadCloser, observe func([]byte, time.Time)) meter.Stop {
+	flushHeaders(w)
+	buf := make([]byte, readBuf)
+	for {
+		n, rerr := body.Read(buf)
+		if n > 0 {
+			if observe != nil {
+				observe(buf[:n], p.Now())
+			}
+			if _, werr := w.Write(buf[:n]); werr != nil {
+				return meter.StopAbort // the client went away
+			}
+			if f, ok := w.(http.Flusher); ok {
+				f.Flush()
+			}
+		}
+		switch {
+		case rerr == nil:
+		case ctx.Err() != nil:
+			return meter.StopAbort
+		case rerr == io.EOF:
+			return meter.StopBodyEnd
+		default:
+			p.Logf("itlmon edge: origin body: %v", rerr)
+			return meter.StopError
+		}
+	}
 }
 
 // flushHeaders sends the status and headers before the first body byte (a

@@ -19,6 +19,7 @@ import (
 
 	"github.com/itlmon/itlmon/collector/origin"
 	"github.com/itlmon/itlmon/wasm/beacon"
+	"github.com/itlmon/itlmon/wasm/meter"
 )
 
 // main serves one request: worker.mjs starts a new Go instance for every
@@ -36,7 +37,7 @@ func main() {
 			http.Error(w, "itlmon edge: "+err.Error(), http.StatusInternalServerError)
 		})
 	} else {
-		h = &Proxy{
+		p := &Proxy{
 			Config: cfg,
 			Fetch: func(r *http.Request) (*http.Response, error) {
 				return client.Do(&fetch.Request{Request: r}, &fetch.RequestInit{Redirect: fetch.RedirectModeManual})
@@ -56,6 +57,13 @@ func main() {
 			NewID: origin.NewID,
 			Logf:  func(format string, args ...any) { fmt.Printf(format+"\n", args...) },
 		}
+		p.Relay = func(ctx context.Context, w http.ResponseWriter, body io.ReadCloser, observe func([]byte, time.Time)) meter.Stop {
+			if how, ok := relayJS(w, body, observe, p.Logf); ok {
+				return how
+			}
+			return p.copyBody(ctx, w, body, observe)
+		}
+		h = p
 	}
 	started := make(chan struct{})
 	workers.ServeNonBlock(streamed(h, &pending, started))
@@ -95,6 +103,76 @@ type bodyWriter struct {
 	clientGone          func()
 	pending             *sync.WaitGroup // held from the first Write until the runtime has the whole body, or cancelled it
 	pw                  *io.PipeWriter
+	raw                 bool // the body is a JS stream of relayJS's
+}
+
+// sendRaw makes stream the response body and hands the Response to the
+// runtime. Only before the first Write.
+func (b *bodyWriter) sendRaw(stream js.Value) {
+	b.raw = true
+	b.ResponseWriter.(interface{ WriteRawJSBody(js.Value) }).WriteRawJSBody(stream)
+	b.ResponseWriter.(interface{ Ready() }).Ready()
+}
+
+// relayJS relays the origin's body with worker.mjs's relay: the chunks go
+// from the origin's stream to the response's in JavaScript, stamped there as
+// they arrive, and observe sees them in batches. It returns once the body
+// ended or was cancelled; false when it cannot (w or body not the runtime's,
+// or headers already sent).
+func relayJS(w http.ResponseWriter, body io.ReadCloser, observe func([]byte, time.Time), logf func(string, ...any)) (meter.Stop, bool) {
+	bw, ok := w.(*bodyWriter)
+	rb, ok2 := body.(interface{ GetRawJSBody() js.Value })
+	relay := js.Global().Get("context").Get("relay")
+	if !ok || !ok2 || bw.pw != nil || relay.Type() != js.TypeFunction {
+		return 0, false
+	}
+	onChunks := js.Undefined()
+	if observe != nil {
+		var buf []byte
+		f := js.FuncOf(func(_ js.Value, args []js.Value) any {
+			bytes, lengths, times := args[0], args[1], args[2]
+			n := bytes.Get("byteLength").Int()
+			if cap(buf) < n {
+				buf = make([]byte, max(n, 16<<10))
+			}
+			js.CopyBytesToGo(buf[:n], bytes)
+			off := 0
+			for i, k := 0, lengths.Length(); i < k; i++ {
+				l := lengths.Index(i).Int()
+				observe(buf[off:off+l], time.UnixMicro(int64(times.Index(i).Float()*1000)))
+				off += l
+			}
+			return nil
+		})
+		defer f.Release() // after done: relay calls it no more
+		onChunks = f.Value
+	}
+	res := relay.Invoke(rb.GetRawJSBody(), onChunks)
+	bw.sendRaw(res.Get("readable"))
+	how := await(res.Get("done")).String()
+	switch {
+	case how == "end":
+		return meter.StopBodyEnd, true
+	case how == "abort":
+		bw.clientGone()
+		return meter.StopAbort, true
+	default:
+		logf("itlmon edge: origin body: %s", how)
+		return meter.StopError, true
+	}
+}
+
+// await waits for a promise that resolves (relay's done never rejects).
+func await(p js.Value) js.Value {
+	ch := make(chan js.Value, 1)
+	var then js.Func
+	then = js.FuncOf(func(_ js.Value, args []js.Value) any {
+		then.Release()
+		ch <- args[0]
+		return nil
+	})
+	p.Call("then", then)
+	return <-ch
 }
 
 func (b *bodyWriter) Write(p []byte) (int, error) {
@@ -116,6 +194,9 @@ func (b *bodyWriter) Flush() {}
 
 // close ends the body once the handler returned.
 func (b *bodyWriter) close() {
+	if b.raw {
+		return
+	}
 	if b.pw == nil {
 		b.Write(nil)
 	}
