@@ -126,8 +126,14 @@ func relayJS(w http.ResponseWriter, body io.ReadCloser, observe func([]byte, tim
 	if !ok || !ok2 || bw.pw != nil || relay.Type() != js.TypeFunction {
 		return 0, false
 	}
+	if observe == nil {
+		// Not measured: the runtime pipes the origin's body itself, and how
+		// it ends is not needed.
+		bw.sendRaw(rb.GetRawJSBody())
+		return meter.StopBodyEnd, true
+	}
 	onChunks := js.Undefined()
-	if observe != nil {
+	{
 		var buf []byte
 		f := js.FuncOf(func(_ js.Value, args []js.Value) any {
 			bytes, lengths, times := args[0], args[1], args[2]
