@@ -182,6 +182,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer stop()
 	defer resp.Body.Close()
 
+	s := p.begin(r, resp, start, headersAt) // may set the stream id on resp.Header
 	h := w.Header()
 	for k, v := range resp.Header {
 		h[k] = v
@@ -189,7 +190,6 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	for _, k := range hopHeaders {
 		h.Del(k)
 	}
-	s := p.begin(r, resp, start, headersAt)
 	var timeline chan []byte // the encoded batch, for the background POST
 	if s != nil && p.Config.Collector != "" {
 		timeline = make(chan []byte, 1)
