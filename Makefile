@@ -192,12 +192,12 @@ depscheck:
 unit: wasm
 	$(GO) test -count=1 -short ./...
 
-## test: everything: vet, depscheck, unit, integration (real ClickHouse engine), e2e (real Chromium, nginx)
-test: deps vet depscheck wasm
+## test: everything: vet, depscheck, unit, integration (real ClickHouse engine), e2e (real Chromium, nginx, workerd)
+test: deps vet depscheck wasm edge
 	ITLMON_REQUIRE_REAL=1 $(GO) test -count=1 -p 2 -timeout $(TEST_TIMEOUT) ./...
 
 ## bench: benchmarks and the size/cost reports
-bench: deps wasm
+bench: deps wasm edge
 	$(GO) test -run '^$$' -bench . -benchmem -count=1 ./wasm/... | tee /tmp/itlmon-bench.txt
 	@echo "wasm/meter: ns/op is wall time per network read (1-3 events); cpu-ns/op and cpu-ns/event are CPU time, steadier on a shared machine"
 	@echo "wasm/meter compiled to WebAssembly, run by Node's V8 (the engine of Chromium): what the page pays"
@@ -211,6 +211,8 @@ bench: deps wasm
 	ITLMON_REQUIRE_REAL=1 $(GO) test -count=1 -run '^TestAttribution' -v ./e2e 2>&1 | sed -n '/attribution scenario table/,/^[^ ]/p' | tee -a /tmp/itlmon-bench.txt
 	@echo "browser module (issue 4): itl.wasm sizes, time to ready and added cost per chunk, in Chromium"
 	ITLMON_BENCH_REPORT=1 ITLMON_REQUIRE_REAL=1 $(GO) test -count=1 -run '^TestBrowserReport$$' -v ./e2e 2>&1 | sed -n '/browser module report/,/^$$/p' | tee -a /tmp/itlmon-bench.txt
+	@echo "edge Worker (issue 14): size against Cloudflare's limits, workerd CPU and wall time per request vs a JS pass-through Worker"
+	ITLMON_BENCH_REPORT=1 ITLMON_REQUIRE_REAL=1 $(GO) test -count=1 -run '^TestEdgeReport$$' -v ./e2e 2>&1 | sed -n '/edge Worker report/,/^\s*$$/p' | tee -a /tmp/itlmon-bench.txt
 
 ## fuzz: FUZZTIME per target (default 30s)
 FUZZTIME ?= 30s
