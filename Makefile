@@ -144,6 +144,8 @@ wasm:
 edge:
 	@mkdir -p $(EDGE_OUT)
 	GOOS=js GOARCH=wasm $(GO) build $(GOFLAGS_BUILD) -ldflags='-s -w' -o $(EDGE_OUT)/app.wasm ./wasm/edge
+	@# As for itl.wasm: the data section in a handful of segments, same memory image (1.62 -> 1.51 MB gzip).
+	$(GO) run ./internal/cmd/wasmpack $(EDGE_OUT)/app.wasm
 	cp wasm/edge/worker.mjs $(EDGE_OUT)/worker.mjs
 	@# Go's wasm_exec.js with syumai/workers' one change: run(instance, context) gives the Go side a global
 	@# object (a Proxy) whose `context` is the request's runtime context (env, ctx, request.cf). It is made

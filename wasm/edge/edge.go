@@ -212,7 +212,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(resp.StatusCode)
 	var observe func(b []byte, at time.Time)
 	if s != nil {
-		observe = func(b []byte, at time.Time) { s.m.Feed(b, meter.Duration(at.Sub(start))) }
+		observe = func(b []byte, at time.Time) { s.m.Feed(b, meter.Duration(max(at.Sub(start), 0))) }
 	}
 	relay := p.Relay
 	if relay == nil {
