@@ -35,15 +35,23 @@ export OPENAI_JS_DIR
 TS_VERSION  := 5.9.3
 TS_DIR      := $(CACHE_DIR)/typescript-$(TS_VERSION)
 TSC         := $(TS_DIR)/node_modules/typescript/bin/tsc
+# workerd, Cloudflare's Workers runtime (the binary ships in the npm package), runs the edge Worker
+# (wasm/edge) in the e2e tests and the edge report: pinned exactly, installed once, offline afterwards.
+WORKERD_VERSION := 1.20261117.1
+WORKERD_DIR := $(CACHE_DIR)/workerd-$(WORKERD_VERSION)
+WORKERD_BIN ?= $(WORKERD_DIR)/node_modules/@cloudflare/workerd-linux-64/bin/workerd
+export WORKERD_BIN
+# The edge Worker (`make edge`): app.wasm, its wasm_exec.js and worker.mjs, ready for wrangler or workerd.
+EDGE_OUT    ?= bin/edge
 APT_PKGS    := chromium chromium-driver nginx brotli firefox-esr webkit2gtk-driver xvfb
 SUDO        := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 WASM_OUT    := web/dist
 TEST_TIMEOUT ?= 25m
 
-.PHONY: build run test unit bench fuzz vet depscheck wasm deps deps-apt deps-chdb deps-go deps-openai-js deps-sdk-js deps-ts clean
+.PHONY: build run test unit bench fuzz vet depscheck wasm edge deps deps-apt deps-chdb deps-go deps-openai-js deps-sdk-js deps-ts deps-workerd clean
 
 ## deps: install what is missing (apt packages, the pinned ClickHouse engine from npm, Go modules)
-deps: deps-apt deps-chdb deps-go deps-sdk-js deps-ts
+deps: deps-apt deps-chdb deps-go deps-sdk-js deps-ts deps-workerd
 
 deps-apt:
 	@missing=""; for p in $(APT_PKGS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
@@ -94,6 +102,15 @@ $(TSC):
 deps-go:
 	@$(GO) mod download
 
+## deps-workerd: Cloudflare's workerd runtime from npm (@cloudflare/workerd-linux-64, ~100 MB unpacked)
+deps-workerd: $(WORKERD_BIN)
+
+$(WORKERD_BIN):
+	@echo "installing workerd $(WORKERD_VERSION) (npm @cloudflare/workerd-linux-64) into $(WORKERD_DIR)"
+	@mkdir -p $(WORKERD_DIR)
+	cd $(WORKERD_DIR) && npm install --no-save --no-audit --no-fund --loglevel=error @cloudflare/workerd-linux-64@$(WORKERD_VERSION)
+	@test -x $@ || { echo "workerd not found at $@ after npm install" >&2; exit 1; }
+
 # The Go runtime in itl.wasm is compiled without inlining: its inline trees
 # and per-PC inlining tables are most of what brotli cannot squeeze out of the
 # module's data section (-30 KB brotli, measured). The module's own packages
@@ -121,6 +138,27 @@ wasm:
 		echo "wasm_exec.js: a global reference left after the rewrite (above); update the Makefile's sed" >&2; exit 1; fi
 	@gzip -9 -k -f $(WASM_OUT)/itl.wasm
 	@if command -v brotli >/dev/null; then brotli -f -q 11 -o $(WASM_OUT)/itl.wasm.br $(WASM_OUT)/itl.wasm; fi
+
+## edge: the edge Worker (wasm/edge) into $(EDGE_OUT): app.wasm, wasm_exec.js, worker.mjs; prints its size
+# against Cloudflare's limits (a Worker's compressed size: 3 MB free plan, 10 MB paid)
+edge:
+	@mkdir -p $(EDGE_OUT)
+	GOOS=js GOARCH=wasm $(GO) build $(GOFLAGS_BUILD) -ldflags='-s -w' -o $(EDGE_OUT)/app.wasm ./wasm/edge
+	@# As for itl.wasm: the data section in a handful of segments, same memory image (1.62 -> 1.51 MB gzip).
+	$(GO) run ./internal/cmd/wasmpack $(EDGE_OUT)/app.wasm
+	cp wasm/edge/worker.mjs $(EDGE_OUT)/worker.mjs
+	@# Go's wasm_exec.js with syumai/workers' one change: run(instance, context) gives the Go side a global
+	@# object (a Proxy) whose `context` is the request's runtime context (env, ctx, request.cf). It is made
+	@# from this Go's own file, which must match the toolchain that built app.wasm.
+	@{ echo '// Go $(shell $(GO) env GOVERSION) lib/wasm/wasm_exec.js, rewritten by `make edge` as syumai/workers v0.32.0 does: run(instance, context).'; \
+	  sed -e 's/^\(\t*\)async run(instance) {$$/\1async run(instance, context) {\n\1\tconst globalProxy = new Proxy(globalThis, { get(target, prop) { return prop === "context" ? context : Reflect.get(target, prop, target); } });/' \
+	      -e 's/^\(\t*\)globalThis,$$/\1globalProxy,/' \
+	      -e 's/\[globalThis, 5\],/[globalProxy, 5],/' \
+	      "$$($(GO) env GOROOT)/lib/wasm/wasm_exec.js"; } > $(EDGE_OUT)/wasm_exec.js
+	@if [ "$$(grep -c globalProxy $(EDGE_OUT)/wasm_exec.js)" != 3 ]; then \
+		echo "wasm_exec.js: the run(instance, context) rewrite did not apply (Go changed the file); update the Makefile's sed" >&2; exit 1; fi
+	@raw=$$(stat -c %s $(EDGE_OUT)/app.wasm); gz=$$(cat $(EDGE_OUT)/app.wasm $(EDGE_OUT)/wasm_exec.js $(EDGE_OUT)/worker.mjs | gzip -9 | wc -c); \
+	echo "edge Worker: app.wasm $$raw bytes raw; Worker $$gz bytes gzip (Cloudflare limits: 3 MB compressed free plan, 10 MB paid; 64 MB uncompressed)"
 
 ## build: bin/itlmon (embeds web/, schema/ and the browser module)
 build: wasm
@@ -156,12 +194,12 @@ depscheck:
 unit: wasm
 	$(GO) test -count=1 -short ./...
 
-## test: everything: vet, depscheck, unit, integration (real ClickHouse engine), e2e (real Chromium, nginx)
-test: deps vet depscheck wasm
+## test: everything: vet, depscheck, unit, integration (real ClickHouse engine), e2e (real Chromium, nginx, workerd)
+test: deps vet depscheck wasm edge
 	ITLMON_REQUIRE_REAL=1 $(GO) test -count=1 -p 2 -timeout $(TEST_TIMEOUT) ./...
 
 ## bench: benchmarks and the size/cost reports
-bench: deps wasm
+bench: deps wasm edge
 	$(GO) test -run '^$$' -bench . -benchmem -count=1 ./wasm/... | tee /tmp/itlmon-bench.txt
 	@echo "wasm/meter: ns/op is wall time per network read (1-3 events); cpu-ns/op and cpu-ns/event are CPU time, steadier on a shared machine"
 	@echo "wasm/meter compiled to WebAssembly, run by Node's V8 (the engine of Chromium): what the page pays"
@@ -175,6 +213,8 @@ bench: deps wasm
 	ITLMON_REQUIRE_REAL=1 $(GO) test -count=1 -run '^TestAttribution' -v ./e2e 2>&1 | sed -n '/attribution scenario table/,/^[^ ]/p' | tee -a /tmp/itlmon-bench.txt
 	@echo "browser module (issue 4): itl.wasm sizes, time to ready and added cost per chunk, in Chromium"
 	ITLMON_BENCH_REPORT=1 ITLMON_REQUIRE_REAL=1 $(GO) test -count=1 -run '^TestBrowserReport$$' -v ./e2e 2>&1 | sed -n '/browser module report/,/^$$/p' | tee -a /tmp/itlmon-bench.txt
+	@echo "edge Worker (issue 14): size against Cloudflare's limits, workerd CPU and wall time per request vs a JS pass-through Worker"
+	ITLMON_BENCH_REPORT=1 ITLMON_REQUIRE_REAL=1 $(GO) test -count=1 -run '^TestEdgeReport$$' -v ./e2e 2>&1 | sed -n '/edge Worker report/,/^\s*$$/p' | tee -a /tmp/itlmon-bench.txt
 
 ## fuzz: FUZZTIME per target (default 30s)
 FUZZTIME ?= 30s

@@ -26,6 +26,9 @@
 //	RunStream(t, ctx, StreamOpts)    make the page fetch and read a stream; what the page saw
 //	WaitStreams(t, c, site, n)       poll /api/streams until n streams are stored, with a deadline
 //	PageSummaries(t, ctx)            what itlmon.onStream gave the page
+//	startWorkerd(t, origin, sink)    the real workerd running the edge Worker (bin/edge, make edge), the same
+//	                                 Worker measuring nothing, and a JS pass-through Worker (edge_test.go);
+//	                                 edgeTab(t, base) a tab whose requests carry an injected request.cf
 //	BrowserEngine(t, name), NewPage  a browser of any engine and a page of it; OpenIn, StreamIn,
 //	                                 SummariesIn, EvalIn are the helpers above for any engine's page
 //	                                 (the chromedp ones are these on browsers.ChromiumTab)

@@ -226,6 +226,12 @@ func TestHandler(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	edge := pausedOrigin("req-edge")
+	edge.Vantage, edge.Edge = beacon.VantageEdge, beacon.Edge{Colo: "FRA", ClientTCPRTTMs: beacon.NoTime, HeadersUs: 100}
+	edgeBody, err := (&beacon.OriginBatch{Seq: 2, Site: "chat", Records: []beacon.Origin{edge}}).AppendBinary(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
 	post := func(site, key string, body []byte) int {
 		req, _ := http.NewRequest("POST", srv.URL+origin.Path+"?site="+site, bytes.NewReader(body))
 		if key != "" {
@@ -247,6 +253,7 @@ func TestHandler(t *testing.T) {
 		{"no key", "chat", "", body, http.StatusForbidden},
 		{"wrong key", "chat", "guess", body, http.StatusForbidden},
 		{"garbage", "chat", "s3cret", []byte("{\"json\":1}"), http.StatusBadRequest},
+		{"edge timeline (not stored yet)", "chat", "s3cret", edgeBody, http.StatusUnprocessableEntity},
 		{"ok", "chat", "s3cret", body, http.StatusNoContent},
 	} {
 		if got := post(tc.site, tc.key, tc.body); got != tc.want {

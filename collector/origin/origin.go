@@ -239,11 +239,11 @@ func (w *streamWriter) WriteHeader(code int) {
 	if w.rp.cfg.Measure(w.req, h) {
 		name := HeaderRequestID
 		w.id = h.Get(HeaderRequestID)
-		if !validID(w.id) {
+		if !ValidID(w.id) {
 			name, w.id = HeaderStream, w.rp.cfg.NewID()
 			h.Set(HeaderStream, w.id)
 		}
-		exposeHeader(h, name)
+		ExposeHeader(h, name)
 		sm := meterPool.Get().(*streamMeter)
 		sm.m.Reset(meter.Options{ContentType: h.Get("Content-Type"), MaxTimeline: w.rp.cfg.MaxEmits})
 		sm.pending, sm.segs = sm.pending[:0], sm.segs[:0]
@@ -411,8 +411,10 @@ func micros(d time.Duration) uint32 {
 	return uint32(us)
 }
 
-// validID reports whether an app's request id can be reused as the stream id.
-func validID(id string) bool {
+// ValidID reports whether an app's request id (or a stream id set upstream)
+// can be reused as the stream id: 1 to MaxIDLen printable ASCII bytes, no
+// space, comma, semicolon or quote.
+func ValidID(id string) bool {
 	if id == "" || len(id) > MaxIDLen {
 		return false
 	}
@@ -424,10 +426,10 @@ func validID(id string) bool {
 	return true
 }
 
-// exposeHeader appends name to Access-Control-Expose-Headers unless it is
+// ExposeHeader appends name to Access-Control-Expose-Headers in h unless it is
 // already listed ("*" does not cover credentialed requests, so it does not
 // count).
-func exposeHeader(h http.Header, name string) {
+func ExposeHeader(h http.Header, name string) {
 	for _, v := range h.Values(HeaderExpose) {
 		for _, f := range strings.Split(v, ",") {
 			if strings.EqualFold(strings.TrimSpace(f), name) {

@@ -274,9 +274,9 @@ func TestExposeHeader(t *testing.T) {
 		for _, v := range tc.in {
 			h.Add(HeaderExpose, v)
 		}
-		exposeHeader(h, HeaderStream)
+		ExposeHeader(h, HeaderStream)
 		if got := strings.Join(h.Values(HeaderExpose), "|"); got != tc.want {
-			t.Fatalf("exposeHeader(%q) = %q, want %q", tc.in, got, tc.want)
+			t.Fatalf("ExposeHeader(%q) = %q, want %q", tc.in, got, tc.want)
 		}
 	}
 }
@@ -289,8 +289,8 @@ func TestValidID(t *testing.T) {
 		{"req_1", true}, {"", false}, {"a b", false}, {"a,b", false}, {strings.Repeat("x", MaxIDLen), true},
 		{strings.Repeat("x", MaxIDLen+1), false}, {"é", false},
 	} {
-		if got := validID(tc.id); got != tc.want {
-			t.Fatalf("validID(%q) = %v, want %v", tc.id, got, tc.want)
+		if got := ValidID(tc.id); got != tc.want {
+			t.Fatalf("ValidID(%q) = %v, want %v", tc.id, got, tc.want)
 		}
 	}
 }

@@ -12,9 +12,11 @@
 //	minor      the sender's minor version (Minor is what this package writes)
 //	kind       KindBatch (1), KindAck (2), KindOrigin (3); any other is ErrKind
 //
-// PeekKind reads it; DecodeBatch and DecodeAck check it. KindOrigin is
-// reserved for origin timelines (OriginBatch in origin.go); its encoder and
-// decoder live beside it and use the same header, primitives and rules.
+// PeekKind reads it; DecodeBatch and DecodeAck check it. KindOrigin
+// carries server-side timelines, the origin middleware's and (minor 2) the
+// edge Worker's (OriginBatch in origin.go, Origin.Vantage tells them apart);
+// its encoder and decoder live beside it and use the same header, primitives
+// and rules.
 //
 // A Batch (browser -> collector) follows as:
 //

@@ -13,8 +13,9 @@ const Version = 1
 // field its own minor knows from a sender of the same or an older minor (see
 // the package comment).
 //
-// Minor 1 appended end and headers_us to the record.
-const Minor = 1
+// Minor 1 appended end and headers_us to the record; minor 2 appended the
+// vantage point and the edge's facts to the origin section (OriginBatch).
+const Minor = 2
 
 // The magic bytes: 0x89 is not ASCII, so text (JSON, an HTML error page) is
 // never mistaken for a beacon.

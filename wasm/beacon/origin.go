@@ -8,8 +8,9 @@ import (
 )
 
 // OriginBatch is a KindOrigin message: the timelines an origin server's
-// middleware (collector/origin) observed, sent server-to-server to the
-// collector's /v1/origin. The site's shared key travels in a header, not here.
+// middleware (collector/origin) or a CDN edge Worker (wasm/edge) observed,
+// sent server-to-server to the collector's /v1/origin. The site's shared key
+// travels in a header, not here.
 type OriginBatch struct {
 	Seq     uint64 // per reporter, increasing
 	Site    string
@@ -17,11 +18,25 @@ type OriginBatch struct {
 	Records []Origin
 }
 
-// Origin is one response stream as the origin server emitted it. Times are
-// microseconds since the middleware saw the request; NoTime means "did not
-// happen". An event's emit time is the flush that completed it, or the write
-// that completed it when the handler never flushed.
+// Origin is one response stream as a server-side vantage point saw it.
+//
+// VantageOrigin (the origin middleware): the stream as the origin server
+// emitted it. Times are microseconds since the middleware saw the request;
+// NoTime means "did not happen". An event's emit time is the flush that
+// completed it, or the write that completed it when the handler never
+// flushed.
+//
+// VantageEdge (the edge Worker): the stream as the edge received it from the
+// origin and passed it on. Times are microseconds since the Worker got the
+// request; TTFBUs is the first body byte read from the origin, DurationUs the
+// end of the body passed on (or the abort), Flushes the network reads from
+// the origin and MaxEventsPerFlush the most events one read carried, and
+// EmitUs the time of the read that completed each content event: the same
+// definitions the browser's meter uses, one hop earlier. Edge holds what only
+// the edge knows.
 type Origin struct {
+	Vantage Vantage // origin (the zero value, and all a minor-1 sender wrote) or edge
+
 	ID          string // stream id the response carried (X-Itlmon-Stream or the app's X-Request-Id)
 	StartUnixMs int64  // origin wall clock when the request reached the middleware
 	Route       string // request path, never the query
@@ -43,6 +58,48 @@ type Origin struct {
 	// len(EmitUs) of them; EmitsDropped counts the content events beyond.
 	EmitUs       []uint32
 	EmitsDropped uint32
+
+	// Edge is set on VantageEdge records only (zero on origin records).
+	Edge Edge
+}
+
+// Vantage is where a server-side timeline was observed.
+type Vantage uint8
+
+const (
+	VantageOrigin Vantage = iota // the origin server's middleware (collector/origin)
+	VantageEdge                  // a CDN edge in front of the origin (wasm/edge)
+
+	numVantages
+)
+
+var vantageNames = [...]string{"origin", "edge"}
+
+func (v Vantage) String() string {
+	if int(v) < len(vantageNames) {
+		return vantageNames[v]
+	}
+	return "vantage(" + strconv.Itoa(int(v)) + ")"
+}
+
+// Edge is what the edge knows of the client side of a stream (Cloudflare's
+// request.cf): where the request entered the CDN and how the client
+// connected. Empty strings and NoTime mean "not reported". No client address
+// is ever part of it.
+type Edge struct {
+	Colo       string // the data centre's IATA code (cf.colo), e.g. "FRA"
+	Country    string // ISO 3166-1 alpha-2 (cf.country)
+	Region     string // ISO 3166-2 subdivision name (cf.region)
+	RegionCode string // ISO 3166-2 subdivision code (cf.regionCode)
+	City       string // cf.city
+	ASN        uint32 // the client's autonomous system (cf.asn); 0 unknown
+	HTTPProto  string // client to edge protocol (cf.httpProtocol), e.g. "HTTP/2"
+	TLSVersion string // client to edge TLS (cf.tlsVersion), e.g. "TLSv1.3"
+
+	ClientTCPRTTMs uint32 // the client's TCP round trip to the edge (cf.clientTcpRtt); NoTime when absent
+	// HeadersUs is when the origin's response headers reached the edge
+	// (NoTime: the request ended before them).
+	HeadersUs uint32
 }
 
 // An OriginBatch (origin reporter -> collector), after the header of
@@ -61,9 +118,14 @@ type Origin struct {
 //	  histogram itl
 //	  uvarint n_emits, emits_dropped; n_emits × uvarint Δemit_us (from the
 //	          previous emit, the first from 0: emit times never decrease)
+//	  byte    vantage (minor 2; 0 origin, 1 edge; absent: origin)
+//	  [edge]  strings colo, country, region, region_code, city, http_proto,
+//	          tls_version; uvarint asn; opttime client_tcp_rtt_ms, headers_us
+//	          (minor 2, only when vantage is edge)
 //
 // Sections are length-prefixed, so a newer minor may append fields to them
-// (and to the message) as for a Batch.
+// (and to the message) as for a Batch; a vantage this minor does not know,
+// from a newer sender, is kept and the rest of its section skipped.
 
 // minOriginSize: length prefix and the smallest fields.
 const minOriginSize = 1 + 12
@@ -73,10 +135,21 @@ const minOriginSize = 1 + 12
 // that are not UTF-8, a route with a query or fragment, emit times that go
 // backwards.
 func (b *OriginBatch) AppendBinary(dst []byte) ([]byte, error) {
-	if err := b.check(); err != nil {
+	return encoder{minor: Minor}.appendOriginBatch(dst, b)
+}
+
+func (e encoder) appendOriginBatch(dst []byte, b *OriginBatch) ([]byte, error) {
+	if err := b.check(); err != nil && !e.unchecked {
 		return dst, err
 	}
-	dst = appendHeader(dst, KindOrigin, Minor)
+	if e.minor < 2 {
+		for i := range b.Records {
+			if b.Records[i].Vantage != VantageOrigin {
+				return dst, &DecodeError{Record: i, Field: "vantage", Reason: "needs minor 2", Err: ErrInvalid}
+			}
+		}
+	}
+	dst = appendHeader(dst, KindOrigin, e.minor)
 	dst = appendUvarint(dst, b.Seq)
 	dst = appendString(dst, b.Site)
 	dst = appendUvarint(dst, uint64(b.Dropped))
@@ -106,9 +179,33 @@ func (b *OriginBatch) AppendBinary(dst []byte) ([]byte, error) {
 			dst = appendUvarint(dst, uint64(e-prev))
 			prev = e
 		}
+		if e.minor >= 2 {
+			dst = append(dst, byte(o.Vantage))
+			if o.Vantage == VantageEdge {
+				dst = appendEdge(dst, &o.Edge)
+			}
+		}
+		dst = append(dst, e.extra...)
 		dst = endSection(dst, start)
 	}
-	return dst, nil
+	return append(dst, e.extra...), nil
+}
+
+func appendEdge(dst []byte, g *Edge) []byte {
+	for _, s := range g.strings() {
+		dst = appendString(dst, s.v)
+	}
+	dst = appendUvarint(dst, uint64(g.ASN))
+	dst = appendOptTime(dst, g.ClientTCPRTTMs)
+	return appendOptTime(dst, g.HeadersUs)
+}
+
+type namedString struct{ field, v string }
+
+// strings lists the edge's strings in wire order, with their field names.
+func (g *Edge) strings() [7]namedString {
+	return [...]namedString{{"edge.colo", g.Colo}, {"edge.country", g.Country}, {"edge.region", g.Region},
+		{"edge.region_code", g.RegionCode}, {"edge.city", g.City}, {"edge.http_proto", g.HTTPProto}, {"edge.tls_version", g.TLSVersion}}
 }
 
 func (b *OriginBatch) check() error {
@@ -121,6 +218,17 @@ func (b *OriginBatch) check() error {
 	for i := range b.Records {
 		o := &b.Records[i]
 		for _, s := range [...]struct{ field, v string }{{"id", o.ID}, {"route", o.Route}} {
+			if reason := checkString(s.field, []byte(s.v)); reason != "" {
+				return fail(i, s.field, reason)
+			}
+		}
+		switch {
+		case o.Vantage >= numVantages:
+			return fail(i, "vantage", "unknown "+strconv.Itoa(int(o.Vantage)))
+		case o.Vantage == VantageOrigin && o.Edge != (Edge{}):
+			return fail(i, "edge", "set on an origin record")
+		}
+		for _, s := range o.Edge.strings() {
 			if reason := checkString(s.field, []byte(s.v)); reason != "" {
 				return fail(i, s.field, reason)
 			}
@@ -193,17 +301,39 @@ func (r *reader) origin(o *Origin) {
 	o.ITL = r.hist("itl")
 	n := r.length("emit_us", r.lim.MaxTimeline, 1)
 	o.EmitsDropped = r.u32("emits_dropped")
-	if r.err != nil || n == 0 {
-		return
-	}
-	o.EmitUs = make([]uint32, n)
-	prev := uint64(0)
-	for k := range o.EmitUs {
-		d := r.uvarint("emit_us")
-		if prev += d; d > math.MaxUint32 || prev > math.MaxUint32 {
-			r.fail("emit_us", "exceeds uint32 at "+strconv.Itoa(k), ErrInvalid)
-			return
+	if r.err == nil && n > 0 {
+		o.EmitUs = make([]uint32, n)
+		prev := uint64(0)
+		for k := range o.EmitUs {
+			d := r.uvarint("emit_us")
+			if prev += d; d > math.MaxUint32 || prev > math.MaxUint32 {
+				r.fail("emit_us", "exceeds uint32 at "+strconv.Itoa(k), ErrInvalid)
+				return
+			}
+			o.EmitUs[k] = uint32(prev)
 		}
-		o.EmitUs[k] = uint32(prev)
 	}
+	if r.err != nil || r.minor < 2 {
+		return // a minor-1 sender: an origin record
+	}
+	o.Vantage = Vantage(r.byte("vantage"))
+	switch {
+	case r.err != nil:
+	case o.Vantage == VantageEdge:
+		r.edge(&o.Edge)
+	case o.Vantage >= numVantages && r.minor <= Minor:
+		r.fail("vantage", "unknown "+strconv.Itoa(int(o.Vantage)), ErrInvalid)
+	case o.Vantage >= numVantages:
+		r.p = len(r.src) // a newer sender's vantage: its fields are skipped
+	}
+}
+
+func (r *reader) edge(g *Edge) {
+	names := (&Edge{}).strings()
+	for i, p := range [...]*string{&g.Colo, &g.Country, &g.Region, &g.RegionCode, &g.City, &g.HTTPProto, &g.TLSVersion} {
+		*p = r.str(names[i].field)
+	}
+	g.ASN = r.u32("edge.asn")
+	g.ClientTCPRTTMs = r.optTime("edge.client_tcp_rtt_ms")
+	g.HeadersUs = r.optTime("edge.headers_us")
 }
