@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -89,6 +90,12 @@ func (c *PromoterConfig) setDefaults() error {
 type Shard struct {
 	Name string // for logs and metrics: "" on a single server, else the shard number
 	Conn driver.Conn
+	// Replicas, set when the shard's tables are Replicated (a cluster with
+	// Keeper), names the cluster whose servers may run inserts into this
+	// shard's inbox: a window is sealed only when none runs on any of them,
+	// and the promoter's replica fetches what the others committed
+	// (SYSTEM SYNC REPLICA) before it reads the window.
+	Replicas string
 }
 
 // Promoter turns itl_inbox into itl_streams, itl_timelines, itl_origin and
@@ -241,11 +248,15 @@ func (p *Promoter) Step(ctx context.Context, sh Shard) (bool, time.Duration, err
 	var oldestRunning float64
 	// One round trip: the server clock, the watermark, the next inbox row
 	// after it, and the age of the oldest running inbox insert.
+	processes := "system.processes"
+	if sh.Replicas != "" {
+		processes = "clusterAllReplicas(" + quoteString(sh.Replicas) + ", system.processes)"
+	}
 	err := sh.Conn.QueryRow(ctx, `
 		WITH (SELECT max(promoted_window) FROM itl_promoted) AS last
 		SELECT now64(6), last,
 			(SELECT min(ingested_at) FROM itl_inbox WHERE ingested_at >= last + INTERVAL 1 SECOND),
-			(SELECT max(elapsed) FROM system.processes
+			(SELECT max(elapsed) FROM `+processes+`
 			  WHERE query_kind = 'Insert' AND positionCaseInsensitive(query, 'itl_inbox') > 0)`).
 		Scan(&now, &last, &next, &oldestRunning)
 	if err != nil {
@@ -298,6 +309,12 @@ type joinKey struct{ site, originID string }
 func (p *Promoter) promote(ctx context.Context, sh Shard, start time.Time) error {
 	end := start.Add(Window)
 	token := "itlmon/promote/" + strconv.FormatInt(start.Unix(), 10)
+	if sh.Replicas != "" {
+		// Rows another replica committed may not be here yet: fetch them.
+		if err := sh.Conn.Exec(ctx, "SYSTEM SYNC REPLICA itl_inbox"); err != nil {
+			return fmt.Errorf("promoter: sync replica: %w", err)
+		}
+	}
 	rows, err := readInbox(ctx, sh.Conn, "ingested_at >= fromUnixTimestamp64Micro(?) AND ingested_at < fromUnixTimestamp64Micro(?)", nil, micros(start), micros(end))
 	if err != nil {
 		return err
@@ -707,3 +724,8 @@ func (p *Promoter) CatchUp(ctx context.Context) error {
 // micros is t as a query argument for fromUnixTimestamp64Micro: exact to
 // the microsecond, whatever the driver does with a time.Time.
 func micros(t time.Time) int64 { return t.UnixMicro() }
+
+// quoteString quotes s as a ClickHouse string literal.
+func quoteString(s string) string {
+	return "'" + strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(s) + "'"
+}

@@ -158,6 +158,9 @@ func (m *Main) Run(ctx context.Context) (err error) {
 			shards := make([]join.Shard, len(scs))
 			for i, sc := range scs {
 				shards[i] = join.Shard{Name: strconv.Itoa(int(sc.Shard)), Conn: sc.Conn}
+				if sc.Replicated {
+					shards[i].Replicas = c.Cluster
+				}
 			}
 			return shards, nil
 		}, pcfg)

@@ -162,9 +162,10 @@ func (db *DB) ClusterLayout() ClusterLayout {
 // ShardConn is a connection to one shard's local database, through its
 // replicas in order (the first that answers).
 type ShardConn struct {
-	Shard uint32
-	Addrs []string
-	Conn  driver.Conn
+	Shard      uint32
+	Addrs      []string
+	Conn       driver.Conn
+	Replicated bool // its inbox is a Replicated table (a cluster with Keeper)
 }
 
 // ShardConns connects to every shard of db's cluster (Options.Cluster), to
@@ -185,7 +186,15 @@ func (db *DB) ShardConns(ctx context.Context) ([]ShardConn, error) {
 		for ; i < len(nodes) && nodes[i].Shard == sc.Shard; i++ {
 			sc.Addrs = append(sc.Addrs, nodes[i].Addr())
 		}
-		if sc.Conn, err = db.connect(ctx, sc.Addrs, l.LocalDB); err != nil {
+		if sc.Conn, err = db.connect(ctx, sc.Addrs, l.LocalDB); err == nil {
+			var engine string
+			err = sc.Conn.QueryRow(ctx, "SELECT engine FROM system.tables WHERE database = currentDatabase() AND name = 'itl_inbox'").Scan(&engine)
+			sc.Replicated = strings.HasPrefix(engine, "Replicated")
+			if err != nil {
+				sc.Conn.Close()
+			}
+		}
+		if err != nil {
 			for _, c := range out {
 				c.Conn.Close()
 			}
