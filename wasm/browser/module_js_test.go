@@ -338,3 +338,25 @@ func TestBadRecordAlone(t *testing.T) {
 		t.Fatal("encode changed the records it was given")
 	}
 }
+
+func TestRetryAfter(t *testing.T) {
+	for _, tc := range []struct {
+		reason string
+		want   meter.Duration
+		ok     bool
+	}{
+		{"retry-after=15; collector over its ingest memory budget", 15 * meter.Second, true},
+		{"retry-after=3", 3 * meter.Second, true},
+		{"rate limit; retry-after=2; site", 2 * meter.Second, true},
+		{"retry-after=99999999", maxRetryAfter, true}, // bounded
+		{"retry-after=; x", 0, false},
+		{"retry-after=x", 0, false},
+		{"rate limit: connection is over 100 records/s", 0, false},
+		{"", 0, false},
+	} {
+		got, ok := retryAfter(tc.reason)
+		if got != tc.want || ok != tc.ok {
+			t.Errorf("retryAfter(%q) = %v %v, want %v %v", tc.reason, got, ok, tc.want, tc.ok)
+		}
+	}
+}
