@@ -14,13 +14,13 @@ const (
 	// open sockets follow streaming tabs, not open ones.
 	defaultIdle = 30 * meter.Second
 	// maxRetryAfter bounds the wait a collector asks for (close 1013).
-	maxRetryAfter = 10 * 60 * meter.Second
-	backoffMin        = 500 * meter.Millisecond
-	backoffMax        = 30 * meter.Second
-	maxPending        = 512       // records waiting for a batch
-	maxBatchRecords   = 64        // records per batch
-	maxUnackedBytes   = 256 << 10 // encoded batches kept until acknowledged
-	maxBeaconBytes    = 64 << 10  // navigator.sendBeacon limit
+	maxRetryAfter   = 10 * 60 * meter.Second
+	backoffMin      = 500 * meter.Millisecond
+	backoffMax      = 30 * meter.Second
+	maxPending      = 512       // records waiting for a batch
+	maxBatchRecords = 64        // records per batch
+	maxUnackedBytes = 256 << 10 // encoded batches kept until acknowledged
+	maxBeaconBytes  = 64 << 10  // navigator.sendBeacon limit
 	// refuseAfter consecutive failed attempts (handshakes that never open,
 	// or sockets closed with 1008 policy violation) make the sender ask the
 	// collector why; a refusal that resending cannot fix (unknown site,
