@@ -98,7 +98,7 @@ func (h *Handler) ServeBeacon(w http.ResponseWriter, r *http.Request) {
 	wait, ok, text := h.rateLimit(s, nil, n, now)
 	if !ok {
 		h.reject(ReasonRateLimit, text)
-		w.Header().Set("Retry-After", strconv.Itoa(int(h.maxWait/time.Second)+1))
+		w.Header().Set("Retry-After", strconv.Itoa(h.rateRetry()))
 		http.Error(w, text, http.StatusTooManyRequests)
 		return
 	}

@@ -258,6 +258,10 @@ func (h *Handler) reject(reason, detail string) {
 	h.rejLog.warn(reason, detail)
 }
 
+// rateRetry is the wait, in whole seconds, told to a client over the rate
+// limit: the longest a batch could have waited for tokens, and a second.
+func (h *Handler) rateRetry() int { return int(h.maxWait/time.Second) + 1 }
+
 // retryText is a close reason for a shed connection: "retry-after=N" (whole
 // seconds) first, so cutting the reason to fit a close frame keeps it, then
 // why. The browser module waits that long, plus jitter, before it

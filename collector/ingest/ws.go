@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strconv"
 	"sync"
 	"time"
 
@@ -416,8 +417,9 @@ func (c *conn) handleFrame(frame []byte, held int64) bool {
 	now := h.now()
 	wait, ok, text := h.rateLimit(c.site, c.bucket, n, now)
 	if !ok {
-		c.queueAck(b.Seq, beacon.RejectOverload, true) // kept by the module, resent after a backoff
-		c.stop(ReasonRateLimit, websocket.CloseTryAgainLater, truncate(text))
+		c.queueAck(b.Seq, beacon.RejectOverload, true) // kept by the module, resent after the wait
+		c.stop(ReasonRateLimit, websocket.CloseTryAgainLater,
+			truncate("retry-after="+strconv.Itoa(h.rateRetry())+"; "+text))
 		return false
 	}
 	if wait > 0 {
