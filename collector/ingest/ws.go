@@ -450,8 +450,12 @@ func (c *conn) handleFrame(frame []byte, held int64) bool {
 	}
 	began := time.Now()
 	ctx, cancel := context.WithTimeout(h.base, h.queueWait)
+	// Counted once handed over: when Submit returns, or when done runs
+	// first (from the store's goroutine, before the ack goes out).
+	accepted := sync.OnceFunc(func() { h.m.accepted.Add(float64(n)) })
 	err = h.sink.Submit(ctx, streams, func(err error) {
 		defer finish()
+		accepted()
 		if err != nil {
 			c.queueAck(seq, beacon.RejectRetry, true)
 			c.stop(ReasonStore, websocket.CloseInternalServerErr, "storage failed, batch not stored: resend it")
@@ -481,7 +485,7 @@ func (c *conn) handleFrame(frame []byte, held int64) bool {
 		}
 		return false
 	}
-	h.m.accepted.Add(float64(n))
+	accepted()
 	return true
 }
 
