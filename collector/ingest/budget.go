@@ -82,6 +82,7 @@ type meteredConn struct {
 	remaining int64    // payload bytes of the current frame still to pass
 
 	reserved int64 // reserved by frames and not yet taken by the reader (see take)
+	declared int64 // the reservation of the last data frame whose header passed
 	refused  int64 // the declared length that did not fit, when Read failed with errShed
 	shed     bool
 }
@@ -122,6 +123,7 @@ func (m *meteredConn) Read(p []byte) (int, error) {
 			return i, errShed
 		}
 		m.reserved += r
+		m.declared = r
 	}
 	return n, err
 }

@@ -287,8 +287,14 @@ func (c *conn) readFrame(r io.Reader) bool {
 		return false
 	}
 	bp := framePool.Get().(*[]byte)
+	buf := (*bp)[:0]
+	if d := c.mc.declared; d > int64(cap(buf)) {
+		// A large frame: its buffer at its declared size (reserved
+		// already), not grown by appends that would hold up to twice it.
+		buf = make([]byte, 0, d)
+	}
 	c.inFrame = true
-	buf, err := readLimited((*bp)[:0], r, h.limits.MaxBytes)
+	buf, err := readLimited(buf, r, h.limits.MaxBytes)
 	c.inFrame = false
 	defer func() {
 		if cap(buf) <= 64<<10 { // don't pool a rare large buffer

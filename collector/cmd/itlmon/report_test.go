@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"crypto/rand"
+	"encoding/binary"
 	"fmt"
 	"net/http"
 	"os"
@@ -346,4 +347,75 @@ func raiseFDLimit(t *testing.T, n uint64) uint64 {
 		t.Fatal(err)
 	}
 	return lim.Cur
+}
+
+// TestReportHalfSentFrames: 200 connections each send all but one byte of
+// a 1 MiB frame and stall (an attacker holding the collector's memory). The
+// ingest memory budget (a quarter of GOMEMLIMIT, set to 512 MiB here: 128
+// MiB) admits frames while their declared length fits and sheds the rest
+// with close 1013; the report shows the collector's RSS against the budget
+// while the frames stall (they time out after 10 s).
+func TestReportHalfSentFrames(t *testing.T) {
+	benchReport(t)
+	const (
+		conns = 200
+		frame = 1 << 20 // beacon.DefaultLimits.MaxBytes: a frame the collector takes
+	)
+	t.Setenv("GOMEMLIMIT", "512MiB") // the collector's: its ingest budget is a quarter
+	raiseFDLimit(t, 2*conns+1000)
+	p := startProcess(t, chdbLib(t), t.TempDir())
+	pid := p.cmd.Process.Pid
+	budget := metricValue(t, p.url, "itlmon_ingest_memory_budget_bytes")
+	before := sampleMem(t, p.url, pid)
+
+	payload := make([]byte, frame-1)
+	hdr := []byte{0x82, 0x80 | 127} // FIN + binary, masked, 64-bit length
+	hdr = binary.BigEndian.AppendUint64(hdr, frame)
+	hdr = append(hdr, 0, 0, 0, 0) // mask key 0
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var open []*websocket.Conn
+	began := time.Now()
+	for i := 0; i < conns; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c, _, err := dialWS(t, p.url, "test", pageOrigin)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			mu.Lock()
+			open = append(open, c)
+			mu.Unlock()
+			// A shed connection is closed while this writes: its error is expected.
+			c.NetConn().Write(append(append([]byte(nil), hdr...), payload...))
+		}()
+	}
+	wg.Wait()
+	sent := time.Since(began)
+	t.Cleanup(func() {
+		for _, c := range open {
+			c.Close()
+		}
+	})
+	held := metricValue(t, p.url, "itlmon_ingest_memory_bytes")
+	during := sampleMem(t, p.url, pid)
+	shed := metricValue(t, p.url, `itlmon_ingest_shed_total{cause="memory",transport="ws"}`)
+	if sent > 8*time.Second {
+		t.Logf("sending took %v: the first frames may have timed out (10 s) before the sample", sent)
+	}
+
+	var b strings.Builder
+	fmt.Fprintf(&b, "\nhalf-sent frames: %d connections each send %d of a %d-byte frame and stall (sent in %v)\n",
+		conns, frame-1, frame, sent.Round(time.Millisecond))
+	fmt.Fprintf(&b, "%-48s %12.0f\n", "ingest memory budget bytes (GOMEMLIMIT/4)", budget)
+	fmt.Fprintf(&b, "%-48s %12.0f\n", "held by ingest while they stall (gauge)", held)
+	fmt.Fprintf(&b, "%-48s %12.0f\n", "connections shed (1013)", shed)
+	fmt.Fprintf(&b, "%-48s %12.0f   (%.2f of the budget)\n", "RSS rise bytes", during.rss-before.rss, (during.rss-before.rss)/budget)
+	fmt.Fprintf(&b, "%-48s %12.0f\n", "Go heap in use rise bytes", during.heap-before.heap)
+	fmt.Println(b.String()) // go test -v shows it (make bench)
+	if held > budget {
+		t.Fatalf("ingest holds %v bytes, over its budget %v", held, budget)
+	}
 }
