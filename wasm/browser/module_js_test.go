@@ -7,6 +7,7 @@ import (
 	"strings"
 	"syscall/js"
 	"testing"
+	"time"
 	"unicode/utf8"
 
 	"github.com/itlmon/itlmon/wasm/beacon"
@@ -358,5 +359,19 @@ func TestRetryAfter(t *testing.T) {
 		if got != tc.want || ok != tc.ok {
 			t.Errorf("retryAfter(%q) = %v %v, want %v %v", tc.reason, got, ok, tc.want, tc.ok)
 		}
+	}
+}
+
+// TestTimerLongWait: a wait longer than setTimeout can take (2^31-1 ms)
+// is armed at that bound, not run at once (browsers and Node run such a
+// timer immediately: a socketIdleMs of days spun the idle check).
+func TestTimerLongWait(t *testing.T) {
+	fired := false
+	tm := newTimer(func() { fired = true })
+	defer tm.release()
+	tm.arm(1e10 * meter.Millisecond)
+	time.Sleep(200 * time.Millisecond) // lets the JS event loop run timers
+	if fired {
+		t.Fatal("a timer armed for 1e10 ms fired within 200 ms")
 	}
 }

@@ -606,12 +606,17 @@ func newTimer(f func()) *timer {
 	return t
 }
 
+// maxTimeout is the longest setTimeout delay: browsers run a timer with a
+// longer one at once. A longer wait fires early and is armed again for the
+// rest (see idleCheck).
+const maxTimeout = (1<<31 - 1) * meter.Millisecond
+
 func (t *timer) arm(d meter.Duration) {
 	if t.armed {
 		return
 	}
 	t.armed = true
-	t.id = global.Call("setTimeout", t.fn, float64(d)/float64(meter.Millisecond))
+	t.id = global.Call("setTimeout", t.fn, float64(min(d, maxTimeout))/float64(meter.Millisecond))
 }
 
 func (t *timer) stop() {
