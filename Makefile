@@ -205,7 +205,7 @@ bench: deps wasm edge
 	@echo "wasm/meter compiled to WebAssembly, run by Node's V8 (the engine of Chromium): what the page pays"
 	GOOS=js GOARCH=wasm $(GO) test -run '^$$' -bench 'Feed|ValidJSON|ClassifyChat' -count=1 -exec "$$($(GO) env GOROOT)/lib/wasm/go_js_wasm_exec" ./wasm/meter | tee -a /tmp/itlmon-bench.txt
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime 5x -count=1 ./collector/store | tee -a /tmp/itlmon-bench.txt
-	@echo "collector: end-to-end WebSocket ingest vs direct clickhouse-go insert (same run), memory per idle connection at 5,000"
+	@echo "collector: end-to-end WebSocket ingest vs direct clickhouse-go insert (same run), memory per idle connection at 5,000 and 20,000, half-sent frames against the ingest memory budget"
 	ITLMON_BENCH_REPORT=1 $(GO) test -count=1 -v -run '^TestReport' ./collector/cmd/itlmon 2>&1 | grep -v -e '^=== RUN' -e '\.go:[0-9]*: {' | tee -a /tmp/itlmon-bench.txt
 	$(GO) test -run '^$$' -bench . -benchmem -count=1 ./collector/enrich ./collector/ingest | tee -a /tmp/itlmon-bench.txt
 	$(GO) test -run '^$$' -bench . -benchmem -count=1 ./collector/origin ./collector/join ./e2e/jitterproxy | tee -a /tmp/itlmon-bench.txt
@@ -215,6 +215,8 @@ bench: deps wasm edge
 	ITLMON_BENCH_REPORT=1 ITLMON_REQUIRE_REAL=1 $(GO) test -count=1 -run '^TestBrowserReport$$' -v ./e2e 2>&1 | sed -n '/browser module report/,/^$$/p' | tee -a /tmp/itlmon-bench.txt
 	@echo "edge Worker (issue 14): size against Cloudflare's limits, workerd CPU and wall time per request vs a JS pass-through Worker"
 	ITLMON_BENCH_REPORT=1 ITLMON_REQUIRE_REAL=1 $(GO) test -count=1 -run '^TestEdgeReport$$' -v ./e2e 2>&1 | sed -n '/edge Worker report/,/^\s*$$/p' | tee -a /tmp/itlmon-bench.txt
+	@echo "browser module's WebSocket: one handshake per burst (time, bytes), open sockets vs open tabs with and without the idle close"
+	ITLMON_BENCH_REPORT=1 ITLMON_REQUIRE_REAL=1 $(GO) test -count=1 -run '^TestSocketReport$$' -v ./e2e 2>&1 | sed -n '/WebSocket per burst report/,/^$$/p' | tee -a /tmp/itlmon-bench.txt
 
 ## fuzz: FUZZTIME per target (default 30s)
 FUZZTIME ?= 30s

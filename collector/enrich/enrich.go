@@ -77,6 +77,15 @@ func (e *Enricher) Close() error {
 	return nil
 }
 
+// RequestHeaders names every request header Lookup reads: a caller that
+// keeps a request's headers for later lookups (a WebSocket connection for its
+// life) keeps only these.
+var RequestHeaders = []string{
+	"User-Agent", "Sec-CH-UA", "Sec-CH-UA-Platform", "Sec-CH-UA-Mobile", "X-Forwarded-For",
+	"CF-IPCountry", "CF-Region-Code", "CloudFront-Viewer-Country", "CloudFront-Viewer-Country-Region",
+	"X-Vercel-IP-Country", "X-Vercel-IP-Country-Region", "X-Country-Code",
+}
+
 // Lookup enriches one request: h and remoteAddr are the request's headers and
 // http.Request.RemoteAddr; c is the batch's client facts (nil before the first
 // batch). Fields c provides win over headers only where they are more

@@ -192,6 +192,16 @@ func TestLocation(t *testing.T) {
 			if got.Country != tt.country || got.Region != tt.region {
 				t.Fatalf("location = %s %s, want %s %s", got.Country, got.Region, tt.country, tt.region)
 			}
+			// RequestHeaders names every header Lookup reads.
+			kept := http.Header{}
+			for _, k := range RequestHeaders {
+				if v := h.Values(k); v != nil {
+					kept[http.CanonicalHeaderKey(k)] = v
+				}
+			}
+			if again := e.Lookup(kept, tt.remote, nil); again != got {
+				t.Fatalf("with RequestHeaders only: %+v, want %+v", again, got)
+			}
 		})
 	}
 }

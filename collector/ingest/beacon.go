@@ -28,6 +28,17 @@ func (h *Handler) ServeBeacon(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h.corsHeaders(w, r)
+	// Reserve the body on the memory budget before reading it: on its
+	// declared length, or the limit when it declares none.
+	hold := int64(h.limits.MaxBytes) + 1
+	if r.ContentLength >= 0 && r.ContentLength < hold {
+		hold = r.ContentLength
+	}
+	if !h.budget.reserve(hold) {
+		h.shedPost(w, ShedMemory, hold, "collector over its ingest memory budget")
+		return
+	}
+	defer func() { h.budget.release(hold) }()
 	// Not every ResponseWriter has a deadline (a recorder in a test): then
 	// the server's ReadTimeout is the only bound.
 	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(h.bodyWait))
@@ -87,7 +98,7 @@ func (h *Handler) ServeBeacon(w http.ResponseWriter, r *http.Request) {
 	wait, ok, text := h.rateLimit(s, nil, n, now)
 	if !ok {
 		h.reject(ReasonRateLimit, text)
-		w.Header().Set("Retry-After", strconv.Itoa(int(h.maxWait/time.Second)+1))
+		w.Header().Set("Retry-After", strconv.Itoa(h.rateRetry()))
 		http.Error(w, text, http.StatusTooManyRequests)
 		return
 	}
@@ -101,11 +112,22 @@ func (h *Handler) ServeBeacon(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	streams := h.streams(b, s, r.Header, r.RemoteAddr, now)
+	// The decoded batch is held until the answer.
+	extra := batchCost(len(body), n) - hold
+	h.budget.force(extra)
+	hold += extra
 	done := make(chan error, 1)
 	began := time.Now()
-	// The request's context bounds the wait for queue space; once queued,
-	// the batch is stored even if the client goes away.
-	if err := h.sink.Submit(r.Context(), streams, func(err error) { done <- err }); err != nil {
+	// The request's context and QueueWait bound the wait for queue space;
+	// once queued, the batch is stored even if the client goes away.
+	ctx, cancel := context.WithTimeout(r.Context(), h.queueWait)
+	err = h.sink.Submit(ctx, streams, func(err error) { done <- err })
+	cancel()
+	if err != nil {
+		if errors.Is(err, context.DeadlineExceeded) && r.Context().Err() == nil {
+			h.shedPost(w, ShedQueue, int64(len(body)), "storage queue full")
+			return
+		}
 		if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 			return // client gone
 		}
@@ -122,6 +144,18 @@ func (h *Handler) ServeBeacon(w http.ResponseWriter, r *http.Request) {
 	h.m.ackLatency.Observe(time.Since(began).Seconds())
 	h.m.acked.Add(float64(n))
 	w.WriteHeader(http.StatusNoContent)
+}
+
+// shedPost answers 503 with Retry-After: the batch is not taken, the
+// client keeps it and comes back after the delay.
+func (h *Handler) shedPost(w http.ResponseWriter, cause string, bytes int64, why string) {
+	h.m.shed.WithLabelValues("beacon", cause).Inc()
+	h.m.shedBytes.Add(float64(bytes))
+	text := h.retryText(why)
+	h.reject(ReasonShed, text)
+	w.Header().Set("Retry-After", strconv.Itoa(h.retry))
+	w.Header().Set("Connection", "close") // the body was not read
+	http.Error(w, text, http.StatusServiceUnavailable)
 }
 
 // serveBeaconPreflight answers the CORS preflight a browser sends before a

@@ -27,13 +27,25 @@
 //	decode_*          1003 (decode_limit: 1009)    400          malformed / limit
 //	site_mismatch     1008 policy violation        403          site
 //	rate_limit        1013 try again later         429          overload
+//	shed              1013 try again later         503          overload
 //	store             1011 internal error          503          retry
 //	slow_consumer     1008 (write timeout)         -            -
 //	(shutdown)        1001 going away, after the pending acks
 //
-// Each connection has one reader (the handler goroutine) and one writer
-// goroutine, and at most maxInFlight batches between reading and their ack:
-// past that, or while Sink.Submit blocks, the reader stops reading.
+// Shedding: ingest holds at most Config.Memory bytes (frames being read,
+// reserved on their declared length before their payload is read; POST
+// bodies on their Content-Length; decoded batches until their ack). A frame
+// or body that does not fit, or a batch the sink's queue has no room for
+// within Config.QueueWait, is shed: WebSocket close 1013 with the reason
+// "retry-after=N; why", or HTTP 503 with "Retry-After: N". Clients keep the
+// batch and come back after N seconds (the browser module adds jitter).
+// Counted in itlmon_ingest_shed_total{transport,cause} and
+// itlmon_ingest_shed_bytes_total; itlmon_ingest_memory_bytes is what is held.
+//
+// Each connection has one reader goroutine, a writer goroutine only while
+// acks are waiting to be written, and at most maxInFlight batches between
+// reading and their ack: past that, or while Sink.Submit blocks, the reader
+// stops reading.
 package ingest
 
 import (
@@ -41,6 +53,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -62,6 +75,8 @@ const (
 	DefaultSiteBurst   = 100000 // records
 	DefaultLogInterval = time.Minute
 	DefaultBodyTimeout = 10 * time.Second
+	DefaultQueueWait   = 2 * time.Second
+	DefaultRetryAfter  = 15 * time.Second
 )
 
 // Config configures a Handler. Sink and Sites are required.
@@ -83,6 +98,22 @@ type Config struct {
 	// full in time is refused with 408, reason body_timeout.
 	BodyTimeout time.Duration
 
+	// Memory bounds the bytes ingest holds, all connections and requests
+	// together: each WebSocket frame from the moment its header declares
+	// its length (reserved on that length, before its payload is read) and
+	// each POST body (on its Content-Length) until the batch is acked or
+	// refused. A frame or body that does not fit is shed: close 1013 /
+	// HTTP 503 with the retry delay. Zero: a quarter of GOMEMLIMIT when
+	// set, else DefaultMemory.
+	Memory int64
+	// QueueWait bounds the wait for room in the sink's queue (Submit
+	// blocking: ClickHouse slower than what arrives); past it the batch is
+	// shed the same way. Zero: DefaultQueueWait.
+	QueueWait time.Duration
+	// RetryAfter is the delay a shed client is told to wait (whole
+	// seconds; the module adds jitter). Zero: DefaultRetryAfter.
+	RetryAfter time.Duration
+
 	Logger      zerolog.Logger
 	LogInterval time.Duration         // one log line per rejection reason per interval
 	Registerer  prometheus.Registerer // nil: a private registry
@@ -99,6 +130,9 @@ type Handler struct {
 	connBurst int
 	maxWait   time.Duration
 	bodyWait  time.Duration
+	queueWait time.Duration
+	retry     int // seconds
+	budget    *budget
 	log       zerolog.Logger
 	rejLog    *onceLog
 	m         *metrics
@@ -136,6 +170,15 @@ func New(cfg Config) (*Handler, error) {
 	if cfg.BodyTimeout <= 0 {
 		cfg.BodyTimeout = DefaultBodyTimeout
 	}
+	if cfg.Memory <= 0 {
+		cfg.Memory = defaultMemory()
+	}
+	if cfg.QueueWait <= 0 {
+		cfg.QueueWait = DefaultQueueWait
+	}
+	if cfg.RetryAfter <= 0 {
+		cfg.RetryAfter = DefaultRetryAfter
+	}
 	if cfg.LogInterval <= 0 {
 		cfg.LogInterval = DefaultLogInterval
 	}
@@ -154,17 +197,22 @@ func New(cfg Config) (*Handler, error) {
 		connBurst: cfg.ConnBurst,
 		maxWait:   cfg.MaxRateWait,
 		bodyWait:  cfg.BodyTimeout,
+		queueWait: cfg.QueueWait,
+		retry:     int(max(1, (cfg.RetryAfter+time.Second-1)/time.Second)),
+		budget:    &budget{limit: cfg.Memory},
 		log:       cfg.Logger,
-		m:         newMetrics(cfg.Registerer),
 		now:       cfg.Now,
 		conns:     make(map[*conn]struct{}),
 	}
+	h.m = newMetrics(cfg.Registerer, h.budget)
 	h.rejLog = &onceLog{log: cfg.Logger, interval: cfg.LogInterval, now: cfg.Now, last: map[string]*logState{}}
 	h.base, h.cancelBase = context.WithCancel(context.Background())
 	h.upgrader = websocket.Upgrader{
-		// Idle connections should cost little: reuse the HTTP server's
-		// 4 KiB read buffer, and take a write buffer only while writing.
-		ReadBufferSize:  0,
+		// Idle connections should cost little: a read buffer for frame
+		// headers and control frames (payloads of 256 bytes and more are
+		// read past it, straight into the frame's buffer), and a write
+		// buffer only while writing.
+		ReadBufferSize:  256,
 		WriteBufferSize: 512, // acks are a few bytes
 		WriteBufferPool: &sync.Pool{},
 		// The Origin was checked against the site before Upgrade is called.
@@ -208,6 +256,18 @@ func (h *Handler) Connections() int {
 func (h *Handler) reject(reason, detail string) {
 	h.m.rejected.WithLabelValues(reason).Inc()
 	h.rejLog.warn(reason, detail)
+}
+
+// rateRetry is the wait, in whole seconds, told to a client over the rate
+// limit: the longest a batch could have waited for tokens, and a second.
+func (h *Handler) rateRetry() int { return int(h.maxWait/time.Second) + 1 }
+
+// retryText is a close reason for a shed connection: "retry-after=N" (whole
+// seconds) first, so cutting the reason to fit a close frame keeps it, then
+// why. The browser module waits that long, plus jitter, before it
+// reconnects.
+func (h *Handler) retryText(why string) string {
+	return truncate("retry-after=" + strconv.Itoa(h.retry) + "; " + why)
 }
 
 // rejectRecords counts and logs the records DecodeBatchRecords left out of a

@@ -401,7 +401,7 @@ func TestRateLimit(t *testing.T) {
 	}
 	c.WriteMessage(websocket.BinaryMessage, mustBatch(t, 2, "chat", 5))
 	ce, acks := readClose(t, c)
-	if ce.Code != websocket.CloseTryAgainLater || !strings.Contains(ce.Text, "rate limit") {
+	if ce.Code != websocket.CloseTryAgainLater || !strings.HasPrefix(ce.Text, "retry-after=1; rate limit") {
 		t.Fatalf("close = %d %q, want 1013 rate limit", ce.Code, ce.Text)
 	}
 	if len(acks) != 1 || acks[0] != (beacon.Ack{Seq: 2, Reject: beacon.RejectOverload}) {

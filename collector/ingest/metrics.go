@@ -16,9 +16,17 @@ type metrics struct {
 	clientDropped    prometheus.Counter
 	batchRecords     prometheus.Histogram
 	ackLatency       prometheus.Histogram
+	shed             *prometheus.CounterVec // transport, cause
+	shedBytes        prometheus.Counter
 }
 
-func newMetrics(reg prometheus.Registerer) *metrics {
+// Shed causes: the label values of itlmon_ingest_shed_total{cause}.
+const (
+	ShedMemory = "memory" // the frame or body did not fit in Config.Memory
+	ShedQueue  = "queue"  // the sink's queue had no room within Config.QueueWait
+)
+
+func newMetrics(reg prometheus.Registerer, b *budget) *metrics {
 	m := &metrics{
 		connections: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "itlmon_ingest_connections",
@@ -58,9 +66,30 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help:    "Time from handing a batch to the store until it was durable.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 14),
 		}),
+		shed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "itlmon_ingest_shed_total",
+			Help: "WebSocket connections closed with 1013 and POSTs answered 503 to shed load, by transport (ws, beacon) and cause (memory, queue).",
+		}, []string{"transport", "cause"}),
+		shedBytes: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "itlmon_ingest_shed_bytes_total",
+			Help: "Bytes refused by shedding: the declared length of the frame or body that did not fit, or the frame whose batch the queue had no room for.",
+		}),
 	}
+	memory := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "itlmon_ingest_memory_bytes",
+		Help: "Bytes ingest holds against its budget: frames being read (their declared length), bodies, batches not yet acked.",
+	}, func() float64 { return float64(b.used.Load()) })
+	limit := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "itlmon_ingest_memory_budget_bytes",
+		Help: "The ingest memory budget (--ingest-memory).",
+	}, func() float64 { return float64(b.limit) })
 	reg.MustRegister(m.connections, m.connectionsTotal, m.batches, m.accepted, m.acked,
-		m.rejected, m.clientDropped, m.batchRecords, m.ackLatency)
+		m.rejected, m.clientDropped, m.batchRecords, m.ackLatency, m.shed, m.shedBytes, memory, limit)
+	for _, tr := range []string{"ws", "beacon"} {
+		for _, cause := range []string{ShedMemory, ShedQueue} {
+			m.shed.WithLabelValues(tr, cause)
+		}
+	}
 	for _, r := range allReasons {
 		m.rejected.WithLabelValues(r) // export zeros so rate() works from the start
 	}

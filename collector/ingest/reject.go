@@ -25,6 +25,7 @@ const (
 	ReasonDecode          = "decode"           // any other decoding error
 	ReasonRecord          = "record"           // one record left out of an accepted batch (its own bytes were wrong)
 	ReasonRateLimit       = "rate_limit"       // over the per-connection or per-site records/s
+	ReasonShed            = "shed"             // over the memory budget, or the sink's queue full: retry later
 	ReasonStore           = "store"            // the store could not make the batch durable
 	ReasonSlowConsumer    = "slow_consumer"    // the client does not read its acks
 	ReasonShutdown        = "shutdown"         // the collector is shutting down
@@ -32,7 +33,7 @@ const (
 
 var allReasons = []string{ReasonBadRequest, ReasonSite, ReasonOrigin, ReasonSiteMismatch, ReasonTooBig,
 	ReasonBodyTimeout, ReasonTextFrame, ReasonVersion, ReasonKind, ReasonDecodeMagic, ReasonDecodeTruncated, ReasonDecodeLimit,
-	ReasonDecodeInvalid, ReasonDecode, ReasonRecord, ReasonRateLimit, ReasonStore,
+	ReasonDecodeInvalid, ReasonDecode, ReasonRecord, ReasonRateLimit, ReasonShed, ReasonStore,
 	ReasonSlowConsumer, ReasonShutdown}
 
 // onceLog logs at most one line per reason per interval, with the number of

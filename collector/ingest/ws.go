@@ -1,6 +1,7 @@
 package ingest
 
 import (
+	"bufio"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -8,11 +9,13 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strconv"
 	"sync"
 	"time"
 
 	"github.com/gorilla/websocket"
 
+	"github.com/itlmon/itlmon/collector/enrich"
 	"github.com/itlmon/itlmon/wasm/beacon"
 )
 
@@ -25,17 +28,24 @@ const (
 	lingerWait  = 2 * time.Second   // after our close frame, wait this long for the client's
 )
 
-// conn is one WebSocket connection: one reader (the handler goroutine) and
-// one writer goroutine.
+// conn is one WebSocket connection. Its reader is one goroutine, started
+// by ServeWS, which returns at once so net/http frees the request and its
+// buffers. Acks are written by a writer goroutine that runs only while
+// there is something to write, and pings by a timer: an idle connection
+// holds one parked goroutine, gorilla's small read buffer and this struct.
 type conn struct {
 	h      *Handler
 	ws     *websocket.Conn
+	raw    net.Conn     // the connection under ws's reader
+	mc     *meteredConn // ws reads through it
 	site   *site
-	hdr    http.Header
+	hdr    http.Header // the request headers enrichment reads
 	remote string
 	bucket *bucket
-	send   chan ack      // to the writer; closed by the reader when it is done and no ack is pending
 	slots  chan struct{} // one per batch read and not yet acked on the wire (maxInFlight)
+	pinger *time.Timer
+	// inFrame: the reader is reading a frame's payload (reader goroutine only).
+	inFrame bool
 
 	pending sync.WaitGroup // batches handed to the sink, not yet done
 
@@ -44,6 +54,13 @@ type conn struct {
 	closeCode int
 	closeText string
 	stopCh    chan struct{} // closed by stop
+
+	wmu        sync.Mutex
+	queue      []ack // acks for the writer
+	writing    bool  // a writer goroutine runs
+	final      bool  // the reader is done: after the queue, the close frame
+	dead       bool  // a write failed: nothing more is written
+	writerDone chan struct{}
 }
 
 // ServeWS is the /v1/ws handler.
@@ -62,20 +79,23 @@ func (h *Handler) ServeWS(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "collector shutting down", http.StatusServiceUnavailable)
 		return
 	}
-	ws, err := h.upgrader.Upgrade(w, r, nil)
+	mc := &meteredConn{b: h.budget, limit: int64(h.limits.MaxBytes) + 1}
+	ws, err := h.upgrader.Upgrade(meteredWriter{w, mc}, r, nil)
 	if err != nil {
 		return // Upgrade answered the client and the Error hook counted it
 	}
 	c := &conn{
-		h:      h,
-		ws:     ws,
-		site:   s,
-		hdr:    r.Header,
-		remote: r.RemoteAddr,
-		bucket: newBucket(h.connRate, h.connBurst),
-		send:   make(chan ack, maxInFlight+4), // + refusals that take no slot
-		slots:  make(chan struct{}, maxInFlight),
-		stopCh: make(chan struct{}),
+		h:          h,
+		ws:         ws,
+		raw:        mc.Conn,
+		mc:         mc,
+		site:       s,
+		hdr:        enrichHeaders(r.Header),
+		remote:     r.RemoteAddr,
+		bucket:     newBucket(h.connRate, h.connBurst),
+		slots:      make(chan struct{}, maxInFlight),
+		stopCh:     make(chan struct{}),
+		writerDone: make(chan struct{}),
 	}
 	if !h.track(c) {
 		ws.WriteControl(websocket.CloseMessage,
@@ -83,17 +103,59 @@ func (h *Handler) ServeWS(w http.ResponseWriter, r *http.Request) {
 		ws.Close()
 		return
 	}
+	go c.run()
+}
+
+// run is the connection's reader goroutine: it reads until the connection
+// stops, waits for the batches handed to the sink, and has the writer send
+// the close frame after the last ack.
+func (c *conn) run() {
+	h := c.h
 	defer h.untrack(c)
-	writerDone := make(chan struct{})
-	go func() { defer close(writerDone); c.writeLoop() }()
+	c.pinger = time.AfterFunc(pingPeriod, c.ping)
 	c.readLoop()
-	<-writerDone
+	c.pinger.Stop()
+	c.wmu.Lock()
+	c.final = true
+	c.kickLocked()
+	c.wmu.Unlock()
+	<-c.writerDone
+	// Frames declared and not read to their end.
+	h.budget.release(c.mc.take(c.mc.reserved))
 	if e := h.log.Debug(); e.Enabled() {
 		c.mu.Lock()
 		code, text := c.closeCode, c.closeText
 		c.mu.Unlock()
-		e.Str("site", s.key).Int("close_code", code).Str("close_text", text).Msg("connection closed")
+		e.Str("site", c.site.key).Int("close_code", code).Str("close_text", text).Msg("connection closed")
 	}
+}
+
+// meteredWriter hands gorilla's Upgrade the hijacked connection wrapped in
+// a meteredConn.
+type meteredWriter struct {
+	http.ResponseWriter
+	mc *meteredConn
+}
+
+func (w meteredWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	nc, brw, err := http.NewResponseController(w.ResponseWriter).Hijack()
+	if err != nil {
+		return nil, nil, err
+	}
+	w.mc.Conn = nc
+	return w.mc, brw, nil
+}
+
+// enrichHeaders keeps the request headers enrichment reads, so a connection
+// does not hold its handshake's cookies and other headers for its life.
+func enrichHeaders(h http.Header) http.Header {
+	out := make(http.Header, len(enrich.RequestHeaders))
+	for _, k := range enrich.RequestHeaders {
+		if v := h.Values(k); len(v) > 0 {
+			out[http.CanonicalHeaderKey(k)] = v
+		}
+	}
+	return out
 }
 
 func (h *Handler) track(c *conn) bool {
@@ -138,14 +200,24 @@ func (c *conn) stop(reason string, code int, text string) {
 // connection is stopping: stop's deadline of "now" must win, or a client that
 // keeps answering pings would keep the reader (and shutdown) going. It
 // reports whether the connection is still running.
-func (c *conn) extendReadDeadline() bool {
+func (c *conn) extendReadDeadline() bool { return c.setReadDeadline(pongWait) }
+
+// setReadDeadline moves the read deadline d ahead unless the connection is
+// stopping (see extendReadDeadline).
+func (c *conn) setReadDeadline(d time.Duration) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.stopped {
 		return false
 	}
-	c.ws.SetReadDeadline(time.Now().Add(pongWait))
+	c.ws.SetReadDeadline(time.Now().Add(d))
 	return true
+}
+
+func (c *conn) isStopped() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.stopped
 }
 
 func (c *conn) readLoop() {
@@ -159,13 +231,19 @@ func (c *conn) readLoop() {
 	c.ws.SetReadLimit(0)
 	c.extendReadDeadline()
 	c.ws.SetPongHandler(func(string) error {
-		c.extendReadDeadline()
+		if !c.inFrame { // a frame's own deadline stands (see readFrame)
+			c.extendReadDeadline()
+		}
 		return nil
 	})
 	for {
 		mt, r, err := c.ws.NextReader()
 		if errors.Is(err, websocket.ErrReadLimit) {
 			c.refuseTooBig(nil)
+			break
+		}
+		if errors.Is(err, errShed) {
+			c.shedMemory()
 			break
 		}
 		if err != nil {
@@ -183,13 +261,12 @@ func (c *conn) readLoop() {
 			break
 		}
 	}
-	// No more reads. Let the sink finish what it has, then the writer sends
-	// the close frame after the last ack.
+	// No more reads. Let the sink finish what it has; the writer then
+	// sends the close frame after the last ack.
 	waitDone := make(chan struct{})
 	go func() { c.pending.Wait(); close(waitDone) }()
 	select {
 	case <-waitDone:
-		close(c.send)
 	case <-h.base.Done():
 		c.ws.Close()
 	}
@@ -203,25 +280,64 @@ var errTooBig = errors.New("too big")
 var framePool = sync.Pool{New: func() any { b := make([]byte, 0, 4096); return &b }}
 
 // readFrame reads and handles one binary frame; false means stop reading.
+// The frame must arrive in full within Config.BodyTimeout of its start.
 func (c *conn) readFrame(r io.Reader) bool {
 	h := c.h
+	if !c.setReadDeadline(h.bodyWait) {
+		return false
+	}
 	bp := framePool.Get().(*[]byte)
-	buf, err := readLimited((*bp)[:0], r, h.limits.MaxBytes)
+	buf := (*bp)[:0]
+	if d := c.mc.declared; d > int64(cap(buf)) {
+		// A large frame: its buffer at its declared size (reserved
+		// already), not grown by appends that would hold up to twice it.
+		buf = make([]byte, 0, d)
+	}
+	c.inFrame = true
+	buf, err := readLimited(buf, r, h.limits.MaxBytes)
+	c.inFrame = false
 	defer func() {
 		if cap(buf) <= 64<<10 { // don't pool a rare large buffer
 			*bp = buf[:0]
 			framePool.Put(bp)
 		}
 	}()
+	// What was read is held here now, not by the frames' reservation.
+	held := c.mc.take(int64(len(buf)))
 	if errors.Is(err, errTooBig) || errors.Is(err, websocket.ErrReadLimit) {
+		h.budget.release(held)
 		c.refuseTooBig(buf)
 		return false
 	}
+	if errors.Is(err, errShed) {
+		h.budget.release(held)
+		c.shedMemory()
+		return false
+	}
 	if err != nil {
+		h.budget.release(held)
+		if ne, ok := err.(net.Error); ok && ne.Timeout() && !c.isStopped() {
+			c.stop(ReasonBodyTimeout, websocket.ClosePolicyViolation,
+				fmt.Sprintf("frame not received in full within %v", h.bodyWait))
+			return false
+		}
 		c.stop("", websocket.CloseNormalClosure, "")
 		return false
 	}
-	return c.handleFrame(buf)
+	if !c.extendReadDeadline() {
+		h.budget.release(held)
+		return false
+	}
+	return c.handleFrame(buf, held)
+}
+
+// shedMemory closes the connection with 1013 and the retry delay when a
+// frame's declared length did not fit in the memory budget.
+func (c *conn) shedMemory() {
+	h := c.h
+	h.m.shed.WithLabelValues("ws", ShedMemory).Inc()
+	h.m.shedBytes.Add(float64(c.mc.refused))
+	c.stop(ReasonShed, websocket.CloseTryAgainLater, h.retryText("collector over its ingest memory budget"))
 }
 
 // refuseTooBig refuses a message over Limits.MaxBytes: an ack with
@@ -257,8 +373,13 @@ func readLimited(dst []byte, r io.Reader, limit int) ([]byte, error) {
 
 // handleFrame decodes, limits, enriches and submits one batch. It returns
 // false when the connection must stop reading.
-func (c *conn) handleFrame(frame []byte) bool {
+//
+// held is what the frame holds of the memory budget; handleFrame releases
+// it, at the batch's ack when the batch goes to the sink.
+func (c *conn) handleFrame(frame []byte, held int64) bool {
 	h := c.h
+	hold := held
+	defer func() { h.budget.release(hold) }() // what no ack releases
 	b, bad, err := beacon.DecodeBatchRecords(frame, h.limits)
 	if err != nil {
 		// Ack the refusal when the sequence number is readable, so the
@@ -302,8 +423,9 @@ func (c *conn) handleFrame(frame []byte) bool {
 	now := h.now()
 	wait, ok, text := h.rateLimit(c.site, c.bucket, n, now)
 	if !ok {
-		c.queueAck(b.Seq, beacon.RejectOverload, true) // kept by the module, resent after a backoff
-		c.stop(ReasonRateLimit, websocket.CloseTryAgainLater, truncate(text))
+		c.queueAck(b.Seq, beacon.RejectOverload, true) // kept by the module, resent after the wait
+		c.stop(ReasonRateLimit, websocket.CloseTryAgainLater,
+			truncate("retry-after="+strconv.Itoa(h.rateRetry())+"; "+text))
 		return false
 	}
 	if wait > 0 {
@@ -317,12 +439,29 @@ func (c *conn) handleFrame(frame []byte) bool {
 	}
 	streams := h.streams(b, c.site, c.hdr, c.remote, now)
 	seq := b.Seq
+	// The batch holds its frame's bytes and its decoded streams until
+	// its ack (the frame's buffer goes back to the pool, the estimate
+	// stays conservative).
+	cost := batchCost(len(frame), n) - held
+	h.budget.force(cost)
+	cost += held
+	hold = 0
 	c.pending.Add(1)
 	var once sync.Once
-	finish := func() { once.Do(c.pending.Done) }
+	finish := func() {
+		once.Do(func() {
+			h.budget.release(cost)
+			c.pending.Done()
+		})
+	}
 	began := time.Now()
-	err = h.sink.Submit(h.base, streams, func(err error) {
+	ctx, cancel := context.WithTimeout(h.base, h.queueWait)
+	// Counted once handed over: when Submit returns, or when done runs
+	// first (from the store's goroutine, before the ack goes out).
+	accepted := sync.OnceFunc(func() { h.m.accepted.Add(float64(n)) })
+	err = h.sink.Submit(ctx, streams, func(err error) {
 		defer finish()
+		accepted()
 		if err != nil {
 			c.queueAck(seq, beacon.RejectRetry, true)
 			c.stop(ReasonStore, websocket.CloseInternalServerErr, "storage failed, batch not stored: resend it")
@@ -332,8 +471,18 @@ func (c *conn) handleFrame(frame []byte) bool {
 		h.m.acked.Add(float64(n))
 		c.queueAck(seq, beacon.RejectNone, true)
 	})
+	cancel()
 	if err != nil {
 		finish()
+		if errors.Is(err, context.DeadlineExceeded) && h.base.Err() == nil {
+			// The store's queue stayed full: ClickHouse is slower than
+			// what arrives. The module keeps the batch and comes back.
+			c.queueAck(seq, beacon.RejectOverload, true)
+			h.m.shed.WithLabelValues("ws", ShedQueue).Inc()
+			h.m.shedBytes.Add(float64(len(frame)))
+			c.stop(ReasonShed, websocket.CloseTryAgainLater, h.retryText("storage queue full"))
+			return false
+		}
 		c.queueAck(seq, beacon.RejectRetry, true)
 		if errors.Is(err, context.Canceled) {
 			c.stop("", websocket.CloseGoingAway, "collector shutting down")
@@ -342,7 +491,7 @@ func (c *conn) handleFrame(frame []byte) bool {
 		}
 		return false
 	}
-	h.m.accepted.Add(float64(n))
+	accepted()
 	return true
 }
 
@@ -353,35 +502,60 @@ type ack struct {
 	slot   bool
 }
 
-// queueAck hands an ack to the writer without blocking. The in-flight slots
-// bound what is queued, so a full queue is a bug; the connection is dropped
-// rather than blocking the store's goroutine. A client that does not read
-// its acks is caught by the writer's write deadline.
+// queueAck hands an ack to the writer without blocking, starting a writer
+// goroutine when none runs. The in-flight slots bound what is queued, so an
+// overlong queue is a bug; the connection is dropped rather than growing
+// it. A client that does not read its acks is caught by the writer's write
+// deadline.
 func (c *conn) queueAck(seq uint64, reject beacon.Reject, slot bool) bool {
-	select {
-	case c.send <- ack{seq: seq, reject: reject, slot: slot}:
-		return true
-	default:
+	c.wmu.Lock()
+	if len(c.queue) >= maxInFlight+4 { // + refusals that take no slot
+		c.wmu.Unlock()
 		c.stop(ReasonSlowConsumer, websocket.ClosePolicyViolation, "acks not written")
 		c.ws.Close()
 		return false
 	}
+	c.queue = append(c.queue, ack{seq: seq, reject: reject, slot: slot})
+	c.kickLocked()
+	c.wmu.Unlock()
+	return true
 }
 
+// kickLocked starts the writer goroutine if there is work and none runs.
+// c.wmu is held.
+func (c *conn) kickLocked() {
+	if !c.writing && (len(c.queue) > 0 || c.final) {
+		c.writing = true
+		go c.writeLoop()
+	}
+}
+
+// writeLoop writes the queued acks and returns when the queue is empty;
+// after the reader's end, it writes the close frame and closes the
+// connection.
 func (c *conn) writeLoop() {
-	ticker := time.NewTicker(pingPeriod)
-	defer func() {
-		ticker.Stop()
-		c.ws.Close()
-	}()
 	var buf []byte
 	for {
-		select {
-		case a, ok := <-c.send:
-			if !ok {
-				c.writeClose()
+		c.wmu.Lock()
+		batch, dead := c.queue, c.dead
+		c.queue = nil // an idle connection keeps no queue
+		if len(batch) == 0 || dead {
+			if !c.final {
+				c.writing = false
+				c.wmu.Unlock()
 				return
 			}
+			c.dead = true
+			c.wmu.Unlock()
+			if !dead {
+				c.writeClose()
+			}
+			c.ws.Close()
+			close(c.writerDone)
+			return
+		}
+		c.wmu.Unlock()
+		for _, a := range batch {
 			buf = beacon.Ack{Seq: a.seq, Reject: a.reject}.AppendBinary(buf[:0])
 			c.ws.SetWriteDeadline(time.Now().Add(writeWait))
 			if err := c.ws.WriteMessage(websocket.BinaryMessage, buf); err != nil {
@@ -390,20 +564,27 @@ func (c *conn) writeLoop() {
 				} else {
 					c.stop("", websocket.CloseNormalClosure, "") // client gone
 				}
-				return
+				c.wmu.Lock()
+				c.dead = true
+				c.wmu.Unlock()
+				c.ws.Close()
+				break
 			}
 			if a.slot {
 				<-c.slots
 			}
-		case <-c.h.base.Done():
-			return
-		case <-ticker.C:
-			if err := c.ws.WriteControl(websocket.PingMessage, nil, time.Now().Add(writeWait)); err != nil {
-				c.stop("", websocket.CloseNormalClosure, "")
-				return
-			}
 		}
 	}
+}
+
+// ping runs on the ping timer: a ping keeps proxies from closing an idle
+// connection and makes the client's pong extend the read deadline.
+func (c *conn) ping() {
+	if err := c.ws.WriteControl(websocket.PingMessage, nil, time.Now().Add(writeWait)); err != nil {
+		c.stop("", websocket.CloseNormalClosure, "")
+		return
+	}
+	c.pinger.Reset(pingPeriod)
 }
 
 // writeClose sends the close frame the reader chose, then waits briefly for
@@ -419,7 +600,7 @@ func (c *conn) writeClose() {
 		time.Now().Add(writeWait)); err != nil {
 		return
 	}
-	nc := c.ws.NetConn()
+	nc := c.raw // not through the meter: what is drained is not held
 	if tc, ok := nc.(*net.TCPConn); ok {
 		tc.CloseWrite()
 	}

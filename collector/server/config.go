@@ -40,6 +40,7 @@ type Config struct {
 	JoinHold        time.Duration // how long after a client record its origin timeline still refines it
 	Cluster         string        // the cluster of a cluster layout (itlmon migrate --cluster); needs ClickHouse
 	SpoolMax        int64         // bytes the spool may hold on disk; the oldest records go beyond (-1: unbounded)
+	IngestMemory    int64         // bytes ingest may hold (frames arriving, batches not yet acked); 0: ingest's default
 	OTLPEndpoint    string        // OTLP/HTTP metrics endpoint; "" exports nothing
 	OTLPInterval    time.Duration // how often closed rollup minutes are exported
 }
@@ -118,6 +119,9 @@ func (c *Config) Validate() error {
 	}
 	if c.SpoolMax == 0 || c.SpoolMax > 0 && c.SpoolMax < 1<<20 {
 		return errors.New("spool max must be at least 1MiB (or -1: unbounded)")
+	}
+	if c.IngestMemory < 0 || c.IngestMemory > 0 && c.IngestMemory < 4<<20 {
+		return errors.New("ingest memory must be at least 4MiB (0: the default)")
 	}
 	if c.JoinHold <= 0 {
 		return errors.New("join hold must be > 0")

@@ -189,6 +189,7 @@ func (m *Main) Run(ctx context.Context) (err error) {
 		ConnBurst:  max(ingest.DefaultConnBurst, int(c.ConnRate*10)),
 		SiteRate:   c.SiteRate,
 		SiteBurst:  max(ingest.DefaultSiteBurst, int(c.SiteRate*5)),
+		Memory:     c.IngestMemory,
 		Logger:     log.With().Str("component", "ingest").Logger(),
 		Registerer: m.Registry,
 	})

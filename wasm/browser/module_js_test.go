@@ -7,6 +7,7 @@ import (
 	"strings"
 	"syscall/js"
 	"testing"
+	"time"
 	"unicode/utf8"
 
 	"github.com/itlmon/itlmon/wasm/beacon"
@@ -336,5 +337,41 @@ func TestBadRecordAlone(t *testing.T) {
 	}
 	if a.send.pending[2].Model != "bad\xff" || len(a.send.pending) != 5 {
 		t.Fatal("encode changed the records it was given")
+	}
+}
+
+func TestRetryAfter(t *testing.T) {
+	for _, tc := range []struct {
+		reason string
+		want   meter.Duration
+		ok     bool
+	}{
+		{"retry-after=15; collector over its ingest memory budget", 15 * meter.Second, true},
+		{"retry-after=3", 3 * meter.Second, true},
+		{"rate limit; retry-after=2; site", 2 * meter.Second, true},
+		{"retry-after=99999999", maxRetryAfter, true}, // bounded
+		{"retry-after=; x", 0, false},
+		{"retry-after=x", 0, false},
+		{"rate limit: connection is over 100 records/s", 0, false},
+		{"", 0, false},
+	} {
+		got, ok := retryAfter(tc.reason)
+		if got != tc.want || ok != tc.ok {
+			t.Errorf("retryAfter(%q) = %v %v, want %v %v", tc.reason, got, ok, tc.want, tc.ok)
+		}
+	}
+}
+
+// TestTimerLongWait: a wait longer than setTimeout can take (2^31-1 ms)
+// is armed at that bound, not run at once (browsers and Node run such a
+// timer immediately: a socketIdleMs of days spun the idle check).
+func TestTimerLongWait(t *testing.T) {
+	fired := false
+	tm := newTimer(func() { fired = true })
+	defer tm.release()
+	tm.arm(1e10 * meter.Millisecond)
+	time.Sleep(200 * time.Millisecond) // lets the JS event loop run timers
+	if fired {
+		t.Fatal("a timer armed for 1e10 ms fired within 200 ms")
 	}
 }

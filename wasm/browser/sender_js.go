@@ -9,12 +9,18 @@ import (
 
 const (
 	defaultFlushEvery = 2 * meter.Second // at most one batch per this interval (stream ends flush sooner when idle)
-	backoffMin        = 500 * meter.Millisecond
-	backoffMax        = 30 * meter.Second
-	maxPending        = 512       // records waiting for a batch
-	maxBatchRecords   = 64        // records per batch
-	maxUnackedBytes   = 256 << 10 // encoded batches kept until acknowledged
-	maxBeaconBytes    = 64 << 10  // navigator.sendBeacon limit
+	// defaultIdle: the socket closes after this long with nothing to send
+	// and nothing unacknowledged, and opens again for the next record, so
+	// open sockets follow streaming tabs, not open ones.
+	defaultIdle = 30 * meter.Second
+	// maxRetryAfter bounds the wait a collector asks for (close 1013).
+	maxRetryAfter   = 10 * 60 * meter.Second
+	backoffMin      = 500 * meter.Millisecond
+	backoffMax      = 30 * meter.Second
+	maxPending      = 512       // records waiting for a batch
+	maxBatchRecords = 64        // records per batch
+	maxUnackedBytes = 256 << 10 // encoded batches kept until acknowledged
+	maxBeaconBytes  = 64 << 10  // navigator.sendBeacon limit
 	// refuseAfter consecutive failed attempts (handshakes that never open,
 	// or sockets closed with 1008 policy violation) make the sender ask the
 	// collector why; a refusal that resending cannot fix (unknown site,
@@ -37,6 +43,7 @@ type sender struct {
 	site, wsURL, beaconURL string
 	client                 beacon.Client
 	flushEvery             meter.Duration
+	idle                   meter.Duration // see defaultIdle
 
 	ws        js.Value // null when not connected
 	open      bool
@@ -48,9 +55,10 @@ type sender struct {
 	dropped   uint32
 	seq       uint64
 	lastFlush float64 // performance.now() of the last flush, ms; long ago before the first
+	lastUsed  float64 // performance.now() of the socket's last open, send or ack, ms
 	backoff   meter.Duration
 
-	flushTimer, retryTimer *timer
+	flushTimer, retryTimer, idleTimer *timer
 
 	// Refusals: failed counts consecutive failed attempts (reset by an
 	// open socket that gets an ack); refused is set once the collector said
@@ -63,14 +71,19 @@ type sender struct {
 	probeFuncs [3]js.Func
 
 	sentBatches, ackedBatches, beacons, connects, rejected int
+	idleCloses, shed                                       int     // sockets closed idle; 1013 closes honoured
+	retryAfter                                             float64 // the last wait a 1013 asked for, ms
+	retryAt                                                float64 // performance.now() before which no socket opens, ms
 
 	changed bool // what beaconWire would send changed (module.mirror)
 }
 
 func newSender(site, wsURL, beaconURL string, c beacon.Client) *sender {
-	s := &sender{site: site, wsURL: wsURL, beaconURL: beaconURL, client: c, flushEvery: defaultFlushEvery, ws: js.Null(), lastFlush: -1e12}
+	s := &sender{site: site, wsURL: wsURL, beaconURL: beaconURL, client: c, flushEvery: defaultFlushEvery, idle: defaultIdle,
+		ws: js.Null(), lastFlush: -1e12}
 	s.flushTimer = newTimer(s.flushNow)
 	s.retryTimer = newTimer(s.connect)
+	s.idleTimer = newTimer(s.idleCheck)
 	s.fetch = global.Get("fetch")
 	s.probeFuncs = [3]js.Func{
 		callback("probe", s.probeResponse),
@@ -137,6 +150,7 @@ func (s *sender) flushNow() {
 		s.pending = nil // let the sent slices' backing array go once acked
 	}
 	s.lastFlush = now()
+	s.armIdle() // when every record was left out, nothing will be acked
 }
 
 // keep adds b to the unacknowledged batches, dropping the oldest over the bound.
@@ -180,11 +194,45 @@ func (s *sender) write(wire []byte) {
 	js.CopyBytesToJS(u8, wire)
 	s.ws.Call("send", u8)
 	s.sentBatches++
+	s.lastUsed = now()
+}
+
+// idleCheck runs on the idle timer: the socket closes once it has been
+// unused for s.idle with nothing waiting and nothing unacknowledged; the
+// next record opens a new one (one handshake per burst of streams).
+func (s *sender) idleCheck() {
+	if !s.open {
+		return
+	}
+	if len(s.pending) > 0 || len(s.unacked) > 0 {
+		return // armed again when the last ack arrives
+	}
+	if wait := s.idle - since(s.lastUsed, now()); wait > 0 {
+		s.idleTimer.arm(wait)
+		return
+	}
+	s.idleCloses++
+	ws := s.ws
+	s.dropSocket() // no close event: nothing to reconnect for
+	if st := ws.Get("readyState").Int(); st == 0 || st == 1 {
+		ws.Call("close", 1000, "idle")
+	}
+}
+
+// armIdle starts the idle countdown when nothing is waiting or unacknowledged.
+func (s *sender) armIdle() {
+	if s.open && len(s.pending) == 0 && len(s.unacked) == 0 {
+		s.idleTimer.arm(s.idle)
+	}
 }
 
 // connect opens the WebSocket unless one is open or opening.
 func (s *sender) connect() {
-	if s.hidden || s.refused || !s.ws.IsNull() {
+	if s.hidden || s.refused || !s.ws.IsNull() || (len(s.pending) == 0 && len(s.unacked) == 0) {
+		return
+	}
+	if wait := since(now(), s.retryAt); wait > 0 {
+		s.retryTimer.arm(wait) // a collector that shed us asked for this wait
 		return
 	}
 	ws := global.Get("WebSocket").New(s.wsURL)
@@ -213,6 +261,7 @@ func (s *sender) connect() {
 	}
 	on("open", func(js.Value) {
 		s.open = true
+		s.lastUsed = now()
 		// Resend what was never acknowledged, in order, then what is new.
 		for _, b := range s.unacked {
 			s.write(b.wire)
@@ -222,13 +271,33 @@ func (s *sender) connect() {
 	on("message", func(ev js.Value) { s.onMessage(ev.Get("data")) })
 	on("close", func(ev js.Value) {
 		opened := s.open
-		policy := ev.Type() == js.TypeObject && ev.Get("code").Int() == 1008
+		code := 0
+		if ev.Type() == js.TypeObject {
+			code = ev.Get("code").Int()
+		}
+		policy := code == 1008
 		if !opened || policy {
 			s.failed++
 		}
 		reason := ""
-		if policy {
+		if policy || code == 1013 {
 			reason = ev.Get("reason").String()
+		}
+		if wait, ok := retryAfter(reason); code == 1013 && ok {
+			// Shed (try again later): keep everything, come back after
+			// the wait the collector asked for plus up to half of it
+			// again (jitter, so shed tabs do not return together), never
+			// before.
+			s.dropSocket()
+			s.shed++
+			d := wait + meter.Duration(random()*float64(wait/2))
+			s.retryAfter = float64(d) / float64(meter.Millisecond)
+			s.retryAt = now() + s.retryAfter
+			if !s.hidden {
+				s.retryTimer.stop()
+				s.retryTimer.arm(d)
+			}
+			return
 		}
 		s.closed()
 		switch {
@@ -266,14 +335,15 @@ func (s *sender) onMessage(data js.Value) {
 	b := s.unacked[i]
 	switch ack.Reject {
 	case beacon.RejectOverload, beacon.RejectRetry:
-		// Kept: resent on the next connection. Close this one so the
-		// reconnect backoff paces the retry.
-		s.ws.Call("close", 1000, "retry")
+		// Kept: resent on the next connection. The collector closes this
+		// one next (1013 with the wait it asks for, or 1011), which paces
+		// the retry.
 		return
 	case beacon.RejectNone:
 		s.backoff = 0
 		s.failed = 0
 		s.ackedBatches++
+		s.lastUsed = now()
 	default:
 		// Malformed, version, limit, site: resending cannot help.
 		s.rejected += len(b.records)
@@ -281,6 +351,32 @@ func (s *sender) onMessage(data js.Value) {
 	s.unackedN -= len(b.wire)
 	s.unacked = append(s.unacked[:i:i], s.unacked[i+1:]...)
 	s.changed = true
+	s.armIdle()
+}
+
+// retryAfter reads the wait a collector asks for in a close reason
+// ("retry-after=N; why", N whole seconds; see collector/ingest).
+func retryAfter(reason string) (meter.Duration, bool) {
+	const key = "retry-after="
+	i := 0
+	for i+len(key) <= len(reason) && reason[i:i+len(key)] != key {
+		i++
+	}
+	if i+len(key) > len(reason) {
+		return 0, false
+	}
+	n, digits := 0, 0
+	for _, c := range []byte(reason[i+len(key):]) {
+		if c < '0' || c > '9' || digits == 6 {
+			break
+		}
+		n = n*10 + int(c-'0')
+		digits++
+	}
+	if digits == 0 {
+		return 0, false
+	}
+	return min(meter.Duration(n)*meter.Second, maxRetryAfter), true
 }
 
 // now returns performance.now() in ms: package time would add to the module.
@@ -334,6 +430,7 @@ func (s *sender) refuse(reason string) {
 	s.changed = true
 	s.flushTimer.stop()
 	s.retryTimer.stop()
+	s.idleTimer.stop()
 	s.dropSocket()
 	n := uint32(len(s.pending))
 	for _, b := range s.unacked {
@@ -410,6 +507,7 @@ func (s *sender) pagehide() {
 	}
 	s.flushTimer.stop()
 	s.retryTimer.stop()
+	s.idleTimer.stop()
 	s.dropSocket()
 	nav := global.Get("navigator")
 	if nav.Get("sendBeacon").Type() != js.TypeFunction || s.beaconURL == "" {
@@ -479,6 +577,7 @@ func (s *sender) close() {
 	s.hidden = true
 	s.flushTimer.release()
 	s.retryTimer.release()
+	s.idleTimer.release()
 	s.dropSocket()
 	for _, f := range s.probeFuncs {
 		f.Release()
@@ -507,12 +606,17 @@ func newTimer(f func()) *timer {
 	return t
 }
 
+// maxTimeout is the longest setTimeout delay: browsers run a timer with a
+// longer one at once. A longer wait fires early and is armed again for the
+// rest (see idleCheck).
+const maxTimeout = (1<<31 - 1) * meter.Millisecond
+
 func (t *timer) arm(d meter.Duration) {
 	if t.armed {
 		return
 	}
 	t.armed = true
-	t.id = global.Call("setTimeout", t.fn, float64(d)/float64(meter.Millisecond))
+	t.id = global.Call("setTimeout", t.fn, float64(min(d, maxTimeout))/float64(meter.Millisecond))
 }
 
 func (t *timer) stop() {

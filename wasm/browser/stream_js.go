@@ -101,6 +101,7 @@ func (a *module) configure(args []js.Value) any {
 		a.send = newSender(site, wsURL, beaconURL, client)
 	}
 	a.send.flushEvery = durationMs(propFloat(c, "flushMs"), defaultFlushEvery)
+	a.send.idle = durationMs(propFloat(c, "socketIdleMs"), defaultIdle)
 	if f := c.Get("fetch"); f.Type() == js.TypeFunction {
 		a.send.fetch = f // the page's own, not the shim
 	}
@@ -369,6 +370,13 @@ func (a *module) stats([]js.Value) any {
 		o["beacons"] = s.beacons
 		o["connects"] = s.connects
 		o["rejected"] = s.rejected
+		o["idleCloses"] = s.idleCloses
+		o["shed"] = s.shed
+		o["retryAfterMs"] = s.retryAfter
+		o["openSocket"] = 0
+		if s.open {
+			o["openSocket"] = 1
+		}
 		o["refused"] = 0
 		if s.refused {
 			o["refused"] = 1

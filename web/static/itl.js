@@ -4,7 +4,7 @@
  * Install, in <head> before the app's scripts (it is small and wraps fetch at once):
  *           <script src="https://COLLECTOR/itl.js" data-site="KEY"></script>
  * Options:  itlmon.init({ collector, site, sampleRate, match: {contentTypes, urls, endpoints}, release,
- *                         optOut, modelField, paths, worker, debug })
+ *                         optOut, modelField, paths, worker, socketIdleMs, debug })
  * Clients:  new OpenAI({ fetch: (...a) => (globalThis.itlmon?.fetch ?? fetch)(...a) })   // itlmon.fetch
  * Results:  const off = itlmon.onStream(summary => ...)   // one plain object per finished stream
  *           await itlmon.settled()   // every stream ended so far has been given to onStream
@@ -129,6 +129,11 @@
     // main thread, as it also does when the Worker cannot start (a CSP
     // without blob: in worker-src, for instance). Read when the module loads.
     worker: true,
+    // socketIdleMs: the module opens its WebSocket to the collector when it
+    // has records to send and closes it after this long with nothing to send
+    // and nothing unacknowledged (the next record opens a new one), so open
+    // sockets follow streaming tabs, not open ones. 0: the default, 30 s.
+    socketIdleMs: 0,
     // debug: a console hint when a streamed fetch went past the shim.
     debug: false,
     flushMs: 0,
@@ -883,6 +888,7 @@
 
   // moduleConfig is what the module's configure gets from the page's
   // settings (itl-module.js adds what it knows of the browser).
+  /** @returns {ItlmonModuleConfig} */
   function moduleConfig() {
     var col = collectorBase();
     var site = encodeURIComponent(cfg.site);
@@ -892,6 +898,7 @@
       beaconURL: col + '/v1/beacon?site=' + site,
       release: String(cfg.release || ''),
       flushMs: +cfg.flushMs || 0,
+      socketIdleMs: +cfg.socketIdleMs || 0,
       testHooks: !!cfg.testHooks,
       pageOrigin: location.origin,
       pagePath: redactPath(location.pathname),

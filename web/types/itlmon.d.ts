@@ -61,6 +61,26 @@ interface ItlmonHostEnv {
   nonce: string; // the tag's CSP nonce, for the scripts the host adds
 }
 
+/** What itl.js hands the module's configure (itl-module.js adds what it knows of the browser). */
+interface ItlmonModuleConfig {
+  site: string;
+  wsURL: string;
+  beaconURL: string;
+  release: string;
+  flushMs: number; // at most one batch per this interval; 0: 2 s
+  /**
+   * itlmon.init({ socketIdleMs }): the WebSocket to the collector opens when there are records to send and
+   * closes after this many ms with nothing to send and nothing unacknowledged; the next record opens a new
+   * one (one handshake per burst of streams). 0: the default, 30,000. A collector that sheds load closes
+   * with 1013 and "retry-after=N": the module keeps its records and opens no socket for N s plus up to N/2 s.
+   */
+  socketIdleMs: number;
+  testHooks: boolean;
+  pageOrigin: string;
+  pagePath: string;
+  [more: string]: unknown;
+}
+
 /** The module as itl.js uses it, the same with it in a Worker or on the main thread (see itl-module.js). */
 interface ItlmonHostAPI {
   mode: 'worker' | 'main';

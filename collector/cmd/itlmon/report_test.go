@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"crypto/rand"
+	"encoding/binary"
 	"fmt"
 	"net/http"
 	"os"
@@ -241,10 +242,23 @@ func insertDirect(t *testing.T, m *server.Main, streams []collector.Stream) time
 	return time.Since(began)
 }
 
+// TestReportIdleConnections measures at 5,000 and 20,000 connections
+// (loopback; the test raises RLIMIT_NOFILE for itself and the collector).
 func TestReportIdleConnections(t *testing.T) {
 	benchReport(t)
-	const conns = 5000
-	raiseFDLimit(t, 2*conns+1000)
+	for _, n := range []int{5000, 20000} {
+		t.Run(strconv.Itoa(n), func(t *testing.T) { reportIdle(t, n) })
+	}
+}
+
+func reportIdle(t *testing.T, conns int) {
+	// The test process holds the clients, the collector the servers: both
+	// need a descriptor each, plus some. Without CAP_SYS_RESOURCE the hard
+	// limit bounds what can be measured.
+	if lim := raiseFDLimit(t, uint64(conns+1000)); lim < uint64(conns+1000) {
+		t.Logf("RLIMIT_NOFILE hard limit %d: measuring %d connections instead of %d", lim, lim-1000, conns)
+		conns = int(lim) - 1000
+	}
 	p := startProcess(t, chdbLib(t), t.TempDir())
 	pid := p.cmd.Process.Pid
 
@@ -286,7 +300,7 @@ func TestReportIdleConnections(t *testing.T) {
 	}
 	// Wait until the collector counts them all, then let it idle.
 	deadline := time.Now().Add(60 * time.Second)
-	for metricValue(t, p.url, "itlmon_ingest_connections") < conns {
+	for metricValue(t, p.url, "itlmon_ingest_connections") < float64(conns) {
 		if time.Now().After(deadline) {
 			t.Fatalf("collector counts %v connections, want %d", metricValue(t, p.url, "itlmon_ingest_connections"), conns)
 		}
@@ -297,11 +311,12 @@ func TestReportIdleConnections(t *testing.T) {
 
 	var b strings.Builder
 	fmt.Fprintf(&b, "\nmemory of the collector process at %d idle WebSocket connections\n", conns)
-	fmt.Fprintf(&b, "%-34s %12s %12s %14s\n", "measure", "before", "after", "per connection")
+	fmt.Fprintf(&b, "%-48s %12s %12s %14s\n", "measure", "before", "after", "per connection")
 	row := func(name string, x, y float64) {
-		fmt.Fprintf(&b, "%-34s %12.0f %12.0f %14.0f\n", name, x, y, (y-x)/conns)
+		fmt.Fprintf(&b, "%-48s %12.0f %12.0f %14.0f\n", name, x, y, (y-x)/float64(conns))
 	}
 	row("RSS bytes (/proc/PID/status)", before.rss, after.rss)
+	row("Go heap spans not released to the OS bytes", before.heapSys, after.heapSys)
 	row("Go heap in use bytes", before.heap, after.heap)
 	row("goroutine stacks bytes", before.stack, after.stack)
 	row("heap + stacks bytes", before.heap+before.stack, after.heap+after.stack)
@@ -309,7 +324,7 @@ func TestReportIdleConnections(t *testing.T) {
 	fmt.Println(b.String()) // go test -v shows it (make bench)
 }
 
-type memSample struct{ rss, heap, stack, goroutines float64 }
+type memSample struct{ rss, heap, heapSys, stack, goroutines float64 }
 
 func sampleMem(t *testing.T, base string, pid int) memSample {
 	t.Helper()
@@ -321,6 +336,7 @@ func sampleMem(t *testing.T, base string, pid int) memSample {
 	return memSample{
 		rss:        procRSS(t, pid),
 		heap:       metricValue(t, base, "go_memstats_heap_inuse_bytes"),
+		heapSys:    metricValue(t, base, "go_memstats_heap_sys_bytes") - metricValue(t, base, "go_memstats_heap_released_bytes"),
 		stack:      metricValue(t, base, "go_memstats_stack_inuse_bytes"),
 		goroutines: metricValue(t, base, "go_goroutines"),
 	}
@@ -363,21 +379,97 @@ func metricValue(t *testing.T, base, name string) float64 {
 	return 0
 }
 
-// raiseFDLimit lifts RLIMIT_NOFILE to at least n (up to the hard limit).
-func raiseFDLimit(t *testing.T, n uint64) {
+// raiseFDLimit lifts RLIMIT_NOFILE towards n, the hard limit too when
+// allowed (CAP_SYS_RESOURCE), and returns the soft limit it got.
+func raiseFDLimit(t *testing.T, n uint64) uint64 {
 	t.Helper()
 	var lim syscall.Rlimit
 	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
 		t.Fatal(err)
 	}
 	if lim.Cur >= n {
-		return
+		return lim.Cur
 	}
-	lim.Cur = min(max(n, lim.Cur), lim.Max)
+	if lim.Max < n {
+		up := syscall.Rlimit{Cur: n, Max: n}
+		if syscall.Setrlimit(syscall.RLIMIT_NOFILE, &up) == nil {
+			return n
+		}
+	}
+	lim.Cur = min(n, lim.Max)
 	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
 		t.Fatal(err)
 	}
-	if lim.Cur < n {
-		t.Fatalf("RLIMIT_NOFILE hard limit %d is below the %d this report needs", lim.Max, n)
+	return lim.Cur
+}
+
+// TestReportHalfSentFrames: 200 connections each send all but one byte of
+// a 1 MiB frame and stall (an attacker holding the collector's memory). The
+// ingest memory budget (a quarter of GOMEMLIMIT, set to 512 MiB here: 128
+// MiB) admits frames while their declared length fits and sheds the rest
+// with close 1013; the report shows the collector's RSS against the budget
+// while the frames stall (they time out after 10 s).
+func TestReportHalfSentFrames(t *testing.T) {
+	benchReport(t)
+	const (
+		conns = 200
+		frame = 1 << 20 // beacon.DefaultLimits.MaxBytes: a frame the collector takes
+	)
+	t.Setenv("GOMEMLIMIT", "512MiB") // the collector's: its ingest budget is a quarter
+	raiseFDLimit(t, 2*conns+1000)
+	p := startProcess(t, chdbLib(t), t.TempDir())
+	pid := p.cmd.Process.Pid
+	budget := metricValue(t, p.url, "itlmon_ingest_memory_budget_bytes")
+	before := sampleMem(t, p.url, pid)
+
+	payload := make([]byte, frame-1)
+	hdr := []byte{0x82, 0x80 | 127} // FIN + binary, masked, 64-bit length
+	hdr = binary.BigEndian.AppendUint64(hdr, frame)
+	hdr = append(hdr, 0, 0, 0, 0) // mask key 0
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var open []*websocket.Conn
+	began := time.Now()
+	for i := 0; i < conns; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c, _, err := dialWS(t, p.url, "test", pageOrigin)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			mu.Lock()
+			open = append(open, c)
+			mu.Unlock()
+			// A shed connection is closed while this writes: its error is expected.
+			c.NetConn().Write(append(append([]byte(nil), hdr...), payload...))
+		}()
+	}
+	wg.Wait()
+	sent := time.Since(began)
+	t.Cleanup(func() {
+		for _, c := range open {
+			c.Close()
+		}
+	})
+	held := metricValue(t, p.url, "itlmon_ingest_memory_bytes")
+	during := sampleMem(t, p.url, pid)
+	shed := metricValue(t, p.url, `itlmon_ingest_shed_total{cause="memory",transport="ws"}`)
+	if sent > 8*time.Second {
+		t.Logf("sending took %v: the first frames may have timed out (10 s) before the sample", sent)
+	}
+
+	var b strings.Builder
+	fmt.Fprintf(&b, "\nhalf-sent frames: %d connections each send %d of a %d-byte frame and stall (sent in %v)\n",
+		conns, frame-1, frame, sent.Round(time.Millisecond))
+	fmt.Fprintf(&b, "%-48s %12.0f\n", "ingest memory budget bytes (GOMEMLIMIT/4)", budget)
+	fmt.Fprintf(&b, "%-48s %12.0f\n", "held by ingest while they stall (gauge)", held)
+	fmt.Fprintf(&b, "%-48s %12.0f\n", "connections shed (1013)", shed)
+	fmt.Fprintf(&b, "%-48s %12.0f   (%.2f of the budget)\n", "RSS rise bytes", during.rss-before.rss, (during.rss-before.rss)/budget)
+	fmt.Fprintf(&b, "%-48s %12.0f\n", "Go heap in use rise bytes", during.heap-before.heap)
+	fmt.Println(b.String()) // go test -v shows it (make bench)
+	if held > budget {
+		t.Fatalf("ingest holds %v bytes, over its budget %v", held, budget)
 	}
 }
