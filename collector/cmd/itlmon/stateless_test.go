@@ -28,6 +28,10 @@ const originKey = "origin-key-0123456789"
 func withChat(c *server.Config) {
 	c.Sites = append(c.Sites, ingest.Site{Key: "chat", Origins: []string{pageOrigin}})
 	c.OriginKeys = map[string]string{"chat": originKey}
+	// The restart case sends the origin timeline seconds after its client
+	// record (a collector restart between them, on a loaded machine up to
+	// ~5 s): within this hold it still refines itl_streams.
+	c.JoinHold = 10 * time.Second
 }
 
 // TestStatelessCollectors runs two collectors in-process on one ClickHouse:
