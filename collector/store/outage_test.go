@@ -15,6 +15,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/itlmon/itlmon/collector"
+	"github.com/itlmon/itlmon/collector/chdb"
 	"github.com/itlmon/itlmon/collector/store"
 	"github.com/itlmon/itlmon/internal/chtest"
 	"github.com/itlmon/itlmon/internal/freeport"
@@ -430,4 +431,103 @@ func TestSpoolBound(t *testing.T) {
 		t.Errorf("spool keeps %d bytes, want most of its %d-byte bound used (segments of an eighth of it)", st.SpoolBytes, bound)
 	}
 	t.Logf("bound %d bytes: %d records spooled, %d kept, %d dropped (%d bytes)", bound, st.RowsSpooled, len(kept), st.RowsDropped, st.BytesDropped)
+}
+
+// TestAuthFailureIsNotARefusal: ClickHouse answering "authentication
+// failed" (or access denied) is ClickHouse being unavailable to this
+// collector, not a refusal of the rows: every batch is acked through the
+// spool, none is set aside in quarantine, the failure is logged once, and
+// once the credentials are right (a new collector on the same spool) every
+// acked record is stored exactly once.
+//
+// The embedded engine dies at the second failed login (chdb 26.7: the
+// connection is reset, then refused), so this test has an engine of its own
+// and restarts it before the replay.
+func TestAuthFailureIsNotARefusal(t *testing.T) {
+	ctx := context.Background()
+	e, err := chdb.Start(ctx, chdb.Options{LibPath: os.Getenv("CHDB_LIB_PATH"), Dir: t.TempDir(),
+		Logger: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)})
+	if err != nil {
+		t.Fatalf("start engine: %v", err)
+	}
+	t.Cleanup(func() { e.Close(context.Background()) })
+	db, err := store.Open(ctx, store.Options{Addr: e.NativeAddr(), Dial: e.DialContext, Database: "auth", CreateDatabase: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if err := db.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	bad, err := store.Open(ctx, store.Options{DSN: "clickhouse://nobody:wrong@" + e.NativeAddr() + "/" + db.Database(), Lazy: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bad.Close()
+	var logs lockedBuffer
+	spoolDir := t.TempDir()
+	w, err := store.NewWriter(bad, store.WriterOptions{SpoolDir: spoolDir, FlushInterval: 10 * time.Millisecond, Logger: zerolog.New(&logs)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var a acked
+	at := time.Now().UTC()
+	for range 20 {
+		a.submit(t, w, makeStreams(5, "demo", at))
+		a.wg.Wait()
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err := w.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if a.err != nil {
+		t.Fatalf("a batch was not acked: %v", a.err)
+	}
+	st := w.Stats()
+	if st.RowsSpooled != 100 || st.RowsQuarantined != 0 || st.InsertErrors == 0 {
+		t.Fatalf("stats %+v: want all 100 records spooled, none quarantined, failed inserts counted", st)
+	}
+	if !strings.Contains(logs.String(), "code: 516") || !strings.Contains(logs.String(), "clickhouse insert failed; spooling") ||
+		strings.Contains(logs.String(), "quarantine") {
+		t.Fatalf("want the authentication failure logged as an insert failure (spooling), no quarantine:\n%s", logs.String())
+	}
+	if err := e.Restart(ctx); err != nil {
+		t.Fatalf("restart engine: %v", err)
+	}
+	w2 := newWriter(t, db, store.WriterOptions{SpoolDir: spoolDir})
+	waitSpoolEmpty(t, w2)
+	checkExactlyOnce(t, db, &a)
+}
+
+// TestSlowClickHouse: every inbox insert takes 1.5 s (a sleeping view):
+// batches wait longer for their ack and flushes grow, but every acked
+// record is stored exactly once, nothing spooled or lost.
+func TestSlowClickHouse(t *testing.T) {
+	db := chtest.NewDB(t, store.Options{})
+	ctx := context.Background()
+	if err := db.Conn().Exec(ctx, `CREATE MATERIALIZED VIEW test_slow_mv ENGINE = Null AS
+		SELECT stream_id FROM itl_inbox WHERE sleep(1.5) = 0`); err != nil {
+		t.Fatal(err)
+	}
+	w := newWriter(t, db, store.WriterOptions{FlushInterval: 50 * time.Millisecond})
+	var a acked
+	at := time.Now().UTC()
+	began := time.Now()
+	for range 40 {
+		a.submit(t, w, makeStreams(5, "demo", at))
+		time.Sleep(25 * time.Millisecond)
+	}
+	a.wg.Wait()
+	if a.err != nil {
+		t.Fatalf("a batch failed: %v", a.err)
+	}
+	st := w.Stats()
+	if st.RowsSpooled != 0 || st.RowsInserted != 200 {
+		t.Fatalf("stats %+v: want every record inserted, none spooled", st)
+	}
+	t.Logf("40 batches acked in %v through %d inserts (1.5 s each): the flushes grew", time.Since(began).Round(time.Millisecond), st.Inserts)
+	if err := db.Conn().Exec(ctx, "DROP VIEW test_slow_mv"); err != nil {
+		t.Fatal(err)
+	}
+	checkExactlyOnce(t, db, &a)
 }
