@@ -115,6 +115,8 @@ func realGeoIP(tb testing.TB) string {
 
 // TestRealGeoIP looks up well-known public addresses whose country and
 // first-level subdivision have not moved in years, in the installed database.
+// The regions asserted are those the default database (DB-IP City Lite, make
+// deps-geoip) gives; GeoLite2, for one, has no subdivision for RIPE NCC.
 func TestRealGeoIP(t *testing.T) {
 	e := mustNew(t, Options{GeoIPPath: realGeoIP(t), TrustProxy: true})
 	tests := []struct{ ip, country, region string }{
