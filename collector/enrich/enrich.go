@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"slices"
 	"strings"
 
 	"github.com/itlmon/itlmon/collector"
@@ -45,7 +46,9 @@ type Options struct {
 	// X-Country-Code and X-Forwarded-For. Without it those headers are
 	// ignored: any client could forge them.
 	TrustProxy bool
-	// GeoIPPath is a MaxMind-format (.mmdb) country or city database; "" for none.
+	// GeoIPPath is a comma-separated list of MaxMind-format (.mmdb) country
+	// or city database files or directories of them, asked in order (see
+	// geoDB for the layouts read); "" for none.
 	GeoIPPath string
 }
 
@@ -67,6 +70,14 @@ func New(o Options) (*Enricher, error) {
 		e.geo = g
 	}
 	return e, nil
+}
+
+// GeoIP describes the opened database files, in lookup order (none without one).
+func (e *Enricher) GeoIP() []GeoIPDB {
+	if e.geo == nil {
+		return nil
+	}
+	return slices.Clone(e.geo.dbs)
 }
 
 // Close releases the GeoIP database.

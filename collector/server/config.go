@@ -6,10 +6,12 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/rs/zerolog"
 
+	"github.com/itlmon/itlmon/collector/enrich"
 	"github.com/itlmon/itlmon/collector/ingest"
 	"github.com/itlmon/itlmon/collector/join"
 	"github.com/itlmon/itlmon/collector/otlp"
@@ -27,7 +29,7 @@ type Config struct {
 	SitesFile       string
 	OriginKeys      map[string]string // site -> shared key of its origin reporter (--origin-key)
 	TrustProxy      bool
-	GeoIP           string
+	GeoIP           string // .mmdb files or directories, comma-separated; "" or "none": no GeoIP lookups (see GeoIPPath)
 	TTL             time.Duration
 	Demo            bool
 	LogFormat       string // auto, json, console
@@ -51,6 +53,7 @@ func DefaultConfig() Config {
 		Addr:            "127.0.0.1:8080",
 		Data:            "./data",
 		ChdbLib:         os.Getenv("CHDB_LIB_PATH"),
+		GeoIP:           enrich.DefaultGeoIPPath(),
 		TTL:             90 * 24 * time.Hour,
 		LogFormat:       "auto",
 		LogLevel:        "info",
@@ -61,6 +64,15 @@ func DefaultConfig() Config {
 		SpoolMax:        store.DefaultMaxSpoolBytes,
 		OTLPInterval:    otlp.DefaultInterval,
 	}
+}
+
+// GeoIPPath is the GeoIP database setting with "none" (the way to turn the
+// default off) read as "".
+func (c *Config) GeoIPPath() string {
+	if strings.TrimSpace(c.GeoIP) == "none" {
+		return ""
+	}
+	return c.GeoIP
 }
 
 // Configuration errors, wrapped with the offending value.
@@ -103,9 +115,11 @@ func (c *Config) Validate() error {
 			return fmt.Errorf("origin key for site %s: no such site (configure it with --site)", site)
 		}
 	}
-	if c.GeoIP != "" {
-		if _, err := os.Stat(c.GeoIP); err != nil {
-			return fmt.Errorf("geoip: %w", err)
+	for _, p := range strings.Split(c.GeoIPPath(), ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			if _, err := os.Stat(p); err != nil {
+				return fmt.Errorf("geoip: %w", err)
+			}
 		}
 	}
 	if c.ConnRate < 0 || c.SiteRate < 0 {

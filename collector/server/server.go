@@ -15,6 +15,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -118,9 +119,10 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	if m.Writer, err = store.NewWriter(m.DB, store.WriterOptions{SpoolDir: c.spoolDir(), MaxSpoolBytes: c.SpoolMax, Logger: log}); err != nil {
 		return fmt.Errorf("writer: %w", err)
 	}
-	if m.enricher, err = enrich.New(enrich.Options{TrustProxy: c.TrustProxy, GeoIPPath: c.GeoIP}); err != nil {
+	if m.enricher, err = enrich.New(enrich.Options{TrustProxy: c.TrustProxy, GeoIPPath: c.GeoIPPath()}); err != nil {
 		return err
 	}
+	logGeoIP(log, c.GeoIP, m.enricher.GeoIP())
 
 	// Listen before building the sites: the demo site allows our own origin.
 	if m.ln, err = net.Listen("tcp", c.Addr); err != nil {
@@ -436,4 +438,21 @@ func wrapErr(what string, err error) error {
 		return nil
 	}
 	return fmt.Errorf("%s: %w", what, err)
+}
+
+// logGeoIP says which GeoIP database files serve country and region, with
+// their build dates, or warns that there is none.
+func logGeoIP(log zerolog.Logger, setting string, dbs []enrich.GeoIPDB) {
+	for _, db := range dbs {
+		log.Info().Str("file", db.Path).Str("type", db.Type).Uint("ip_version", db.IPVersion).
+			Str("built", db.Built.Format(time.DateOnly)).Msg("geoip database")
+	}
+	switch {
+	case len(dbs) > 0:
+	case strings.TrimSpace(setting) == "none":
+		log.Info().Msg("geoip off (--geoip none): country and region come from trusted edge headers only")
+	default:
+		log.Warn().Msg("no geoip database: country and region are 'unknown' unless a trusted edge (--trust-proxy) sends them; " +
+			"run `make deps-geoip` (installs DB-IP City Lite at ~/.cache/itlmon/geoip, the default) or pass --geoip FILE.mmdb")
+	}
 }

@@ -58,6 +58,22 @@ func TestParseFlags(t *testing.T) {
 		{"log format", []string{"--chdb-lib", lib, "--demo", "--log-format", "xml"}, nil, "log format", nil},
 		{"log level", []string{"--chdb-lib", lib, "--demo", "--log-level", "loud"}, nil, "log level", nil},
 		{"geoip missing", []string{"--chdb-lib", lib, "--demo", "--geoip", "/nonexistent.mmdb"}, nil, "geoip", nil},
+		{"geoip none", []string{"--chdb-lib", lib, "--demo", "--geoip", "none"}, nil, "", func(t *testing.T, c server.Config) {
+			if c.GeoIPPath() != "" {
+				t.Errorf("--geoip none: GeoIPPath = %q", c.GeoIPPath())
+			}
+		}},
+		{"geoip empty", []string{"--chdb-lib", lib, "--demo", "--geoip", ""}, nil, "", func(t *testing.T, c server.Config) {
+			if c.GeoIPPath() != "" {
+				t.Errorf("--geoip '': GeoIPPath = %q", c.GeoIPPath())
+			}
+		}},
+		{"geoip none from env", []string{"--chdb-lib", lib, "--demo"}, map[string]string{"ITLMON_GEOIP": "none"}, "", func(t *testing.T, c server.Config) {
+			if c.GeoIPPath() != "" {
+				t.Errorf("ITLMON_GEOIP=none: GeoIPPath = %q", c.GeoIPPath())
+			}
+		}},
+		{"geoip list, one missing", []string{"--chdb-lib", lib, "--demo", "--geoip", lib + ",/nonexistent-ipv6.mmdb"}, nil, "nonexistent-ipv6", nil},
 		{"otlp", []string{"--chdb-lib", lib, "--demo", "--otlp-endpoint", "http://otel:4318", "--otlp-interval", "30s"}, nil, "", func(t *testing.T, c server.Config) {
 			if c.OTLPEndpoint != "http://otel:4318" || c.OTLPInterval != 30*time.Second {
 				t.Errorf("otlp = %q every %v", c.OTLPEndpoint, c.OTLPInterval)

@@ -158,7 +158,7 @@ func serveFlags(fs *flag.FlagSet, c *server.Config) {
 	fs.StringVar(&c.SitesFile, "sites-file", c.SitesFile, "file with one KEY=ORIGIN[,ORIGIN...] per line")
 	fs.Var(originKeyFlags{&c.OriginKeys}, "origin-key", "SITE=KEY: accept origin timelines for SITE on POST /v1/origin with this shared key (repeatable, at least 16 bytes; env ITLMON_ORIGIN_KEYS separates them with ';')")
 	fs.BoolVar(&c.TrustProxy, "trust-proxy", c.TrustProxy, "trust CDN country headers (CF-IPCountry, CloudFront-Viewer-Country, X-Vercel-IP-Country) and X-Forwarded-For")
-	fs.StringVar(&c.GeoIP, "geoip", c.GeoIP, "MaxMind-format country/city database (.mmdb) for country and region")
+	fs.StringVar(&c.GeoIP, "geoip", c.GeoIP, "country and region database: MaxMind-format .mmdb files or directories of them, comma-separated (MaxMind GeoIP2/GeoLite2, ip-location-db); default ~/.cache/itlmon/geoip when `make deps-geoip` installed it; none: off")
 	fs.BoolVar(&c.Demo, "demo", c.Demo, "serve the demo chat at /demo/ and accept site \"demo\" from the collector's own origin")
 	fs.Float64Var(&c.ConnRate, "conn-rate", c.ConnRate, "records/s allowed per WebSocket connection (0: unlimited)")
 	fs.Float64Var(&c.SiteRate, "site-rate", c.SiteRate, "records/s allowed per site, all connections together (0: unlimited)")
