@@ -17,6 +17,7 @@ import (
 
 const (
 	defaultMaxRows       = 10_000
+	defaultMinRows       = 1_000
 	defaultFlushInterval = time.Second
 	defaultQueueSize     = 4096
 	// DefaultMaxSpoolBytes is WriterOptions.MaxSpoolBytes's default: at
@@ -43,7 +44,8 @@ type WriterOptions struct {
 	// the oldest segments are deleted, their records counted as dropped and
 	// logged. Default 1 GiB; negative: unbounded.
 	MaxSpoolBytes int64
-	MaxRows       int           // flush at this many streams; default 10,000
+	MaxRows       int           // flush at this many records; default 10,000
+	MinRows       int           // flush at this many once nothing more is queued (group commit); default 1,000
 	FlushInterval time.Duration // flush at least this often; default 1 s
 	QueueSize     int           // Submit calls queued before Submit blocks; default 4096
 	Logger        zerolog.Logger
@@ -132,6 +134,9 @@ func NewWriter(db *DB, opts WriterOptions) (*Writer, error) {
 	}
 	if opts.MaxRows <= 0 {
 		opts.MaxRows = defaultMaxRows
+	}
+	if opts.MinRows <= 0 {
+		opts.MinRows = min(defaultMinRows, opts.MaxRows)
 	}
 	if opts.FlushInterval <= 0 {
 		opts.FlushInterval = defaultFlushInterval
@@ -258,7 +263,11 @@ func (w *Writer) run() {
 		select {
 		case j := <-w.queue:
 			pending = append(pending, j)
-			if rows += len(j.rows); rows >= w.opts.MaxRows {
+			// Group commit: flush at MaxRows, or as soon as the queue is
+			// drained with a batch worth an insert. Under load, batches
+			// grow with what arrives during the previous insert; a trickle
+			// waits for the tick (about one insert a second).
+			if rows += len(j.rows); rows >= w.opts.MaxRows || rows >= w.opts.MinRows && len(w.queue) == 0 {
 				w.flush(pending)
 				pending, rows = nil, 0
 			}
