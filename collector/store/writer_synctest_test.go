@@ -423,11 +423,12 @@ func TestWriterLogsARepeatingErrorOncePer30s(t *testing.T) {
 		calls := in.snapshot()
 		failed := failedCalls(calls)
 		lines := logs.with(msg)
-		if len(failed) < 10 || len(lines) < 5 {
+		if len(failed) < 10 || len(lines) < 4 {
 			t.Fatalf("%d failed attempts, %d logged: want a long outage", len(failed), len(lines))
 		}
-		if len(lines) > len(failed)/2 {
-			t.Errorf("%d failures logged %d times: not rate limited", len(failed), len(lines))
+		// One line per 30 s of the outage, and one for the new error.
+		if span := failed[len(failed)-1].at.Sub(failed[0].at); len(lines) > int(span/(30*time.Second))+2 {
+			t.Errorf("%d lines in %v of failures: not rate limited", len(lines), span)
 		}
 		// Every failure is either logged or counted in the next line's
 		// repeat count; a line comes at the first failure 30 s or more after
