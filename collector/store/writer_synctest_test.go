@@ -44,6 +44,7 @@ var errRefused = fmt.Errorf("insert itl_inbox: %w", &clickhouse.Exception{Code: 
 type fakeInbox struct {
 	mu     sync.Mutex
 	answer func(rows []store.InboxRow) error // nil: every insert succeeds
+	schema error                             // SchemaReady's answer
 	calls  []insertCall
 }
 
@@ -53,7 +54,17 @@ type insertCall struct {
 	err error
 }
 
-func (f *fakeInbox) SchemaReady() error { return nil }
+func (f *fakeInbox) SchemaReady() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.schema
+}
+
+func (f *fakeInbox) setSchema(err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.schema = err
+}
 
 func (f *fakeInbox) InsertInbox(_ context.Context, rows []store.InboxRow) error {
 	f.mu.Lock()
@@ -178,7 +189,7 @@ func queue(t *testing.T, w *store.Writer, rows []store.InboxRow) <-chan error {
 	return done
 }
 
-// store submits rows and waits (in bubble time) for their done, which must
+// stored submits rows and waits (in bubble time) for their done, which must
 // be nil: inserted or spooled.
 func stored(t *testing.T, w *store.Writer, rows []store.InboxRow) {
 	t.Helper()
@@ -588,6 +599,40 @@ func TestWriterFlushesAtMaxRowsOrInterval(t *testing.T) {
 		time.Sleep(10 * interval)
 		if n := len(in.snapshot()); n != 3 {
 			t.Fatalf("%d inserts, want 3: empty ticks insert nothing", n)
+		}
+	})
+}
+
+func TestWriterSpoolsUntilTheSchemaIsReady(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const tick = 100 * time.Millisecond
+		in := &fakeInbox{schema: fmt.Errorf("%w: clickhouse unreachable", store.ErrSchemaPending)}
+		w, _ := newFakeWriter(t, in, store.WriterOptions{FlushInterval: tick})
+		for i := range 5 {
+			time.Sleep(time.Minute)
+			stored(t, w, inboxRowsFrom(i, 1))
+		}
+		if n := len(in.snapshot()); n != 0 {
+			t.Fatalf("%d inserts while the schema was pending", n)
+		}
+		if st := w.Stats(); st.RowsSpooled != 5 || st.InsertErrors != 0 {
+			t.Fatalf("stats %+v: want 5 spooled, no insert error", st)
+		}
+		// Migrated: the next tick replays the spool, in order, without a
+		// backoff (a pending schema is not a failed insert).
+		in.setSchema(nil)
+		at := time.Now()
+		time.Sleep(tick)
+		synctest.Wait()
+		var replayed []string
+		for _, c := range in.snapshot() {
+			if c.at.Sub(at) > tick {
+				t.Errorf("replay at %v, want within a tick of %v", c.at, at)
+			}
+			replayed = append(replayed, c.ids...)
+		}
+		if want := rowIDs(inboxRowsFrom(0, 5)); !slices.Equal(replayed, want) {
+			t.Fatalf("replayed %q, want %q", replayed, want)
 		}
 	})
 }
