@@ -109,6 +109,8 @@ type Promoter struct {
 	shards  []Shard
 	resolve func(context.Context) ([]Shard, error) // a cluster's shards, found by Run
 	owned   bool                                   // shards came from resolve: Run closes them
+	// step is what Run calls per shard: Step, or a fake in tests.
+	step func(context.Context, Shard) (bool, time.Duration, error)
 
 	windows, records, streams, origins, copies, joined, joinedInStreams, refused, errs atomic.Uint64
 	lagNanos                                                                           atomic.Int64
@@ -207,12 +209,16 @@ func (p *Promoter) Run(ctx context.Context) {
 			}
 		}()
 	}
+	step := p.step
+	if step == nil {
+		step = p.Step
+	}
 	var lastLog time.Time
 	for {
 		busy := false
 		var lag time.Duration
 		for _, sh := range p.shards {
-			did, l, err := p.Step(ctx, sh)
+			did, l, err := step(ctx, sh)
 			if ctx.Err() != nil {
 				return
 			}

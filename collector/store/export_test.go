@@ -138,3 +138,19 @@ func (db *DB) MigrateClusterWith(ctx context.Context, l ClusterLayout, migs []sc
 func ClusterBootDDL(l ClusterLayout) []string { return bootDDL(l) }
 
 func DistributedDDL(l ClusterLayout, table, key string) string { return distributedDDL(l, table, key) }
+
+// Inbox is what a Writer needs of ClickHouse, for a fake: a test's Writer
+// on one (NewWriterOn) runs without a network, in a synctest bubble.
+type Inbox interface {
+	SchemaReady() error
+	InsertInbox(ctx context.Context, rows []InboxRow) error
+}
+
+type inboxOf struct{ Inbox }
+
+func (in inboxOf) insertInbox(ctx context.Context, rows []InboxRow) error {
+	return in.InsertInbox(ctx, rows)
+}
+
+// NewWriterOn is NewWriter inserting through in instead of a DB.
+func NewWriterOn(in Inbox, opts WriterOptions) (*Writer, error) { return newWriter(inboxOf{in}, opts) }

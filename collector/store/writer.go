@@ -74,11 +74,17 @@ type Stats struct {
 	SpoolBytes    int64 // gauge
 }
 
+// inbox is what a Writer needs of ClickHouse: *DB, or a fake in tests.
+type inbox interface {
+	SchemaReady() error
+	insertInbox(ctx context.Context, rows []InboxRow) error
+}
+
 // Writer is the collector.Sink for ClickHouse: one goroutine batches the
 // queued streams and their timelines (one insert per table per flush), and
 // spools a batch it cannot insert. Safe for concurrent use.
 type Writer struct {
-	db    *DB
+	db    inbox
 	opts  WriterOptions
 	log   zerolog.Logger
 	queue chan job
@@ -129,6 +135,10 @@ var _ collector.Sink = (*Writer)(nil)
 // NewWriter opens the spool and starts the writer. Spool segments left by an
 // earlier run are replayed once ClickHouse answers.
 func NewWriter(db *DB, opts WriterOptions) (*Writer, error) {
+	return newWriter(db, opts)
+}
+
+func newWriter(db inbox, opts WriterOptions) (*Writer, error) {
 	if opts.SpoolDir == "" {
 		return nil, errors.New("store: no spool directory")
 	}
