@@ -127,6 +127,26 @@ func TestReportIngest(t *testing.T) {
 	fmt.Fprintf(&b, "ratio end-to-end acked / direct (same rows, same table): %.2f\n", rate(e2e)/rate(direct))
 	fmt.Fprintf(&b, "writer: %d inserts (%.1f s in them, all rounds), %d rows inserted, %d spooled; promoter: %d windows, %d streams, %d copies\n",
 		st.Inserts, st.InsertSeconds, st.RowsInserted, st.RowsSpooled, ps.Windows, ps.Streams, ps.Copies)
+	// What a record costs on disk, measured from the tables (for sizing).
+	if err := conn.Exec(t.Context(), "OPTIMIZE TABLE itl_streams FINAL"); err != nil {
+		t.Logf("optimize: %v", err)
+	}
+	rows, err := conn.Query(t.Context(), `SELECT table, sum(rows), sum(data_compressed_bytes), sum(data_uncompressed_bytes)
+		FROM system.parts WHERE database = currentDatabase() AND active AND table IN ('itl_inbox', 'itl_streams', 'itl_timelines', 'itl_promoted_ids', 'itl_rollup_1m')
+		GROUP BY table ORDER BY table`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintf(&b, "%-18s %10s %16s %18s\n", "table", "rows", "compressed B/row", "uncompressed B/row")
+	for rows.Next() {
+		var table string
+		var n, comp, raw uint64
+		if err := rows.Scan(&table, &n, &comp, &raw); err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(&b, "%-18s %10d %16.1f %18.1f\n", table, n, float64(comp)/float64(max(n, 1)), float64(raw)/float64(max(n, 1)))
+	}
+	rows.Close()
 	fmt.Println(b.String()) // go test -v shows it (make bench)
 }
 
