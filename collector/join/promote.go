@@ -113,7 +113,7 @@ type Promoter struct {
 	step func(context.Context, Shard) (bool, time.Duration, error)
 
 	windows, records, streams, origins, copies, joined, joinedInStreams, refused, errs atomic.Uint64
-	lagNanos                                                                           atomic.Int64
+	lagNanos, busyNanos                                                                atomic.Int64
 }
 
 // PromoterStats counts what a Promoter did (counters) and how far behind it
@@ -129,6 +129,7 @@ type PromoterStats struct {
 	Refused         uint64        // records ClickHouse refused (data errors), set aside
 	Errors          uint64        // failed promotion attempts (retried)
 	Lag             time.Duration // server time minus the end of the last promoted window, over all shards
+	Busy            time.Duration // time spent promoting windows that were promoted (their throughput: Records/Busy)
 }
 
 // NewPromoter returns a Promoter of shards.
@@ -192,7 +193,7 @@ func (p *Promoter) Stats() PromoterStats {
 	return PromoterStats{
 		Windows: p.windows.Load(), Records: p.records.Load(), Streams: p.streams.Load(), Origins: p.origins.Load(),
 		Copies: p.copies.Load(), Joined: p.joined.Load(), JoinedInStreams: p.joinedInStreams.Load(),
-		Refused: p.refused.Load(), Errors: p.errs.Load(), Lag: time.Duration(p.lagNanos.Load()),
+		Busy: time.Duration(p.busyNanos.Load()), Refused: p.refused.Load(), Errors: p.errs.Load(), Lag: time.Duration(p.lagNanos.Load()),
 	}
 }
 
@@ -285,9 +286,11 @@ func (p *Promoter) Step(ctx context.Context, sh Shard) (bool, time.Duration, err
 	if oldestRunning > 0 && now.Add(-time.Duration(oldestRunning*float64(time.Second))).Before(end.Add(p.cfg.Hold)) {
 		return false, lag, nil
 	}
+	began := time.Now()
 	if err := p.promote(ctx, sh, start); err != nil {
 		return false, lag, err
 	}
+	p.busyNanos.Add(int64(time.Since(began)))
 	return true, now.Sub(end), nil
 }
 
