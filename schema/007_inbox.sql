@@ -100,6 +100,21 @@ PARTITION BY toYYYYMM(promoted_window)
 ORDER BY promoted_window
 TTL promoted_window + INTERVAL 30 DAY;
 
+-- itl_promoters: each running promoter's heartbeat (every 2 s). The one
+-- with the smallest id among those seen in the last 10 s promotes; the
+-- others promote only when the watermark lags more than 10 s (the leader
+-- is gone or stuck). Correctness never depends on it (the tokens do): it
+-- keeps N collectors from doing the promotion N times.
+CREATE TABLE IF NOT EXISTS itl_promoters
+(
+    collector String,
+    seen      DateTime64(3, 'UTC') DEFAULT now64(3)
+)
+ENGINE = MergeTree
+PARTITION BY toDate(seen)
+ORDER BY (seen, collector)
+TTL toDateTime(seen) + INTERVAL 1 DAY;
+
 -- The promoter's tokens need a deduplication window on every table it
 -- inserts into, materialized view targets included, large enough for a
 -- rerun (a window's inserts are one block per partition per table).

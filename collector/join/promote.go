@@ -2,10 +2,13 @@ package join
 
 import (
 	"context"
+	crand "crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -104,11 +107,14 @@ type Shard struct {
 // number of collectors may run one on the same shards: they do the same work
 // and ClickHouse keeps one copy of it.
 type Promoter struct {
+	id      string // Collector plus a random suffix: this promoter in itl_promoters
 	cfg     PromoterConfig
 	log     zerolog.Logger
 	shards  []Shard
 	resolve func(context.Context) ([]Shard, error) // a cluster's shards, found by Run
 	owned   bool                                   // shards came from resolve: Run closes them
+	beatMu  sync.Mutex
+	beats   map[string]time.Time // last heartbeat per shard name
 	// step is what Run calls per shard: Step, or a fake in tests.
 	step func(context.Context, Shard) (bool, time.Duration, error)
 
@@ -140,7 +146,8 @@ func NewPromoter(shards []Shard, cfg PromoterConfig) (*Promoter, error) {
 	if len(shards) == 0 {
 		return nil, errors.New("join: promoter without a shard")
 	}
-	return &Promoter{cfg: cfg, shards: shards, log: cfg.Logger.With().Str("component", "promoter").Logger()}, nil
+	return &Promoter{id: promoterID(cfg.Collector), cfg: cfg, shards: shards, beats: map[string]time.Time{},
+		log: cfg.Logger.With().Str("component", "promoter").Logger()}, nil
 }
 
 // NewClusterPromoter returns a Promoter of the shards resolve finds (a
@@ -150,7 +157,8 @@ func NewClusterPromoter(resolve func(context.Context) ([]Shard, error), cfg Prom
 	if err := cfg.setDefaults(); err != nil {
 		return nil, err
 	}
-	return &Promoter{cfg: cfg, resolve: resolve, log: cfg.Logger.With().Str("component", "promoter").Logger()}, nil
+	return &Promoter{id: promoterID(cfg.Collector), cfg: cfg, resolve: resolve, beats: map[string]time.Time{},
+		log: cfg.Logger.With().Str("component", "promoter").Logger()}, nil
 }
 
 // findShards resolves the shards of a cluster promoter, retrying with a
@@ -246,9 +254,45 @@ func (p *Promoter) Run(ctx context.Context) {
 	}
 }
 
-// Step promotes the oldest unpromoted window of sh if it is sealed. It
-// reports whether it promoted one, and the lag behind the server clock.
+// Step promotes the oldest unpromoted window of sh if it is sealed and this
+// promoter leads sh (see itl_promoters), or the promotion lags more than
+// takeoverLag. It reports whether it promoted one, and the lag behind the
+// server clock.
 func (p *Promoter) Step(ctx context.Context, sh Shard) (bool, time.Duration, error) {
+	return p.step1(ctx, sh, false)
+}
+
+// Leadership: promoters beat every beatEvery; the smallest id among those
+// seen within leaderTTL leads; any promotes when the lag passes takeoverLag.
+const (
+	beatEvery   = 2 * time.Second
+	leaderTTL   = 10 * time.Second
+	takeoverLag = 10 * time.Second
+)
+
+// leads beats for p on sh (at most every beatEvery) and reports whether p
+// is the promoter of sh that should promote now.
+func (p *Promoter) leads(ctx context.Context, sh Shard) (bool, error) {
+	p.beatMu.Lock()
+	due := time.Since(p.beats[sh.Name]) >= beatEvery
+	if due {
+		p.beats[sh.Name] = time.Now()
+	}
+	p.beatMu.Unlock()
+	if due {
+		if err := sh.Conn.Exec(ctx, "INSERT INTO itl_promoters (collector) VALUES (?)", p.id); err != nil {
+			return false, fmt.Errorf("promoter: heartbeat: %w", err)
+		}
+	}
+	var leader string
+	if err := sh.Conn.QueryRow(ctx, `SELECT min(collector) FROM itl_promoters
+		WHERE seen > now64(3) - toIntervalMillisecond(?)`, leaderTTL.Milliseconds()).Scan(&leader); err != nil {
+		return false, fmt.Errorf("promoter: leader: %w", err)
+	}
+	return leader == "" || leader == p.id, nil
+}
+
+func (p *Promoter) step1(ctx context.Context, sh Shard, force bool) (bool, time.Duration, error) {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	var now, last, next time.Time
@@ -285,6 +329,15 @@ func (p *Promoter) Step(ctx context.Context, sh Shard) (bool, time.Duration, err
 	}
 	if oldestRunning > 0 && now.Add(-time.Duration(oldestRunning*float64(time.Second))).Before(end.Add(p.cfg.Hold)) {
 		return false, lag, nil
+	}
+	if !force && lag < takeoverLag {
+		lead, err := p.leads(ctx, sh)
+		if err != nil {
+			return false, lag, err
+		}
+		if !lead {
+			return false, lag, nil // the leader promotes it
+		}
 	}
 	began := time.Now()
 	if err := p.promote(ctx, sh, start); err != nil {
@@ -714,7 +767,7 @@ func (p *Promoter) CatchUp(ctx context.Context) error {
 			if pending == 0 {
 				break
 			}
-			did, _, err := p.Step(ctx, sh)
+			did, _, err := p.step1(ctx, sh, true)
 			if err != nil {
 				return err
 			}
@@ -737,4 +790,14 @@ func micros(t time.Time) int64 { return t.UnixMicro() }
 // quoteString quotes s as a ClickHouse string literal.
 func quoteString(s string) string {
 	return "'" + strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(s) + "'"
+}
+
+// promoterID is name plus a random suffix, unique per Promoter.
+func promoterID(name string) string {
+	var b [4]byte
+	crand.Read(b[:])
+	if name == "" {
+		name = "promoter"
+	}
+	return name + "#" + hex.EncodeToString(b[:])
 }

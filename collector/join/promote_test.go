@@ -3,6 +3,7 @@ package join_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"crypto/rand"
 	"net/http"
 	"net/http/httptest"
@@ -70,10 +71,11 @@ func clientOf(o beacon.Origin, site string) collector.Stream {
 // fixture is one collector's storage pipeline on a fresh database: the
 // writer (inbox), the origin intake, and a running promoter.
 type fixture struct {
-	db *store.DB
-	w  *store.Writer
-	in *join.Intake
-	p  *join.Promoter
+	db   *store.DB
+	w    *store.Writer
+	in   *join.Intake
+	p    *join.Promoter
+	stop func() // stops the promoter (Run returns); idempotent
 }
 
 func newFixture(t *testing.T, hold time.Duration) *fixture {
@@ -93,17 +95,17 @@ func newCollector(t *testing.T, db *store.DB, hold time.Duration) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, stop := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(context.Background())
 	ran := make(chan struct{})
 	go func() { defer close(ran); p.Run(ctx) }()
+	stop := func() { cancel(); <-ran }
 	t.Cleanup(func() {
 		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		w.Shutdown(sctx)
 		stop()
-		<-ran
 	})
-	return &fixture{db, w, join.NewIntake(w, log), p}
+	return &fixture{db, w, join.NewIntake(w, log), p, stop}
 }
 
 func (f *fixture) submit(t *testing.T, s ...collector.Stream) {
@@ -274,4 +276,34 @@ func TestOriginNeverComes(t *testing.T) {
 	f.submit(t, clientOf(o, "blog"))
 	eventually(t, f.db, "SELECT stalls_unknown FROM itl_streams WHERE origin_id = 'req-5'", uint32(1))
 	eventually(t, f.db, "SELECT count() FROM itl_origin WHERE origin_id = 'req-5'", uint64(0))
+}
+
+// TestOnePromoterLeads: two collectors on one ClickHouse both run a
+// promoter, but one leads and does the promotion work (the other would only
+// repeat it, ClickHouse dropping the copy); when the leader stops, the other
+// takes over once the promotion lags (10 s) and nothing is lost or doubled.
+func TestOnePromoterLeads(t *testing.T) {
+	db := newDB(t)
+	a, b := newCollector(t, db, 100*time.Millisecond), newCollector(t, db, 100*time.Millisecond)
+	for i := range 4 {
+		f := []*fixture{a, b}[i%2]
+		f.submit(t, clientOf(pausedOrigin(fmt.Sprintf("lead-%d", i)), "chat"))
+		time.Sleep(700 * time.Millisecond)
+	}
+	eventually(t, db, "SELECT count() FROM itl_streams WHERE origin_id LIKE 'lead-%'", uint64(4))
+	wa, wb := a.p.Stats().Windows, b.p.Stats().Windows
+	if wa > 0 && wb > 0 || wa+wb == 0 {
+		t.Fatalf("windows promoted by a: %d, by b: %d; want all by one", wa, wb)
+	}
+	leader, other := a, b
+	if wb > 0 {
+		leader, other = b, a
+	}
+	leader.stop()
+	began := time.Now()
+	leader.submit(t, clientOf(pausedOrigin("lead-after"), "chat")) // its writer still works
+	eventually(t, db, "SELECT count() FROM itl_streams WHERE origin_id = 'lead-after'", uint64(1)) // within 10 s
+	t.Logf("the other promoter took over %v after the leader stopped", time.Since(began).Round(100*time.Millisecond))
+	waitStats(t, other.p, "windows promoted by the other promoter", func(st join.PromoterStats) bool { return st.Windows > 0 })
+	eventually(t, db, "SELECT count() FROM itl_streams WHERE origin_id LIKE 'lead-%'", uint64(5))
 }
