@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/input"
 	cdplog "github.com/chromedp/cdproto/log"
 	cdpruntime "github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
@@ -280,6 +281,36 @@ func TestDashboardViews(t *testing.T) {
 	shot("1-overview")
 	noErrors("overview")
 
+	// Hover shows the values in the legend; a drag zooms on time, and the
+	// zoom is in the URL, so the next view opens zoomed the same.
+	box := evalJSON[[]float64](t, tab, `(() => { const u = document.querySelector("#chart")._u, r = u.over.getBoundingClientRect(); return [r.left, r.top, r.width, r.height] })()`)
+	x0, y0 := box[0]+box[2]*0.3, box[1]+box[3]*0.5
+	x1 := box[0] + box[2]*0.7
+	step("hover", chromedp.MouseEvent(input.DispatchMouseEventTypeMouseMoved, x0, y0))
+	if got := poll("legend value", `(() => { const v = document.querySelector("#chart .u-legend .u-series:nth-child(4) .u-value"); return v && /ms$/.test(v.textContent) ? v.textContent : null })()`); got == "" {
+		t.Errorf("legend shows no p99 value on hover")
+	}
+	step("drag", chromedp.MouseEvent(input.DispatchMouseEventTypeMousePressed, x0, y0, chromedp.ButtonLeft, chromedp.ClickCount(1)),
+		chromedp.MouseEvent(input.DispatchMouseEventTypeMouseMoved, (x0+x1)/2, y0, chromedp.ButtonLeft), chromedp.MouseEvent(input.DispatchMouseEventTypeMouseMoved, x1, y0, chromedp.ButtonLeft),
+		chromedp.MouseEvent(input.DispatchMouseEventTypeMouseReleased, x1, y0, chromedp.ButtonLeft, chromedp.ClickCount(1)))
+	zoom := poll("zoom in url", `new URLSearchParams(location.search).get("zoom")`)
+	var zFrom, zTo int64
+	if _, err := fmt.Sscanf(zoom, "%d-%d", &zFrom, &zTo); err != nil || zTo <= zFrom {
+		t.Fatalf("zoom = %q, want from-to", zoom)
+	}
+	if got := poll("zoomed scale", `(() => { const u = document.querySelector("#chart")._u; return String(Math.round(u.scales.x.min)) + "-" + String(Math.round(u.scales.x.max)) })()`); got != zoom {
+		t.Errorf("chart x scale = %s, URL zoom = %s", got, zoom)
+	}
+	shot("1-overview-zoomed")
+	step("causes link", chromedp.Click(chromedp.CSS(`#views a[data-view="causes"]`)))
+	if got := poll("causes zoomed", `(() => { const u = document.querySelector("#cause-stalls")._u; return u && u.scales.x.min != null ? String(Math.round(u.scales.x.min)) + "-" + String(Math.round(u.scales.x.max)) : null })()`); got != zoom {
+		t.Errorf("causes x scale = %s, want the zoom %s", got, zoom)
+	}
+	if got := poll("causes url", `location.search`); !strings.Contains(got, "view=causes") || !strings.Contains(got, "zoom="+zoom) {
+		t.Errorf("causes URL = %s, want view=causes and the zoom", got)
+	}
+	noErrors("zoom")
+
 	// Causes: origin (the pause), network and page, per cause and segment.
 	open("causes", url.Values{})
 	got := poll("cause tiles", `(() => { const t = [...document.querySelectorAll("#cause-tiles .tile")].map(e => e.dataset.cause + "=" + e.querySelector(".v").textContent.split(" ")[0]); return t.length === 4 ? t.join(",") : null })()`)
@@ -409,4 +440,16 @@ func TestDashboardViews(t *testing.T) {
 		shot("9-phone-" + name)
 		noErrors("phone " + name)
 	}
+}
+
+// evalJSON evaluates expr in tab (20 s at most) and returns its value.
+func evalJSON[T any](t *testing.T, tab context.Context, expr string) T {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(tab, 20*time.Second)
+	defer cancel()
+	v, err := chromedp.Run(ctx, chromedp.Evaluate[T](expr))
+	if err != nil {
+		t.Fatalf("evaluate: %v", err)
+	}
+	return v
 }
