@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -47,8 +48,7 @@ func seedStream(ttft time.Duration, gaps []time.Duration) beacon.Record {
 
 // seedDashboard inserts what the dashboard's compare and causes views need
 // beside the scenarios' real streams: releases r1 and r1b of one cadence
-// (24 streams each, 25 ms ± 20 % gaps), r2 slower (40 ms, TTFT +300 ms),
-// and streams with page-caused stalls.
+// (24 streams each, 25 ms ± 20 % gaps) and r2 slower (40 ms, TTFT +300 ms).
 func seedDashboard(t *testing.T, db *store.DB) {
 	t.Helper()
 	rng := rand.New(rand.NewPCG(15, 15))
@@ -71,20 +71,6 @@ func seedDashboard(t *testing.T, db *store.DB) {
 		add(seedStream(300*time.Millisecond+time.Duration(rng.IntN(100))*time.Millisecond, gaps(30, 25*time.Millisecond)), ago, "r1", "Chrome")
 		add(seedStream(300*time.Millisecond+time.Duration(rng.IntN(100))*time.Millisecond, gaps(30, 25*time.Millisecond)), ago, "r1b", "Chrome")
 		add(seedStream(600*time.Millisecond+time.Duration(rng.IntN(100))*time.Millisecond, gaps(30, 40*time.Millisecond)), ago, "r2", "Firefox")
-	}
-	// Page stalls: a busy main thread (the cause the browser module gives
-	// when a long task overlaps the gap).
-	for i := range 4 {
-		g := gaps(30, 25*time.Millisecond)
-		g[10], g[20] = 350*time.Millisecond, 280*time.Millisecond
-		r := seedStream(400*time.Millisecond, g)
-		r.StallsByCause, r.StalledByCause = [5]uint32{}, [5]uint64{}
-		for k := range r.StallList {
-			r.StallList[k].Cause = uint8(meter.CausePage)
-			r.StallsByCause[meter.CausePage]++
-			r.StalledByCause[meter.CausePage] += uint64(r.StallList[k].EndUs - r.StallList[k].StartUs)
-		}
-		add(r, time.Duration(3+i*5)*time.Minute, "r3", "Safari")
 	}
 	if err := store.InsertDirect(context.Background(), db.Conn(), ss); err != nil {
 		t.Fatalf("seed: %v", err)
@@ -179,6 +165,17 @@ func TestDashboardViews(t *testing.T) {
 	ng := nginx.Start(t, nginx.Options{Upstream: upstream, Buffering: true, Gzip: true})
 	buffered := p.run(t, ng.URL(), attrRun{})
 	wantStoredCoalesced(t, buffered)
+	// Network stalls (a proxy holding reads) and page stalls (a busy main
+	// thread), as attribution scenarios 4 and 5 check them.
+	jp := startJitter(t, upstream)
+	jittered := p.run(t, jp.URL(), attrRun{})
+	if jittered.Stalls == 0 || jittered.JoinedByCause[meter.CauseNetwork] == 0 {
+		t.Errorf("jitter proxy: stalls %d, joined causes %v; want network stalls", jittered.Stalls, jittered.JoinedByCause)
+	}
+	busy := p.run(t, p.og.URL, attrRun{query: "tokens=" + strconv.Itoa(attrBusyTokens), busy: true})
+	if busy.Stalls == 0 || busy.ByCause[meter.CausePage] == 0 {
+		t.Errorf("busy page: stalls %d, causes %v; want page stalls", busy.Stalls, busy.ByCause)
+	}
 	var pausedID, nginxOrigin string
 	if err := p.col.DB.Conn().QueryRow(context.Background(), "SELECT lower(hex(stream_id)) FROM itl_streams WHERE site = ? AND origin_id = ?",
 		attrSite, paused.OriginID).Scan(&pausedID); err != nil {
@@ -274,8 +271,8 @@ func TestDashboardViews(t *testing.T) {
 	// Overview: uPlot draws the ITL quantiles.
 	open("", url.Values{})
 	poll("overview chart", `(() => { const u = document.querySelector("#chart")._u; return u && u.series.length === 6 && u.data[0].length > 0 ? "ok" : null })()`)
-	if got := poll("streams tile", `(() => { const v = document.querySelector('.tile[data-k="streams"] .v').textContent; return v === "—" ? null : v })()`); got != "78" {
-		t.Errorf("streams tile = %s, want 78 (2 real + 76 seeded)", got)
+	if got := poll("streams tile", `(() => { const v = document.querySelector('.tile[data-k="streams"] .v').textContent; return v === "—" ? null : v })()`); got != "76" {
+		t.Errorf("streams tile = %s, want 76 (4 real + 72 seeded)", got)
 	}
 	drawn("chart")
 	shot("1-overview")
@@ -313,13 +310,23 @@ func TestDashboardViews(t *testing.T) {
 
 	// Causes: origin (the pause), network and page, per cause and segment.
 	open("causes", url.Values{})
+	// The tiles show what the scenarios stored: origin (the pause), network
+	// (the jitter proxy), page (the busy page).
+	var byCause [4]uint64
+	if err := p.col.DB.Conn().QueryRow(context.Background(), "SELECT sum(stalls_origin), sum(stalls_network), sum(stalls_page), sum(stalls_unknown) FROM itl_streams WHERE site = ?",
+		attrSite).Scan(&byCause[0], &byCause[1], &byCause[2], &byCause[3]); err != nil {
+		t.Fatal(err)
+	}
+	if byCause[0] == 0 || byCause[1] == 0 || byCause[2] == 0 {
+		t.Errorf("stored stalls origin, network, page, unknown = %v: want each of the first three", byCause)
+	}
 	got := poll("cause tiles", `(() => { const t = [...document.querySelectorAll("#cause-tiles .tile")].map(e => e.dataset.cause + "=" + e.querySelector(".v").textContent.split(" ")[0]); return t.length === 4 ? t.join(",") : null })()`)
-	if want := "origin=1,network=0,page=8,unknown=0"; got != want {
+	if want := fmt.Sprintf("origin=%d,network=%d,page=%d,unknown=%d", byCause[0], byCause[1], byCause[2], byCause[3]); got != want {
 		t.Errorf("cause tiles = %s, want %s", got, want)
 	}
 	poll("cause charts", `(() => { const a = document.querySelector("#cause-stalls")._u, b = document.querySelector("#cause-time")._u; return a && b && a.data[0].length ? "ok" : null })()`)
 	// The page stalls (blue) fill part of both stacked charts.
-	if a, b := drawn("cause-stalls"), drawn("cause-time"); a < 0.005 || b < 0.005 {
+	if a, b := drawn("cause-stalls"), drawn("cause-time"); a < 0.002 || b < 0.002 {
 		t.Errorf("cause charts painted %.3f, %.3f of their plots, want the page stalls' areas", a, b)
 	}
 	if got := poll("ttft mix", `(() => { const e = document.querySelector('#ttft-mix [data-cause="network"]'); return e ? e.textContent : null })()`); !strings.HasPrefix(got, "network 1 ") {
@@ -328,13 +335,24 @@ func TestDashboardViews(t *testing.T) {
 	shot("2-causes")
 	noErrors("causes")
 
-	// Re-chunking: the nginx API origin is flagged as a buffering proxy.
+	// Re-chunking per API origin: nginx (buffering + gzip) is diagnosed a
+	// buffering proxy with its fix, the jitter proxy a path that holds the
+	// bytes; the origin itself (the pause, the busy page) re-chunks nothing:
+	// not flagged, or its backlogs put on the page.
 	open("rechunk", url.Values{})
 	got = poll("rechunk diagnosis", `(() => { const d = [...document.querySelectorAll("#diagnoses .diag")].map(e => e.dataset.key + "=" + e.dataset.pattern); return d.length ? d.join(",") : null })()`)
-	if want := nginxOrigin + "=one_read"; got != want {
-		t.Errorf("flagged segments = %s, want %s", got, want)
+	diag := map[string]string{}
+	for _, kv := range strings.Split(got, ",") {
+		k, v, _ := strings.Cut(kv, "=")
+		diag[k] = v
 	}
-	if txt := poll("diagnosis text", `document.querySelector("#diagnoses .diag p").textContent`); !strings.Contains(txt, "X-Accel-Buffering: no") {
+	if diag[nginxOrigin] != "one_read" || diag[jp.URL()] != "held" {
+		t.Errorf("flagged segments = %s, want %s=one_read and %s=held", got, nginxOrigin, jp.URL())
+	}
+	if v, ok := diag[p.og.URL]; ok && v != "page" {
+		t.Errorf("the origin itself (%s) flagged %q, want not flagged or page", p.og.URL, v)
+	}
+	if txt := poll("diagnosis text", `document.querySelector('#diagnoses .diag[data-pattern="one_read"] p').textContent`); !strings.Contains(txt, "X-Accel-Buffering: no") {
 		t.Errorf("diagnosis = %q, want the X-Accel-Buffering fix", txt)
 	}
 	shot("3-rechunk")

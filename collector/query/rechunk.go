@@ -79,25 +79,32 @@ const (
 	PatternShare = 0.5
 )
 
-// Read patterns (Rechunk.Pattern), each naming the usual re-chunker.
+// Read patterns (Rechunk.Pattern): what the way a segment's streams were
+// read says about what re-chunked them.
 const (
-	PatternNone     = ""          // reads carry about one event each
-	PatternOneRead  = "one_read"  // the whole answer in one read at the end: a buffering proxy
-	PatternSteady   = "steady"    // several events per read, evenly: a buffer that flushes when full
-	PatternBursty   = "bursty"    // uneven bursts of events: an encoder (compression) holding events
-	PatternSubFloor = "sub_floor" // gaps below the timer floor without multi-event reads: a busy page
+	PatternNone    = ""         // reads carry about one event each
+	PatternOneRead = "one_read" // the whole answer in one read at the end: a buffering proxy
+	PatternSteady  = "steady"   // several events in every read, evenly: a buffer that flushes when full
+	PatternPage    = "page"     // backlogs read at once while the page was busy (page stalls): not the path
+	PatternHeld    = "held"     // backlogs after the path held the bytes (network stalls): a congested or stalling hop
+	PatternBursty  = "bursty"   // backlogs without stalls: something on the path batches events (an encoder)
 )
 
 // Diagnoses per pattern: what the read pattern says and its usual fix.
 var Diagnoses = map[string]string{
 	PatternOneRead: "The whole answer arrives in one read at the end: a buffering proxy holds the response. " +
 		"Fix: send `X-Accel-Buffering: no` from the origin, or `proxy_buffering off` (nginx) for the streaming route.",
-	PatternSteady: "Reads carry several events at a steady rate: a buffer that flushes only when full. " +
-		"Fix: flush after every event at the origin and in any proxy (lower the proxy buffer, or turn buffering off for the route).",
-	PatternBursty: "Events arrive in uneven bursts while the origin sends them one by one: an encoder holds them (compression). " +
-		"Fix: no gzip or brotli on `text/event-stream` (nginx `gzip_types` without it), or flush the encoder per event.",
-	PatternSubFloor: "Many gaps are below the timer floor while reads carry one event each: the page's main thread was busy and " +
-		"handled several reads at once. Fix: move work off the main thread (see the page cause in Causes).",
+	PatternSteady: "Reads carry several events at a steady rate: a buffer that flushes only when full (a proxy buffer, or a " +
+		"compression encoder filling its block). Fix: flush after every event, no gzip or brotli on `text/event-stream`, " +
+		"and no proxy buffering for the route.",
+	PatternPage: "Events pile up and are read at once while the page's main thread is busy (the stalls are the page's): " +
+		"nothing on the path re-chunks. Fix: break up long tasks or move them off the main thread.",
+	PatternHeld: "Now and then the path holds the bytes, then delivers the backlog in one read (the stalls are the network's " +
+		"while the origin was on time): a congested link or a proxy that stalls. Fix: find the hop (the origin's and edge's " +
+		"times tell which side); check the proxy's buffers and upstream keep-alive, and the client's network.",
+	PatternBursty: "Events arrive in uneven bursts without stalls while the origin sends them one by one: something on the path " +
+		"batches them, typically a compression encoder holding events. Fix: no gzip or brotli on `text/event-stream` " +
+		"(nginx `gzip_types` without it), or flush the encoder per event.",
 }
 
 // Rechunk is the re-chunking picture of one value of a dimension.
@@ -116,11 +123,16 @@ type Rechunk struct {
 	CoalescedTTFTShare float64 `json:"coalesced_ttft_share"`
 	// OneReadShare, SteadyShare, BurstyShare: shares of the streams with 3+
 	// content events whose reads show each pattern: every content event in
-	// one read; several events in every read, evenly (the largest read at
-	// most twice the mean); several per read on average, unevenly.
+	// one read; several events in every read, evenly (1.5+ per read, the
+	// largest read at most twice the mean); a backlog now and then (a read
+	// of 3+ events, more than twice the mean).
 	OneReadShare float64 `json:"one_read_share"`
 	SteadyShare  float64 `json:"steady_share"`
 	BurstyShare  float64 `json:"bursty_share"`
+	// PageStallShare and NetworkStallShare: shares of those streams with
+	// a stall attributed to the page, to the network.
+	PageStallShare    float64 `json:"page_stall_share"`
+	NetworkStallShare float64 `json:"network_stall_share"`
 	// Flagged: the segment coalesces (EventsPerRead, SubFloorShare or
 	// CoalescedTTFTShare beyond its threshold).
 	Flagged   bool   `json:"flagged"`
@@ -147,7 +159,8 @@ func RechunkBy(ctx context.Context, conn Conn, f Filter, dim string) ([]Rechunk,
 		"countIf(" + multi + "), " +
 		"countIf(" + multi + " AND max_events_per_read >= content_events), " +
 		"countIf(" + multi + " AND max_events_per_read < content_events AND events_per_read >= " + ftoa(CoalescedEventsPerRead) + " AND max_events_per_read <= 2 * events_per_read), " +
-		"countIf(" + multi + " AND max_events_per_read < content_events AND events_per_read >= " + ftoa(CoalescedEventsPerRead) + " AND max_events_per_read > 2 * events_per_read) " +
+		"countIf(" + multi + " AND max_events_per_read < content_events AND max_events_per_read >= 3 AND max_events_per_read > 2 * events_per_read), " +
+		"countIf(" + multi + " AND stalls_page > 0), countIf(" + multi + " AND stalls_network > 0) " +
 		"FROM " + streamsTable + " WHERE " + where + " GROUP BY key ORDER BY count() DESC, key LIMIT " + strconv.Itoa(MaxGroups)
 	rows, err := conn.Query(ctx, q, args...)
 	if err != nil {
@@ -161,8 +174,9 @@ func RechunkBy(ctx context.Context, conn Conn, f Filter, dim string) ([]Rechunk,
 			n                                           uint64
 			content, reads, bytes, subW, gaps           float64
 			ttftNet, withTTFT, multiN, one, stdy, burst uint64
+			page, net                                   uint64
 		)
-		if err := rows.Scan(&r.Key, &n, &content, &reads, &bytes, &subW, &gaps, &ttftNet, &withTTFT, &multiN, &one, &stdy, &burst); err != nil {
+		if err := rows.Scan(&r.Key, &n, &content, &reads, &bytes, &subW, &gaps, &ttftNet, &withTTFT, &multiN, &one, &stdy, &burst, &page, &net); err != nil {
 			return nil, fmt.Errorf("scan rechunk by %s: %w", dim, err)
 		}
 		r.Streams = int64(n)
@@ -173,6 +187,8 @@ func RechunkBy(ctx context.Context, conn Conn, f Filter, dim string) ([]Rechunk,
 		r.OneReadShare = ratio(float64(one), float64(multiN))
 		r.SteadyShare = ratio(float64(stdy), float64(multiN))
 		r.BurstyShare = ratio(float64(burst), float64(multiN))
+		r.PageStallShare = ratio(float64(page), float64(multiN))
+		r.NetworkStallShare = ratio(float64(net), float64(multiN))
 		r.classify()
 		out = append(out, r)
 	}
@@ -182,18 +198,24 @@ func RechunkBy(ctx context.Context, conn Conn, f Filter, dim string) ([]Rechunk,
 	return out, nil
 }
 
-// classify sets Flagged, Pattern and Diagnosis from the shares.
+// classify sets Flagged, Pattern and Diagnosis from the shares. A pattern
+// names the segment when PatternShare of its streams show it; backlogs are
+// told apart by the stalls beside them (the page's or the network's), as
+// the stall attribution does for single gaps.
 func (r *Rechunk) classify() {
 	r.Flagged = r.EventsPerRead >= CoalescedEventsPerRead || r.SubFloorShare >= CoalescedShare || r.CoalescedTTFTShare >= CoalescedShare
+	backlogs := r.SteadyShare+r.BurstyShare >= PatternShare || r.SubFloorShare >= CoalescedShare
 	switch {
 	case r.OneReadShare >= PatternShare:
 		r.Pattern = PatternOneRead
 	case r.SteadyShare >= PatternShare:
 		r.Pattern = PatternSteady
-	case r.SteadyShare+r.BurstyShare >= PatternShare:
+	case backlogs && r.PageStallShare > 0 && r.PageStallShare >= r.NetworkStallShare:
+		r.Pattern = PatternPage
+	case backlogs && r.NetworkStallShare > 0:
+		r.Pattern = PatternHeld
+	case r.BurstyShare >= PatternShare:
 		r.Pattern = PatternBursty
-	case r.Flagged && r.SubFloorShare >= CoalescedShare && r.EventsPerRead < CoalescedEventsPerRead:
-		r.Pattern = PatternSubFloor
 	default:
 		r.Pattern = PatternNone
 	}

@@ -348,6 +348,7 @@
   }
 
   // ---------- re-chunking ----------
+  const PATTERN = { one_read: "one read at the end", steady: "steady full reads", page: "page busy", held: "held by the path", bursty: "bursts" };
   async function viewRechunk(seq) {
     const d = await getJSON("/api/rechunk", params({ by: state.rby }));
     if (seq !== state.seq) return;
@@ -359,13 +360,13 @@
       <td class="${hi(r.events_per_read, 1.5)}">${fix(r.events_per_read, 2)}</td><td>${r.bytes_per_read ? num(Math.round(r.bytes_per_read)) + " B" : "—"}</td>
       <td class="${hi(r.sub_floor_share, 0.2)}">${pct(r.sub_floor_share)}</td><td class="${hi(r.coalesced_ttft_share, 0.2)}">${pct(r.coalesced_ttft_share)}</td>
       <td>${pct(r.one_read_share)}</td><td>${pct(r.steady_share)}</td><td>${pct(r.bursty_share)}</td>
-      <td class="l">${r.flagged ? `<span class="pill JANKY">RE-CHUNKED</span>` : `<span class="pill SMOOTH">OK</span>`}</td></tr>`).join("")
+      <td class="l">${!r.flagged ? `<span class="pill SMOOTH">OK</span>` : r.pattern === "page" ? `<span class="pill WARN">PAGE BUSY</span>` : `<span class="pill JANKY">RE-CHUNKED</span>`}</td></tr>`).join("")
       : `<tr><td class="l" colspan="10">No streams in this range.</td></tr>`;
     const flagged = rows.filter(r => r.flagged);
     $("#diagnoses").innerHTML = flagged.length ? flagged.map(r => `<div class="card diag" data-key="${esc(r.key)}" data-pattern="${esc(r.pattern)}">
-      <h2>${esc(r.key || "unknown")} <span class="pill JANKY">${esc(r.pattern ? r.pattern.replace("_", " ") : "coalesced")}</span></h2>
-      <p>${esc(r.diagnosis || "Reads carry several events, but no single read pattern dominates: look at the worst streams of this segment.").replace(/`([^`]+)`/g, "<code>$1</code>")}</p>
-      <p class="hint">${num(r.streams)} stream${r.streams === 1 ? "" : "s"} · ${fix(r.events_per_read, 1)} events per read · ${pct(r.one_read_share)} in one read · ${pct(r.coalesced_ttft_share)} first tokens coalesced</p></div>`).join("")
+      <h2>${esc(r.key || "unknown")} <span class="pill ${r.pattern === "page" ? "WARN" : "JANKY"}">${esc(PATTERN[r.pattern] || "coalesced")}</span></h2>
+      <p>${esc(r.diagnosis || "Reads carry several events or many gaps fall below the timer floor, but no single read pattern dominates: look at the worst streams of this segment.").replace(/`([^`]+)`/g, "<code>$1</code>")}</p>
+      <p class="hint">${num(r.streams)} stream${r.streams === 1 ? "" : "s"} · ${fix(r.events_per_read, 1)} events per read · ${pct(r.one_read_share)} in one read · ${pct(r.coalesced_ttft_share)} first tokens coalesced · stalls: ${pct(r.page_stall_share)} page, ${pct(r.network_stall_share)} network</p></div>`).join("")
       : `<div class="card"><p class="hint">No segment re-chunks the stream in this range: reads carry about one event each.</p></div>`;
   }
 
