@@ -414,9 +414,10 @@
           ctx.restore();
         }],
       },
-    }, // one more x, a step after the last, so the last column is inside the plot
-    [xs.concat([xs[xs.length - 1] + step]), col("itl_p50_ms").concat([null]), col("itl_p95_ms").concat([null]), col("itl_p99_ms").concat([null]),
-      pts.map(p => p.zero + p.counts.reduce((a, b) => a + b, 0)).concat([null])]);
+    }, // A column covers its step [t, t + step): the lines' points sit in its
+    // middle, and an empty x at each end keeps the outer columns whole.
+    [[xs[0]].concat(xs.map(x => x + step / 2), [xs[xs.length - 1] + step]),
+      ...[col("itl_p50_ms"), col("itl_p95_ms"), col("itl_p99_ms"), pts.map(p => p.zero + p.counts.reduce((a, b) => a + b, 0))].map(c => [null].concat(c, [null]))]);
   }
 
   // ---------- worst streams ----------
