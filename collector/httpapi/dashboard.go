@@ -231,14 +231,9 @@ func (d *dashboard) timeseries(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	step := query.StepFor(f.Until.Sub(f.Since))
-	if s := r.URL.Query().Get("step"); s != "" {
-		v, err := config.ParseDuration(s)
-		if err != nil || v < time.Minute || v%time.Minute != 0 || f.Until.Sub(f.Since)/v > 5000 {
-			writeError(w, http.StatusBadRequest, fmt.Sprintf("bad step %q: want whole minutes (1m, 5m, 1h, 1d) and at most 5000 points", s))
-			return
-		}
-		step = v
+	step, ok := dashStep(w, r, f)
+	if !ok {
+		return
 	}
 	pts, err := query.Timeseries(r.Context(), d.cfg.Conn, f, step)
 	if err != nil {
@@ -251,8 +246,8 @@ func (d *dashboard) timeseries(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, timeseriesResponse{Site: f.Site, From: f.Since, To: f.Until, StepS: int64(step / time.Second), Points: pts})
 }
 
-// step parses ?step= for f's window, or picks one (query.StepFor); false
-// when it wrote a 400.
+// dashStep parses ?step= for f's window, or picks one (query.StepFor);
+// false when it wrote a 400.
 func dashStep(w http.ResponseWriter, r *http.Request, f query.Filter) (time.Duration, bool) {
 	step := query.StepFor(f.Until.Sub(f.Since))
 	if s := r.URL.Query().Get("step"); s != "" {
