@@ -62,7 +62,7 @@ SUDO        := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 WASM_OUT    := web/dist
 TEST_TIMEOUT ?= 25m
 
-.PHONY: build run test unit bench fuzz vet depscheck wasm edge deps deps-apt deps-chdb deps-geoip deps-go deps-openai-js deps-sdk-js deps-ts deps-workerd subdivisions clean
+.PHONY: vendor-uplot build run test unit bench fuzz vet depscheck wasm edge deps deps-apt deps-chdb deps-geoip deps-go deps-openai-js deps-sdk-js deps-ts deps-workerd subdivisions clean
 
 ## deps: install what is missing (apt packages, the pinned ClickHouse engine and GeoIP database from npm, Go modules)
 deps: deps-apt deps-chdb deps-geoip deps-go deps-sdk-js deps-ts deps-workerd
@@ -144,6 +144,21 @@ $(WORKERD_BIN):
 	@mkdir -p $(WORKERD_DIR)
 	cd $(WORKERD_DIR) && npm install --no-save --no-audit --no-fund --loglevel=error @cloudflare/workerd-linux-64@$(WORKERD_VERSION)
 	@test -x $@ || { echo "workerd not found at $@ after npm install" >&2; exit 1; }
+
+# uPlot, the dashboard's charting library (MIT), vendored into web/static/dashboard/vendor/uplot as npm
+# ships it (the minified IIFE build, its CSS and licence) and embedded with the dashboard: nothing is
+# fetched at run time. `make vendor-uplot` refreshes the files from npm at UPLOT_VERSION; commit them.
+UPLOT_VERSION := 1.6.32
+UPLOT_DIR   := web/static/dashboard/vendor/uplot
+
+## vendor-uplot: refresh the vendored uPlot (web/static/dashboard/vendor/uplot) from npm at UPLOT_VERSION
+vendor-uplot:
+	@tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
+	cd "$$tmp" && npm pack --silent uplot@$(UPLOT_VERSION) >/dev/null && tar xzf uplot-$(UPLOT_VERSION).tgz && cd - >/dev/null; \
+	mkdir -p $(UPLOT_DIR); \
+	cp "$$tmp/package/dist/uPlot.iife.min.js" "$$tmp/package/dist/uPlot.min.css" "$$tmp/package/LICENSE" $(UPLOT_DIR)/; \
+	echo $(UPLOT_VERSION) > $(UPLOT_DIR)/VERSION; \
+	echo "vendored uPlot $(UPLOT_VERSION) into $(UPLOT_DIR)"
 
 # The Go runtime in itl.wasm is compiled without inlining: its inline trees
 # and per-PC inlining tables are most of what brotli cannot squeeze out of the

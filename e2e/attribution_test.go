@@ -527,6 +527,7 @@ func startAttrCollector(t *testing.T) *attrCollector {
 		t.Fatal(err)
 	}
 	in.Register(mux)
+	httpapi.RegisterDashboard(mux, httpapi.DashboardConfig{Conn: db.Conn(), Available: db.SchemaReady, HasSite: in.HasSite, Logger: log})
 	join.NewIntake(w, log).Register(mux, keys)
 	url, srv := serve(t, mux)
 	t.Cleanup(func() { // after serve's Close: ingest, writer, promoter, in order

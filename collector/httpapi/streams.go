@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"net/url"
 	"strconv"
 	"time"
 
@@ -30,7 +31,10 @@ type streamsResponse struct {
 // and causes as their plain names (meter.FormatNames, StatusNames, EndNames,
 // CauseNames; the names stored in ClickHouse).
 type streamJSON struct {
-	StreamID    string    `json:"stream_id"`
+	StreamID string `json:"stream_id"`
+	// View is the dashboard's page of this stream (its timeline, stalls with
+	// their causes and the origin's emit times).
+	View        string    `json:"view"`
 	OriginID    string    `json:"origin_id,omitempty"`
 	Start       time.Time `json:"start"`
 	ReceivedAt  time.Time `json:"received_at"`
@@ -152,6 +156,7 @@ func (h *streamsHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	resp := streamsResponse{Site: site, Since: from, Limit: limit, Count: len(got), Streams: make([]streamJSON, len(got))}
 	for i := range got {
 		resp.Streams[i] = toJSON(&got[i])
+		resp.Streams[i].View = StreamViewPath(site, resp.Streams[i].StreamID)
 	}
 	writeJSON(w, http.StatusOK, resp)
 }
@@ -225,6 +230,11 @@ func toJSON(s *collector.Stream) streamJSON {
 			Cause: meter.Name(meter.CauseNames[:], st.Cause), NextReadEvents: st.NextReadEvents}
 	}
 	return j
+}
+
+// StreamViewPath is the dashboard's URL path of one stream.
+func StreamViewPath(site, streamID string) string {
+	return "/dashboard/?" + url.Values{"view": {"stream"}, "site": {site}, "id": {streamID}}.Encode()
 }
 
 func ms(us uint64) float64 { return float64(us) / 1000 }

@@ -3,8 +3,8 @@ package join_test
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"crypto/rand"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -301,7 +301,7 @@ func TestOnePromoterLeads(t *testing.T) {
 	}
 	leader.stop()
 	began := time.Now()
-	leader.submit(t, clientOf(pausedOrigin("lead-after"), "chat")) // its writer still works
+	leader.submit(t, clientOf(pausedOrigin("lead-after"), "chat"))                                 // its writer still works
 	eventually(t, db, "SELECT count() FROM itl_streams WHERE origin_id = 'lead-after'", uint64(1)) // within 10 s
 	t.Logf("the other promoter took over %v after the leader stopped", time.Since(began).Round(100*time.Millisecond))
 	waitStats(t, other.p, "windows promoted by the other promoter", func(st join.PromoterStats) bool { return st.Windows > 0 })

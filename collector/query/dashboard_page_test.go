@@ -116,8 +116,9 @@ func TestDashboardPage(t *testing.T) {
 	if want := "Chrome:12:SMOOTH,Firefox:6:JANKY"; rows != want {
 		t.Errorf("breakdown rows = %q, want %q", rows, want)
 	}
-	if got := poll("chart", `(() => { const p = document.querySelectorAll('#chart svg path'); return p.length === 3 && p[2].getAttribute('d').length > 0 ? String(p.length) : null })()`); got != "3" {
-		t.Errorf("chart paths = %s, want 3 (p50, p95, p99)", got)
+	// uPlot draws p50, p95, p99, the gate line (and the hidden stream count).
+	if got := poll("chart", `(() => { const u = document.querySelector('#chart')._u; return u && u.scales.x.min != null && u.data[3].some(v => v > 0) ? u.series.slice(1).map(s => s.label).join(",") : null })()`); got != "p50,p95,p99,250 ms gate,streams" {
+		t.Errorf("chart series = %s, want p50, p95, p99, the gate and streams", got)
 	}
 
 	// Click the Firefox row: the whole page filters to it.

@@ -89,6 +89,8 @@ func recordOf(sum meter.Summary) beacon.Record {
 	r.Stalls, r.StalledUs = uint32(sum.Stalls), uint64(sum.StalledFor/meter.Microsecond)
 	r.Jank, r.Smooth = float32(sum.Jank), sum.Smooth
 	r.ITL, r.ITLTokens = sum.ITL, sum.ITLTokens
+	r.EventsPerRead, r.MaxEventsPerRead = float32(sum.EventsPerRead), uint32(sum.MaxEventsPerRead)
+	r.BytesPerRead, r.SubFloorShare = float32(sum.BytesPerRead), float32(sum.SubFloorShare)
 	return r
 }
 

@@ -1,0 +1,236 @@
+package query
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+)
+
+// The comparison's test. Each metric is one value per stream (the unit is the
+// stream, never the gap: gaps of one stream are not independent, and a
+// stream with many gaps must not outvote many streams with few), compared
+// between the two groups with the two-sided Mann-Whitney U test (normal
+// approximation with tie correction and continuity correction). A difference
+// is flagged beyond noise when p < CompareAlpha / len(CompareMetrics)
+// (Bonferroni over the metrics: the chance of flagging any metric of two
+// samples of one population stays below CompareAlpha) and both groups have
+// at least MinCompareStreams streams with the metric.
+const (
+	CompareAlpha      = 0.05
+	MinCompareStreams = 8
+	// MaxCompareStreams bounds the streams read per group: beyond it a
+	// deterministic pseudo-random sample (by a hash of the stream id).
+	MaxCompareStreams = 20000
+)
+
+// CompareMetrics are the per-stream metrics compared, and whether a larger
+// value is worse.
+var CompareMetrics = []struct {
+	Name        string
+	Expr        string // per stream, NULL when the stream has no such value
+	HigherWorse bool
+}{
+	{"ttft_ms", "ttft_us / 1000", true},
+	{"itl_p50_ms", "if(content_events >= 3, gap_p50_us / 1000, NULL)", true},
+	{"itl_p99_ms", "if(content_events >= 3, gap_p99_us / 1000, NULL)", true},
+	{"stall_share", "if(content_events >= 2, stalls / (content_events - 1), NULL)", true},
+	{"tokens_per_sec", "if(tokens_per_sec > 0, toFloat64(tokens_per_sec), NULL)", false},
+}
+
+// Comparison is Compare's answer.
+type Comparison struct {
+	Dim      string          `json:"dim"`
+	A        string          `json:"a"`
+	B        string          `json:"b"`
+	StreamsA int64           `json:"streams_a"`
+	StreamsB int64           `json:"streams_b"`
+	Test     string          `json:"test"`
+	Alpha    float64         `json:"alpha"`
+	Metrics  []MetricCompare `json:"metrics"`
+	// Worse names the metrics where B is worse than A beyond noise.
+	Worse []string `json:"worse"`
+}
+
+// MetricCompare is one metric of a Comparison: the per-stream medians of
+// both groups, B minus A, and the test.
+type MetricCompare struct {
+	Name    string  `json:"name"`
+	NA      int     `json:"n_a"`
+	NB      int     `json:"n_b"`
+	MedianA float64 `json:"median_a"`
+	MedianB float64 `json:"median_b"`
+	P90A    float64 `json:"p90_a"`
+	P90B    float64 `json:"p90_b"`
+	Diff    float64 `json:"diff"`     // MedianB - MedianA
+	RelDiff float64 `json:"rel_diff"` // Diff / MedianA (0 when MedianA is 0)
+	// PSup is the probability that a random stream of B has a larger value
+	// than one of A (ties count half): U_B / (n_A n_B); 0.5 is no shift.
+	PSup float64 `json:"p_superiority"`
+	P    float64 `json:"p"`
+	// Significant: p below the per-metric threshold with enough streams.
+	Significant bool `json:"significant"`
+	// Verdict: "worse", "better", "same" (not beyond noise) or "too few".
+	Verdict string `json:"verdict"`
+}
+
+// Compare compares the streams matching f with dim = a against those with
+// dim = b (dim one of RawDimensions), per stream, from itl_streams. f.Where
+// must not constrain dim itself.
+func Compare(ctx context.Context, conn Conn, f Filter, dim, a, b string) (Comparison, error) {
+	c := Comparison{Dim: dim, A: a, B: b, Alpha: CompareAlpha,
+		Test: "two-sided Mann-Whitney U over streams (one value per stream), Bonferroni over " + strconv.Itoa(len(CompareMetrics)) + " metrics"}
+	if err := f.Validate(); err != nil {
+		return c, err
+	}
+	col, err := rawDim(dim)
+	if err != nil {
+		return c, err
+	}
+	if _, ok := f.Where[dim]; ok {
+		return c, fmt.Errorf("%w: compare by %s and filter on it at once", ErrBadFilter, dim)
+	}
+	sa, na, err := compareSamples(ctx, conn, f, col, a)
+	if err != nil {
+		return c, err
+	}
+	sb, nb, err := compareSamples(ctx, conn, f, col, b)
+	if err != nil {
+		return c, err
+	}
+	c.StreamsA, c.StreamsB = na, nb
+	perTest := CompareAlpha / float64(len(CompareMetrics))
+	c.Worse = []string{}
+	for k, m := range CompareMetrics {
+		x, y := sa[k], sb[k]
+		mc := MetricCompare{Name: m.Name, NA: len(x), NB: len(y), Verdict: "too few"}
+		slices.Sort(x)
+		slices.Sort(y)
+		mc.MedianA, mc.MedianB = sortedQuantile(x, 0.5), sortedQuantile(y, 0.5)
+		mc.P90A, mc.P90B = sortedQuantile(x, 0.9), sortedQuantile(y, 0.9)
+		mc.Diff = mc.MedianB - mc.MedianA
+		if mc.MedianA != 0 {
+			mc.RelDiff = mc.Diff / mc.MedianA
+		}
+		if len(x) > 0 && len(y) > 0 {
+			ub, p := MannWhitney(x, y)
+			mc.PSup, mc.P = ub/(float64(len(x))*float64(len(y))), p
+		}
+		if len(x) >= MinCompareStreams && len(y) >= MinCompareStreams {
+			mc.Significant = mc.P < perTest
+			mc.Verdict = "same"
+			if mc.Significant {
+				// The direction of the shift: B's values tend larger.
+				if (mc.PSup > 0.5) == m.HigherWorse {
+					mc.Verdict = "worse"
+					c.Worse = append(c.Worse, m.Name)
+				} else {
+					mc.Verdict = "better"
+				}
+			}
+		}
+		c.Metrics = append(c.Metrics, mc)
+	}
+	return c, nil
+}
+
+// compareSamples reads each CompareMetrics value of the streams with col =
+// value (at most MaxCompareStreams, a hash sample beyond), and how many
+// streams matched.
+func compareSamples(ctx context.Context, conn Conn, f Filter, col, value string) ([][]float64, int64, error) {
+	where, args := f.rawWhere()
+	sel := "count() OVER ()"
+	for _, m := range CompareMetrics {
+		sel += ", toNullable(toFloat64(" + m.Expr + "))"
+	}
+	q := "SELECT " + sel + " FROM " + streamsTable + " WHERE " + where + " AND " + col + " = ?" +
+		" ORDER BY cityHash64(stream_id) LIMIT " + strconv.Itoa(MaxCompareStreams)
+	rows, err := conn.Query(ctx, q, append(args, value)...)
+	if err != nil {
+		return nil, 0, fmt.Errorf("query compare %s: %w", value, err)
+	}
+	defer rows.Close()
+	out := make([][]float64, len(CompareMetrics))
+	var total uint64
+	vals := make([]*float64, len(CompareMetrics))
+	dst := []any{&total}
+	for i := range vals {
+		dst = append(dst, &vals[i])
+	}
+	for rows.Next() {
+		if err := rows.Scan(dst...); err != nil {
+			return nil, 0, fmt.Errorf("scan compare %s: %w", value, err)
+		}
+		for i, v := range vals {
+			if v != nil && !math.IsNaN(*v) && !math.IsInf(*v, 0) {
+				out[i] = append(out[i], *v)
+			}
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, 0, fmt.Errorf("read compare %s: %w", value, err)
+	}
+	return out, int64(total), nil
+}
+
+// MannWhitney returns U for y (the number of pairs (x_i, y_j) with y_j >
+// x_i, ties counting half) and the two-sided p-value of the Mann-Whitney U
+// test by the normal approximation with tie and continuity correction. x and
+// y must be sorted ascending and non-empty. p is 1 when every value ties.
+func MannWhitney(x, y []float64) (uy, p float64) {
+	n1, n2 := float64(len(x)), float64(len(y))
+	// Rank the pooled sample (midranks for ties), summing y's ranks.
+	var ry, tie float64
+	i, j := 0, 0
+	rank := 1.0
+	for i < len(x) || j < len(y) {
+		var v float64
+		switch {
+		case j >= len(y) || (i < len(x) && x[i] <= y[j]):
+			v = x[i]
+		default:
+			v = y[j]
+		}
+		cx, cy := 0, 0
+		for i < len(x) && x[i] == v {
+			i++
+			cx++
+		}
+		for j < len(y) && y[j] == v {
+			j++
+			cy++
+		}
+		t := float64(cx + cy)
+		mid := rank + (t-1)/2
+		ry += mid * float64(cy)
+		tie += t*t*t - t
+		rank += t
+	}
+	uy = ry - n2*(n2+1)/2
+	n := n1 + n2
+	mean := n1 * n2 / 2
+	v := n1 * n2 / 12 * ((n + 1) - tie/(n*(n-1)))
+	if !(v > 0) {
+		return uy, 1
+	}
+	z := (math.Abs(uy-mean) - 0.5) / math.Sqrt(v)
+	if z < 0 {
+		z = 0
+	}
+	return uy, math.Erfc(z / math.Sqrt2)
+}
+
+// sortedQuantile is the q quantile of sorted s by linear interpolation (0
+// when empty).
+func sortedQuantile(s []float64, q float64) float64 {
+	if len(s) == 0 {
+		return 0
+	}
+	pos := q * float64(len(s)-1)
+	k := int(pos)
+	if k+1 >= len(s) {
+		return s[len(s)-1]
+	}
+	return s[k] + (s[k+1]-s[k])*(pos-float64(k))
+}

@@ -1,0 +1,273 @@
+package query
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// The raw table. Re-chunking per API origin and HTTP protocol, the worst
+// streams, one stream and the per-stream samples of a comparison read it
+// (the rollup has neither those dimensions nor per-stream values), always
+// bounded by site and time, which lead its ORDER BY key.
+const streamsTable = "itl_streams"
+
+// rawDimColumn maps the dimensions of the raw-row views to itl_streams
+// columns: the rollup's (Dimensions) plus the fetched URL's origin (the API
+// origin) and the HTTP protocol.
+var rawDimColumn = func() map[string]string {
+	m := map[string]string{"api_origin": "url_origin", "http_proto": "http_proto"}
+	for k, v := range dimColumn {
+		m[k] = v
+	}
+	return m
+}()
+
+// RawDimensions are the dimensions Rechunk and Compare accept, sorted.
+func RawDimensions() []string {
+	ks := make([]string, 0, len(rawDimColumn))
+	for k := range rawDimColumn {
+		ks = append(ks, k)
+	}
+	sort.Strings(ks)
+	return ks
+}
+
+func rawDim(dim string) (string, error) {
+	col, ok := rawDimColumn[dim]
+	if !ok {
+		return "", fmt.Errorf("%w: unknown dimension %q: allowed are %s", ErrBadFilter, dim, strings.Join(RawDimensions(), ", "))
+	}
+	return col, nil
+}
+
+// rawWhere is Filter.where for itl_streams: received_at in [Since, Until).
+func (f *Filter) rawWhere() (string, []any) {
+	until := f.Until
+	if until.IsZero() {
+		until = time.Now()
+	}
+	var b strings.Builder
+	b.WriteString("site = ? AND received_at >= ? AND received_at < ?")
+	args := []any{f.Site, f.Since.UTC(), until.UTC()}
+	keys := make([]string, 0, len(f.Where))
+	for k := range f.Where {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		b.WriteString(" AND " + dimColumn[k] + " = ?")
+		args = append(args, f.Where[k])
+	}
+	return b.String(), args
+}
+
+// Thresholds of the re-chunking view.
+const (
+	// CoalescedEventsPerRead: more content events per network read than
+	// this on average means reads carry several events (an unbuffered SSE
+	// stream has about one).
+	CoalescedEventsPerRead = 1.5
+	// CoalescedShare: a segment is flagged when its sub-floor gap share or
+	// its coalesced-TTFT share reaches this.
+	CoalescedShare = 0.2
+	// PatternShare: a read pattern names a segment's re-chunker when at least
+	// this share of its streams (with 3+ content events) show it.
+	PatternShare = 0.5
+)
+
+// Read patterns (Rechunk.Pattern): what the way a segment's streams were
+// read says about what re-chunked them.
+const (
+	PatternNone    = ""         // reads carry about one event each
+	PatternOneRead = "one_read" // the whole answer in one read at the end: a buffering proxy
+	PatternSteady  = "steady"   // several events in every read, evenly: a buffer that flushes when full
+	PatternPage    = "page"     // backlogs read at once while the page was busy (page stalls): not the path
+	PatternHeld    = "held"     // backlogs after the path held the bytes (network stalls): a congested or stalling hop
+	PatternBursty  = "bursty"   // backlogs without stalls: something on the path batches events (an encoder)
+)
+
+// Diagnoses per pattern: what the read pattern says and its usual fix.
+var Diagnoses = map[string]string{
+	PatternOneRead: "The whole answer arrives in one read at the end: a buffering proxy holds the response. " +
+		"Fix: send `X-Accel-Buffering: no` from the origin, or `proxy_buffering off` (nginx) for the streaming route.",
+	PatternSteady: "Reads carry several events at a steady rate: a buffer that flushes only when full (a proxy buffer, or a " +
+		"compression encoder filling its block). Fix: flush after every event, no gzip or brotli on `text/event-stream`, " +
+		"and no proxy buffering for the route.",
+	PatternPage: "Events pile up and are read at once while the page's main thread is busy (the stalls are the page's): " +
+		"nothing on the path re-chunks. Fix: break up long tasks or move them off the main thread.",
+	PatternHeld: "Now and then the path holds the bytes, then delivers the backlog in one read (the stalls are the network's " +
+		"while the origin was on time): a congested link or a proxy that stalls. Fix: find the hop (the origin's and edge's " +
+		"times tell which side); check the proxy's buffers and upstream keep-alive, and the client's network.",
+	PatternBursty: "Events arrive in uneven bursts without stalls while the origin sends them one by one: something on the path " +
+		"batches them, typically a compression encoder holding events. Fix: no gzip or brotli on `text/event-stream` " +
+		"(nginx `gzip_types` without it), or flush the encoder per event.",
+}
+
+// Rechunk is the re-chunking picture of one value of a dimension.
+type Rechunk struct {
+	Key     string `json:"key"`
+	Streams int64  `json:"streams"`
+	// EventsPerRead is stream events over network reads, BytesPerRead
+	// bytes over reads, of every stream.
+	EventsPerRead float64 `json:"events_per_read"`
+	BytesPerRead  float64 `json:"bytes_per_read"`
+	// SubFloorShare is the share of gaps below the browser's timer floor
+	// (each stream's share weighted by its gaps).
+	SubFloorShare float64 `json:"sub_floor_share"`
+	// CoalescedTTFTShare is the share of streams with a first token whose
+	// wait is attributed to the network (coalesced delivery).
+	CoalescedTTFTShare float64 `json:"coalesced_ttft_share"`
+	// OneReadShare, SteadyShare, BurstyShare: shares of the streams with 3+
+	// content events whose reads show each pattern: every content event in
+	// one read; several events in every read, evenly (1.5+ per read, the
+	// largest read at most twice the mean); a backlog now and then (a read
+	// of 3+ events, more than twice the mean).
+	OneReadShare float64 `json:"one_read_share"`
+	SteadyShare  float64 `json:"steady_share"`
+	BurstyShare  float64 `json:"bursty_share"`
+	// PageStallShare and NetworkStallShare: shares of those streams with
+	// a stall attributed to the page, to the network.
+	PageStallShare    float64 `json:"page_stall_share"`
+	NetworkStallShare float64 `json:"network_stall_share"`
+	// Flagged: the segment coalesces (EventsPerRead, SubFloorShare or
+	// CoalescedTTFTShare beyond its threshold).
+	Flagged   bool   `json:"flagged"`
+	Pattern   string `json:"pattern"`
+	Diagnosis string `json:"diagnosis,omitempty"`
+}
+
+// RechunkBy is Rechunk per value of dim (RawDimensions), from itl_streams
+// rows matching f, most streams first, at most MaxGroups.
+func RechunkBy(ctx context.Context, conn Conn, f Filter, dim string) ([]Rechunk, error) {
+	if err := f.Validate(); err != nil {
+		return nil, err
+	}
+	col, err := rawDim(dim)
+	if err != nil {
+		return nil, err
+	}
+	where, args := f.rawWhere()
+	const multi = "content_events >= 3"
+	q := "SELECT toString(" + col + ") AS key, count(), " +
+		"toFloat64(sum(events)), toFloat64(sum(reads)), toFloat64(sum(bytes)), " +
+		"sumIf(toFloat64(sub_floor_share) * (content_events - 1), content_events >= 2), toFloat64(sumIf(content_events - 1, content_events >= 2)), " +
+		"countIf(ttft_cause = 'network'), countIf(ttft_us IS NOT NULL), " +
+		"countIf(" + multi + "), " +
+		"countIf(" + multi + " AND max_events_per_read >= content_events), " +
+		"countIf(" + multi + " AND max_events_per_read < content_events AND events_per_read >= " + ftoa(CoalescedEventsPerRead) + " AND max_events_per_read <= 2 * events_per_read), " +
+		"countIf(" + multi + " AND max_events_per_read < content_events AND max_events_per_read >= 3 AND max_events_per_read > 2 * events_per_read), " +
+		"countIf(" + multi + " AND stalls_page > 0), countIf(" + multi + " AND stalls_network > 0) " +
+		"FROM " + streamsTable + " WHERE " + where + " GROUP BY key ORDER BY count() DESC, key LIMIT " + strconv.Itoa(MaxGroups)
+	rows, err := conn.Query(ctx, q, args...)
+	if err != nil {
+		return nil, fmt.Errorf("query rechunk by %s: %w", dim, err)
+	}
+	defer rows.Close()
+	var out []Rechunk
+	for rows.Next() {
+		var (
+			r                                           Rechunk
+			n                                           uint64
+			content, reads, bytes, subW, gaps           float64
+			ttftNet, withTTFT, multiN, one, stdy, burst uint64
+			page, net                                   uint64
+		)
+		if err := rows.Scan(&r.Key, &n, &content, &reads, &bytes, &subW, &gaps, &ttftNet, &withTTFT, &multiN, &one, &stdy, &burst, &page, &net); err != nil {
+			return nil, fmt.Errorf("scan rechunk by %s: %w", dim, err)
+		}
+		r.Streams = int64(n)
+		r.EventsPerRead = ratio(content, reads)
+		r.BytesPerRead = ratio(bytes, reads)
+		r.SubFloorShare = ratio(subW, gaps)
+		r.CoalescedTTFTShare = ratio(float64(ttftNet), float64(withTTFT))
+		r.OneReadShare = ratio(float64(one), float64(multiN))
+		r.SteadyShare = ratio(float64(stdy), float64(multiN))
+		r.BurstyShare = ratio(float64(burst), float64(multiN))
+		r.PageStallShare = ratio(float64(page), float64(multiN))
+		r.NetworkStallShare = ratio(float64(net), float64(multiN))
+		r.classify()
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read rechunk by %s: %w", dim, err)
+	}
+	return out, nil
+}
+
+// classify sets Flagged, Pattern and Diagnosis from the shares. A pattern
+// names the segment when PatternShare of its streams show it; backlogs are
+// told apart by the stalls beside them (the page's or the network's), as
+// the stall attribution does for single gaps.
+func (r *Rechunk) classify() {
+	r.Flagged = r.EventsPerRead >= CoalescedEventsPerRead || r.SubFloorShare >= CoalescedShare || r.CoalescedTTFTShare >= CoalescedShare
+	backlogs := r.SteadyShare+r.BurstyShare >= PatternShare || r.SubFloorShare >= CoalescedShare
+	switch {
+	case r.OneReadShare >= PatternShare:
+		r.Pattern = PatternOneRead
+	case r.SteadyShare >= PatternShare:
+		r.Pattern = PatternSteady
+	case backlogs && r.PageStallShare > 0 && r.PageStallShare >= r.NetworkStallShare:
+		r.Pattern = PatternPage
+	case backlogs && r.NetworkStallShare > 0:
+		r.Pattern = PatternHeld
+	case r.BurstyShare >= PatternShare:
+		r.Pattern = PatternBursty
+	default:
+		r.Pattern = PatternNone
+	}
+	if r.Pattern != PatternNone {
+		r.Flagged = true
+	}
+	r.Diagnosis = Diagnoses[r.Pattern]
+}
+
+func ratio(a, b float64) float64 {
+	if b <= 0 {
+		return 0
+	}
+	return a / b
+}
+
+func ftoa(v float64) string { return strconv.FormatFloat(v, 'g', -1, 64) }
+
+// ValueCount is one value of a dimension and its streams.
+type ValueCount struct {
+	Value   string `json:"value"`
+	Streams int64  `json:"streams"`
+}
+
+// Values lists the values of dim (RawDimensions) among the streams matching
+// f, most streams first, at most MaxGroups.
+func Values(ctx context.Context, conn Conn, f Filter, dim string) ([]ValueCount, error) {
+	if err := f.Validate(); err != nil {
+		return nil, err
+	}
+	col, err := rawDim(dim)
+	if err != nil {
+		return nil, err
+	}
+	where, args := f.rawWhere()
+	rows, err := conn.Query(ctx, "SELECT toString("+col+") AS v, count() AS n FROM "+streamsTable+" WHERE "+where+
+		" GROUP BY v ORDER BY n DESC, v LIMIT "+strconv.Itoa(MaxGroups), args...)
+	if err != nil {
+		return nil, fmt.Errorf("query values of %s: %w", dim, err)
+	}
+	defer rows.Close()
+	var out []ValueCount
+	for rows.Next() {
+		var (
+			v ValueCount
+			n uint64
+		)
+		if err := rows.Scan(&v.Value, &n); err != nil {
+			return nil, fmt.Errorf("scan values of %s: %w", dim, err)
+		}
+		v.Streams = int64(n)
+		out = append(out, v)
+	}
+	return out, rows.Err()
+}

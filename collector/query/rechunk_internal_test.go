@@ -1,0 +1,33 @@
+package query
+
+import "testing"
+
+func TestRechunkClassify(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		r       Rechunk
+		pattern string
+		flagged bool
+	}{
+		{"unbuffered", Rechunk{EventsPerRead: 1.02}, PatternNone, false},
+		{"buffering proxy", Rechunk{EventsPerRead: 40, OneReadShare: 1, CoalescedTTFTShare: 1}, PatternOneRead, true},
+		{"flush when full", Rechunk{EventsPerRead: 4, SteadyShare: 0.9}, PatternSteady, true},
+		{"busy page", Rechunk{EventsPerRead: 1.3, BurstyShare: 0.6, SubFloorShare: 0.3, PageStallShare: 0.6}, PatternPage, true},
+		{"page beats network", Rechunk{BurstyShare: 0.6, PageStallShare: 0.5, NetworkStallShare: 0.5}, PatternPage, true},
+		{"held path", Rechunk{EventsPerRead: 1.4, BurstyShare: 1, NetworkStallShare: 1}, PatternHeld, true},
+		{"encoder", Rechunk{EventsPerRead: 2, BurstyShare: 0.8}, PatternBursty, true},
+		{"a few backlogs", Rechunk{EventsPerRead: 1.1, BurstyShare: 0.2, NetworkStallShare: 0.2}, PatternNone, false},
+		{"sub-floor without pattern", Rechunk{EventsPerRead: 1.1, SubFloorShare: 0.25}, PatternNone, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := tc.r
+			r.classify()
+			if r.Pattern != tc.pattern || r.Flagged != tc.flagged {
+				t.Errorf("pattern, flagged = %q, %v; want %q, %v", r.Pattern, r.Flagged, tc.pattern, tc.flagged)
+			}
+			if (r.Diagnosis != "") != (tc.pattern != "") {
+				t.Errorf("diagnosis %q for pattern %q", r.Diagnosis, r.Pattern)
+			}
+		})
+	}
+}
