@@ -315,33 +315,49 @@ func TestClusterBalanced(t *testing.T) {
 
 	// 3. The collector holding the pages' WebSockets (or either) SIGKILLed
 	// while both pages stream three answers each, then restarted on its data.
+	for _, tab := range tabs {
+		tab.acked(t, 30*time.Second)
+	}
 	phase = time.Now()
 	victim, other := a, b
 	if b.metric(t, "itlmon_ingest_connections") > a.metric(t, "itlmon_ingest_connections") {
 		victim, other = b, a
 	}
 	const killStreams = 3
+	before := map[string]int{}
 	for _, tab := range tabs {
+		before[tab.name] = len(PageSummaries(t, tab.ctx))
 		Eval[bool](t, tab.ctx, fmt.Sprintf(`(window.__killRun = (async () => {
 			for (let i = 0; i < %d; i++) { const r = await e2e.stream(%q, { path: '/v1/attr' }); if (r.error || r.status !== 200) return r.status + ' ' + r.error; }
 			return '';
 		})(), true)`, killStreams, lbcQuery))
 	}
-	// Kill once each page has ended an answer: its record is on its way.
-	for _, tab := range tabs {
-		n := len(PageSummaries(t, tab.ctx))
-		for deadline := time.Now().Add(30 * time.Second); len(PageSummaries(t, tab.ctx)) == n; time.Sleep(20 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: no answer ended within 30 s", tab.name)
+	// Kill, once an answer has ended, while a page's module waits for the
+	// ack of a batch it sent (the collector may be inserting it), or else
+	// once both pages have ended all their answers.
+	caught := ""
+	for deadline := time.Now().Add(30 * time.Second); caught == "" && time.Now().Before(deadline); {
+		done := 0
+		for _, tab := range tabs {
+			st := Eval[map[string]float64](t, tab.ctx, `itlmon._stats()`)
+			if st["unacked"] > 0 && len(PageSummaries(t, tab.ctx)) > before[tab.name] {
+				caught = fmt.Sprintf("%s's module waiting for %v acks", tab.name, st["unacked"])
+				break
 			}
+			if len(PageSummaries(t, tab.ctx)) >= before[tab.name]+killStreams {
+				done++
+			}
+		}
+		if done == len(tabs) {
+			caught = "the pages' answers all ended, no batch caught unacked"
 		}
 	}
 	victim.Kill(t)
 	killed := time.Now()
 	time.Sleep(time.Second)
 	victim.Start(t)
-	t.Logf("phase 3: collector %s SIGKILLed %v into the pages' streams, back after %v (%s kept serving)",
-		victim.Addr, killed.Sub(phase).Round(time.Millisecond), time.Since(killed).Round(time.Millisecond), other.Addr)
+	t.Logf("phase 3: collector %s SIGKILLed %v into the pages' streams (%s), back after %v (%s kept serving)",
+		victim.Addr, killed.Sub(phase).Round(time.Millisecond), caught, time.Since(killed).Round(time.Millisecond), other.Addr)
 	for _, tab := range tabs {
 		if e := Eval[string](t, tab.ctx, `window.__killRun`); e != "" {
 			t.Fatalf("%s: a stream during the kill failed in the page: %s", tab.name, e)
