@@ -15,6 +15,7 @@ import (
 
 	"github.com/ClickHouse/clickhouse-go/v2"
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+	"github.com/chromedp/chromedp"
 
 	"github.com/itlmon/itlmon/collector/chdb"
 	"github.com/itlmon/itlmon/collector/origin"
@@ -315,7 +316,40 @@ func TestClusterBalanced(t *testing.T) {
 			t.Fatalf("resumed b got %v origin timelines, want 1 (the POST nginx retried on a)", loadOf(t, b).origin-lb0.origin)
 		}
 	}
-	t.Logf("phase 2: same origin batch on both collectors (mirror, retry), %v", time.Since(phase).Round(time.Millisecond))
+	// 2c. A page whose module reports through the mirroring nginx, its
+	// second record held for a batch (flushMs one minute), is left: the
+	// pagehide beacon carrying that record reaches both collectors.
+	og.SetCollector(mirror.URL(), lbcSite)
+	leaving := clusterTab{"page 3", NewTab(t)}
+	if !OpenPage(t, leaving.ctx, og.PageURL(map[string]any{"flushMs": 60000}, false)) {
+		t.Fatalf("%s: itlmon did not become ready", leaving.name)
+	}
+	og.SetCollector(lb.URL(), lbcSite)
+	run(leaving, "/v1/attr") // opens the socket, sent on open
+	leaving.acked(t, 30*time.Second)
+	run(leaving, "/v1/attr") // held: the last batch is under flushMs old
+	if st := Eval[map[string]float64](t, leaving.ctx, `itlmon._stats()`); st["pending"] != 1 {
+		t.Fatalf("%s: module stats %v, want one record pending", leaving.name, st)
+	}
+	var left []string // the summaries of the page left
+	for _, s := range PageSummaries(t, leaving.ctx) {
+		left = append(left, s.ID)
+	}
+	la, lb0 = loadOf(t, a), loadOf(t, b)
+	if err := chromedp.Do(leaving.ctx, chromedp.Navigate(og.URL+"/plain")); err != nil {
+		t.Fatalf("%s: navigate away: %v", leaving.name, err)
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		na, nb := loadOf(t, a), loadOf(t, b)
+		da, dbb := na.client-la.client, nb.client-lb0.client
+		if da >= 1 && dbb >= 1 && da+dbb == 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the pagehide beacon through the mirroring nginx: a accepted %v records, b %v; want each once or twice, 3 in all", da, dbb)
+		}
+	}
+	t.Logf("phase 2: same origin batch on both collectors (mirror, retry), same browser beacon on both (mirror), %v", time.Since(phase).Round(time.Millisecond))
 
 	// 3. The collector holding the pages' WebSockets (or either) SIGKILLed
 	// while both pages stream three answers each, then restarted on its data.
@@ -391,7 +425,7 @@ func TestClusterBalanced(t *testing.T) {
 	db.waitPromoted(t)
 	t.Logf("%d streams acked and promoted %v after the start", streams, time.Since(began).Round(time.Millisecond))
 
-	clusterCheck(t, db, tabs, streams, split)
+	clusterCheck(t, db, tabs, left, streams, split)
 
 	// gate rum and the dashboard API of both collectors read the cluster:
 	// the same report, whose totals are the raw rows'.
@@ -417,11 +451,12 @@ func TestClusterBalanced(t *testing.T) {
 }
 
 // clusterCheck checks what the cluster stored for the pages' streams.
-// split are streams whose two records went to different collectors.
-func clusterCheck(t *testing.T, db *clusterDB, tabs []clusterTab, streams int, split []string) {
+// left are the summaries of pages no longer open; split are streams whose
+// two records went to different collectors.
+func clusterCheck(t *testing.T, db *clusterDB, tabs []clusterTab, left []string, streams int, split []string) {
 	t.Helper()
 	ctx := t.Context()
-	var ids []string
+	ids := slices.Clone(left)
 	for _, tab := range tabs {
 		for _, s := range PageSummaries(t, tab.ctx) {
 			ids = append(ids, s.ID)
@@ -588,8 +623,9 @@ func clusterCheck(t *testing.T, db *clusterDB, tabs []clusterTab, streams int, s
 			t.Errorf("stream %s (records on both collectors) not among the pages' summaries", id)
 		}
 	}
-	// Copies reached the inbox and were dropped at promotion: the mirrored
-	// timelines (3 deliveries each), the retried one, resends after the kill.
+	// Copies reached the inbox and were dropped at promotion: the two
+	// mirrored timelines (3 deliveries each), the retried one, the mirrored
+	// beacon (3 deliveries), resends after the kill if any.
 	// itl_promoted has a row per promotion of a window, per shard: a window
 	// promoted by both collectors (or again after the kill) has more than
 	// one, which must agree (the promotion is deterministic).
@@ -601,9 +637,9 @@ func clusterCheck(t *testing.T, db *clusterDB, tabs []clusterTab, streams int, s
 	if _, err := fmt.Sscanf(promoted, "(%d,%d,%d,%d,%d,%d,%d)", &records, &copies, &nStreams, &nOrigins, &joined, &again, &variants); err != nil {
 		t.Fatalf("itl_promoted: %q: %v", promoted, err)
 	}
-	if copies < 2*2+1 || records != 2*streams+copies || nStreams != streams || nOrigins != streams || joined != streams || variants != 1 {
+	if copies < 2*2+1+2 || records != 2*streams+copies || nStreams != streams || nOrigins != streams || joined != streams || variants != 1 {
 		t.Errorf("itl_promoted per shard and window (inbox rows, copies dropped, streams, origins, joined, windows promoted more than once, variants of a window) = %s, "+
-			"want >= 5 copies (mirror, retry), rows = 2×%d + copies, %d streams, origins and joins, one variant",
+			"want >= 7 copies (mirror, retry, mirrored beacon), rows = 2×%d + copies, %d streams, origins and joins, one variant",
 			promoted, streams, streams)
 	}
 	t.Logf("stored once: %d streams (%d with their records on different collectors in phase 1); %d origin timelines later than the hold; inbox rows %d, copies dropped %d, %d windows promoted more than once (identically); rollup %s; origin rollup %s",
