@@ -438,6 +438,16 @@ func TestClusterBalanced(t *testing.T) {
 		if api := summaryReport(t, c); !reflect.DeepEqual(api, gate) {
 			t.Errorf("collector %s /api/summary report differs from gate rum's:\n%v\n%v", c.Addr, api, gate)
 		}
+		if got, want := timeseriesStreams(t, c), gate["streams"]; got != want {
+			t.Errorf("collector %s /api/timeseries: %v streams over its points, want %v", c.Addr, got, want)
+		}
+		rows, err := c.Streams(t, lbcSite)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, want := float64(len(rows)), gate["streams"]; got != want {
+			t.Errorf("collector %s /api/streams: %v streams, want %v", c.Addr, got, want)
+		}
 	}
 	for i, e := range db.engines {
 		if pid := e.PID(); pid != db.pids[i] {
@@ -446,7 +456,7 @@ func TestClusterBalanced(t *testing.T) {
 			t.Logf("shard %d's engine died during the run and was restarted (pid %d, now %d)", i+1, db.pids[i], pid)
 		}
 	}
-	t.Logf("gate rum and /api/summary: %v streams, %v tokens, %v stalls, verdict %v; test took %v",
+	t.Logf("gate rum, /api/summary, /api/timeseries and /api/streams: %v streams, %v tokens, %v stalls, verdict %v; test took %v",
 		gate["streams"], gate["tokens"], gate["stalls"], gate["verdict"], time.Since(began).Round(time.Millisecond))
 }
 
@@ -671,6 +681,33 @@ func gateReport(t *testing.T, dsn string) map[string]any {
 		t.Fatalf("itlmon gate rum --json: %v\n%s", err, out)
 	}
 	return res.Report
+}
+
+// timeseriesStreams sums the streams of c's /api/timeseries points.
+func timeseriesStreams(t *testing.T, c *Collector) any {
+	t.Helper()
+	resp, err := http.Get(c.URL + "/api/timeseries?" + url.Values{"site": {lbcSite}, "since": {"1h"}}.Encode())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("%s /api/timeseries: %s %s", c.Addr, resp.Status, body)
+	}
+	var res struct {
+		Points []struct {
+			Streams float64 `json:"streams"`
+		} `json:"points"`
+	}
+	if err := json.Unmarshal(body, &res); err != nil {
+		t.Fatalf("/api/timeseries: %v", err)
+	}
+	sum := 0.0
+	for _, p := range res.Points {
+		sum += p.Streams
+	}
+	return sum
 }
 
 // summaryReport reads /api/summary from c.
