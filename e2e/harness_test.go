@@ -58,6 +58,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/itlmon/itlmon/collector/chdb"
 	"github.com/itlmon/itlmon/collector/demo"
 	"github.com/itlmon/itlmon/e2e/browsers"
 	"github.com/itlmon/itlmon/e2e/nginx"
@@ -77,6 +78,9 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	// The embedded engines chtest.Cluster starts run as re-execs of this
+	// test binary (TestClusterBalanced).
+	chdb.MaybeRunChild()
 	code := func() int {
 		flag.Parse()
 		defer closeEngines() // Firefox and WebKit, launched by the first test that asks (engine_test.go)
