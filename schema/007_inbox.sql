@@ -83,7 +83,10 @@ ORDER BY (stream_id, kind, site)
 TTL promoted_window + INTERVAL 7 DAY
 SETTINGS non_replicated_deduplication_window = 10000, fsync_after_insert = 1, fsync_part_directory = 1;
 
--- itl_promoted: one row per promoted window (the watermark is the latest).
+-- itl_promoted: one row per promoted window (the watermark is the latest),
+-- inserted with the window's token like the other outputs: a rerun or a
+-- second promoter adds none (within the deduplication window); its counts
+-- are those of the first run (the same, the inputs being sealed).
 CREATE TABLE IF NOT EXISTS itl_promoted
 (
     promoted_window DateTime('UTC'),
@@ -93,12 +96,13 @@ CREATE TABLE IF NOT EXISTS itl_promoted
     origins         UInt32,                    -- origin timelines promoted
     copies          UInt32,                    -- copies dropped
     joined          UInt32,                    -- client/origin joins made
-    collector       LowCardinality(String)
+    collector       LowCardinality(String)      -- the promoter whose row landed first
 )
 ENGINE = MergeTree
 PARTITION BY toYYYYMM(promoted_window)
 ORDER BY promoted_window
-TTL promoted_window + INTERVAL 30 DAY;
+TTL promoted_window + INTERVAL 30 DAY
+SETTINGS non_replicated_deduplication_window = 10000;
 
 -- itl_promoters: each running promoter's heartbeat (every 2 s). The one
 -- with the smallest id among those seen in the last 10 s promotes; the

@@ -594,7 +594,7 @@ func (p *Promoter) promote(ctx context.Context, sh Shard, start time.Time) error
 		Window: start, Records: uint32(len(rows)), Streams: uint32(len(clients)), Origins: uint32(len(origins)),
 		Copies: uint32(copies), Joined: uint32(joined), Collector: p.cfg.Collector,
 	}}
-	if err := store.InsertRows(ctx, sh.Conn, "itl_promoted", nil, mark); err != nil {
+	if err := store.InsertRows(ctx, sh.Conn, "itl_promoted", store.TokenSettings(token+"/itl_promoted"), mark); err != nil {
 		return fmt.Errorf("promoter: %w", err)
 	}
 	p.windows.Add(1)
