@@ -270,20 +270,27 @@ const (
 	takeoverLag = 10 * time.Second
 )
 
-// leads beats for p on sh (at most every beatEvery) and reports whether p
-// is the promoter of sh that should promote now.
-func (p *Promoter) leads(ctx context.Context, sh Shard) (bool, error) {
+// beat records p in sh's itl_promoters, at most every beatEvery: idle or
+// not, so the leadership is settled before there is work.
+func (p *Promoter) beat(ctx context.Context, sh Shard) error {
 	p.beatMu.Lock()
 	due := time.Since(p.beats[sh.Name]) >= beatEvery
 	if due {
 		p.beats[sh.Name] = time.Now()
 	}
 	p.beatMu.Unlock()
-	if due {
-		if err := sh.Conn.Exec(ctx, "INSERT INTO itl_promoters (collector) VALUES (?)", p.id); err != nil {
-			return false, fmt.Errorf("promoter: heartbeat: %w", err)
-		}
+	if !due {
+		return nil
 	}
+	if err := sh.Conn.Exec(ctx, "INSERT INTO itl_promoters (collector) VALUES (?)", p.id); err != nil {
+		return fmt.Errorf("promoter: heartbeat: %w", err)
+	}
+	return nil
+}
+
+// leads reports whether p is the promoter of sh that should promote now:
+// the smallest id seen within leaderTTL (p itself when none is).
+func (p *Promoter) leads(ctx context.Context, sh Shard) (bool, error) {
 	var leader string
 	if err := sh.Conn.QueryRow(ctx, `SELECT min(collector) FROM itl_promoters
 		WHERE seen > now64(3) - toIntervalMillisecond(?)`, leaderTTL.Milliseconds()).Scan(&leader); err != nil {
@@ -295,6 +302,11 @@ func (p *Promoter) leads(ctx context.Context, sh Shard) (bool, error) {
 func (p *Promoter) step1(ctx context.Context, sh Shard, force bool) (bool, time.Duration, error) {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
+	if !force {
+		if err := p.beat(ctx, sh); err != nil {
+			return false, 0, err
+		}
+	}
 	var now, last, next time.Time
 	var oldestRunning float64
 	// One round trip: the server clock, the watermark, the next inbox row

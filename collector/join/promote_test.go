@@ -285,6 +285,9 @@ func TestOriginNeverComes(t *testing.T) {
 func TestOnePromoterLeads(t *testing.T) {
 	db := newDB(t)
 	a, b := newCollector(t, db, 100*time.Millisecond), newCollector(t, db, 100*time.Millisecond)
+	// Both beat from the start, idle or not: the leadership is settled
+	// before the first window.
+	eventually(t, db, "SELECT uniqExact(collector) FROM itl_promoters", uint64(2))
 	for i := range 4 {
 		f := []*fixture{a, b}[i%2]
 		f.submit(t, clientOf(pausedOrigin(fmt.Sprintf("lead-%d", i)), "chat"))
