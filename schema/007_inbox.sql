@@ -65,11 +65,12 @@ SETTINGS ttl_only_drop_parts = 1, fsync_after_insert = 1, fsync_part_directory =
 -- A cluster shards it by the join key (origin_id, else stream_id), so a
 -- stream's client record and origin timeline meet on one shard.
 
--- itl_promoted_ids: every promoted record, by the window that promoted it
--- (stream_id: the browser's stream id of a client record, the origin id of
--- an origin timeline).
--- A record whose id is here with an earlier window is a copy (dropped); kept
--- 7 days, the longest dedup window a collector accepts.
+-- itl_promoted_ids: every promoted record, by the window that promoted it:
+-- kind 'client' (stream_id: the browser's stream id), 'origin' (the origin
+-- timeline's id), and 'join' (the origin id of a timeline joined with its
+-- browser record: a timeline joins one record, once). A record whose id is
+-- here with an earlier window is a copy (dropped); kept 7 days, the longest
+-- dedup window a collector accepts.
 CREATE TABLE IF NOT EXISTS itl_promoted_ids
 (
     kind            LowCardinality(String),
