@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
 	"math/rand/v2"
@@ -64,7 +65,8 @@ func TestKillHuntsTheCut(t *testing.T) {
 		return startProcess(t, lib, data, "--site", "chat="+pageOrigin, "--origin-key", "chat="+originKey)
 	}
 	var cur atomic.Pointer[proc]
-	cur.Store(serve())
+	procs := []*proc{serve()}
+	cur.Store(procs[0])
 
 	// The pages: site test (records with and without a timeline) and site
 	// chat (records whose origin timeline an origin reporter sends).
@@ -88,16 +90,11 @@ func TestKillHuntsTheCut(t *testing.T) {
 	}
 
 	// The hunt.
-	type kill struct {
-		engine bool   // the engine alone, else the collector (and its engine)
-		hunted string // "inbox" or "promoter"
-		hit    string // the table whose insert was running, "" if none showed
-	}
-	var kills []kill
+	var kills []killEvent
 	for round := range rounds {
 		time.Sleep(time.Duration(200+rand.IntN(800)) * time.Millisecond) // let the pages stream
 		p := cur.Load()
-		k := kill{engine: round%2 == 1, hunted: [...]string{"inbox", "inbox", "promoter", "promoter"}[round%4]}
+		k := killEvent{engine: round%2 == 1, hunted: [...]string{"inbox", "inbox", "promoter", "promoter"}[round%4]}
 		tables := []string{"itl_inbox"}
 		if k.hunted == "promoter" {
 			tables = promoterTables
@@ -112,6 +109,7 @@ func TestKillHuntsTheCut(t *testing.T) {
 			// its views' parts and the next table's insert come later.
 			time.Sleep(time.Duration(rand.IntN(15_000)) * time.Microsecond)
 		}
+		k.at = time.Now()
 		if k.engine {
 			if err := syscall.Kill(engine, syscall.SIGKILL); err != nil {
 				t.Fatalf("kill engine %d: %v", engine, err)
@@ -119,7 +117,8 @@ func TestKillHuntsTheCut(t *testing.T) {
 			waitEngine(t, p, engine)
 		} else {
 			p.kill(t)
-			cur.Store(serve())
+			procs = append(procs, serve())
+			cur.Store(procs[len(procs)-1])
 		}
 		kills = append(kills, k)
 	}
@@ -195,11 +194,15 @@ func TestKillHuntsTheCut(t *testing.T) {
 		}
 	}
 	missing := map[string]int{}
+	var lost []string // acked, not in itl_streams
 	for _, pg := range pages {
 		for id := range pg.acked {
 			k := string(id[:])
 			if streams[k] != 1 {
 				missing["itl_streams"]++
+				if streams[k] == 0 {
+					lost = append(lost, fmt.Sprintf("'%X'", k))
+				}
 			}
 			if ids[k] != 1 {
 				missing["itl_promoted_ids"]++
@@ -211,6 +214,16 @@ func TestKillHuntsTheCut(t *testing.T) {
 	}
 	for table, n := range missing {
 		t.Errorf("%s: %d acked records not stored exactly once", table, n)
+	}
+	if len(lost) > 0 {
+		explainLost(t, conn, lost[:min(len(lost), 3000)], kills2str(kills))
+	}
+	if t.Failed() {
+		for i, p := range procs {
+			for _, l := range p.warnings() {
+				t.Logf("collector %d: %s", i+1, l)
+			}
+		}
 	}
 
 	// Origin timelines: once per version (the join adds version 1), each
@@ -286,6 +299,56 @@ func TestKillHuntsTheCut(t *testing.T) {
 	var windows, copies uint64
 	query(t, conn, "SELECT uniqExact(promoted_window), toUInt64(sum(copies)) FROM itl_promoted", &windows, &copies)
 	t.Logf("promoted: %d windows; %d copies in itl_inbox (resends and replays that landed twice), %d dropped by the promoter", windows, inboxCopies, copies)
+}
+
+// explainLost logs where the acked records missing from itl_streams are:
+// in itl_inbox or not, by window, and what itl_promoted says of those
+// windows, next to the kills.
+func explainLost(t *testing.T, conn driver.Conn, hexIDs []string, kills []string) {
+	t.Helper()
+	rows, err := conn.Query(t.Context(), `SELECT toString(tuple(w, n, ids,
+			(SELECT count() FROM itl_inbox WHERE toDateTime(ingested_at) = w),
+			(SELECT groupArray((promoted_at, records, streams, origins, copies)) FROM itl_promoted WHERE promoted_window = w),
+			(SELECT max(promoted_window) FROM itl_promoted WHERE promoted_window < w),
+			(SELECT min(promoted_window) FROM itl_promoted WHERE promoted_window > w)))
+		FROM (SELECT toDateTime(ingested_at) AS w, count() AS n, uniqExact(stream_id) AS ids FROM itl_inbox
+			WHERE hex(stream_id) IN (`+strings.Join(hexIDs, ",")+`) GROUP BY w) ORDER BY w`)
+	if err != nil {
+		t.Errorf("explain: %v", err)
+		return
+	}
+	defer rows.Close()
+	found := 0
+	for rows.Next() {
+		var line string
+		rows.Scan(&line)
+		t.Logf("lost records by inbox window (window, their rows, distinct, rows of the window, itl_promoted rows of it (promoted_at, records, streams, origins, copies), promoted window before, after): %s", line)
+		found++
+	}
+	if found == 0 {
+		t.Logf("none of the %d lost records is in itl_inbox", len(hexIDs))
+	}
+	t.Logf("kills: %s", strings.Join(kills, "; "))
+}
+
+// killEvent is one SIGKILL of the hunt.
+type killEvent struct {
+	engine bool   // the engine alone, else the collector (and its engine)
+	hunted string // "inbox" or "promoter"
+	hit    string // the table whose insert was running, "" if none showed
+	at     time.Time
+}
+
+func kills2str(ks []killEvent) []string {
+	out := make([]string, len(ks))
+	for i, k := range ks {
+		who := "collector"
+		if k.engine {
+			who = "engine"
+		}
+		out[i] = fmt.Sprintf("%s %s in %s", k.at.UTC().Format("15:04:05.000"), who, cmp.Or(k.hit, "(none)"))
+	}
+	return out
 }
 
 // killPage is a page's module: it sends batches of new records over a

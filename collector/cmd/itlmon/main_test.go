@@ -571,6 +571,16 @@ type proc struct {
 	done   chan struct{}
 
 	restarted atomic.Pointer[string] // the engine's native address after its latest restart
+
+	mu       sync.Mutex
+	problems []string // log lines at level warn and above
+}
+
+// warnings returns the lines the collector logged at level warn and above.
+func (p *proc) warnings() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]string(nil), p.problems...)
 }
 
 // engineAddr is the engine's current native address: the collector's
@@ -609,6 +619,7 @@ func startProcess(t *testing.T, lib, data string, extra ...string) *proc {
 		var once sync.Once
 		for sc.Scan() {
 			var line struct {
+				Level   string `json:"level"`
 				Message string `json:"message"`
 				URL     string `json:"url"`
 				Native  string `json:"clickhouse_native"`
@@ -616,6 +627,11 @@ func startProcess(t *testing.T, lib, data string, extra ...string) *proc {
 			}
 			if json.Unmarshal(sc.Bytes(), &line) != nil {
 				continue
+			}
+			if line.Level == "warn" || line.Level == "error" || line.Level == "fatal" {
+				p.mu.Lock()
+				p.problems = append(p.problems, sc.Text())
+				p.mu.Unlock()
 			}
 			switch line.Message {
 			case "itlmon serving":
