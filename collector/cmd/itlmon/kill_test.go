@@ -67,6 +67,7 @@ func TestKillHuntsTheCut(t *testing.T) {
 	var cur atomic.Pointer[proc]
 	procs := []*proc{serve()}
 	cur.Store(procs[0])
+	stopMerges(t, procs[0].native)
 
 	// The pages: site test (records with and without a timeline) and site
 	// chat (records whose origin timeline an origin reporter sends).
@@ -139,6 +140,11 @@ func TestKillHuntsTheCut(t *testing.T) {
 	}
 	defer conn.Close()
 	waitPromoted(t, conn)
+	var merged string
+	query(t, conn, "SELECT toString(groupArray(table)) FROM system.parts WHERE database = 'itlmon' AND active AND min_block_number < max_block_number AND table IN ("+noMerges+")", &merged)
+	if merged != "[]" {
+		t.Fatalf("parts of %s were merged with others: a merge may have hidden a doubled row", merged)
+	}
 
 	// The figures.
 	hits := map[string]int{}
@@ -296,9 +302,36 @@ func TestKillHuntsTheCut(t *testing.T) {
 	query(t, conn, "SELECT toUInt64(count() - uniqExact(kind, site, stream_id)) FROM itl_inbox", &inboxCopies)
 	t.Logf("joined %d, %d of them refined in itl_streams (origin timeline within the hold of its client record; its delay after the client record p50/p90/p99 ms: %s)",
 		joined, refined, lateMs)
-	var windows, copies uint64
+	var windows, inboxWindows, copies uint64
 	query(t, conn, "SELECT uniqExact(promoted_window), toUInt64(sum(copies)) FROM itl_promoted", &windows, &copies)
+	query(t, conn, "SELECT uniqExact(toDateTime(ingested_at)) FROM itl_inbox", &inboxWindows)
+	if windows != inboxWindows {
+		t.Errorf("%d windows promoted, %d windows hold inbox rows", windows, inboxWindows)
+	}
 	t.Logf("promoted: %d windows; %d copies in itl_inbox (resends and replays that landed twice), %d dropped by the promoter", windows, inboxCopies, copies)
+}
+
+// noMerges are the tables whose merges could hide a doubled row (their
+// engines replace rows by key): the test stops their merges.
+const noMerges = "'itl_streams', 'itl_timelines', 'itl_promoted_ids', 'itl_origin'"
+
+// stopMerges stops the merges of the noMerges tables for good (a part
+// larger than 1 byte is never merged), so a row stored twice stays twice.
+// The promoter's deduplication does not depend on merges.
+func stopMerges(t *testing.T, addr string) {
+	t.Helper()
+	conn, err := clickhouse.Open(&clickhouse.Options{Addr: []string{addr}, Auth: clickhouse.Auth{Database: "itlmon"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	for _, table := range strings.Split(noMerges, ", ") {
+		q := "ALTER TABLE " + strings.Trim(table, "'") +
+			" MODIFY SETTING max_bytes_to_merge_at_max_space_in_pool = 1, max_bytes_to_merge_at_min_space_in_pool = 1"
+		if err := conn.Exec(t.Context(), q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
 }
 
 // explainLost logs where the acked records missing from itl_streams are:
