@@ -139,6 +139,21 @@ func TestKillHuntsTheCut(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
+	// Acked means in the inbox or in a collector's spool, which the last
+	// collector replays after its engine was down: wait until every acked
+	// record reached the inbox, then until it is promoted.
+	want := map[inboxKey]bool{}
+	for _, pg := range pages {
+		for id := range pg.acked {
+			want[inboxKey{"client", string(id[:])}] = true
+		}
+	}
+	for _, r := range reporters {
+		for id := range r.acked {
+			want[inboxKey{"origin", id}] = true
+		}
+	}
+	waitInbox(t, conn, want, 2*time.Minute)
 	waitPromoted(t, conn)
 	var merged string
 	query(t, conn, "SELECT toString(groupArray(table)) FROM system.parts WHERE database = 'itlmon' AND active AND min_block_number < max_block_number AND table IN ("+noMerges+")", &merged)
@@ -331,6 +346,43 @@ func stopMerges(t *testing.T, addr string) {
 		if err := conn.Exec(t.Context(), q); err != nil {
 			t.Fatalf("%s: %v", q, err)
 		}
+	}
+}
+
+// inboxKey is a record's identity in itl_inbox.
+type inboxKey struct{ kind, id string }
+
+// waitInbox waits until itl_inbox holds every record of want.
+func waitInbox(t *testing.T, conn driver.Conn, want map[inboxKey]bool, timeout time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		rows, err := conn.Query(t.Context(), "SELECT DISTINCT kind, stream_id FROM itl_inbox")
+		if err != nil {
+			t.Fatal(err)
+		}
+		have := map[inboxKey]bool{}
+		for rows.Next() {
+			var k inboxKey
+			if err := rows.Scan(&k.kind, &k.id); err != nil {
+				t.Fatal(err)
+			}
+			have[k] = true
+		}
+		rows.Close()
+		missing := 0
+		for k := range want {
+			if !have[k] {
+				missing++
+			}
+		}
+		if missing == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d acked records not in itl_inbox %v after the last kill", missing, timeout)
+		}
+		time.Sleep(500 * time.Millisecond)
 	}
 }
 
