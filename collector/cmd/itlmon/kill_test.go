@@ -37,20 +37,23 @@ const defaultKillRounds = 16
 var promoterTables = []string{"itl_streams", "itl_timelines", "itl_origin", "itl_promoted_ids", "itl_promoted"}
 
 // TestKillHuntsTheCut SIGKILLs the collector (a real process; its engine
-// dies with it) or only its engine (the collector restarts it), again and
-// again, each time at the moment an INSERT is running: it watches the
-// engine's system.processes and kills as soon as an insert into itl_inbox
-// or one of the promoter's tables shows. Meanwhile pages stream records over
-// WebSockets and resend every unacknowledged batch after a reconnect, as the
-// browser module does; part of the streams have origin timelines, POSTed
-// (and re-POSTed until a 204) to /v1/origin. After the last kill the last
-// collector promotes everything, and then every acked record is in
-// itl_streams, itl_promoted_ids and (if it has a timeline) itl_timelines
-// exactly once, read without FINAL; no record, acked or not, is there twice;
-// itl_origin holds each acked origin timeline once per version, and every
-// acked pair is joined; the rollups equal an aggregate over the rows they
-// roll up (itl_rollup_1m over itl_streams, itl_origin_1m over the joined
-// itl_origin rows, FINAL).
+// dies with it) or only its engine (the collector restarts it), in turn,
+// defaultKillRounds times (ITLMON_KILL_ROUNDS for longer runs), each time at
+// the moment an INSERT runs: it polls the engine's system.processes and
+// kills as soon as an insert into itl_inbox (or, every other time, into one
+// of the promoter's tables) shows, at once or a few milliseconds into it.
+// Meanwhile pages stream records over WebSockets and resend every
+// unacknowledged batch after a reconnect, as the browser module does; a
+// third of the streams have origin timelines, POSTed (and POSTed again until
+// a 204) to /v1/origin. After the last kill every acked record reaches the
+// inbox (the last collector replays its spool) and is promoted; then every
+// acked record is in itl_streams, itl_promoted_ids and (if it has a
+// timeline) itl_timelines exactly once, read without FINAL, and no record,
+// acked or not, is there twice (their merges, which would fold a doubled row,
+// are stopped and checked); itl_origin holds each acked origin timeline once
+// per version and every acked pair joined; the rollups equal the same sums
+// over the rows they roll up (itl_rollup_1m over itl_streams, itl_origin_1m
+// over itl_origin FINAL, version 1). The figures are logged.
 func TestKillHuntsTheCut(t *testing.T) {
 	lib := chdbLib(t)
 	rounds := defaultKillRounds
