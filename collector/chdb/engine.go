@@ -410,6 +410,13 @@ func (e *Engine) launch(ctx context.Context) (*child, error) {
 	e.mu.Lock()
 	native, httpPort := e.native, e.http
 	e.mu.Unlock()
+	// No engine runs on the directory now: repair what a kill left in the
+	// tables' deduplication logs (see reconcileDedupLogs).
+	if n, err := reconcileDedupLogs(e.opts.Dir); err != nil {
+		e.log.Error().Err(err).Msg("cannot reconcile deduplication logs with the parts; a retried insert may be dropped")
+	} else if n > 0 {
+		e.log.Warn().Int("block_ids", n).Msg("deduplication logs named parts a kill left uncommitted; dropped those block ids so retries are stored")
+	}
 	var lastErr error
 	for attempt := 0; attempt < launchAttempts; attempt++ {
 		if attempt > 0 && e.opts.FixedPorts {

@@ -249,3 +249,68 @@ func TestBusyPort(t *testing.T) {
 		t.Fatalf("ping: %v", err)
 	}
 }
+
+// TestDedupGhostRepaired: a block id the engine recorded in a table's
+// deduplication log without its part (what a kill between the record and
+// the part's rename leaves, made here by removing the part while the engine
+// is down) would drop every retry with that token as a duplicate; the
+// engine's next launch drops the id, and the retry is stored.
+func TestDedupGhostRepaired(t *testing.T) {
+	lib := libPath(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	e, err := chdb.Start(ctx, chdb.Options{LibPath: lib, Dir: t.TempDir(), Logger: zerolog.New(zerolog.NewTestWriter(t))})
+	if err != nil {
+		t.Fatalf("start: %v", err)
+	}
+	t.Cleanup(func() { e.Close(context.Background()) })
+	conn := connect(t, e)
+	if err := conn.Exec(ctx, "CREATE TABLE ghost_test (x UInt32) ENGINE = MergeTree ORDER BY x SETTINGS non_replicated_deduplication_window = 100"); err != nil {
+		t.Fatal(err)
+	}
+	insert := func() {
+		t.Helper()
+		tctx := clickhouse.Context(ctx, clickhouse.WithSettings(clickhouse.Settings{"insert_deduplication_token": "window-1"}))
+		if err := conn.Exec(tctx, "INSERT INTO ghost_test VALUES (1)"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rows := func() uint64 {
+		t.Helper()
+		var n uint64
+		var err error
+		for ctx.Err() == nil { // the engine may be restarting
+			if err = conn.QueryRow(ctx, "SELECT count() FROM ghost_test").Scan(&n); err == nil {
+				return n
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		t.Fatalf("count: %v", err)
+		return 0
+	}
+	insert()
+	insert() // a retry of a stored insert: dropped
+	if got := rows(); got != 1 {
+		t.Fatalf("rows after an insert and its retry = %d, want 1", got)
+	}
+	var part string
+	if err := conn.QueryRow(ctx, "SELECT path FROM system.parts WHERE table = 'ghost_test' AND active").Scan(&part); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Stop(ctx); err != nil {
+		t.Fatalf("stop: %v", err)
+	}
+	if err := os.RemoveAll(part); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Restart(ctx); err != nil {
+		t.Fatalf("restart: %v", err)
+	}
+	if got := rows(); got != 0 {
+		t.Fatalf("rows with the part gone = %d, want 0", got)
+	}
+	insert() // the promoter's retry of the interrupted window
+	if got := rows(); got != 1 {
+		t.Fatalf("rows after the retry = %d, want 1: the retry was dropped as a duplicate of a part that does not exist", got)
+	}
+}

@@ -14,6 +14,7 @@ import (
 	"runtime/debug"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -566,18 +567,42 @@ func storedIDs(t testing.TB, conn driver.Conn, site string) map[[16]byte]int {
 type proc struct {
 	cmd    *exec.Cmd
 	url    string
-	native string
+	native string // the engine's native address when the collector started
 	done   chan struct{}
+
+	restarted atomic.Pointer[string] // the engine's native address after its latest restart
+
+	mu       sync.Mutex
+	problems []string // log lines at level warn and above
 }
 
-func startProcess(t *testing.T, lib, data string) *proc {
+// warnings returns the lines the collector logged at level warn and above.
+func (p *proc) warnings() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]string(nil), p.problems...)
+}
+
+// engineAddr is the engine's current native address: the collector's
+// supervisor restarts a dead engine, on the same ports unless taken.
+func (p *proc) engineAddr() string {
+	if a := p.restarted.Load(); a != nil {
+		return *a
+	}
+	return p.native
+}
+
+// startProcess starts the collector on data with site "test", plus extra
+// serve flags.
+func startProcess(t *testing.T, lib, data string, extra ...string) *proc {
 	t.Helper()
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(exe, "serve", "--addr", "127.0.0.1:0", "--data", data, "--chdb-lib", lib,
-		"--site", "test="+pageOrigin, "--log-format", "json", "--conn-rate", "0", "--site-rate", "0")
+	args := []string{"serve", "--addr", "127.0.0.1:0", "--data", data, "--chdb-lib", lib,
+		"--site", "test=" + pageOrigin, "--log-format", "json", "--conn-rate", "0", "--site-rate", "0"}
+	cmd := exec.Command(exe, append(args, extra...)...)
 	cmd.Env = append(os.Environ(), runMainEnv+"=1")
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
@@ -594,13 +619,25 @@ func startProcess(t *testing.T, lib, data string) *proc {
 		var once sync.Once
 		for sc.Scan() {
 			var line struct {
+				Level   string `json:"level"`
 				Message string `json:"message"`
 				URL     string `json:"url"`
 				Native  string `json:"clickhouse_native"`
+				Engine  string `json:"native"`
 			}
-			if json.Unmarshal(sc.Bytes(), &line) == nil && line.Message == "itlmon serving" {
-				p.url, p.native = line.URL, line.Native
-				once.Do(func() { close(ready) })
+			if json.Unmarshal(sc.Bytes(), &line) != nil {
+				continue
+			}
+			if line.Level == "warn" || line.Level == "error" || line.Level == "fatal" {
+				p.mu.Lock()
+				p.problems = append(p.problems, sc.Text())
+				p.mu.Unlock()
+			}
+			switch line.Message {
+			case "itlmon serving":
+				once.Do(func() { p.url, p.native = line.URL, line.Native; close(ready) })
+			case "clickhouse engine restarted":
+				p.restarted.Store(&line.Engine)
 			}
 		}
 		io.Copy(io.Discard, stderr)
