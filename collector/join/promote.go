@@ -101,9 +101,10 @@ type Shard struct {
 	Replicas string
 }
 
-// Promoter turns itl_inbox into itl_streams, itl_timelines, itl_origin and
-// itl_promoted_ids (and, through their materialized views, the rollups),
-// one sealed window at a time, exactly once (see schema/007_inbox.sql). Any
+// Promoter turns itl_inbox into itl_streams, itl_timelines, itl_origin,
+// itl_edge (edgejoin.go) and itl_promoted_ids (and, through their
+// materialized views, the rollups), one sealed window at a time, exactly
+// once (see schema/007_inbox.sql). Any
 // number of collectors may run one on the same shards: they do the same work
 // and ClickHouse keeps one copy of it.
 type Promoter struct {
