@@ -193,3 +193,24 @@ func TestLateEdgeAndCopies(t *testing.T) {
 	}
 	eventually(t, f.db, "SELECT count() FROM itl_streams WHERE origin_id = 'edge-3'", uint64(1))
 }
+
+// The edge's timeline first, then the browser's record, the origin's last
+// (within the hold): one window sees all three.
+func TestEdgeFirstOriginLast(t *testing.T) {
+	f := newFixture(t, 2*time.Second)
+	o := smoothOrigin("edge-4")
+	atEdge := heldFrom(shifted(o.EmitUs, 5*ms), 15, 600*ms)
+	f.addOrigin(t, "chat", edgeView(o, atEdge))
+	f.submit(t, browserView(o, shifted(atEdge, 40*ms), meter.CauseUnknown))
+	time.Sleep(300 * time.Millisecond)
+	f.addOrigin(t, "chat", o)
+
+	// The origin shows no gap: unknown → network; the edge got the events
+	// late and coalesced: origin→edge.
+	eventually(t, f.db, "SELECT toString((colo, stall_cause, stall_hop, stalls_origin_edge, stalls_unknown)) FROM itl_streams WHERE origin_id = 'edge-4'",
+		"('FRA',['network'],['origin_edge'],1,0)")
+	eventually(t, f.db, "SELECT toString((version, has_origin, in_streams, added_ttft_origin_edge_us, added_ttft_edge_browser_us, stall_hop)) FROM itl_edge FINAL WHERE origin_id = 'edge-4'",
+		"(1,true,true,5000,40000,['origin_edge'])")
+	eventually(t, f.db, "SELECT toString((version, in_streams, stall_cause)) FROM itl_origin FINAL WHERE origin_id = 'edge-4'", "(1,true,['network'])")
+	waitStats(t, f.p, "1 edge join, 1 origin join", func(st join.PromoterStats) bool { return st.EdgeJoined == 1 && st.Joined == 1 })
+}
