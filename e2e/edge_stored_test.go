@@ -30,7 +30,7 @@ func TestEdgeStored(t *testing.T) {
 	o.SetCollector(c.URL, edgeSite)
 	wd := startWorkerd(t, o.URL, c.URL)
 
-	id := edgeStoredStream(t, c, o, wd.URL, 1)
+	id, _ := edgeStoredStream(t, c, o, wd.URL, 1)
 
 	// The browser's row: where the edge says the client is.
 	want := "FRA\tDE\tDE-" + edgeCF.RegionCode
@@ -73,8 +73,9 @@ func TestEdgeStored(t *testing.T) {
 // edgeStoredStream opens the page through base (the Worker, or a proxy in
 // front of it) in a new tab whose requests carry the injected request.cf,
 // with itlmon loaded from collector c, runs one stream, waits until c
-// stored it (the n-th stream of the site) and returns its origin id.
-func edgeStoredStream(t *testing.T, c *Collector, o *Origin, base string, n int) string {
+// stored it (the n-th stream of the site) and returns its origin id and
+// stream id.
+func edgeStoredStream(t *testing.T, c *Collector, o *Origin, base string, n int) (originID, streamID string) {
 	t.Helper()
 	ctx := NewTab(t)
 	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
@@ -96,7 +97,7 @@ func edgeStoredStream(t *testing.T, c *Collector, o *Origin, base string, n int)
 	if st.OriginID == "" {
 		t.Fatalf("stored stream %s has no origin id (X-Itlmon-Stream through the Worker)", st.StreamID)
 	}
-	return strings.ReplaceAll(st.OriginID, "'", "")
+	return strings.ReplaceAll(st.OriginID, "'", ""), st.StreamID
 }
 
 // joinedEdge waits (20 s) for the joined itl_edge row of stream id and
@@ -143,7 +144,7 @@ func TestEdgeStoredHops(t *testing.T) {
 		}, "edge_browser", func(reads, maxPerRead uint32) bool { return reads >= 30 && maxPerRead <= 3 }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			id := edgeStoredStream(t, c, o, tc.front(t), i+1)
+			id, sid := edgeStoredStream(t, c, o, tc.front(t), i+1)
 			row := joinedEdge(t, c, id, "has_origin, in_streams, reads, max_events_per_read, ttft_cause, ttft_hop, added_ttft_origin_edge_us, added_ttft_edge_browser_us")
 			t.Logf("itl_edge has_origin, in_streams, reads, max events/read, ttft cause, hop, added TTFT origin→edge, edge→browser (µs): %s", row)
 			f := strings.Split(row, "\t")
@@ -157,6 +158,20 @@ func TestEdgeStoredHops(t *testing.T) {
 			}
 			if got, want := c.Query(t, "SELECT ttft_cause, ttft_hop, colo FROM itl_streams WHERE origin_id = '"+id+"'"), "network\t"+tc.hop+"\tFRA"; got != want {
 				t.Fatalf("itl_streams ttft_cause, ttft_hop, colo = %q, want %q", got, want)
+			}
+			// The dashboard's one-stream view says it too.
+			resp, err := http.Get(c.URL + "/api/stream?" + url.Values{"site": {edgeSite}, "id": {sid}}.Encode())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			var d struct {
+				Colo      string `json:"colo"`
+				TTFTCause string `json:"ttft_cause"`
+				TTFTHop   string `json:"ttft_hop"`
+			}
+			if err := json.NewDecoder(resp.Body).Decode(&d); err != nil || d.Colo != "FRA" || d.TTFTCause != "network" || d.TTFTHop != tc.hop {
+				t.Fatalf("/api/stream: %+v (%v), want colo FRA, network on %s", d, err, tc.hop)
 			}
 		})
 	}
