@@ -63,10 +63,14 @@ type EdgeResult struct {
 //     its timeline can tell);
 //   - `page` and `origin` stalls get no hop.
 //
-// The wait for the first token is placed the same way: the edge saw it when
-// its own TTFT is at least SameGapShare of the client's or the client's
-// exceeds it by at most the stall threshold; coalesced means the edge's
-// first content read carried several events.
+// The wait for the first token is placed the same way, except that a
+// `network` wait the edge saw goes on origin→edge only when the edge
+// received it coalesced too, else on edge→browser (every stream waits for
+// its first token: that the edge waited as well is no evidence of where
+// the browser's first read got coalesced). The edge saw the wait when its
+// own TTFT is at least SameGapShare of the client's or the client's exceeds
+// it by at most the stall threshold; coalesced means the edge's first
+// content read carried several events.
 func AttributeEdge(c *beacon.Record, e, o *beacon.Origin) EdgeResult {
 	var zero beacon.Record
 	zero.TTFTUs = beacon.NoTime
@@ -105,7 +109,11 @@ func AttributeEdge(c *beacon.Record, e, o *beacon.Origin) EdgeResult {
 		if len(e.EmitUs) > 0 {
 			first = sameRead(e.EmitUs, 0)
 		}
-		if hop, ok := place(cause, saw, first > 1 || len(e.EmitUs) == 0 && e.MaxEventsPerFlush > 1); ok {
+		coalesced := first > 1 || len(e.EmitUs) == 0 && e.MaxEventsPerFlush > 1
+		if cause == meter.CauseNetwork && saw && !coalesced {
+			saw = false // the edge got it spaced: the browser's coalescing came after it
+		}
+		if hop, ok := place(cause, saw, coalesced); ok {
 			r.TTFTCause, r.Hops.TTFT = uint8(meter.CauseNetwork), hop
 		}
 	}

@@ -109,6 +109,8 @@ func TestAttributeEdgeTTFT(t *testing.T) {
 		{"buffered after the edge", shift(origin, 5*ms), all(30, end+45*ms), meter.CauseNetwork, meter.CauseNetwork, collector.HopEdgeBrowser},
 		{"unknown, coalesced at the edge", all(30, end+5*ms), all(30, end+45*ms), meter.CauseUnknown, meter.CauseNetwork, collector.HopOriginEdge},
 		{"unknown, after the edge", shift(origin, 5*ms), all(30, end+45*ms), meter.CauseUnknown, meter.CauseNetwork, collector.HopEdgeBrowser},
+		{"network, a fast first token the browser got coalesced, the edge spaced", shift(origin, 5*ms), append([]uint32{origin[1] + 45*ms}, shift(origin[1:], 45*ms)...), meter.CauseNetwork, meter.CauseNetwork, collector.HopEdgeBrowser},
+		{"network, a fast first token coalesced at the edge already", append([]uint32{origin[1] + 5*ms}, shift(origin[1:], 5*ms)...), append([]uint32{origin[1] + 45*ms}, shift(origin[1:], 45*ms)...), meter.CauseNetwork, meter.CauseNetwork, collector.HopOriginEdge},
 		{"unknown, the edge waited as long, spaced", shift(cadence(30, 700*ms, 20*ms, 0, 0), 0), shift(cadence(30, 700*ms, 20*ms, 0, 0), 40*ms), meter.CauseUnknown, meter.CauseUnknown, ""},
 	}
 	for _, tt := range tests {
