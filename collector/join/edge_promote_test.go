@@ -168,6 +168,13 @@ func TestEdgeStallAfterEdge(t *testing.T) {
 	if len(groups) != 1 || groups[0].Key != "FRA" || groups[0].Report.Streams != 1 {
 		t.Fatalf("breakdown by colo = %+v, want FRA with 1 stream", groups)
 	}
+	causes, err := query.CauseBreakdown(context.Background(), f.db.Conn(), flt, "colo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(causes) != 1 || causes[0].NetworkByHop["edge_browser"] != (query.HopCounts{Stalls: 1, StalledMs: 620}) || causes[0].NetworkByHop["origin_edge"] != (query.HopCounts{}) {
+		t.Fatalf("causes by colo = %+v, want one network stall of 620 ms on edge_browser", causes)
+	}
 }
 
 // The edge's timeline after the hold: itl_streams keeps the client's view

@@ -344,9 +344,16 @@
     $("#cause-table tbody").innerHTML = rows.length ? rows.map(r => {
       const tot = CAUSES.reduce((s, c) => s + (r.stalled_ms_by_cause[c] || 0), 0);
       return `<tr data-key="${esc(r.key)}"><td class="l">${esc(r.key || "unknown")}</td><td>${num(r.streams)}</td><td>${num(r.stalls)}</td>
-        ${CAUSES.map(c => `<td>${r.stalls_by_cause[c] ? num(r.stalls_by_cause[c]) + " <small>" + ms(r.stalled_ms_by_cause[c]) + "</small>" : "—"}</td>`).join("")}
+        ${CAUSES.map(c => `<td>${r.stalls_by_cause[c] ? num(r.stalls_by_cause[c]) + " <small>" + ms(r.stalled_ms_by_cause[c]) + "</small>" + (c === "network" ? hopSplit(r.network_by_hop) : "") : "—"}</td>`).join("")}
         <td class="l"><div class="mixbar small">${tot ? CAUSES.filter(c => r.stalled_ms_by_cause[c]).map(c => `<span style="flex:${r.stalled_ms_by_cause[c]};background:${CAUSE_COLOR[c]}"></span>`).join("") : ""}</div></td></tr>`;
     }).join("") : `<tr><td class="l" colspan="8">No streams in this range.</td></tr>`;
+  }
+
+  // hopSplit shows the network stalls an edge Worker placed on each hop.
+  function hopSplit(h) {
+    if (!h) return "";
+    const parts = Object.keys(HOP_NAME).filter(k => h[k] && h[k].stalls).map(k => `${HOP_NAME[k]} ${num(h[k].stalls)}`);
+    return parts.length ? `<br><small>${parts.join(" · ")}</small>` : "";
   }
 
   // ---------- re-chunking ----------
