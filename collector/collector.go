@@ -34,6 +34,30 @@ type Stream struct {
 	BrowserMajor uint16
 	OS           string // "Windows", "macOS", "Android", "iOS", "Linux", ...
 	Device       string // "desktop", "mobile", "tablet", "bot", "unknown"
+
+	// From the edge, when an edge Worker reported the stream
+	// (collector/join): its data centre, and the hop of each network delay.
+	Colo string // IATA code; "" without an edge
+	Hops Hops
+}
+
+// Hops of a stream's path, as the edge's timeline places network delays:
+// HopOriginEdge when the edge already received the events late or
+// coalesced, HopEdgeBrowser when the edge received them on time and the
+// browser did not.
+const (
+	HopOriginEdge  = "origin_edge"
+	HopEdgeBrowser = "edge_browser"
+)
+
+// Hops places a stream's network delays on its path. The zero value: no
+// edge, no hops.
+type Hops struct {
+	TTFT  string   // hop of a network wait for the first token, "" if none
+	Stall []string // hop of each StallList entry ("" where none), nil without an edge
+	// The network stalls (count, total microseconds) per hop.
+	OriginEdgeStalls, EdgeBrowserStalls       uint32
+	OriginEdgeStalledUs, EdgeBrowserStalledUs uint64
 }
 
 // Sink takes enriched streams and reports when they are durable.

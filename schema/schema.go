@@ -16,7 +16,7 @@
 // promoter moved, exactly once, into:) itl_streams (raw, one row per
 // stream), itl_rollup_1m (per-minute aggregates via materialized views),
 // itl_timelines (sampled raw timelines), itl_origin and itl_origin_1m (the
-// origin vantage point and its rollup); itl_otlp_exports (the minutes the
+// origin vantage point and its rollup), itl_edge (the edge vantage point); itl_otlp_exports (the minutes the
 // OpenTelemetry export claimed).
 //
 // Parse and Cluster (cluster.go) give each statement its form in the cluster

@@ -314,10 +314,11 @@ func buildDashboard() dashboard {
 		queryVar("region", "Region", dimVarSQL("region"), true),
 		queryVar("browser", "Browser", dimVarSQL("browser"), true),
 		queryVar("model", "Model", dimVarSQL("model"), true),
-		{Name: "group_by", Label: "Breakdown by", Type: "custom", Query: "region,browser,model,country,os,device,release",
+		{Name: "group_by", Label: "Breakdown by", Type: "custom", Query: "region,browser,model,country,os,device,release,colo",
 			Current: map[string]any{"selected": true, "text": "region", "value": "region"},
 			Options: []varOption{{true, "region", "region"}, {false, "browser", "browser"}, {false, "model", "model"},
-				{false, "country", "country"}, {false, "os", "os"}, {false, "device", "device"}, {false, "release", "release"}},
+				{false, "country", "country"}, {false, "os", "os"}, {false, "device", "device"}, {false, "release", "release"},
+				{false, "colo", "colo"}},
 			Description: "the dimension of the breakdown table"},
 	}
 	d.Panels = []panel{

@@ -82,6 +82,9 @@ type streamJSON struct {
 	BytesPerRead   float64 `json:"bytes_per_read"`
 	SubFloorShare  float64 `json:"sub_floor_share"`
 	TTFTCause      string  `json:"ttft_cause"`
+	// TTFTHop is the hop of a network wait for the first token
+	// (origin_edge, edge_browser), with the edge Worker only.
+	TTFTHop string `json:"ttft_hop,omitempty"`
 	// StallsByCause and StalledMsByCause count the stalls per cause name
 	// (unknown, network, page, origin; every one present, 0 when none).
 	StallsByCause    map[string]uint32  `json:"stalls_by_cause"`
@@ -92,6 +95,7 @@ type streamJSON struct {
 
 	Country       string `json:"country"`
 	Region        string `json:"region"`
+	Colo          string `json:"colo,omitempty"` // the edge data centre, with the edge Worker
 	Browser       string `json:"browser"`
 	BrowserMajor  uint16 `json:"browser_major"`
 	OS            string `json:"os"`
@@ -108,6 +112,7 @@ type stallJSON struct {
 	EndMs          float64 `json:"end_ms"`
 	Cause          string  `json:"cause"`
 	NextReadEvents uint32  `json:"next_read_events"`
+	Hop            string  `json:"hop,omitempty"` // of a network stall, with the edge Worker: origin_edge or edge_browser
 }
 
 func (h *streamsHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -206,12 +211,14 @@ func toJSON(s *collector.Stream) streamJSON {
 		BytesPerRead:     finite(s.BytesPerRead),
 		SubFloorShare:    finite(s.SubFloorShare),
 		TTFTCause:        meter.Name(meter.CauseNames[:], s.TTFTCause),
+		TTFTHop:          s.Hops.TTFT,
 		StallsByCause:    make(map[string]uint32, meter.NumCauses-1),
 		StalledMsByCause: make(map[string]float64, meter.NumCauses-1),
 		StallList:        make([]stallJSON, len(s.StallList)),
 
 		Country:       s.Country,
 		Region:        s.Region,
+		Colo:          s.Colo,
 		Browser:       s.Browser,
 		BrowserMajor:  s.BrowserMajor,
 		OS:            s.OS,
@@ -228,6 +235,9 @@ func toJSON(s *collector.Stream) streamJSON {
 	for i, st := range s.StallList {
 		j.StallList[i] = stallJSON{StartMs: ms(uint64(st.StartUs)), EndMs: ms(uint64(st.EndUs)),
 			Cause: meter.Name(meter.CauseNames[:], st.Cause), NextReadEvents: st.NextReadEvents}
+		if i < len(s.Hops.Stall) {
+			j.StallList[i].Hop = s.Hops.Stall[i]
+		}
 	}
 	return j
 }

@@ -278,7 +278,7 @@ func TestRegisterMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, want := len(mfs), 3+10; got != want {
+	if got, want := len(mfs), 4+12; got != want {
 		t.Fatalf("%d metric families, want %d", got, want)
 	}
 }

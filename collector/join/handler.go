@@ -21,13 +21,12 @@ const MaxOriginBody = 4 << 20
 type Keys func(site string) (key string, ok bool)
 
 // Handler serves POST /v1/origin?site=KEY: a beacon KindOrigin message from
-// an origin reporter (collector/origin), authenticated by the site's shared
-// key in the X-Itlmon-Key header (server to server; no CORS). 204 once the
-// timelines are durable; 400 for a malformed body (not retried by the
-// reporter), 403 for a wrong site or key, 413 for an oversized body, 422 for
-// a batch holding an edge timeline (beacon.VantageEdge, from wasm/edge: not
-// stored yet, and never stored as an origin one), 503 when storage failed
-// (retried).
+// an origin reporter (collector/origin) or an edge Worker (wasm/edge; its
+// timelines carry beacon.VantageEdge and are stored as such), authenticated
+// by the site's shared key in the X-Itlmon-Key header (server to server; no
+// CORS). 204 once the timelines are durable; 400 for a malformed body (not
+// retried by the reporter), 403 for a wrong site or key, 413 for an
+// oversized body, 503 when storage failed (retried).
 func (j *Intake) Handler(keys Keys) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodPost {
@@ -63,12 +62,6 @@ func (j *Intake) Handler(keys Keys) http.Handler {
 		if b.Site != "" && b.Site != site {
 			http.Error(w, "origin: batch is for site "+strconv.Quote(b.Site)+", not "+strconv.Quote(site), http.StatusBadRequest)
 			return
-		}
-		for i := range b.Records {
-			if v := b.Records[i].Vantage; v != beacon.VantageOrigin {
-				http.Error(w, "origin: record "+strconv.Itoa(i)+": "+v.String()+" timelines are not stored yet (this collector stores origin timelines only)", http.StatusUnprocessableEntity)
-				return
-			}
 		}
 		if err := j.AddOrigin(r.Context(), site, b); err != nil {
 			http.Error(w, "origin: store: "+err.Error(), http.StatusServiceUnavailable)

@@ -18,20 +18,21 @@ type RowSink interface {
 	SubmitRows(ctx context.Context, rows []store.InboxRow, done func(error)) error
 }
 
-// Intake takes origin timelines (POST /v1/origin, Handler) into the inbox,
-// where the Promoter joins them with client records. It holds nothing: any
+// Intake takes origin and edge timelines (POST /v1/origin, Handler) into
+// the inbox, where the Promoter joins them with client records. It holds nothing: any
 // collector may take any timeline. Safe for concurrent use.
 type Intake struct {
 	sink RowSink
 	log  zerolog.Logger
 	now  func() time.Time
 
-	origins, reporterDropped, failed atomic.Uint64
+	origins, edges, reporterDropped, failed atomic.Uint64
 }
 
 // IntakeStats counts what an Intake took.
 type IntakeStats struct {
 	Origins         uint64 // origin timelines received
+	Edges           uint64 // edge timelines received
 	ReporterDropped uint64 // timelines origin reporters said they dropped (queue full)
 	Failed          uint64 // timelines not stored (the reporter got a 503 and retries)
 }
@@ -43,25 +44,30 @@ func NewIntake(sink RowSink, log zerolog.Logger) *Intake {
 
 // Stats returns a snapshot of the counters.
 func (in *Intake) Stats() IntakeStats {
-	return IntakeStats{Origins: in.origins.Load(), ReporterDropped: in.reporterDropped.Load(), Failed: in.failed.Load()}
+	return IntakeStats{Origins: in.origins.Load(), Edges: in.edges.Load(), ReporterDropped: in.reporterDropped.Load(), Failed: in.failed.Load()}
 }
 
-// AddOrigin stores a batch of origin timelines of site. It returns once they
+// AddOrigin stores a batch of origin or edge timelines of site. It returns once they
 // are durable (in the inbox, or in the writer's spool); on an error none is
 // acknowledged and the reporter sends the batch again (copies are dropped at
 // promotion).
 func (in *Intake) AddOrigin(ctx context.Context, site string, b *beacon.OriginBatch) error {
 	now := in.now()
 	rows := make([]store.InboxRow, 0, len(b.Records))
+	var edges uint64
 	for i := range b.Records {
 		row, err := store.OriginRow(site, now, &b.Records[i])
 		if err != nil {
 			in.failed.Add(uint64(len(b.Records)))
 			return err
 		}
+		if row.Kind == store.KindEdge {
+			edges++
+		}
 		rows = append(rows, row)
 	}
-	in.origins.Add(uint64(len(rows)))
+	in.origins.Add(uint64(len(rows)) - edges)
+	in.edges.Add(edges)
 	in.reporterDropped.Add(uint64(b.Dropped))
 	if len(rows) == 0 {
 		return nil

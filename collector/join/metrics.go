@@ -6,7 +6,8 @@ import "github.com/prometheus/client_golang/prometheus"
 func (in *Intake) RegisterMetrics(reg prometheus.Registerer) error {
 	return registerCounters(reg, "join", []counter{
 		{"origin_timelines_total", "Origin timelines received on /v1/origin.", func() uint64 { return in.Stats().Origins }},
-		{"origin_timelines_failed_total", "Origin timelines not stored (the reporter retries).", func() uint64 { return in.Stats().Failed }},
+		{"edge_timelines_total", "Edge timelines received on /v1/origin (wasm/edge).", func() uint64 { return in.Stats().Edges }},
+		{"origin_timelines_failed_total", "Origin and edge timelines not stored (the reporter retries).", func() uint64 { return in.Stats().Failed }},
 		{"reporter_dropped_total", "Timelines origin reporters reported dropping (queue full).", func() uint64 { return in.Stats().ReporterDropped }},
 	})
 }
@@ -22,6 +23,8 @@ func (p *Promoter) RegisterMetrics(reg prometheus.Registerer) error {
 		{"copies_total", "Copies dropped (resends, load balancer retries, spool replays).", func() uint64 { return p.Stats().Copies }},
 		{"joined_total", "Client records joined with their origin timeline.", func() uint64 { return p.Stats().Joined }},
 		{"joined_in_streams_total", "Client records whose itl_streams row was refined by the join.", func() uint64 { return p.Stats().JoinedInStreams }},
+		{"edges_total", "Edge timelines promoted to itl_edge.", func() uint64 { return p.Stats().Edges }},
+		{"edge_joined_total", "Client records joined with their edge timeline.", func() uint64 { return p.Stats().EdgeJoined }},
 		{"refused_total", "Records ClickHouse refused at promotion (data errors), set aside in itl_inbox.", func() uint64 { return p.Stats().Refused }},
 		{"errors_total", "Failed promotion attempts (retried).", func() uint64 { return p.Stats().Errors }},
 	})

@@ -101,9 +101,10 @@ type Shard struct {
 	Replicas string
 }
 
-// Promoter turns itl_inbox into itl_streams, itl_timelines, itl_origin and
-// itl_promoted_ids (and, through their materialized views, the rollups),
-// one sealed window at a time, exactly once (see schema/007_inbox.sql). Any
+// Promoter turns itl_inbox into itl_streams, itl_timelines, itl_origin,
+// itl_edge (edgejoin.go) and itl_promoted_ids (and, through their
+// materialized views, the rollups), one sealed window at a time, exactly
+// once (see schema/007_inbox.sql). Any
 // number of collectors may run one on the same shards: they do the same work
 // and ClickHouse keeps one copy of it.
 type Promoter struct {
@@ -119,6 +120,7 @@ type Promoter struct {
 	step func(context.Context, Shard) (bool, time.Duration, error)
 
 	windows, records, streams, origins, copies, joined, joinedInStreams, refused, errs atomic.Uint64
+	edges, edgeJoined                                                                  atomic.Uint64
 	lagNanos, busyNanos                                                                atomic.Int64
 }
 
@@ -132,6 +134,8 @@ type PromoterStats struct {
 	Copies          uint64        // copies dropped
 	Joined          uint64        // joins made (itl_origin version 1 rows)
 	JoinedInStreams uint64        // ... whose refined causes reached itl_streams
+	Edges           uint64        // edge timelines promoted
+	EdgeJoined      uint64        // edge joins made (itl_edge version 1 rows)
 	Refused         uint64        // records ClickHouse refused (data errors), set aside
 	Errors          uint64        // failed promotion attempts (retried)
 	Lag             time.Duration // server time minus the end of the last promoted window, over all shards
@@ -201,6 +205,7 @@ func (p *Promoter) Stats() PromoterStats {
 	return PromoterStats{
 		Windows: p.windows.Load(), Records: p.records.Load(), Streams: p.streams.Load(), Origins: p.origins.Load(),
 		Copies: p.copies.Load(), Joined: p.joined.Load(), JoinedInStreams: p.joinedInStreams.Load(),
+		Edges: p.edges.Load(), EdgeJoined: p.edgeJoined.Load(),
 		Busy: time.Duration(p.busyNanos.Load()), Refused: p.refused.Load(), Errors: p.errs.Load(), Lag: time.Duration(p.lagNanos.Load()),
 	}
 }
@@ -415,7 +420,7 @@ func (p *Promoter) promote(ctx context.Context, sh Shard, start time.Time) error
 		return err
 	}
 	var clients []collector.Stream
-	var origins []inboxRead
+	var origins, edges []inboxRead
 	for _, r := range fresh {
 		k := keyOf(&r.InboxRow)
 		if k.id != "" && known[k] {
@@ -431,11 +436,13 @@ func (p *Promoter) promote(ctx context.Context, sh Shard, start time.Time) error
 			clients = append(clients, s)
 		case store.KindOrigin:
 			origins = append(origins, r)
+		case store.KindEdge:
+			edges = append(edges, r)
 		default:
 			p.log.Warn().Str("kind", r.Kind).Msg("inbox row of an unknown kind (a newer collector's?); skipped")
 		}
 	}
-	copies := len(rows) - len(clients) - len(origins)
+	copies := len(rows) - len(clients) - len(origins) - len(edges)
 
 	// The join. Origins for this window's clients: this window's, earlier
 	// ones within the TTL, and those of the next Hold (sealed too).
@@ -566,6 +573,11 @@ func (p *Promoter) promote(ctx context.Context, sh Shard, start time.Time) error
 		joinIDs = append(joinIDs, k)
 	}
 	joined = len(joinIDs)
+	// The edge's timelines (edgejoin.go): they refine clients too.
+	ej, err := p.joinEdges(ctx, sh.Conn, start, clients, edges, originOf)
+	if err != nil {
+		return err
+	}
 
 	// The inserts, each once per window and table (TokenSettings). Rows
 	// ClickHouse refuses (a data error: every collector meets the same) are
@@ -582,9 +594,15 @@ func (p *Promoter) promote(ctx context.Context, sh Shard, start time.Time) error
 	if err != nil {
 		return fmt.Errorf("promoter: %w", err)
 	}
-	if n := len(refusedStreams) + len(refusedOrigins); n > 0 {
+	refusedEdges, err := insertOrSetAside(ctx, token+"/itl_edge", ej.rows, func(ctx context.Context, tok string, part []EdgeRow) error {
+		return store.InsertRows(ctx, sh.Conn, "itl_edge", store.TokenSettings(tok), part)
+	})
+	if err != nil {
+		return fmt.Errorf("promoter: %w", err)
+	}
+	if n := len(refusedStreams) + len(refusedOrigins) + len(refusedEdges); n > 0 {
 		p.refused.Add(uint64(n))
-		p.log.Error().Time("window", start).Int("streams", len(refusedStreams)).Int("origin_rows", len(refusedOrigins)).
+		p.log.Error().Time("window", start).Int("streams", len(refusedStreams)).Int("origin_rows", len(refusedOrigins)).Int("edge_rows", len(refusedEdges)).
 			Msg("clickhouse refuses these records (a data error); set aside, they stay in itl_inbox for 2 days")
 	}
 	idRows := make([]promotedID, 0, len(clients)+len(origins))
@@ -599,6 +617,7 @@ func (p *Promoter) promote(ctx context.Context, sh Shard, start time.Time) error
 	for _, k := range joinIDs {
 		idRows = append(idRows, promotedID{kindJoin, k.site, k.originID, start})
 	}
+	idRows = append(idRows, ej.ids...)
 	if err := store.InsertRows(ctx, sh.Conn, "itl_promoted_ids", store.TokenSettings(token+"/itl_promoted_ids"), idRows); err != nil {
 		return fmt.Errorf("promoter: %w", err)
 	}
@@ -616,6 +635,8 @@ func (p *Promoter) promote(ctx context.Context, sh Shard, start time.Time) error
 	p.copies.Add(uint64(copies))
 	p.joined.Add(uint64(joined))
 	p.joinedInStreams.Add(uint64(inStreams))
+	p.edges.Add(uint64(ej.edges))
+	p.edgeJoined.Add(uint64(ej.joined))
 	return nil
 }
 

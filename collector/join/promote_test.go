@@ -255,7 +255,7 @@ func TestHandler(t *testing.T) {
 		{"no key", "chat", "", body, http.StatusForbidden},
 		{"wrong key", "chat", "guess", body, http.StatusForbidden},
 		{"garbage", "chat", "s3cret", []byte("{\"json\":1}"), http.StatusBadRequest},
-		{"edge timeline (not stored yet)", "chat", "s3cret", edgeBody, http.StatusUnprocessableEntity},
+		{"edge timeline", "chat", "s3cret", edgeBody, http.StatusNoContent},
 		{"ok", "chat", "s3cret", body, http.StatusNoContent},
 	} {
 		if got := post(tc.site, tc.key, tc.body); got != tc.want {
@@ -263,8 +263,11 @@ func TestHandler(t *testing.T) {
 		}
 	}
 	eventually(t, f.db, "SELECT toString((version, content_events, length(emit_us))) FROM itl_origin FINAL WHERE origin_id = 'req-4'", "(0,30,30)")
-	if st := f.in.Stats(); st.Origins != 1 || st.ReporterDropped != 3 {
-		t.Fatalf("stats %+v, want 1 origin, 3 reporter drops", st)
+	// The edge's timeline is stored as an edge's, never as an origin's.
+	eventually(t, f.db, "SELECT toString((version, colo, content_events, length(arrive_us))) FROM itl_edge FINAL WHERE origin_id = 'req-edge'", "(0,'FRA',30,30)")
+	eventually(t, f.db, "SELECT count() FROM itl_origin WHERE origin_id = 'req-edge'", uint64(0))
+	if st := f.in.Stats(); st.Origins != 1 || st.Edges != 1 || st.ReporterDropped != 3 {
+		t.Fatalf("stats %+v, want 1 origin, 1 edge, 3 reporter drops", st)
 	}
 }
 

@@ -23,8 +23,23 @@ var causeSelect = func() string {
 		}
 	}
 	b.WriteString("toUInt64(sum(streams)), toUInt64(sum(stalls))")
+	for _, h := range Hops {
+		b.WriteString(", toUInt64(sum(stalls_" + h + ")), toUInt64(sum(stalled_us_" + h + ")), toUInt64(sum(ttft_" + h + "))")
+	}
 	return b.String()
 }()
+
+// Hops are the hops a network delay is put on when the edge Worker reported
+// the stream (collector.HopOriginEdge, HopEdgeBrowser; schema/009_edge.sql).
+var Hops = []string{"origin_edge", "edge_browser"}
+
+// HopCounts are the network stalls, their stalled time and the network
+// waits for the first token put on one hop.
+type HopCounts struct {
+	Stalls    int64   `json:"stalls"`
+	StalledMs float64 `json:"stalled_ms"`
+	TTFT      int64   `json:"ttft"`
+}
 
 // CauseCounts are stalls, stalled time and the TTFT cause mix per cause name
 // (Causes) over a set of rollup rows. A stall's cause is the one stored with
@@ -38,11 +53,15 @@ type CauseCounts struct {
 	// TTFT is how many streams' wait for the first token had each cause
 	// (streams without a cause, "none", are not counted).
 	TTFT map[string]int64 `json:"ttft_cause"`
+	// NetworkByHop splits the network stalls and waits by hop (Hops), for
+	// the streams an edge Worker reported; the others' have no hop.
+	NetworkByHop map[string]HopCounts `json:"network_by_hop"`
 }
 
 type causeRow struct {
 	v               []uint64 // 3 × len(Causes)
 	streams, stalls uint64
+	hop             []uint64 // 3 × len(Hops)
 	dst             []any
 }
 
@@ -52,6 +71,10 @@ func newCauseRow() *causeRow {
 		r.dst = append(r.dst, &r.v[i])
 	}
 	r.dst = append(r.dst, &r.streams, &r.stalls)
+	r.hop = make([]uint64, 3*len(Hops))
+	for i := range r.hop {
+		r.dst = append(r.dst, &r.hop[i])
+	}
 	return r
 }
 
@@ -63,6 +86,10 @@ func (r *causeRow) counts() CauseCounts {
 		c.ByCause[name] = int64(r.v[i])
 		c.StalledMs[name] = float64(r.v[n+i]) / 1000
 		c.TTFT[name] = int64(r.v[2*n+i])
+	}
+	c.NetworkByHop = make(map[string]HopCounts, len(Hops))
+	for i, h := range Hops {
+		c.NetworkByHop[h] = HopCounts{Stalls: int64(r.hop[3*i]), StalledMs: float64(r.hop[3*i+1]) / 1000, TTFT: int64(r.hop[3*i+2])}
 	}
 	return c
 }

@@ -28,6 +28,7 @@ var dimColumn = map[string]string{
 	"device":  "device",
 	"model":   "model",
 	"release": "release",
+	"colo":    "colo", // the edge data centre (schema/009_edge.sql); '' without an edge
 }
 
 // MaxGroups bounds a Breakdown (largest groups by streams first).

@@ -230,7 +230,7 @@ func TestSummaryBreakdownTimeseries(t *testing.T) {
 		}
 	}
 	_, err = query.Summary(ctx, f.conn, query.Filter{Site: "shop", Since: filter.Since, Where: map[string]string{"colour; DROP TABLE itl_streams": "x"}})
-	if !errors.Is(err, query.ErrBadFilter) || !strings.Contains(err.Error(), "browser, country, device") {
+	if !errors.Is(err, query.ErrBadFilter) || !strings.Contains(err.Error(), "browser, colo, country, device") {
 		t.Errorf("unknown dimension: err = %v, want ErrBadFilter listing the dimensions", err)
 	}
 
@@ -289,7 +289,8 @@ func TestGateRUM(t *testing.T) {
 		{"days", []string{"--site", "shop", "--since", "2d", "--where", "browser=Chrome"}, gate.ExitPass, "site=shop since 48h"},
 		{"ttft gate", []string{"--site", "shop", "--where", "browser=Chrome", "--max-ttft-p95", "200ms"}, gate.ExitFail, "TTFT p95"},
 		{"no data", []string{"--site", "nosuch"}, gate.ExitUsage, "0 streams match"},
-		{"unknown where key", []string{"--site", "shop", "--where", "colour=red"}, gate.ExitUsage, "allowed are browser, country, device, model, os, region, release"},
+		{"unknown where key", []string{"--site", "shop", "--where", "colour=red"}, gate.ExitUsage, "allowed are browser, colo, country, device, model, os, region, release"},
+		{"colo is a dimension", []string{"--site", "shop", "--where", "colo=FRA"}, gate.ExitUsage, "0 streams match site=shop since 1h colo=FRA"},
 		{"no site", []string{}, gate.ExitUsage, "--site is required"},
 		{"unreachable", []string{"--site", "shop", "--clickhouse", "clickhouse://127.0.0.1:1/x"}, gate.ExitUsage, "check --clickhouse"},
 	} {

@@ -128,6 +128,11 @@ type StreamDetail struct {
 	SubFloorShare float64  `json:"sub_floor_share"`
 	HTTPProto     string   `json:"http_proto"`
 	Format        string   `json:"format"`
+	// Colo is the edge data centre and TTFTHop the hop of a network wait
+	// for the first token (origin_edge, edge_browser), when the edge
+	// Worker reported the stream.
+	Colo    string `json:"colo,omitempty"`
+	TTFTHop string `json:"ttft_hop,omitempty"`
 	// Stalls, each a gap over 200 ms between content events: the arrival
 	// times around it (ms since t0) and its cause.
 	StallList []StallSpan `json:"stall_list"`
@@ -146,6 +151,7 @@ type StallSpan struct {
 	StartMs float64 `json:"start_ms"`
 	EndMs   float64 `json:"end_ms"`
 	Cause   string  `json:"cause"`
+	Hop     string  `json:"hop,omitempty"` // of a network stall, with the edge Worker
 }
 
 // Stamp is one timeline entry of a StreamDetail.
@@ -178,7 +184,8 @@ func StreamDetailOf(ctx context.Context, conn Conn, site, id string) (StreamDeta
 	}
 	sid := string(raw)
 	rows, err := conn.Query(ctx, "SELECT "+briefSelect+`, ttfb_us, duration_us, reads, events, toFloat64(events_per_read), toFloat64(sub_floor_share),
-		toString(http_proto), toString(format), stall_start_us, stall_end_us, arrayMap(c -> toString(c), stall_cause)
+		toString(http_proto), toString(format), stall_start_us, stall_end_us, arrayMap(c -> toString(c), stall_cause),
+		toString(colo), toString(ttft_hop), arrayMap(h -> toString(h), stall_hop)
 		FROM `+streamsTable+` WHERE site = ? AND stream_id = ? ORDER BY received_at DESC LIMIT 1`, site, sid)
 	if err != nil {
 		return d, fmt.Errorf("query stream: %w", err)
@@ -188,13 +195,13 @@ func StreamDetailOf(ctx context.Context, conn Conn, site, id string) (StreamDeta
 		p50, p99, mx    uint32
 		stalled         uint64
 		sStart, sEnd    []uint32
-		sCause          []string
+		sCause, sHop    []string
 		found           bool
 	)
 	for rows.Next() {
 		found = true
 		dst := append(d.StreamBrief.dest(&ttft, &p50, &p99, &mx, &stalled), &ttfb, &dur, &d.Reads, &d.Events, &d.EventsPerRead, &d.SubFloorShare,
-			&d.HTTPProto, &d.Format, &sStart, &sEnd, &sCause)
+			&d.HTTPProto, &d.Format, &sStart, &sEnd, &sCause, &d.Colo, &d.TTFTHop, &sHop)
 		if err := rows.Scan(dst...); err != nil {
 			rows.Close()
 			return d, fmt.Errorf("scan stream: %w", err)
@@ -215,7 +222,11 @@ func StreamDetailOf(ctx context.Context, conn Conn, site, id string) (StreamDeta
 		if i < len(sCause) {
 			c = sCause[i]
 		}
-		d.StallList = append(d.StallList, StallSpan{StartMs: float64(sStart[i]) / 1000, EndMs: float64(sEnd[i]) / 1000, Cause: c})
+		sp := StallSpan{StartMs: float64(sStart[i]) / 1000, EndMs: float64(sEnd[i]) / 1000, Cause: c}
+		if i < len(sHop) {
+			sp.Hop = sHop[i]
+		}
+		d.StallList = append(d.StallList, sp)
 	}
 
 	d.Timeline = []Stamp{}

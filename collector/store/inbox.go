@@ -13,7 +13,8 @@ import (
 // Kinds of itl_inbox rows.
 const (
 	KindClient = "client" // a browser record (collector.Stream)
-	KindOrigin = "origin" // an origin timeline (beacon.Origin)
+	KindOrigin = "origin" // an origin timeline (beacon.Origin, VantageOrigin)
+	KindEdge   = "edge"   // an edge timeline (beacon.Origin, VantageEdge)
 )
 
 // InboxRow is one row of itl_inbox (schema/007_inbox.sql): one record as a
@@ -73,16 +74,27 @@ func ClientRow(s *collector.Stream) (InboxRow, error) {
 	}, nil
 }
 
-// OriginRow makes the inbox row of an origin timeline of site. Timelines
-// without an id cannot be joined and have no identity to deduplicate by:
-// they get the empty id and are promoted once per copy.
+// OriginRow makes the inbox row of a server-side timeline of site: kind
+// KindOrigin for an origin timeline, KindEdge for an edge one (its
+// Vantage). Both are keyed by the stream id the response carried (the
+// client record's origin_id), so a cluster shards a stream's records
+// together. Timelines without an id cannot be joined and have no identity
+// to deduplicate by: they get the empty id and are promoted once per copy.
 func OriginRow(site string, receivedAt time.Time, o *beacon.Origin) (InboxRow, error) {
+	kind := KindOrigin
+	switch o.Vantage {
+	case beacon.VantageOrigin:
+	case beacon.VantageEdge:
+		kind = KindEdge
+	default:
+		return InboxRow{}, fmt.Errorf("inbox: timeline of an unknown vantage %s", o.Vantage)
+	}
 	b := beacon.OriginBatch{Site: site, Records: []beacon.Origin{*o}}
 	p, err := b.AppendBinary(nil)
 	if err != nil {
-		return InboxRow{}, fmt.Errorf("inbox: encode origin timeline: %w", err)
+		return InboxRow{}, fmt.Errorf("inbox: encode %s timeline: %w", kind, err)
 	}
-	return InboxRow{Kind: KindOrigin, Site: site, StreamID: o.ID, OriginID: o.ID, ReceivedAt: receivedAt.UTC(), Payload: string(p)}, nil
+	return InboxRow{Kind: kind, Site: site, StreamID: o.ID, OriginID: o.ID, ReceivedAt: receivedAt.UTC(), Payload: string(p)}, nil
 }
 
 // Client decodes the client stream of a KindClient row.
@@ -107,10 +119,10 @@ func (r *InboxRow) Client() (collector.Stream, error) {
 	return s, nil
 }
 
-// Origin decodes the timeline of a KindOrigin row.
+// Origin decodes the timeline of a KindOrigin or KindEdge row.
 func (r *InboxRow) Origin() (beacon.Origin, error) {
-	if r.Kind != KindOrigin {
-		return beacon.Origin{}, fmt.Errorf("inbox: %q row is not an origin timeline", r.Kind)
+	if r.Kind != KindOrigin && r.Kind != KindEdge {
+		return beacon.Origin{}, fmt.Errorf("inbox: %q row is not an origin or edge timeline", r.Kind)
 	}
 	b, err := beacon.DecodeOriginBatch([]byte(r.Payload), inboxLimits)
 	if err != nil {
@@ -118,6 +130,9 @@ func (r *InboxRow) Origin() (beacon.Origin, error) {
 	}
 	if len(b.Records) != 1 {
 		return beacon.Origin{}, errors.New("inbox: origin payload does not hold one timeline")
+	}
+	if want := (r.Kind == KindEdge); (b.Records[0].Vantage == beacon.VantageEdge) != want {
+		return beacon.Origin{}, fmt.Errorf("inbox: %q row holds a %s timeline", r.Kind, b.Records[0].Vantage)
 	}
 	return b.Records[0], nil
 }

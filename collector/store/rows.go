@@ -2,6 +2,7 @@ package store
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/itlmon/itlmon/collector"
@@ -84,6 +85,15 @@ type streamRow struct {
 	StalledUsPage    uint64 `ch:"stalled_us_page"`
 	StalledUsOrigin  uint64 `ch:"stalled_us_origin"`
 	TTFTCauseName    string `ch:"ttft_cause"`
+
+	// The edge's (schema/009_edge.sql).
+	Colo                 string   `ch:"colo"`
+	TTFTHop              string   `ch:"ttft_hop"`
+	StallHops            []string `ch:"stall_hop"`
+	StallsOriginEdge     uint32   `ch:"stalls_origin_edge"`
+	StallsEdgeBrowser    uint32   `ch:"stalls_edge_browser"`
+	StalledUsOriginEdge  uint64   `ch:"stalled_us_origin_edge"`
+	StalledUsEdgeBrowser uint64   `ch:"stalled_us_edge_browser"`
 
 	ITLIdx     []int32  `ch:"itl_idx"`
 	ITLCnt     []uint64 `ch:"itl_cnt"`
@@ -191,6 +201,10 @@ func newStreamRow(s *collector.Stream) streamRow {
 		StalledUsPage: r.StalledByCause[causePage], StalledUsOrigin: r.StalledByCause[causeOrigin],
 		TTFTCauseName: meter.Name(meter.CauseNames[:], r.TTFTCause),
 
+		Colo: s.Colo, TTFTHop: s.Hops.TTFT,
+		StallsOriginEdge: s.Hops.OriginEdgeStalls, StallsEdgeBrowser: s.Hops.EdgeBrowserStalls,
+		StalledUsOriginEdge: s.Hops.OriginEdgeStalledUs, StalledUsEdgeBrowser: s.Hops.EdgeBrowserStalledUs,
+
 		TimelineDropped: r.TimelineDropped,
 
 		Release: s.Release, ModuleVersion: s.ModuleVersion, ConnType: s.ConnType,
@@ -210,10 +224,14 @@ func newStreamRow(s *collector.Stream) streamRow {
 	row.StallEndUs = make([]uint32, len(r.StallList))
 	row.StallCauses = make([]string, len(r.StallList))
 	row.StallNextReadEvents = make([]uint32, len(r.StallList))
+	row.StallHops = make([]string, len(r.StallList))
 	for i, st := range r.StallList {
 		row.StallStartUs[i], row.StallEndUs[i] = st.StartUs, st.EndUs
 		row.StallCauses[i] = meter.Name(meter.CauseNames[:], st.Cause)
 		row.StallNextReadEvents[i] = st.NextReadEvents
+		if i < len(s.Hops.Stall) {
+			row.StallHops[i] = s.Hops.Stall[i]
+		}
 	}
 	return row
 }
@@ -315,6 +333,12 @@ func (row *streamRow) stream() (collector.Stream, error) {
 	s.ConnRTTMs, s.TimerFloorUs = row.ConnRTTMs, row.TimerFloorUs
 	s.Country, s.Region, s.Browser, s.BrowserMajor = row.Country, row.Region, row.Browser, row.BrowserMajor
 	s.OS, s.Device = row.OS, row.Device
+	s.Colo, s.Hops.TTFT = row.Colo, row.TTFTHop
+	s.Hops.OriginEdgeStalls, s.Hops.EdgeBrowserStalls = row.StallsOriginEdge, row.StallsEdgeBrowser
+	s.Hops.OriginEdgeStalledUs, s.Hops.EdgeBrowserStalledUs = row.StalledUsOriginEdge, row.StalledUsEdgeBrowser
+	if slices.ContainsFunc(row.StallHops, func(h string) bool { return h != "" }) {
+		s.Hops.Stall = row.StallHops
+	}
 	return s, nil
 }
 

@@ -98,6 +98,24 @@ func TestClusterCollectors(t *testing.T) {
 		locals = append(locals, c)
 	}
 	statelessScenario(t, a, startB, false, locals)
+	// An edge timeline (wasm/edge) meets its client record on the shard of
+	// their join key: the browser's row takes colo and region from it, and
+	// itl_edge holds the join.
+	e := pausedOrigin("it-edge-1")
+	dialPeer(t, a).send(t, "chat", 1, joinedRecord(e, 13, 1))
+	e.Vantage, e.Edge = beacon.VantageEdge, beacon.Edge{Colo: "AMS", Country: "NL", RegionCode: "NH", ClientTCPRTTMs: beacon.NoTime, HeadersUs: 80 * ms}
+	postOrigin(t, a, e)
+	const wantEdge = "('AMS','NL-NH','[(1,true)]')"
+	var gotEdge string
+	settle(t, 30*time.Second, func() bool {
+		err := a.DB.Conn().QueryRow(t.Context(), `SELECT toString((any(colo), any(region),
+			(SELECT toString(groupArray((version, in_streams))) FROM itl_edge FINAL WHERE origin_id = 'it-edge-1')))
+			FROM itl_streams WHERE origin_id = 'it-edge-1'`).Scan(&gotEdge)
+		return err == nil && gotEdge == wantEdge
+	})
+	if gotEdge != wantEdge {
+		t.Errorf("edge join on the cluster: colo, region, itl_edge (version, in_streams) = %s, want %s", gotEdge, wantEdge)
+	}
 	// A promoter of Replicated shards looks for running inbox inserts on
 	// every server of the cluster: the real engine takes that query (the
 	// window then read after SYSTEM SYNC REPLICA needs Keeper, not here).

@@ -12,6 +12,8 @@
   const VIEWS = ["overview", "causes", "rechunk", "dist", "worst", "stream", "compare"];
   const CAUSES = ["origin", "network", "page", "unknown"];
   const CAUSE_COLOR = { origin: "#9b3fc9", network: "#e48a2e", page: "#3358d4", unknown: "#98a2b3" };
+  // The hops of a network delay, when the edge Worker reported the stream (collector/join).
+  const HOP_NAME = { origin_edge: "origin→edge", edge_browser: "edge→browser" };
   const css = name => getComputedStyle(document.documentElement).getPropertyValue(name).trim() || "#888";
 
   // ---------- state, in the URL ----------
@@ -342,9 +344,16 @@
     $("#cause-table tbody").innerHTML = rows.length ? rows.map(r => {
       const tot = CAUSES.reduce((s, c) => s + (r.stalled_ms_by_cause[c] || 0), 0);
       return `<tr data-key="${esc(r.key)}"><td class="l">${esc(r.key || "unknown")}</td><td>${num(r.streams)}</td><td>${num(r.stalls)}</td>
-        ${CAUSES.map(c => `<td>${r.stalls_by_cause[c] ? num(r.stalls_by_cause[c]) + " <small>" + ms(r.stalled_ms_by_cause[c]) + "</small>" : "—"}</td>`).join("")}
+        ${CAUSES.map(c => `<td>${r.stalls_by_cause[c] ? num(r.stalls_by_cause[c]) + " <small>" + ms(r.stalled_ms_by_cause[c]) + "</small>" + (c === "network" ? hopSplit(r.network_by_hop) : "") : "—"}</td>`).join("")}
         <td class="l"><div class="mixbar small">${tot ? CAUSES.filter(c => r.stalled_ms_by_cause[c]).map(c => `<span style="flex:${r.stalled_ms_by_cause[c]};background:${CAUSE_COLOR[c]}"></span>`).join("") : ""}</div></td></tr>`;
     }).join("") : `<tr><td class="l" colspan="8">No streams in this range.</td></tr>`;
+  }
+
+  // hopSplit shows the network stalls an edge Worker placed on each hop.
+  function hopSplit(h) {
+    if (!h) return "";
+    const parts = Object.keys(HOP_NAME).filter(k => h[k] && h[k].stalls).map(k => `${HOP_NAME[k]} ${num(h[k].stalls)}`);
+    return parts.length ? `<br><small>${parts.join(" · ")}</small>` : "";
   }
 
   // ---------- re-chunking ----------
@@ -499,14 +508,14 @@
       }, data);
     }
     $("#stream-legend").innerHTML = `<span><i class="tick"></i>network read (${num(s.reads)} in all${tl.length ? ", " + num(reads.length) + " in the sampled timeline" : ""})</span>` +
-      stalls.map(st => `<span class="stall" data-cause="${esc(st.cause)}" data-start="${st.start_ms}" data-end="${st.end_ms}"><i class="dot" style="background:${CAUSE_COLOR[st.cause] || "#888"}"></i>stall ${ms(st.end_ms - st.start_ms)} at ${ms(st.start_ms)}: <b>${esc(st.cause)}</b></span>`).join("") +
+      stalls.map(st => `<span class="stall" data-cause="${esc(st.cause)}" data-start="${st.start_ms}" data-end="${st.end_ms}"><i class="dot" style="background:${CAUSE_COLOR[st.cause] || "#888"}"></i>stall ${ms(st.end_ms - st.start_ms)} at ${ms(st.start_ms)}: <b>${esc(st.cause)}</b>${st.hop ? " " + esc(HOP_NAME[st.hop] || st.hop) : ""}</span>`).join("") +
       (origin ? `<span class="origin-note">origin emits shifted by ${ms(Math.abs(origin.offset_ms))} ${origin.offset_ms >= 0 ? "later" : "earlier"} (client TTFT − origin TTFT)</span>` : `<span class="origin-note">no origin timeline for this stream</span>`);
     const dd = (k, v) => `<dt>${k}</dt><dd>${v}</dd>`;
     $("#stream-summary").innerHTML = [
-      dd("Received", esc(when(s.received_at))), dd("Browser · region", `${esc(s.browser)} · ${esc(s.region)} (${esc(s.country)})`),
+      dd("Received", esc(when(s.received_at))), dd("Browser · region", `${esc(s.browser)} · ${esc(s.region)} (${esc(s.country)})${s.colo ? " <small>via " + esc(s.colo) + "</small>" : ""}`),
       dd("Model · release", `${esc(s.model || "—")} · ${esc(s.release || "—")}`), dd("API", `${esc(s.api_origin)}${esc(s.url_path)} <small>${esc(s.http_proto)}</small>`),
       dd("Format · status", `${esc(s.format)} · ${esc(s.status)}`),
-      dd("TTFB · TTFT", `${ms(s.ttfb_ms)} · ${ms(s.ttft_ms)} <small>${esc(s.ttft_cause)}</small>`),
+      dd("TTFB · TTFT", `${ms(s.ttfb_ms)} · ${ms(s.ttft_ms)} <small>${esc(s.ttft_cause)}${s.ttft_hop ? " " + esc(HOP_NAME[s.ttft_hop] || s.ttft_hop) : ""}</small>`),
       dd("ITL p50 · p99 · max", `${ms(s.gap_p50_ms)} · ${ms(s.gap_p99_ms)} · ${ms(s.gap_max_ms)}`),
       dd("Stalls", `${num(s.stalls)} · ${ms(s.stalled_ms)}`), dd("Jank · tokens/s", `${fix(s.jank, 1)} · ${fix(s.tokens_per_sec, 1)}`),
       dd("Content events · reads", `${num(s.content_events)} · ${num(s.reads)} <small>(${fix(s.events_per_read, 2)} events per read)</small>`),
