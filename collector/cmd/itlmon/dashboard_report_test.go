@@ -304,7 +304,7 @@ func msOf(d time.Duration) float64 { return float64(d) / 1e6 }
 
 func printSizes(t *testing.T, conn query.Conn) {
 	rows, err := conn.Query(context.Background(), `SELECT table, sum(rows), count(), sum(data_compressed_bytes), sum(data_uncompressed_bytes), sum(bytes_on_disk)
-		FROM system.parts WHERE active AND database = currentDatabase() AND table IN ('itl_streams', 'itl_rollup_1m', 'itl_stream_ids')
+		FROM system.parts WHERE active AND database = currentDatabase() AND table IN ('itl_streams', 'itl_rollup_1m', 'itl_promoted_ids')
 		GROUP BY table ORDER BY table`)
 	if err != nil {
 		t.Fatal(err)

@@ -160,7 +160,7 @@ func TestKillHuntsTheCut(t *testing.T) {
 	waitInbox(t, conn, want, 2*time.Minute)
 	waitPromoted(t, conn)
 	var merged string
-	query(t, conn, "SELECT toString(groupArray(table)) FROM system.parts WHERE database = 'itlmon' AND active AND min_block_number < max_block_number AND table IN ("+noMerges+")", &merged)
+	queryRow(t, conn, "SELECT toString(groupArray(table)) FROM system.parts WHERE database = 'itlmon' AND active AND min_block_number < max_block_number AND table IN ("+noMerges+")", &merged)
 	if merged != "[]" {
 		t.Fatalf("parts of %s were merged with others: a merge may have hidden a doubled row", merged)
 	}
@@ -254,7 +254,7 @@ func TestKillHuntsTheCut(t *testing.T) {
 	}
 	if len(noTimeline) > 0 {
 		var byWindow string
-		query(t, conn, `SELECT toString(groupArray((w, n, (SELECT count() FROM itl_promoted_ids WHERE kind = 'client' AND promoted_window = w))))
+		queryRow(t, conn, `SELECT toString(groupArray((w, n, (SELECT count() FROM itl_promoted_ids WHERE kind = 'client' AND promoted_window = w))))
 			FROM (SELECT promoted_window AS w, count() AS n FROM itl_promoted_ids WHERE kind = 'client' AND hex(stream_id) IN (`+
 			strings.Join(noTimeline[:min(len(noTimeline), 3000)], ",")+`) GROUP BY w ORDER BY w)`, &byWindow)
 		t.Logf("acked records missing from itl_timelines, by the window that promoted them (window, missing, records the window promoted): %s", byWindow)
@@ -315,9 +315,9 @@ func TestKillHuntsTheCut(t *testing.T) {
 		return fmt.Sprintf(causes, count, sum, sum, sum, sum, sum, sum, sum, sum, sum, sum)
 	}
 	var rollup, raw string
-	query(t, conn, "SELECT toString(tuple("+sums("sum(streams)", "sum")+
+	queryRow(t, conn, "SELECT toString(tuple("+sums("sum(streams)", "sum")+
 		", sum(ttft_unknown), sum(ttft_network), sum(ttft_page), sum(ttft_origin))) FROM itl_rollup_1m", &rollup)
-	query(t, conn, "SELECT toString(tuple("+sums("toUInt64(count())", "sum")+
+	queryRow(t, conn, "SELECT toString(tuple("+sums("toUInt64(count())", "sum")+
 		", countIf(ttft_cause = 'unknown'), countIf(ttft_cause = 'network'), countIf(ttft_cause = 'page'), countIf(ttft_cause = 'origin'))) FROM itl_streams", &raw)
 	t.Logf("itl_rollup_1m (streams, stalls, stalled_us, stalls and stalled_us by cause, ttft by cause) = %s", rollup)
 	if rollup != raw {
@@ -329,24 +329,24 @@ func TestKillHuntsTheCut(t *testing.T) {
 		return fmt.Sprintf(originCauses, count, sum, sum, sum, sum, sum, sum, sum, sum)
 	}
 	var orollup, oraw string
-	query(t, conn, "SELECT toString(tuple("+osums("sum(streams)", "sum")+")) FROM itl_origin_1m", &orollup)
-	query(t, conn, "SELECT toString(tuple("+osums("toUInt64(count())", "sum")+")) FROM itl_origin FINAL WHERE version = 1", &oraw)
+	queryRow(t, conn, "SELECT toString(tuple("+osums("sum(streams)", "sum")+")) FROM itl_origin_1m", &orollup)
+	queryRow(t, conn, "SELECT toString(tuple("+osums("toUInt64(count())", "sum")+")) FROM itl_origin FINAL WHERE version = 1", &oraw)
 	t.Logf("itl_origin_1m (streams, stalls and stalled_us by cause) = %s", orollup)
 	if orollup != oraw {
 		t.Errorf("itl_origin_1m = %s, want %s (the same sums over itl_origin FINAL, version 1)", orollup, oraw)
 	}
 	var joined, refined, inboxCopies uint64
 	var lateMs string
-	query(t, conn, "SELECT count(), countIf(in_streams) FROM itl_origin FINAL WHERE version = 1", &joined, &refined)
-	query(t, conn, `SELECT toString(quantiles(0.5, 0.9, 0.99)(dateDiff('millisecond', c.at, o.at)))
+	queryRow(t, conn, "SELECT count(), countIf(in_streams) FROM itl_origin FINAL WHERE version = 1", &joined, &refined)
+	queryRow(t, conn, `SELECT toString(quantiles(0.5, 0.9, 0.99)(dateDiff('millisecond', c.at, o.at)))
 		FROM (SELECT origin_id, min(ingested_at) AS at FROM itl_inbox WHERE kind = 'client' GROUP BY origin_id) AS c
 		JOIN (SELECT origin_id, min(ingested_at) AS at FROM itl_inbox WHERE kind = 'origin' GROUP BY origin_id) AS o USING origin_id`, &lateMs)
-	query(t, conn, "SELECT toUInt64(count() - uniqExact(kind, site, stream_id)) FROM itl_inbox", &inboxCopies)
+	queryRow(t, conn, "SELECT toUInt64(count() - uniqExact(kind, site, stream_id)) FROM itl_inbox", &inboxCopies)
 	t.Logf("joined %d, %d of them refined in itl_streams (origin timeline within the hold of its client record; its delay after the client record p50/p90/p99 ms: %s)",
 		joined, refined, lateMs)
 	var windows, inboxWindows, copies uint64
-	query(t, conn, "SELECT uniqExact(promoted_window), toUInt64(sum(copies)) FROM itl_promoted", &windows, &copies)
-	query(t, conn, "SELECT uniqExact(toDateTime(ingested_at)) FROM itl_inbox", &inboxWindows)
+	queryRow(t, conn, "SELECT uniqExact(promoted_window), toUInt64(sum(copies)) FROM itl_promoted", &windows, &copies)
+	queryRow(t, conn, "SELECT uniqExact(toDateTime(ingested_at)) FROM itl_inbox", &inboxWindows)
 	if windows != inboxWindows {
 		t.Errorf("%d windows promoted, %d windows hold inbox rows", windows, inboxWindows)
 	}
@@ -390,7 +390,7 @@ func dedupGhosts(t *testing.T, conn driver.Conn) (ghosts []string, repaired, ent
 	for _, quoted := range strings.Split(noMerges, ", ") {
 		table := strings.Trim(quoted, "'")
 		var paths []string
-		query(t, conn, "SELECT data_paths FROM system.tables WHERE database = 'itlmon' AND name = "+quoted, &paths)
+		queryRow(t, conn, "SELECT data_paths FROM system.tables WHERE database = 'itlmon' AND name = "+quoted, &paths)
 		parts := map[string]bool{} // partition_min_max of every part, any level
 		rows, err := conn.Query(t.Context(), "SELECT name FROM system.parts WHERE database = 'itlmon' AND table = ?", table)
 		if err != nil {
@@ -921,7 +921,7 @@ func countByID(t *testing.T, conn driver.Conn, q string) map[string]int {
 }
 
 // query scans q's single row into dest.
-func query(t *testing.T, conn driver.Conn, q string, dest ...any) {
+func queryRow(t *testing.T, conn driver.Conn, q string, dest ...any) {
 	t.Helper()
 	if err := conn.QueryRow(t.Context(), q).Scan(dest...); err != nil {
 		t.Fatalf("%s: %v", q, err)
