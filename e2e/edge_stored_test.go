@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -46,6 +47,19 @@ func TestEdgeStored(t *testing.T) {
 	}
 	t.Logf("itl_edge: %s; added per hop (µs): %s", edge,
 		c.Query(t, "SELECT added_ttft_origin_edge_us, added_ttft_edge_browser_us, added_p50_origin_edge_us, added_p50_edge_browser_us FROM itl_edge FINAL WHERE origin_id = '"+id+"'"))
+	// Stored as the edge saw it: its ITL p50 within 2 ms of the origin's, and
+	// the edge→browser hop adding about nothing to the cadence on loopback.
+	var edgeP50, originP50, addedP50 int64
+	if _, err := fmt.Sscan(strings.ReplaceAll(c.Query(t, "SELECT gap_p50_us, origin_gap_p50_us, ifNull(added_p50_edge_browser_us, -999999) FROM itl_edge FINAL WHERE origin_id = '"+id+"'"), "\t", " "),
+		&edgeP50, &originP50, &addedP50); err != nil {
+		t.Fatalf("itl_edge gaps: %v", err)
+	}
+	if d := edgeP50 - originP50; d < -2000 || d > 2000 {
+		t.Errorf("stored edge ITL p50 %d µs, origin's %d µs: want within 2 ms", edgeP50, originP50)
+	}
+	if addedP50 < -5000 || addedP50 > 5000 {
+		t.Errorf("added ITL p50 on edge→browser %d µs, want near zero (within 5 ms) through a direct loopback path", addedP50)
+	}
 
 	// colo is a dimension of the read API.
 	resp, err := http.Get(c.URL + "/api/summary?" + url.Values{"site": {edgeSite}, "since": {"1h"}, "by": {"colo"}}.Encode())
