@@ -47,18 +47,9 @@ func (p *Promoter) joinEdges(ctx context.Context, conn driver.Conn, start time.T
 			want = append(want, clients[i].OriginID)
 		}
 	}
-	edgeOf := map[joinKey]inboxRead{}
-	if len(want) > 0 {
-		cand, err := readInbox(ctx, conn, "kind = 'edge' AND ingested_at >= fromUnixTimestamp64Micro(?) AND ingested_at < fromUnixTimestamp64Micro(?) AND origin_id IN (SELECT id FROM want_ids)",
-			want, micros(start.Add(-ttl)), micros(end.Add(hold)))
-		if err != nil {
-			return out, err
-		}
-		for _, r := range cand { // ordered: the first copy wins
-			if k := (joinKey{r.Site, r.OriginID}); !has(edgeOf, k) {
-				edgeOf[k] = r
-			}
-		}
+	edgeOf, err := firstByJoinKey(ctx, conn, store.KindEdge, want, start.Add(-ttl), end.Add(hold))
+	if err != nil {
+		return out, err
 	}
 	var earlier []string
 	for _, r := range edgeOf {
@@ -111,24 +102,16 @@ func (p *Promoter) joinEdges(ctx context.Context, conn driver.Conn, start time.T
 			want = append(want, r.OriginID)
 		}
 	}
-	var clientRows, originRows []inboxRead
-	if len(want) > 0 {
-		if clientRows, err = readInbox(ctx, conn, "kind = 'client' AND ingested_at >= fromUnixTimestamp64Micro(?) AND ingested_at < fromUnixTimestamp64Micro(?) AND origin_id IN (SELECT id FROM want_ids)",
-			want, micros(start.Add(-ttl)), micros(start)); err != nil {
-			return out, err
-		}
-		if len(clientRows) > 0 {
-			// A client window w saw origins in [w-TTL, w+Window+hold).
-			if originRows, err = readInbox(ctx, conn, "kind = 'origin' AND ingested_at >= fromUnixTimestamp64Micro(?) AND ingested_at < fromUnixTimestamp64Micro(?) AND origin_id IN (SELECT id FROM want_ids)",
-				want, micros(start.Add(-2*ttl-Window)), micros(start.Add(hold))); err != nil {
-				return out, err
-			}
-		}
+	clientOf, err := firstByJoinKey(ctx, conn, store.KindClient, want, start.Add(-ttl), start)
+	if err != nil {
+		return out, err
 	}
-	clientOf := map[joinKey]inboxRead{}
-	for _, r := range clientRows {
-		if k := (joinKey{r.Site, r.OriginID}); !has(clientOf, k) {
-			clientOf[k] = r
+	var originRows []inboxRead
+	if len(clientOf) > 0 {
+		// A client window w saw origins in [w-TTL, w+Window+hold).
+		if originRows, err = readInbox(ctx, conn, "kind = 'origin' AND ingested_at >= fromUnixTimestamp64Micro(?) AND ingested_at < fromUnixTimestamp64Micro(?) AND origin_id IN (SELECT id FROM want_ids)",
+			want, micros(start.Add(-2*ttl-Window)), micros(start.Add(hold))); err != nil {
+			return out, err
 		}
 	}
 	for _, er := range edges {

@@ -452,19 +452,9 @@ func (p *Promoter) promote(ctx context.Context, sh Shard, start time.Time) error
 			want = append(want, clients[i].OriginID)
 		}
 	}
-	originOf := map[joinKey]inboxRead{}
-	if len(want) > 0 {
-		cand, err := readInbox(ctx, sh.Conn, "kind = 'origin' AND ingested_at >= fromUnixTimestamp64Micro(?) AND ingested_at < fromUnixTimestamp64Micro(?) AND origin_id IN (SELECT id FROM want_ids)",
-			want, micros(start.Add(-p.cfg.JoinTTL)), micros(end.Add(p.cfg.Hold)))
-		if err != nil {
-			return err
-		}
-		for _, r := range cand { // ordered: the first copy wins
-			k := joinKey{r.Site, r.OriginID}
-			if _, ok := originOf[k]; !ok {
-				originOf[k] = r
-			}
-		}
+	originOf, err := firstByJoinKey(ctx, sh.Conn, store.KindOrigin, want, start.Add(-p.cfg.JoinTTL), end.Add(p.cfg.Hold))
+	if err != nil {
+		return err
 	}
 	// Clients promoted earlier for this window's origins.
 	want = want[:0]
@@ -473,19 +463,9 @@ func (p *Promoter) promote(ctx context.Context, sh Shard, start time.Time) error
 			want = append(want, o.OriginID)
 		}
 	}
-	clientOf := map[joinKey]inboxRead{}
-	if len(want) > 0 {
-		cand, err := readInbox(ctx, sh.Conn, "kind = 'client' AND ingested_at >= fromUnixTimestamp64Micro(?) AND ingested_at < fromUnixTimestamp64Micro(?) AND origin_id IN (SELECT id FROM want_ids)",
-			want, micros(start.Add(-p.cfg.JoinTTL)), micros(start))
-		if err != nil {
-			return err
-		}
-		for _, r := range cand {
-			k := joinKey{r.Site, r.OriginID}
-			if _, ok := clientOf[k]; !ok {
-				clientOf[k] = r
-			}
-		}
+	clientOf, err := firstByJoinKey(ctx, sh.Conn, store.KindClient, want, start.Add(-p.cfg.JoinTTL), start)
+	if err != nil {
+		return err
 	}
 
 	// An origin timeline joins one client record: the first of this window
@@ -668,16 +648,10 @@ func keyOf(r *store.InboxRow) recKey {
 // external table want_ids(id String).
 func readInbox(ctx context.Context, conn driver.Conn, where string, ids []string, args ...any) ([]inboxRead, error) {
 	if len(ids) > 0 {
-		t, err := ext.NewTable("want_ids", ext.Column("id", "String"))
-		if err != nil {
-			return nil, fmt.Errorf("promoter: %w", err)
+		var err error
+		if ctx, err = withIDs(ctx, ids); err != nil {
+			return nil, err
 		}
-		for _, id := range ids {
-			if err := t.Append(id); err != nil {
-				return nil, fmt.Errorf("promoter: %w", err)
-			}
-		}
-		ctx = clickhouse.Context(ctx, clickhouse.WithExternalTable(t))
 	}
 	q, err := conn.Query(ctx, `SELECT kind, site, stream_id, origin_id, received_at, ingested_at,
 			country, region, browser, browser_major, os, device, payload
@@ -702,22 +676,53 @@ func readInbox(ctx context.Context, conn driver.Conn, where string, ids []string
 	return out, nil
 }
 
+// withIDs sends ids with the queries of ctx as the external table
+// want_ids(id String).
+func withIDs(ctx context.Context, ids []string) (context.Context, error) {
+	t, err := ext.NewTable("want_ids", ext.Column("id", "String"))
+	if err != nil {
+		return ctx, fmt.Errorf("promoter: %w", err)
+	}
+	for _, id := range ids {
+		if err := t.Append(id); err != nil {
+			return ctx, fmt.Errorf("promoter: %w", err)
+		}
+	}
+	return clickhouse.Context(ctx, clickhouse.WithExternalTable(t)), nil
+}
+
+// firstByJoinKey reads the inbox rows of kind whose join key is one of ids
+// and that reached the inbox in [from, to), and keeps the first copy of
+// each (site, join key) in readInbox's order. It reads nothing without ids.
+func firstByJoinKey(ctx context.Context, conn driver.Conn, kind string, ids []string, from, to time.Time) (map[joinKey]inboxRead, error) {
+	first := map[joinKey]inboxRead{}
+	if len(ids) == 0 {
+		return first, nil
+	}
+	rows, err := readInbox(ctx, conn, "kind = ? AND ingested_at >= fromUnixTimestamp64Micro(?) AND ingested_at < fromUnixTimestamp64Micro(?) AND origin_id IN (SELECT id FROM want_ids)",
+		ids, kind, micros(from), micros(to))
+	if err != nil {
+		return nil, err
+	}
+	for _, r := range rows {
+		if k := (joinKey{r.Site, r.OriginID}); !has(first, k) {
+			first[k] = r
+		}
+	}
+	return first, nil
+}
+
 // promotedBefore returns which of ids were promoted in a window in [from, to).
 func promotedBefore(ctx context.Context, conn driver.Conn, ids []string, from, to time.Time) (map[recKey]bool, error) {
 	known := map[recKey]bool{}
 	if len(ids) == 0 {
 		return known, nil
 	}
-	t, err := ext.NewTable("want_ids", ext.Column("id", "String"))
+	ctx, err := withIDs(ctx, ids)
 	if err != nil {
-		return nil, fmt.Errorf("promoter: %w", err)
+		return nil, err
 	}
-	for _, id := range ids {
-		if err := t.Append(id); err != nil {
-			return nil, fmt.Errorf("promoter: %w", err)
-		}
-	}
-	q, err := conn.Query(clickhouse.Context(ctx, clickhouse.WithExternalTable(t)),
+	q, err := conn.Query(ctx,
 		`SELECT DISTINCT kind, site, stream_id FROM itl_promoted_ids
 		 WHERE stream_id IN (SELECT id FROM want_ids) AND promoted_window >= fromUnixTimestamp64Micro(?) AND promoted_window < fromUnixTimestamp64Micro(?)`, micros(from), micros(to))
 	if err != nil {
@@ -779,7 +784,8 @@ func insertOrSetAside[R any](ctx context.Context, token string, rows []R,
 // CatchUp promotes, on every shard, every window holding inbox rows
 // ingested before the call, waiting for each to seal (about the hold and
 // the grace after its end), and returns when done or when ctx ends. Tests
-// use it to read what they wrote; Run does the same continuously.
+// use it to read what they wrote; Run does the same continuously. Not to be
+// called while Run runs on the same Promoter.
 func (p *Promoter) CatchUp(ctx context.Context) error {
 	if err := p.findShards(ctx); err != nil {
 		return err
