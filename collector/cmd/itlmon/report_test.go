@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -102,14 +103,22 @@ func TestReportIngest(t *testing.T) {
 	}
 
 	var e2eTimes, directTimes, readableTimes, streamsTimes []time.Duration
+	var e2eCPU, directCPU cpuTimes // all rounds
+	pid := m.Engine.PID()
 	for round := 0; round < rounds; round++ {
 		frames, streams := ingestRound(t, uint32(round), clients, batches, perBatch)
+		quiesce(t, conn)
+		cpu0 := cpuNow(t, pid)
+		stopProfile := profileTo(t, os.Getenv("ITLMON_INGEST_CPUPROFILE"), round)
 		began := time.Now()
 		d, err := runClients(conns, frames, inFlight)
+		stopProfile()
 		if err != nil {
 			t.Fatal(err)
 		}
 		e2eTimes = append(e2eTimes, d)
+		c := cpuNow(t, pid).sub(cpu0)
+		e2eCPU.self, e2eCPU.engine = e2eCPU.self+c.self, e2eCPU.engine+c.engine
 		want := uint64((round + 1) * totalRecs)
 		settle(t, 2*time.Minute, func() bool {
 			var n uint64
@@ -119,7 +128,13 @@ func TestReportIngest(t *testing.T) {
 		for i := range streams {
 			streams[i].Site = "direct" // not counted as the WebSocket's
 		}
-		directTimes = append(directTimes, insertInboxDirect(t, m, streams))
+		rows := inboxRows(t, streams)
+		quiesce(t, conn)
+		cpu0 = cpuNow(t, pid)
+		directTimes = append(directTimes, insertInboxDirect(t, m, rows))
+		c = cpuNow(t, pid).sub(cpu0)
+		directCPU.self, directCPU.engine = directCPU.self+c.self, directCPU.engine+c.engine
+		quiesce(t, conn)
 		streamsTimes = append(streamsTimes, insertDirect(t, m, streams))
 	}
 	st := m.Writer.Stats()
@@ -153,6 +168,15 @@ func TestReportIngest(t *testing.T) {
 		capacity/rate(viaStreams), capacity, rate(viaStreams))
 	fmt.Fprintf(&b, "acked / direct insert of the same inbox rows: %.2f   (the collector's own cost on top of ClickHouse's: decode, enrich, encode)\n",
 		rate(e2e)/rate(direct))
+	// CPU per record, all rounds: what each side costs, whatever the
+	// machine's other load did to the wall-clock times. The test process
+	// is the collector plus its benchmark clients (which only write
+	// prepared frames and read acks), or the clickhouse-go client of the
+	// direct insert (its rows encoded beforehand, outside the timing).
+	perRec := func(d time.Duration) float64 { return float64(d.Microseconds()) / float64(rounds*totalRecs) }
+	fmt.Fprintf(&b, "CPU per record, all rounds (us): %-34s %8s %8s %8s\n", "", "test", "engine", "total")
+	fmt.Fprintf(&b, "  %-64s %8.1f %8.1f %8.1f\n", "WebSocket -> itl_inbox (test = collector + clients)", perRec(e2eCPU.self), perRec(e2eCPU.engine), perRec(e2eCPU.self+e2eCPU.engine))
+	fmt.Fprintf(&b, "  %-64s %8.1f %8.1f %8.1f\n", "direct insert into itl_inbox (test = clickhouse-go client)", perRec(directCPU.self), perRec(directCPU.engine), perRec(directCPU.self+directCPU.engine))
 	fmt.Fprintf(&b, "writer: %d inserts (%.1f s in them, all rounds), %d rows inserted, %d spooled; promoter: %d windows, %d streams, %d copies\n",
 		st.Inserts, st.InsertSeconds, st.RowsInserted, st.RowsSpooled, ps.Windows, ps.Streams, ps.Copies)
 	// What a record costs on disk, measured from the tables (for sizing).
@@ -178,18 +202,11 @@ func TestReportIngest(t *testing.T) {
 	fmt.Println(b.String()) // go test -v shows it (make bench)
 }
 
-// insertInboxDirect is the baseline: the same records as inbox rows,
-// straight into a copy of itl_inbox with clickhouse-go batches of the
-// writer's size.
-func insertInboxDirect(t *testing.T, m *server.Main, streams []collector.Stream) time.Duration {
+// insertInboxDirect is the baseline: the same records as inbox rows
+// (encoded beforehand), straight into a copy of itl_inbox with
+// clickhouse-go batches of the writer's size.
+func insertInboxDirect(t *testing.T, m *server.Main, rows []store.InboxRow) time.Duration {
 	const batch = 10_000
-	rows := make([]store.InboxRow, len(streams))
-	for i := range streams {
-		var err error
-		if rows[i], err = store.ClientRow(&streams[i]); err != nil {
-			t.Fatal(err)
-		}
-	}
 	began := time.Now()
 	for k := 0; k < len(rows); k += batch {
 		if err := store.InsertRows(context.Background(), m.DB.Conn(), "itl_inbox_direct", nil, rows[k:min(k+batch, len(rows))]); err != nil {
@@ -197,6 +214,38 @@ func insertInboxDirect(t *testing.T, m *server.Main, streams []collector.Stream)
 		}
 	}
 	return time.Since(began)
+}
+
+// profileTo starts a CPU profile of this process into prefix.N.pprof when
+// prefix is set (ITLMON_INGEST_CPUPROFILE: the WebSocket phases only, to
+// read with go tool pprof -tagignore role=bench-client), and returns its stop.
+func profileTo(t *testing.T, prefix string, n int) func() {
+	if prefix == "" {
+		return func() {}
+	}
+	f, err := os.Create(fmt.Sprintf("%s.%d.pprof", prefix, n))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		t.Fatal(err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+	}
+}
+
+// inboxRows are the streams' inbox rows, encoded before any timing.
+func inboxRows(t *testing.T, streams []collector.Stream) []store.InboxRow {
+	rows := make([]store.InboxRow, len(streams))
+	for i := range streams {
+		var err error
+		if rows[i], err = store.ClientRow(&streams[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return rows
 }
 
 func roundAll(ds []time.Duration) []time.Duration {
@@ -238,7 +287,9 @@ func runClients(conns []*websocket.Conn, frames [][][]byte, inFlight int) (time.
 	errs := make(chan error, len(conns))
 	for i, c := range conns {
 		wg.Add(1)
-		go func() {
+		// Labelled, so a CPU profile of the report (-cpuprofile, then
+		// pprof -tagignore role=bench-client) shows the collector alone.
+		go pprof.Do(context.Background(), pprof.Labels("role", "bench-client"), func(context.Context) {
 			defer wg.Done()
 			window := make(chan struct{}, inFlight)
 			done := make(chan error, 1)
@@ -269,7 +320,7 @@ func runClients(conns []*websocket.Conn, frames [][][]byte, inFlight int) (time.
 			if err := <-done; err != nil {
 				errs <- err
 			}
-		}()
+		})
 	}
 	wg.Wait()
 	d := time.Since(began)
