@@ -39,6 +39,12 @@ type Stream struct {
 	// (collector/join): its data centre, and the hop of each network delay.
 	Colo string // IATA code; "" without an edge
 	Hops Hops
+
+	// Wire is the record's values as they arrived (set by ingest), so the
+	// store keeps them without encoding them again; the zero Wire for a
+	// stream that did not come from a batch (or was changed after: then
+	// clear it, see beacon.AppendRecordBatch for what it may differ in).
+	Wire beacon.Wire
 }
 
 // Hops of a stream's path, as the edge's timeline places network delays:

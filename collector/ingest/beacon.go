@@ -64,7 +64,7 @@ func (h *Handler) ServeBeacon(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, text, http.StatusRequestTimeout)
 		return
 	}
-	b, bad, err := beacon.DecodeBatchRecords(body, h.limits)
+	b, wire, bad, err := beacon.DecodeBatchWire(body, h.limits)
 	if err != nil {
 		reason, _ := classifyDecode(err)
 		text := "bad batch: " + err.Error()
@@ -111,7 +111,7 @@ func (h *Handler) ServeBeacon(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	streams := h.streams(b, s, r.Header, r.RemoteAddr, now)
+	streams := h.streams(b, wire, s, r.Header, r.RemoteAddr, now)
 	// The decoded batch is held until the answer.
 	extra := batchCost(len(body), n) - hold
 	h.budget.force(extra)

@@ -326,7 +326,11 @@ func classifyDecode(err error) (reason string, code int) {
 }
 
 // streams turns a decoded batch into enriched streams.
-func (h *Handler) streams(b *beacon.Batch, s *site, hdr http.Header, remoteAddr string, now time.Time) []collector.Stream {
+//
+// wire is b's records' wires (beacon.DecodeBatchWire), or nil: the streams
+// keep copies of them, so the store writes each record's values as they
+// arrived instead of encoding them again.
+func (h *Handler) streams(b *beacon.Batch, wire []beacon.Wire, s *site, hdr http.Header, remoteAddr string, now time.Time) []collector.Stream {
 	var info enrich.Info
 	if h.enricher != nil {
 		info = h.enricher.Lookup(hdr, remoteAddr, &b.Client)
@@ -337,10 +341,18 @@ func (h *Handler) streams(b *beacon.Batch, s *site, hdr http.Header, remoteAddr 
 	if conn == "" {
 		conn = "unknown"
 	}
+	if len(wire) == len(b.Records) {
+		beacon.CloneWires(wire) // the message's buffer goes back to a pool
+	} else {
+		wire = nil
+	}
 	out := make([]collector.Stream, len(b.Records))
 	for i := range b.Records {
 		st := &out[i]
 		st.Record = b.Records[i]
+		if wire != nil {
+			st.Wire = wire[i]
+		}
 		// The module never sends a query or fragment; make sure of it.
 		st.PagePath = stripQuery(st.PagePath)
 		st.URLPath = stripQuery(st.URLPath)

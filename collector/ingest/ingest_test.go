@@ -629,11 +629,11 @@ func BenchmarkFrame(b *testing.B) {
 	b.SetBytes(int64(len(frame)))
 	b.ReportAllocs()
 	for b.Loop() {
-		bt, err := beacon.DecodeBatch(frame, h.limits)
+		bt, wire, _, err := beacon.DecodeBatchWire(frame, h.limits)
 		if err != nil {
 			b.Fatal(err)
 		}
-		if s := h.streams(bt, site, hdr, "81.2.69.160:5000", time.Now()); len(s) != n {
+		if s := h.streams(bt, wire, site, hdr, "81.2.69.160:5000", time.Now()); len(s) != n {
 			b.Fatal("lost records")
 		}
 	}
@@ -692,5 +692,47 @@ func TestBadRecordLeftOut(t *testing.T) {
 	}
 	if got := f.rejected(ReasonDecodeInvalid); got != 0 {
 		t.Fatalf("rejected{decode_invalid} = %v, want 0", got)
+	}
+}
+
+// TestStreamsKeepTheirWire: the streams handed to the sink carry their
+// records' wires, copied out of the frame (whose buffer is reused for the
+// next frames), so the store can keep each record's values as they came:
+// every one, after more frames went through the connection, still makes a
+// batch of one that decodes to the stream's record.
+func TestStreamsKeepTheirWire(t *testing.T) {
+	f := newFixture(t, nil)
+	c, _, err := f.dial(t, "chat", pageOrigin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for seq := uint64(1); seq <= 3; seq++ {
+		if err := c.WriteMessage(websocket.BinaryMessage, mustBatch(t, seq, "chat", 4)); err != nil {
+			t.Fatal(err)
+		}
+		readAck(t, c)
+	}
+	subs := f.sink.submitted()
+	if len(subs) != 3 {
+		t.Fatalf("%d batches submitted, want 3", len(subs))
+	}
+	for _, sub := range subs {
+		for i := range sub {
+			st := &sub[i]
+			client := beacon.Client{ConnType: st.ConnType, Release: st.Release}
+			p, ok := beacon.AppendRecordBatch(nil, st.Site, &client, &st.Record, st.Wire)
+			if !ok {
+				t.Fatalf("stream %x has no wire", st.StreamID)
+			}
+			// The frames are canonical (the encoder's): the copy is byte for
+			// byte the encoder's batch of the decoded record.
+			want, err := (&beacon.Batch{Site: st.Site, Client: client, Records: []beacon.Record{st.Record}}).AppendBinary(nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(p, want) {
+				t.Fatalf("stream %x: batch of one differs from the encoder's", st.StreamID)
+			}
+		}
 	}
 }

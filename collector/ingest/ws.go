@@ -380,7 +380,7 @@ func (c *conn) handleFrame(frame []byte, held int64) bool {
 	h := c.h
 	hold := held
 	defer func() { h.budget.release(hold) }() // what no ack releases
-	b, bad, err := beacon.DecodeBatchRecords(frame, h.limits)
+	b, wire, bad, err := beacon.DecodeBatchWire(frame, h.limits)
 	if err != nil {
 		// Ack the refusal when the sequence number is readable, so the
 		// module drops a batch that resending cannot fix.
@@ -437,7 +437,7 @@ func (c *conn) handleFrame(frame []byte, held int64) bool {
 			return false
 		}
 	}
-	streams := h.streams(b, c.site, c.hdr, c.remote, now)
+	streams := h.streams(b, wire, c.site, c.hdr, c.remote, now)
 	seq := b.Seq
 	// The batch holds its frame's bytes and its decoded streams until
 	// its ack (the frame's buffer goes back to the pool, the estimate

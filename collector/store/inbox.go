@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"time"
+	"unsafe"
 
 	"github.com/itlmon/itlmon/collector"
 	"github.com/itlmon/itlmon/wasm/beacon"
@@ -51,27 +52,38 @@ var inboxLimits = beacon.Limits{
 // ClientRow makes the inbox row of a client stream. The payload is a beacon
 // batch of this one record with the client facts the row needs (never the
 // user agent: the enrichment travels in columns).
+//
+// A stream with its Wire (as ingest makes them) has its record's values
+// copied from the wire (beacon.AppendRecordBatch): the same record, without
+// encoding its histograms and timeline again.
 func ClientRow(s *collector.Stream) (InboxRow, error) {
-	b := beacon.Batch{
-		Site: s.Site,
-		Client: beacon.Client{
-			ConnType:      s.ConnType,
-			ConnRTTMs:     s.ConnRTTMs,
-			TimerFloorUs:  s.TimerFloorUs,
-			ModuleVersion: s.ModuleVersion,
-			Release:       s.Release,
-		},
-		Records: []beacon.Record{s.Record},
+	c := beacon.Client{
+		ConnType:      s.ConnType,
+		ConnRTTMs:     s.ConnRTTMs,
+		TimerFloorUs:  s.TimerFloorUs,
+		ModuleVersion: s.ModuleVersion,
+		Release:       s.Release,
 	}
-	p, err := b.AppendBinary(nil)
-	if err != nil {
-		return InboxRow{}, fmt.Errorf("inbox: encode client record: %w", err)
+	p, ok := beacon.AppendRecordBatch(make([]byte, 0, s.Wire.Size()+wireStrings(s)), s.Site, &c, &s.Record, s.Wire)
+	if !ok {
+		var err error
+		b := beacon.Batch{Site: s.Site, Client: c, Records: []beacon.Record{s.Record}}
+		if p, err = b.AppendBinary(nil); err != nil {
+			return InboxRow{}, fmt.Errorf("inbox: encode client record: %w", err)
+		}
 	}
 	return InboxRow{
 		Kind: KindClient, Site: s.Site, StreamID: string(s.StreamID[:]), OriginID: s.OriginID, ReceivedAt: s.ReceivedAt.UTC(),
 		Country: s.Country, Region: s.Region, Browser: s.Browser, BrowserMajor: s.BrowserMajor,
-		OS: s.OS, Device: s.Device, Payload: string(p),
+		OS: s.OS, Device: s.Device, Payload: unsafe.String(unsafe.SliceData(p), len(p)), // p is not used again
 	}, nil
+}
+
+// wireStrings is about the bytes the strings of a client row's payload
+// take (the header and lengths included).
+func wireStrings(s *collector.Stream) int {
+	return 64 + len(s.Site) + len(s.ConnType) + len(s.ModuleVersion) + len(s.Release) + len(s.OriginID) + len(s.PageOrigin) +
+		len(s.PagePath) + len(s.URLOrigin) + len(s.URLPath) + len(s.Model) + len(s.HTTPProto) + len(s.ContentType)
 }
 
 // OriginRow makes the inbox row of a server-side timeline of site: kind

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/itlmon/itlmon/collector"
+	"github.com/itlmon/itlmon/wasm/beacon"
 )
 
 func benchStreams(n int) []collector.Stream {
@@ -84,4 +85,50 @@ func FuzzReadFrames(f *testing.F) {
 			t.Fatalf("no error but %d trailing bytes", int64(len(data))-off)
 		}
 	})
+}
+
+// BenchmarkClientRow is the inbox row of a stream as ingest hands it over
+// (its values copied from the batch it arrived in: "wire") and of a stream
+// without its wire (encoded again: "encoded"), the baseline.
+func BenchmarkClientRow(b *testing.B) {
+	streams := benchStreams(20)
+	batch := beacon.Batch{Site: "demo"}
+	for i := range streams {
+		streams[i].Timeline = make([]beacon.Stamp, 40)
+		for k := range streams[i].Timeline {
+			streams[i].Timeline[k] = beacon.Stamp{AtUs: uint32(150_000 + 20_000*k), Read: uint32(k), Content: true}
+		}
+		batch.Records = append(batch.Records, streams[i].Record)
+	}
+	frame, err := batch.AppendBinary(nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	_, wire, _, err := beacon.DecodeBatchWire(frame, beacon.Limits{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, withWire := range []bool{true, false} {
+		name := "encoded"
+		if withWire {
+			name = "wire"
+		}
+		b.Run(name, func(b *testing.B) {
+			for i := range streams {
+				streams[i].Wire = beacon.Wire{}
+				if withWire {
+					streams[i].Wire = wire[i]
+				}
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				for i := range streams {
+					if _, err := ClientRow(&streams[i]); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(streams)), "ns/record")
+		})
+	}
 }

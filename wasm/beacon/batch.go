@@ -387,6 +387,19 @@ func DecodeBatch(src []byte, lim Limits) (*Batch, error) {
 // for a record whose strings cannot be read: the records after it could not
 // be resolved.
 func DecodeBatchRecords(src []byte, lim Limits) (b *Batch, bad []error, err error) {
+	return decodeBatch(src, lim, nil)
+}
+
+// DecodeBatchWire is DecodeBatchRecords that also returns, for each record
+// kept, its Wire: where its bytes lie in src, for AppendRecordBatch. The
+// Wires alias src.
+func DecodeBatchWire(src []byte, lim Limits) (b *Batch, wire []Wire, bad []error, err error) {
+	b, bad, err = decodeBatch(src, lim, &wire)
+	return b, wire, bad, err
+}
+
+// decodeBatch is DecodeBatchRecords, filling *wire when wire is not nil.
+func decodeBatch(src []byte, lim Limits, wire *[]Wire) (b *Batch, bad []error, err error) {
 	lim = lim.withDefaults()
 	if len(src) > lim.MaxBytes {
 		return nil, nil, &DecodeError{Record: -1, Field: "message", Reason: "length " + strconv.Itoa(len(src)) + " exceeds limit " + strconv.Itoa(lim.MaxBytes), Err: ErrTooBig}
@@ -412,6 +425,9 @@ func DecodeBatchRecords(src []byte, lim Limits) (b *Batch, bad []error, err erro
 	}
 	if n > 0 {
 		b.Records = make([]Record, n)
+		if wire != nil {
+			*wire = make([]Wire, n)
+		}
 	}
 	prev := &emptyRecord
 	var skip []bool
@@ -423,6 +439,9 @@ func DecodeBatchRecords(src []byte, lim Limits) (b *Batch, bad []error, err erro
 		}
 		s.record(&b.Records[i], prev)
 		s.end("length")
+		if wire != nil && s.err == nil {
+			(*wire)[i] = Wire{minor: minor, flags: s.flags, tail: s.src[s.strEnd:len(s.src):len(s.src)]}
+		}
 		if s.err != nil {
 			if !s.strs {
 				return nil, nil, s.err
@@ -444,11 +463,18 @@ func DecodeBatchRecords(src []byte, lim Limits) (b *Batch, bad []error, err erro
 		kept := b.Records[:0]
 		for i := range b.Records {
 			if !skip[i] {
+				if wire != nil {
+					(*wire)[len(kept)] = (*wire)[i]
+				}
 				kept = append(kept, b.Records[i])
 			}
 		}
 		clear(b.Records[len(kept):])
 		b.Records = kept
+		if wire != nil {
+			clear((*wire)[len(kept):])
+			*wire = (*wire)[:len(kept)]
+		}
 	}
 	return b, bad, nil
 }
@@ -477,6 +503,7 @@ func (r *reader) record(rec *Record, prev *Record) {
 	r.raw = true
 	copy(rec.StreamID[:], r.bytes("stream_id", 16))
 	flags := r.uvarint("flags")
+	r.flags = flags
 	if flags&^knownFlags != 0 && r.minor <= Minor {
 		r.fail("flags", "unknown bits 0x"+strconv.FormatUint(flags&^knownFlags, 16), ErrInvalid)
 	}
@@ -500,6 +527,7 @@ func (r *reader) record(rec *Record, prev *Record) {
 		}
 	}
 	r.strs = r.err == nil
+	r.strEnd = r.p
 	if r.err == nil {
 		r.err = invalid
 	}

@@ -92,6 +92,10 @@ type reader struct {
 	// raw: repStr keeps a string that fails checkString (the caller checks
 	// it); strs: a record's strings were all read (DecodeBatchRecords).
 	raw, strs bool
+	// flags and strEnd: a record's flags and where its strings end
+	// (DecodeBatchWire).
+	flags  uint64
+	strEnd int
 }
 
 func (r *reader) fail(field, reason string, sentinel error) {

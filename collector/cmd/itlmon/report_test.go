@@ -117,6 +117,7 @@ func TestReportIngest(t *testing.T) {
 			t.Fatal(err)
 		}
 		e2eTimes = append(e2eTimes, d)
+		quiesce(t, conn) // the merges of the phase's parts are its cost too
 		c := cpuNow(t, pid).sub(cpu0)
 		e2eCPU.self, e2eCPU.engine = e2eCPU.self+c.self, e2eCPU.engine+c.engine
 		want := uint64((round + 1) * totalRecs)
@@ -132,9 +133,9 @@ func TestReportIngest(t *testing.T) {
 		quiesce(t, conn)
 		cpu0 = cpuNow(t, pid)
 		directTimes = append(directTimes, insertInboxDirect(t, m, rows))
+		quiesce(t, conn)
 		c = cpuNow(t, pid).sub(cpu0)
 		directCPU.self, directCPU.engine = directCPU.self+c.self, directCPU.engine+c.engine
-		quiesce(t, conn)
 		streamsTimes = append(streamsTimes, insertDirect(t, m, streams))
 	}
 	st := m.Writer.Stats()

@@ -1,0 +1,81 @@
+package beacon
+
+// Wire is a decoded record's own bytes in the batch it arrived in
+// (DecodeBatchWire): its flags and everything after its strings (values,
+// histograms, timeline, stalls), which depend on nothing outside the record.
+// The zero Wire is none.
+type Wire struct {
+	minor uint8
+	flags uint64
+	tail  []byte
+}
+
+// AppendRecordBatch appends a batch message of the one record r, with
+// site, the client facts c, Seq 0 and no dropped count: the message
+// (&Batch{Site: site, Client: *c, Records: []Record{*r}}).AppendBinary
+// appends, except that the record's values are copied from w, the wire r
+// was decoded from, instead of being encoded again (histograms and
+// timelines are most of a record's encoding cost). Its strings are written
+// from r, so a caller may have changed them (a collector strips queries
+// from paths). The message has the minor version r arrived in, so it
+// decodes, with that version's rules, to r with its strings as given and
+// every other field as decoded from w; other fields of r are not read. It
+// reports false, appending nothing, for the zero Wire. Like the decoder, it
+// trusts nothing about r's strings: AppendRecordBatch checks them as the
+// encoder does and reports false for a string the encoder would refuse.
+func AppendRecordBatch(dst []byte, site string, c *Client, r *Record, w Wire) ([]byte, bool) {
+	if w.tail == nil {
+		return dst, false
+	}
+	for _, f := range [...]struct{ name, s string }{
+		{"site", site}, {"client.conn_type", c.ConnType}, {"client.module_version", c.ModuleVersion},
+		{"client.release", c.Release}, {"client.user_agent", c.UserAgent}, {"client.ua_brands", c.UABrands},
+		{"client.ua_platform", c.UAPlatform}, {"origin_id", r.OriginID}, {"page_origin", r.PageOrigin},
+		{"page_path", r.PagePath}, {"url_origin", r.URLOrigin}, {"url_path", r.URLPath}, {"model", r.Model},
+		{"http_proto", r.HTTPProto}, {"content_type", r.ContentType},
+	} {
+		if checkString(f.name, []byte(f.s)) != "" {
+			return dst, false
+		}
+	}
+	e := encoder{minor: w.minor}
+	dst = appendHeader(dst, KindBatch, w.minor)
+	dst = appendUvarint(dst, 0) // seq
+	dst = appendString(dst, site)
+	dst, start := beginSection(dst)
+	dst = e.appendClient(dst, c)
+	dst = endSection(dst, start)
+	dst = appendUvarint(dst, 0) // dropped
+	dst = appendUvarint(dst, 1) // records
+	dst, start = beginSection(dst)
+	dst = append(dst, r.StreamID[:]...)
+	dst = appendUvarint(dst, w.flags)
+	for _, s := range [...]string{r.OriginID, r.PageOrigin, r.PagePath, r.URLOrigin, r.URLPath, r.Model, r.HTTPProto, r.ContentType} {
+		dst = appendRepString(dst, s, "")
+	}
+	dst = append(dst, w.tail...)
+	return endSection(dst, start), true
+}
+
+// CloneWires makes ws independent of the message they were decoded from
+// (whose buffer a caller may reuse): their bytes are copied into one new
+// allocation.
+func CloneWires(ws []Wire) {
+	n := 0
+	for _, w := range ws {
+		n += len(w.tail)
+	}
+	buf := make([]byte, 0, n)
+	for i := range ws {
+		if ws[i].tail == nil {
+			continue
+		}
+		at := len(buf)
+		buf = append(buf, ws[i].tail...)
+		ws[i].tail = buf[at:len(buf):len(buf)]
+	}
+}
+
+// Size is about how many bytes AppendRecordBatch appends for w (its
+// values; the strings come on top).
+func (w Wire) Size() int { return len(w.tail) }
