@@ -550,6 +550,8 @@ type attrStored struct {
 	HTTPProto                 string // resource timing's nextHopProtocol: "h2", "http/1.1"
 	GapP50, GapP99, GapMax    uint32
 	EventsPerRead             float32
+	MaxEventsPerRead          uint32
+	BytesPerRead              float32
 	Reads, Stalls             uint32
 	SubFloor                  float32
 	ByCause                   [meter.NumCauses]uint32
@@ -576,10 +578,10 @@ func (c *attrCollector) waitStored(t *testing.T, id string) attrStored {
 		if time.Now().After(deadline) {
 			t.Fatalf("collector: stream %s and its join not stored within 30s (last: %+v, %v)", id, s, err)
 		}
-		err = c.DB.Conn().QueryRow(ctx, `SELECT origin_id, http_proto, ttft_us, gap_p50_us, gap_p99_us, gap_max_us, events_per_read, reads, stalls, sub_floor_share,
+		err = c.DB.Conn().QueryRow(ctx, `SELECT origin_id, http_proto, ttft_us, gap_p50_us, gap_p99_us, gap_max_us, events_per_read, max_events_per_read, bytes_per_read, reads, stalls, sub_floor_share,
 			stalls_unknown, stalls_network, stalls_page, stalls_origin, ttft_cause, content_events
 			FROM itl_streams FINAL WHERE site = ? AND origin_id = ?`, attrSite, id).Scan(
-			&s.OriginID, &s.HTTPProto, &s.TTFTUs, &s.GapP50, &s.GapP99, &s.GapMax, &s.EventsPerRead, &s.Reads, &s.Stalls, &s.SubFloor,
+			&s.OriginID, &s.HTTPProto, &s.TTFTUs, &s.GapP50, &s.GapP99, &s.GapMax, &s.EventsPerRead, &s.MaxEventsPerRead, &s.BytesPerRead, &s.Reads, &s.Stalls, &s.SubFloor,
 			&s.ByCause[1], &s.ByCause[2], &s.ByCause[3], &s.ByCause[4], &s.TTFTCause, &s.ContentEvents)
 		if err != nil || s.OriginID == "" {
 			continue

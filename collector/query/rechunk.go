@@ -80,31 +80,44 @@ const (
 )
 
 // Read patterns (Rechunk.Pattern): what the way a segment's streams were
-// read says about what re-chunked them.
+// read says about what re-chunked them. The e2e tests check one_read, steady
+// and held against the real re-chunkers that produce them (nginx buffering
+// with gzip; nginx buffering an unchunked upstream response; a proxy that
+// holds reads), and page against a busy page. No re-chunker available to
+// them produces bursty: nginx's gzip flushes per event when it does not
+// buffer and holds the whole answer when it does (one_read), and
+// klauspost/compress's gzhttp flushes its encoder on every Flush; the rule
+// is checked by unit tests only.
 const (
 	PatternNone    = ""         // reads carry about one event each
-	PatternOneRead = "one_read" // the whole answer in one read at the end: a buffering proxy
-	PatternSteady  = "steady"   // several events in every read, evenly: a buffer that flushes when full
+	PatternOneRead = "one_read" // the whole answer in one read at the end: a proxy that holds the response
+	PatternSteady  = "steady"   // several events in every read, evenly: a buffer passed on only when full
 	PatternPage    = "page"     // backlogs read at once while the page was busy (page stalls): not the path
 	PatternHeld    = "held"     // backlogs after the path held the bytes (network stalls): a congested or stalling hop
-	PatternBursty  = "bursty"   // backlogs without stalls: something on the path batches events (an encoder)
+	PatternBursty  = "bursty"   // backlogs without stalls: something on the path batches events on its own schedule
 )
 
-// Diagnoses per pattern: what the read pattern says and its usual fix.
+// Diagnoses per pattern: what the read pattern says and its usual fix. The
+// nginx behaviour they name is nginx 1.22's, as measured by the e2e tests.
 var Diagnoses = map[string]string{
-	PatternOneRead: "The whole answer arrives in one read at the end: a buffering proxy holds the response. " +
-		"Fix: send `X-Accel-Buffering: no` from the origin, or `proxy_buffering off` (nginx) for the streaming route.",
-	PatternSteady: "Reads carry several events at a steady rate: a buffer that flushes only when full (a proxy buffer, or a " +
-		"compression encoder filling its block). Fix: flush after every event, no gzip or brotli on `text/event-stream`, " +
-		"and no proxy buffering for the route.",
+	PatternOneRead: "The whole answer arrives in one read at the end: a proxy holds the response until it ends (nginx with " +
+		"`proxy_buffering on` and gzip on `text/event-stream`, whose encoder then holds every event; or a proxy buffer larger " +
+		"than the answer). Fix: send `X-Accel-Buffering: no` from the origin, or `proxy_buffering off` (nginx) for the streaming " +
+		"route; unbuffered, nginx flushes its gzip encoder per event.",
+	PatternSteady: "Reads carry several events each, evenly, one read each time a buffer fills: a proxy passes the response on " +
+		"only in full buffers (nginx with `proxy_buffering on` does so when the upstream response is not chunked, as with its " +
+		"default `proxy_http_version 1.0`: one `proxy_buffers` buffer, 4 or 8 KB, at a time). Fix: send `X-Accel-Buffering: no` " +
+		"from the origin, or `proxy_buffering off` for the route; with nginx, `proxy_http_version 1.1` (a chunked response is " +
+		"passed on chunk by chunk).",
 	PatternPage: "Events pile up and are read at once while the page's main thread is busy (the stalls are the page's): " +
 		"nothing on the path re-chunks. Fix: break up long tasks or move them off the main thread.",
 	PatternHeld: "Now and then the path holds the bytes, then delivers the backlog in one read (the stalls are the network's " +
 		"while the origin was on time): a congested link or a proxy that stalls. Fix: find the hop (the origin's and edge's " +
 		"times tell which side); check the proxy's buffers and upstream keep-alive, and the client's network.",
 	PatternBursty: "Events arrive in uneven bursts without stalls while the origin sends them one by one: something on the path " +
-		"batches them, typically a compression encoder holding events. Fix: no gzip or brotli on `text/event-stream` " +
-		"(nginx `gzip_types` without it), or flush the encoder per event.",
+		"batches them on its own schedule (a proxy or a compression encoder that flushes by size or time, not per event). " +
+		"Fix: find the hop (the origin's and edge's times tell which side) and make it pass each event on: no buffering for " +
+		"the route, and no compression of `text/event-stream` unless the encoder is flushed per event.",
 }
 
 // Rechunk is the re-chunking picture of one value of a dimension.
