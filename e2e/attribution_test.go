@@ -19,8 +19,10 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -60,8 +62,10 @@ const (
 )
 
 // attrStreamHandler streams attrTokens OpenAI chat chunks attrCadence apart,
-// flushing each. Query: tokens=N instead of attrTokens; pause=MS before the
-// middle token; accel=no sends X-Accel-Buffering: no.
+// flushing each. Query: tokens=N instead of attrTokens; every=US apart
+// instead of attrCadence; words=random makes each chunk's content a random
+// word (text that compresses about as poorly as prose, not a counter);
+// pause=MS before the middle token; accel=no sends X-Accel-Buffering: no.
 func attrStreamHandler(w http.ResponseWriter, r *http.Request) {
 	attrStream(w, r, nil)
 }
@@ -75,6 +79,11 @@ func attrStream(w http.ResponseWriter, r *http.Request, ids chan<- string) {
 	if err != nil || tokens <= 0 {
 		tokens = attrTokens
 	}
+	cadence := attrCadence
+	if us, err := strconv.Atoi(q.Get("every")); err == nil && us > 0 {
+		cadence = time.Duration(us) * time.Microsecond
+	}
+	random := q.Get("words") == "random"
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-cache")
 	if q.Get("accel") == "no" {
@@ -90,7 +99,7 @@ func attrStream(w http.ResponseWriter, r *http.Request, ids chan<- string) {
 		}
 	}
 	for i := range tokens {
-		d := attrCadence
+		d := cadence
 		if i == tokens/2 && pause > 0 {
 			d = time.Duration(pause) * time.Millisecond
 		}
@@ -99,7 +108,11 @@ func attrStream(w http.ResponseWriter, r *http.Request, ids chan<- string) {
 		case <-r.Context().Done():
 			return
 		}
-		fmt.Fprintf(w, "data: {\"choices\":[{\"delta\":{\"content\":\"token%d \"}}]}\n\n", i)
+		if random {
+			fmt.Fprintf(w, "data: {\"choices\":[{\"delta\":{\"content\":\"%s \"}}]}\n\n", strconv.FormatUint(rand.Uint64()>>24, 36))
+		} else {
+			fmt.Fprintf(w, "data: {\"choices\":[{\"delta\":{\"content\":\"token%d \"}}]}\n\n", i)
+		}
 		rc.Flush()
 	}
 	io.WriteString(w, "data: [DONE]\n\n")
@@ -746,8 +759,12 @@ func (p *attrPage) run(t *testing.T, base string, r attrRun) attrStored {
 		wantOriginStalls = 1
 	}
 	want := uint32(attrTokens)
-	if r.busy {
-		want = attrBusyTokens
+	if q, _ := url.ParseQuery(r.query); q.Get("tokens") != "" {
+		n, err := strconv.Atoi(q.Get("tokens"))
+		if err != nil {
+			t.Fatalf("query %q: %v", r.query, err)
+		}
+		want = uint32(n)
 	}
 	for attempt := 1; ; attempt++ {
 		if r.busy {

@@ -160,8 +160,6 @@ const fullBuffersNginx = "proxy_http_version 1.0; proxy_buffer_size 1k; proxy_bu
 // while the origin itself streamed smoothly.
 func wantStoredFullBuffers(t *testing.T, s attrStored) {
 	t.Helper()
-	t.Logf("full buffers: %d reads, %.2f events/read, max %d, %.0f bytes/read, ITL p50 %d µs, stalls %d (%v), TTFT %v µs (%s)",
-		s.Reads, s.EventsPerRead, s.MaxEventsPerRead, s.BytesPerRead, s.GapP50, s.Stalls, s.ByCause, deref32(s.TTFTUs), s.TTFTCause)
 	if s.Reads < 2 || s.EventsPerRead < 5 || s.MaxEventsPerRead >= s.ContentEvents || float32(s.MaxEventsPerRead) > 2*s.EventsPerRead || s.BytesPerRead > 1024 {
 		t.Errorf("%d reads, %.2f events/read, max %d, %.0f bytes/read; want reads of 1 KB buffers (several, even, none above 1024 bytes)",
 			s.Reads, s.EventsPerRead, s.MaxEventsPerRead, s.BytesPerRead)
@@ -169,6 +167,30 @@ func wantStoredFullBuffers(t *testing.T, s attrStored) {
 	if s.OriginStalls != 0 || s.EventsPerFlush > 1.01 {
 		t.Errorf("origin stalls %d, events/flush %.2f; want the origin smooth", s.OriginStalls, s.EventsPerFlush)
 	}
+}
+
+// gzipBlocksQuery is a long answer (6,000 chunks 0.2 ms apart, random
+// words: about 330 KB of SSE that gzip makes about 38 KB) for nginx's
+// buffered gzip, which passes on about 16 KB of compressed output at a
+// time (a short answer stays in the encoder until it ends: scenario 2).
+const gzipBlocksQuery = "tokens=6000&every=200&words=random"
+
+// wantStoredGzipBlocks checks a stream stored as nginx's buffered gzip
+// delivers a long answer: the whole answer neither in one read nor a few
+// events a read, but a few backlogs of hundreds of events, evenly.
+func wantStoredGzipBlocks(t *testing.T, s attrStored) {
+	t.Helper()
+	if s.Reads < 2 || s.EventsPerRead < 100 || s.MaxEventsPerRead >= s.ContentEvents || float32(s.MaxEventsPerRead) > 2*s.EventsPerRead {
+		t.Errorf("%d reads, %.2f events/read, max %d; want a few even backlogs of hundreds of events", s.Reads, s.EventsPerRead, s.MaxEventsPerRead)
+	}
+}
+
+// logReads logs how a stored stream was read (the figures the README's
+// re-chunking table quotes).
+func logReads(t *testing.T, path string, s attrStored) {
+	t.Helper()
+	t.Logf("%s: %d reads, %.2f events/read, max %d, %.0f bytes/read, ITL p50 %d µs, sub-floor %.2f, stalls %d (%v), TTFT %v µs (%s)",
+		path, s.Reads, s.EventsPerRead, s.MaxEventsPerRead, s.BytesPerRead, s.GapP50, s.SubFloor, s.Stalls, s.ByCause, deref32(s.TTFTUs), s.TTFTCause)
 }
 
 func deref32(p *uint32) any {
@@ -179,17 +201,19 @@ func deref32(p *uint32) any {
 }
 
 // TestDashboardViews runs attribution scenarios 2 (nginx buffering + gzip)
-// and 6 (a 600 ms origin pause), and nginx passing the answer on in full
-// buffers (fullBuffersNginx), in Chromium against the real collector and
-// engine, seeds releases and page stalls beside them, then opens every
-// dashboard view in Chromium: each renders without console errors; the
-// causes show origin, network and page; re-chunking flags the nginx API
-// origin as a buffering proxy and the full-buffers one as a buffer that
-// flushes when full, each with its fix, in the stored figures and on the
-// page; the paused stream's view shades its gap
-// `origin` with the origin's emit times drawn; compare flags the seeded
-// regression and not two samples of one cadence; the views fit a phone-width
-// screen. Screenshots go to shotsDir.
+// and 6 (a 600 ms origin pause), and the other real re-chunkers (nginx
+// buffering + brotli, nginx passing the answer on in full buffers, nginx
+// buffering + gzip on a long answer), in Chromium against the real
+// collector and engine, seeds releases and page stalls beside them, then
+// opens every dashboard view in Chromium: each renders without console
+// errors; the causes show origin, network and page; re-chunking names each
+// proxy's read pattern with its diagnosis, in the stored figures and on
+// the page (buffering + gzip or brotli: one read at the end, with the
+// X-Accel-Buffering fix; full buffers and gzip blocks: steady, with the
+// proxy_http_version fix; the jitter proxy: held); the paused stream's view
+// shades its gap `origin` with the origin's emit times drawn; compare flags
+// the seeded regression and not two samples of one cadence; the views fit
+// a phone-width screen. Screenshots go to shotsDir.
 func TestDashboardViews(t *testing.T) {
 	Browser(t)
 	nginx.RequireReal(t)
@@ -202,14 +226,29 @@ func TestDashboardViews(t *testing.T) {
 	ng := nginx.Start(t, nginx.Options{Upstream: upstream, Buffering: true, Gzip: true})
 	buffered := p.run(t, ng.URL(), attrRun{})
 	wantStoredCoalesced(t, buffered)
+	logReads(t, "nginx buffering + gzip", buffered)
+	// The same with brotli (Chromium accepts br: nginx prefers it).
+	brn := nginx.Start(t, nginx.Options{Upstream: upstream, Buffering: true, Brotli: true})
+	brotlied := p.run(t, brn.URL(), attrRun{})
+	wantStoredCoalesced(t, brotlied)
+	logReads(t, "nginx buffering + brotli", brotlied)
 	// A proxy that passes the answer on in full buffers.
 	fb := nginx.Start(t, nginx.Options{Upstream: upstream, Buffering: true, Extra: fullBuffersNginx})
 	full := p.run(t, fb.URL(), attrRun{})
 	wantStoredFullBuffers(t, full)
+	logReads(t, "nginx full 1 KB buffers", full)
+	// The same buffering + gzip nginx as scenario 2 (another instance: its
+	// own API origin) on a long answer: its encoder passes on one block of
+	// compressed output at a time.
+	gzb := nginx.Start(t, nginx.Options{Upstream: upstream, Buffering: true, Gzip: true})
+	blocks := p.run(t, gzb.URL(), attrRun{query: gzipBlocksQuery})
+	wantStoredGzipBlocks(t, blocks)
+	logReads(t, "nginx buffering + gzip, long answer", blocks)
 	// Network stalls (a proxy holding reads) and page stalls (a busy main
 	// thread), as attribution scenarios 4 and 5 check them.
 	jp := startJitter(t, upstream)
 	jittered := p.run(t, jp.URL(), attrRun{})
+	logReads(t, "jitter proxy", jittered)
 	if jittered.Stalls == 0 || jittered.JoinedByCause[meter.CauseNetwork] == 0 {
 		t.Errorf("jitter proxy: stalls %d, joined causes %v; want network stalls", jittered.Stalls, jittered.JoinedByCause)
 	}
@@ -312,8 +351,8 @@ func TestDashboardViews(t *testing.T) {
 	// Overview: uPlot draws the ITL quantiles.
 	open("", url.Values{})
 	poll("overview chart", `(() => { const u = document.querySelector("#chart")._u; return u && u.series.length === 6 && u.data[0].length > 0 ? "ok" : null })()`)
-	if got := poll("streams tile", `(() => { const v = document.querySelector('.tile[data-k="streams"] .v').textContent; return v === "—" ? null : v })()`); got != "77" {
-		t.Errorf("streams tile = %s, want 77 (5 real + 72 seeded)", got)
+	if got := poll("streams tile", `(() => { const v = document.querySelector('.tile[data-k="streams"] .v').textContent; return v === "—" ? null : v })()`); got != "79" {
+		t.Errorf("streams tile = %s, want 79 (7 real + 72 seeded)", got)
 	}
 	drawn("chart")
 	shot("1-overview")
@@ -376,8 +415,8 @@ func TestDashboardViews(t *testing.T) {
 	if err := p.col.DB.Conn().QueryRow(context.Background(), "SELECT countIf(ttft_cause = 'network') FROM itl_streams WHERE site = ?", attrSite).Scan(&ttftNet); err != nil {
 		t.Fatal(err)
 	}
-	if buffered.TTFTCause != "network" || ttftNet < 1 {
-		t.Errorf("stored TTFT causes: nginx %s, network %d; want the nginx stream's network", buffered.TTFTCause, ttftNet)
+	if buffered.TTFTCause != "network" || brotlied.TTFTCause != "network" || ttftNet < 2 {
+		t.Errorf("stored TTFT causes: nginx gzip %s, brotli %s, network %d; want the buffering nginx streams' network", buffered.TTFTCause, brotlied.TTFTCause, ttftNet)
 	}
 	if got := poll("ttft mix", `(() => { const e = document.querySelector('#ttft-mix [data-cause="network"]'); return e ? e.textContent : null })()`); !strings.HasPrefix(got, fmt.Sprintf("network %d ", ttftNet)) {
 		t.Errorf("TTFT mix network = %q, want the %d stored", got, ttftNet)
@@ -401,7 +440,7 @@ func TestDashboardViews(t *testing.T) {
 		t.Logf("rechunk %s: %d streams, %.2f events/read, %.0f bytes/read, sub-floor %.2f, coalesced TTFT %.2f, one read %.2f, steady %.2f, bursty %.2f, page stalls %.2f, network stalls %.2f: %q",
 			r.Key, r.Streams, r.EventsPerRead, r.BytesPerRead, r.SubFloorShare, r.CoalescedTTFTShare, r.OneReadShare, r.SteadyShare, r.BurstyShare, r.PageStallShare, r.NetworkStallShare, r.Pattern)
 	}
-	for key, want := range map[string]string{nginxOrigin: query.PatternOneRead, fb.URL(): query.PatternSteady, jp.URL(): query.PatternHeld} {
+	for key, want := range map[string]string{nginxOrigin: query.PatternOneRead, brn.URL(): query.PatternOneRead, fb.URL(): query.PatternSteady, gzb.URL(): query.PatternSteady, jp.URL(): query.PatternHeld} {
 		if got := byOrigin[key]; got.Pattern != want || got.Diagnosis != query.Diagnoses[want] {
 			t.Errorf("stored rechunk of %s: pattern %q, diagnosis %q; want %q and its diagnosis", key, got.Pattern, got.Diagnosis, want)
 		}
@@ -413,8 +452,8 @@ func TestDashboardViews(t *testing.T) {
 		k, v, _ := strings.Cut(kv, "=")
 		diag[k] = v
 	}
-	if diag[nginxOrigin] != "one_read" || diag[fb.URL()] != "steady" || diag[jp.URL()] != "held" {
-		t.Errorf("flagged segments = %s, want %s=one_read, %s=steady and %s=held", got, nginxOrigin, fb.URL(), jp.URL())
+	if diag[nginxOrigin] != "one_read" || diag[brn.URL()] != "one_read" || diag[fb.URL()] != "steady" || diag[gzb.URL()] != "steady" || diag[jp.URL()] != "held" {
+		t.Errorf("flagged segments = %s, want %s and %s one_read, %s and %s steady, %s held", got, nginxOrigin, brn.URL(), fb.URL(), gzb.URL(), jp.URL())
 	}
 	if v, ok := diag[p.og.URL]; ok && v != "page" {
 		t.Errorf("the origin itself (%s) flagged %q, want not flagged or page", p.og.URL, v)
