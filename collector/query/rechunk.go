@@ -82,12 +82,13 @@ const (
 // Read patterns (Rechunk.Pattern): what the way a segment's streams were
 // read says about what re-chunked them. The e2e tests check one_read, steady
 // and held against the real re-chunkers that produce them (nginx buffering
-// with gzip, a short answer; nginx buffering an unchunked upstream response,
-// and buffering with gzip, a long answer; a proxy that holds reads), and
-// page against a busy page. No re-chunker available to
-// them produces bursty: nginx's gzip flushes per event when it does not
-// buffer and holds the whole answer when it does (one_read), and
-// klauspost/compress's gzhttp flushes its encoder on every Flush; the rule
+// with gzip or brotli, a short answer; nginx buffering an unchunked upstream
+// response, and buffering with gzip, a long answer; a proxy that holds
+// reads), and page against a busy page. No re-chunker available to them
+// produces bursty: nginx's gzip and brotli encoders flush per event when
+// nginx does not buffer, and when it does they hold the whole answer
+// (one_read) or, gzip on a long answer, pass it on in blocks (steady);
+// klauspost/compress's gzhttp flushes its encoder on every Flush. The rule
 // is checked by unit tests only.
 const (
 	PatternNone    = ""         // reads carry about one event each
@@ -102,9 +103,9 @@ const (
 // nginx behaviour they name is nginx 1.22's, as measured by the e2e tests.
 var Diagnoses = map[string]string{
 	PatternOneRead: "The whole answer arrives in one read at the end: a proxy holds the response until it ends (nginx with " +
-		"`proxy_buffering on` and gzip on `text/event-stream`, whose encoder holds an answer of up to thousands of events; or a " +
-		"proxy buffer larger than the answer). Fix: send `X-Accel-Buffering: no` from the origin, or `proxy_buffering off` " +
-		"(nginx) for the streaming route; unbuffered, nginx flushes its gzip encoder per event.",
+		"`proxy_buffering on` and gzip or brotli on `text/event-stream`, whose encoder holds an answer of up to thousands of " +
+		"events; or a proxy buffer larger than the answer). Fix: send `X-Accel-Buffering: no` from the origin, or " +
+		"`proxy_buffering off` (nginx) for the streaming route; unbuffered, nginx flushes its encoder per event.",
 	PatternSteady: "Reads carry several events each, evenly, one read each time a buffer fills: a proxy passes the response on " +
 		"only in full buffers. nginx with `proxy_buffering on` does so when the upstream response is not chunked (its default " +
 		"`proxy_http_version 1.0`), one `proxy_buffers` buffer (4 or 8 KB) at a time; with gzip on `text/event-stream`, a long " +
