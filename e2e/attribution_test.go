@@ -19,8 +19,10 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -60,8 +62,10 @@ const (
 )
 
 // attrStreamHandler streams attrTokens OpenAI chat chunks attrCadence apart,
-// flushing each. Query: tokens=N instead of attrTokens; pause=MS before the
-// middle token; accel=no sends X-Accel-Buffering: no.
+// flushing each. Query: tokens=N instead of attrTokens; every=US apart
+// instead of attrCadence; words=random makes each chunk's content a random
+// word (text that compresses about as poorly as prose, not a counter);
+// pause=MS before the middle token; accel=no sends X-Accel-Buffering: no.
 func attrStreamHandler(w http.ResponseWriter, r *http.Request) {
 	attrStream(w, r, nil)
 }
@@ -75,6 +79,11 @@ func attrStream(w http.ResponseWriter, r *http.Request, ids chan<- string) {
 	if err != nil || tokens <= 0 {
 		tokens = attrTokens
 	}
+	cadence := attrCadence
+	if us, err := strconv.Atoi(q.Get("every")); err == nil && us > 0 {
+		cadence = time.Duration(us) * time.Microsecond
+	}
+	random := q.Get("words") == "random"
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-cache")
 	if q.Get("accel") == "no" {
@@ -90,7 +99,7 @@ func attrStream(w http.ResponseWriter, r *http.Request, ids chan<- string) {
 		}
 	}
 	for i := range tokens {
-		d := attrCadence
+		d := cadence
 		if i == tokens/2 && pause > 0 {
 			d = time.Duration(pause) * time.Millisecond
 		}
@@ -99,7 +108,11 @@ func attrStream(w http.ResponseWriter, r *http.Request, ids chan<- string) {
 		case <-r.Context().Done():
 			return
 		}
-		fmt.Fprintf(w, "data: {\"choices\":[{\"delta\":{\"content\":\"token%d \"}}]}\n\n", i)
+		if random {
+			fmt.Fprintf(w, "data: {\"choices\":[{\"delta\":{\"content\":\"%s \"}}]}\n\n", strconv.FormatUint(rand.Uint64()>>24, 36))
+		} else {
+			fmt.Fprintf(w, "data: {\"choices\":[{\"delta\":{\"content\":\"token%d \"}}]}\n\n", i)
+		}
 		rc.Flush()
 	}
 	io.WriteString(w, "data: [DONE]\n\n")
@@ -550,6 +563,8 @@ type attrStored struct {
 	HTTPProto                 string // resource timing's nextHopProtocol: "h2", "http/1.1"
 	GapP50, GapP99, GapMax    uint32
 	EventsPerRead             float32
+	MaxEventsPerRead          uint32
+	BytesPerRead              float32
 	Reads, Stalls             uint32
 	SubFloor                  float32
 	ByCause                   [meter.NumCauses]uint32
@@ -576,10 +591,10 @@ func (c *attrCollector) waitStored(t *testing.T, id string) attrStored {
 		if time.Now().After(deadline) {
 			t.Fatalf("collector: stream %s and its join not stored within 30s (last: %+v, %v)", id, s, err)
 		}
-		err = c.DB.Conn().QueryRow(ctx, `SELECT origin_id, http_proto, ttft_us, gap_p50_us, gap_p99_us, gap_max_us, events_per_read, reads, stalls, sub_floor_share,
+		err = c.DB.Conn().QueryRow(ctx, `SELECT origin_id, http_proto, ttft_us, gap_p50_us, gap_p99_us, gap_max_us, events_per_read, max_events_per_read, bytes_per_read, reads, stalls, sub_floor_share,
 			stalls_unknown, stalls_network, stalls_page, stalls_origin, ttft_cause, content_events
 			FROM itl_streams FINAL WHERE site = ? AND origin_id = ?`, attrSite, id).Scan(
-			&s.OriginID, &s.HTTPProto, &s.TTFTUs, &s.GapP50, &s.GapP99, &s.GapMax, &s.EventsPerRead, &s.Reads, &s.Stalls, &s.SubFloor,
+			&s.OriginID, &s.HTTPProto, &s.TTFTUs, &s.GapP50, &s.GapP99, &s.GapMax, &s.EventsPerRead, &s.MaxEventsPerRead, &s.BytesPerRead, &s.Reads, &s.Stalls, &s.SubFloor,
 			&s.ByCause[1], &s.ByCause[2], &s.ByCause[3], &s.ByCause[4], &s.TTFTCause, &s.ContentEvents)
 		if err != nil || s.OriginID == "" {
 			continue
@@ -744,8 +759,12 @@ func (p *attrPage) run(t *testing.T, base string, r attrRun) attrStored {
 		wantOriginStalls = 1
 	}
 	want := uint32(attrTokens)
-	if r.busy {
-		want = attrBusyTokens
+	if q, _ := url.ParseQuery(r.query); q.Get("tokens") != "" {
+		n, err := strconv.Atoi(q.Get("tokens"))
+		if err != nil {
+			t.Fatalf("query %q: %v", r.query, err)
+		}
+		want = uint32(n)
 	}
 	for attempt := 1; ; attempt++ {
 		if r.busy {

@@ -20,6 +20,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/itlmon/itlmon/collector"
+	"github.com/itlmon/itlmon/collector/query"
 	"github.com/itlmon/itlmon/collector/store"
 	"github.com/itlmon/itlmon/e2e/nginx"
 	"github.com/itlmon/itlmon/wasm/beacon"
@@ -144,15 +145,75 @@ func shotsDir(t *testing.T) string {
 	return d
 }
 
+// fullBuffersNginx makes nginx pass a response on in full buffers: with
+// proxy_buffering on (its default) and the upstream spoken to in HTTP/1.0
+// (its default proxy_http_version), the response is not chunked, so its
+// event pipe hands a buffer downstream only once the buffer is full or the
+// response ended (a chunked HTTP/1.1 response is passed on chunk by chunk,
+// buffered or not). 1 KB buffers make attrStream's 2.2 KB answer span
+// three; production's 4-8 KB buffers do the same to longer answers.
+const fullBuffersNginx = "proxy_http_version 1.0; proxy_buffer_size 1k; proxy_buffers 4 1k;"
+
+// wantStoredFullBuffers checks a stream stored as nginx's full buffers
+// deliver it: several reads of several events each, evenly (none with the
+// whole answer, none beyond twice the mean), none larger than a buffer,
+// while the origin itself streamed smoothly.
+func wantStoredFullBuffers(t *testing.T, s attrStored) {
+	t.Helper()
+	if s.Reads < 2 || s.EventsPerRead < 5 || s.MaxEventsPerRead >= s.ContentEvents || float32(s.MaxEventsPerRead) > 2*s.EventsPerRead || s.BytesPerRead > 1024 {
+		t.Errorf("%d reads, %.2f events/read, max %d, %.0f bytes/read; want reads of 1 KB buffers (several, even, none above 1024 bytes)",
+			s.Reads, s.EventsPerRead, s.MaxEventsPerRead, s.BytesPerRead)
+	}
+	if s.OriginStalls != 0 || s.EventsPerFlush > 1.01 {
+		t.Errorf("origin stalls %d, events/flush %.2f; want the origin smooth", s.OriginStalls, s.EventsPerFlush)
+	}
+}
+
+// gzipBlocksQuery is a long answer (6,000 chunks 0.2 ms apart, random
+// words: about 330 KB of SSE that gzip makes about 38 KB) for nginx's
+// buffered gzip, which passes on about 16 KB of compressed output at a
+// time (a short answer stays in the encoder until it ends: scenario 2).
+const gzipBlocksQuery = "tokens=6000&every=200&words=random"
+
+// wantStoredGzipBlocks checks a stream stored as nginx's buffered gzip
+// delivers a long answer: the whole answer neither in one read nor a few
+// events a read, but a few backlogs of hundreds of events, evenly.
+func wantStoredGzipBlocks(t *testing.T, s attrStored) {
+	t.Helper()
+	if s.Reads < 2 || s.EventsPerRead < 100 || s.MaxEventsPerRead >= s.ContentEvents || float32(s.MaxEventsPerRead) > 2*s.EventsPerRead {
+		t.Errorf("%d reads, %.2f events/read, max %d; want a few even backlogs of hundreds of events", s.Reads, s.EventsPerRead, s.MaxEventsPerRead)
+	}
+}
+
+// logReads logs how a stored stream was read (the figures the README's
+// re-chunking table quotes).
+func logReads(t *testing.T, path string, s attrStored) {
+	t.Helper()
+	t.Logf("%s: %d reads, %.2f events/read, max %d, %.0f bytes/read, ITL p50 %d µs, sub-floor %.2f, stalls %d (%v), TTFT %v µs (%s)",
+		path, s.Reads, s.EventsPerRead, s.MaxEventsPerRead, s.BytesPerRead, s.GapP50, s.SubFloor, s.Stalls, s.ByCause, deref32(s.TTFTUs), s.TTFTCause)
+}
+
+func deref32(p *uint32) any {
+	if p == nil {
+		return nil
+	}
+	return *p
+}
+
 // TestDashboardViews runs attribution scenarios 2 (nginx buffering + gzip)
-// and 6 (a 600 ms origin pause) in Chromium against the real collector and
-// engine, seeds releases and page stalls beside them, then opens every
-// dashboard view in Chromium: each renders without console errors; the
-// causes show origin, network and page; re-chunking flags the nginx API
-// origin as a buffering proxy; the paused stream's view shades its gap
-// `origin` with the origin's emit times drawn; compare flags the seeded
-// regression and not two samples of one cadence; the views fit a phone-width
-// screen. Screenshots go to shotsDir.
+// and 6 (a 600 ms origin pause), and the other real re-chunkers (nginx
+// buffering + brotli, nginx passing the answer on in full buffers, nginx
+// buffering + gzip on a long answer), in Chromium against the real
+// collector and engine, seeds releases and page stalls beside them, then
+// opens every dashboard view in Chromium: each renders without console
+// errors; the causes show origin, network and page; re-chunking names each
+// proxy's read pattern with its diagnosis, in the stored figures and on
+// the page (buffering + gzip or brotli: one read at the end, with the
+// X-Accel-Buffering fix; full buffers and gzip blocks: steady, with the
+// proxy_http_version fix; the jitter proxy: held); the paused stream's view
+// shades its gap `origin` with the origin's emit times drawn; compare flags
+// the seeded regression and not two samples of one cadence; the views fit
+// a phone-width screen. Screenshots go to shotsDir.
 func TestDashboardViews(t *testing.T) {
 	Browser(t)
 	nginx.RequireReal(t)
@@ -165,10 +226,29 @@ func TestDashboardViews(t *testing.T) {
 	ng := nginx.Start(t, nginx.Options{Upstream: upstream, Buffering: true, Gzip: true})
 	buffered := p.run(t, ng.URL(), attrRun{})
 	wantStoredCoalesced(t, buffered)
+	logReads(t, "nginx buffering + gzip", buffered)
+	// The same with brotli (Chromium accepts br: nginx prefers it).
+	brn := nginx.Start(t, nginx.Options{Upstream: upstream, Buffering: true, Brotli: true})
+	brotlied := p.run(t, brn.URL(), attrRun{})
+	wantStoredCoalesced(t, brotlied)
+	logReads(t, "nginx buffering + brotli", brotlied)
+	// A proxy that passes the answer on in full buffers.
+	fb := nginx.Start(t, nginx.Options{Upstream: upstream, Buffering: true, Extra: fullBuffersNginx})
+	full := p.run(t, fb.URL(), attrRun{})
+	wantStoredFullBuffers(t, full)
+	logReads(t, "nginx full 1 KB buffers", full)
+	// The same buffering + gzip nginx as scenario 2 (another instance: its
+	// own API origin) on a long answer: its encoder passes on one block of
+	// compressed output at a time.
+	gzb := nginx.Start(t, nginx.Options{Upstream: upstream, Buffering: true, Gzip: true})
+	blocks := p.run(t, gzb.URL(), attrRun{query: gzipBlocksQuery})
+	wantStoredGzipBlocks(t, blocks)
+	logReads(t, "nginx buffering + gzip, long answer", blocks)
 	// Network stalls (a proxy holding reads) and page stalls (a busy main
 	// thread), as attribution scenarios 4 and 5 check them.
 	jp := startJitter(t, upstream)
 	jittered := p.run(t, jp.URL(), attrRun{})
+	logReads(t, "jitter proxy", jittered)
 	if jittered.Stalls == 0 || jittered.JoinedByCause[meter.CauseNetwork] == 0 {
 		t.Errorf("jitter proxy: stalls %d, joined causes %v; want network stalls", jittered.Stalls, jittered.JoinedByCause)
 	}
@@ -271,8 +351,8 @@ func TestDashboardViews(t *testing.T) {
 	// Overview: uPlot draws the ITL quantiles.
 	open("", url.Values{})
 	poll("overview chart", `(() => { const u = document.querySelector("#chart")._u; return u && u.series.length === 6 && u.data[0].length > 0 ? "ok" : null })()`)
-	if got := poll("streams tile", `(() => { const v = document.querySelector('.tile[data-k="streams"] .v').textContent; return v === "—" ? null : v })()`); got != "76" {
-		t.Errorf("streams tile = %s, want 76 (4 real + 72 seeded)", got)
+	if got := poll("streams tile", `(() => { const v = document.querySelector('.tile[data-k="streams"] .v').textContent; return v === "—" ? null : v })()`); got != "79" {
+		t.Errorf("streams tile = %s, want 79 (7 real + 72 seeded)", got)
 	}
 	drawn("chart")
 	shot("1-overview")
@@ -329,16 +409,42 @@ func TestDashboardViews(t *testing.T) {
 	if a, b := drawn("cause-stalls"), drawn("cause-time"); a < 0.002 || b < 0.002 {
 		t.Errorf("cause charts painted %.3f, %.3f of their plots, want the page stalls' areas", a, b)
 	}
-	if got := poll("ttft mix", `(() => { const e = document.querySelector('#ttft-mix [data-cause="network"]'); return e ? e.textContent : null })()`); !strings.HasPrefix(got, "network 1 ") {
-		t.Errorf("TTFT mix network = %q, want the nginx stream's", got)
+	// The first tokens the proxies held (the buffering one's, and the full
+	// buffers' when the first buffer carried it): network.
+	var ttftNet uint64
+	if err := p.col.DB.Conn().QueryRow(context.Background(), "SELECT countIf(ttft_cause = 'network') FROM itl_streams WHERE site = ?", attrSite).Scan(&ttftNet); err != nil {
+		t.Fatal(err)
+	}
+	if buffered.TTFTCause != "network" || brotlied.TTFTCause != "network" || ttftNet < 2 {
+		t.Errorf("stored TTFT causes: nginx gzip %s, brotli %s, network %d; want the buffering nginx streams' network", buffered.TTFTCause, brotlied.TTFTCause, ttftNet)
+	}
+	if got := poll("ttft mix", `(() => { const e = document.querySelector('#ttft-mix [data-cause="network"]'); return e ? e.textContent : null })()`); !strings.HasPrefix(got, fmt.Sprintf("network %d ", ttftNet)) {
+		t.Errorf("TTFT mix network = %q, want the %d stored", got, ttftNet)
 	}
 	shot("2-causes")
 	noErrors("causes")
 
 	// Re-chunking per API origin: nginx (buffering + gzip) is diagnosed a
-	// buffering proxy with its fix, the jitter proxy a path that holds the
-	// bytes; the origin itself (the pause, the busy page) re-chunks nothing:
-	// not flagged, or its backlogs put on the page.
+	// buffering proxy with its fix, nginx in full buffers a buffer that
+	// flushes when full with its fix, the jitter proxy a path that holds
+	// the bytes; the origin itself (the pause, the busy page) re-chunks
+	// nothing: not flagged, or its backlogs put on the page. The stored
+	// figures first (what /api/rechunk serves), then the dashboard's list.
+	rc, err := query.RechunkBy(context.Background(), p.col.DB.Conn(), query.Filter{Site: attrSite, Since: time.Now().Add(-time.Hour)}, "api_origin")
+	if err != nil {
+		t.Fatalf("rechunk: %v", err)
+	}
+	byOrigin := map[string]query.Rechunk{}
+	for _, r := range rc {
+		byOrigin[r.Key] = r
+		t.Logf("rechunk %s: %d streams, %.2f events/read, %.0f bytes/read, sub-floor %.2f, coalesced TTFT %.2f, one read %.2f, steady %.2f, bursty %.2f, page stalls %.2f, network stalls %.2f: %q",
+			r.Key, r.Streams, r.EventsPerRead, r.BytesPerRead, r.SubFloorShare, r.CoalescedTTFTShare, r.OneReadShare, r.SteadyShare, r.BurstyShare, r.PageStallShare, r.NetworkStallShare, r.Pattern)
+	}
+	for key, want := range map[string]string{nginxOrigin: query.PatternOneRead, brn.URL(): query.PatternOneRead, fb.URL(): query.PatternSteady, gzb.URL(): query.PatternSteady, jp.URL(): query.PatternHeld} {
+		if got := byOrigin[key]; got.Pattern != want || got.Diagnosis != query.Diagnoses[want] {
+			t.Errorf("stored rechunk of %s: pattern %q, diagnosis %q; want %q and its diagnosis", key, got.Pattern, got.Diagnosis, want)
+		}
+	}
 	open("rechunk", url.Values{})
 	got = poll("rechunk diagnosis", `(() => { const d = [...document.querySelectorAll("#diagnoses .diag")].map(e => e.dataset.key + "=" + e.dataset.pattern); return d.length ? d.join(",") : null })()`)
 	diag := map[string]string{}
@@ -346,14 +452,17 @@ func TestDashboardViews(t *testing.T) {
 		k, v, _ := strings.Cut(kv, "=")
 		diag[k] = v
 	}
-	if diag[nginxOrigin] != "one_read" || diag[jp.URL()] != "held" {
-		t.Errorf("flagged segments = %s, want %s=one_read and %s=held", got, nginxOrigin, jp.URL())
+	if diag[nginxOrigin] != "one_read" || diag[brn.URL()] != "one_read" || diag[fb.URL()] != "steady" || diag[gzb.URL()] != "steady" || diag[jp.URL()] != "held" {
+		t.Errorf("flagged segments = %s, want %s and %s one_read, %s and %s steady, %s held", got, nginxOrigin, brn.URL(), fb.URL(), gzb.URL(), jp.URL())
 	}
 	if v, ok := diag[p.og.URL]; ok && v != "page" {
 		t.Errorf("the origin itself (%s) flagged %q, want not flagged or page", p.og.URL, v)
 	}
 	if txt := poll("diagnosis text", `document.querySelector('#diagnoses .diag[data-pattern="one_read"] p').textContent`); !strings.Contains(txt, "X-Accel-Buffering: no") {
 		t.Errorf("diagnosis = %q, want the X-Accel-Buffering fix", txt)
+	}
+	if txt := poll("steady diagnosis text", `document.querySelector('#diagnoses .diag[data-pattern="steady"] p').textContent`); !strings.Contains(txt, "proxy_http_version 1.1") {
+		t.Errorf("diagnosis = %q, want the proxy_http_version 1.1 fix", txt)
 	}
 	shot("3-rechunk")
 	noErrors("rechunk")
