@@ -1,0 +1,138 @@
+package query
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// The rollups the read side chooses from (schema/003_rollup.sql and
+// schema/010_rollup_1h.sql): the same aggregate columns and dimensions per
+// minute and per hour.
+const (
+	hourlyTable = "itl_rollup_1h"
+	colHour     = "hour"
+	// hourlyFromTable holds the hour from which itl_rollup_1h holds every
+	// stream (its view sees only inserts made after it was created).
+	hourlyFromTable = "itl_rollup_1h_from"
+)
+
+// rollupColumns are the aggregate columns both rollups have: what a read
+// across the two projects from each (UNION ALL matches columns by position,
+// so they are named, never *).
+var rollupColumns = []string{
+	"streams", "completed", "aborted", "failed", "before_headers", "before_headers_us", "smooth", "with_ttft",
+	"content_events", "tokens", "reads", "bytes", "stalls", "stalled_us",
+	"stalls_unknown", "stalls_network", "stalls_page", "stalls_origin", "max_gap_us",
+	"itl", "itl_zero", "itl_tok", "itl_tok_zero", "ttft", "ttft_zero", "tpot", "tpot_sum", "tpot_zero",
+	"stalled_us_unknown", "stalled_us_network", "stalled_us_page", "stalled_us_origin",
+	"ttft_unknown", "ttft_network", "ttft_page", "ttft_origin",
+	"stalls_origin_edge", "stalls_edge_browser", "stalled_us_origin_edge", "stalled_us_edge_browser",
+	"ttft_origin_edge", "ttft_edge_browser",
+}
+
+// rollupSource returns what follows FROM in a read of the rollup rows
+// matching f, with its arguments: rows carrying site, minute, the
+// dimensions of dimColumn and rollupColumns. Results are the same whichever
+// table it reads; it reads the coarsest that answers exactly:
+//
+//   - the hourly table for the whole hours of the range, when step is a
+//     whole number of hours (0: no time series, a summary or breakdown) and
+//     the hourly table holds every stream of those hours (itl_rollup_1h_from);
+//   - the minute table for the rest: the partial hours at either end of the
+//     range (a since or until not on an hour), hours before the hourly table
+//     was complete, and every step that is not a whole number of hours.
+//
+// Both are read with the same conditions, so for any range the rows add up
+// to exactly those of the minute table (every column is a sum, a max or a
+// sumMap, which add across rows). The hourly rows stand at the start of
+// their hour in the minute column: a step of whole hours puts each in the
+// step its minutes would go to.
+func rollupSource(ctx context.Context, conn Conn, f Filter, step time.Duration) (string, []any, error) {
+	lo, hi := f.bounds()
+	hs, he := ceilHour(lo), hi.Truncate(time.Hour)
+	if step%time.Hour != 0 || !hs.Before(he) {
+		where, args := f.where()
+		return rollupTable + " WHERE " + where, args, nil
+	}
+	from, ok, err := hourlyComplete(ctx, conn)
+	if err != nil {
+		return "", nil, err
+	}
+	if !ok {
+		where, args := f.where()
+		return rollupTable + " WHERE " + where, args, nil
+	}
+	hs = later(hs, ceilHour(from))
+	if !hs.Before(he) {
+		where, args := f.where()
+		return rollupTable + " WHERE " + where, args, nil
+	}
+	dims, dargs := f.dims()
+	cols := "site, " + strings.Join(dimColumnList(), ", ") + ", " + strings.Join(rollupColumns, ", ")
+	var args []any
+	var b strings.Builder
+	b.WriteString("(SELECT " + colMinute + ", " + cols + " FROM " + rollupTable + " WHERE " + colSite + " = ?" + dims +
+		" AND (" + colMinute + " >= ? AND " + colMinute + " < ? OR " + colMinute + " >= ? AND " + colMinute + " < ?)")
+	args = append(args, f.Site)
+	args = append(args, dargs...)
+	args = append(args, lo, hs, he, hi)
+	b.WriteString(" UNION ALL SELECT " + colHour + " AS " + colMinute + ", " + cols + " FROM " + hourlyTable + " WHERE " + colSite + " = ?" + dims +
+		" AND " + colHour + " >= ? AND " + colHour + " < ?)")
+	args = append(args, f.Site)
+	args = append(args, dargs...)
+	args = append(args, hs, he)
+	return b.String(), args, nil
+}
+
+// dimColumnList is the rollup's dimension columns in a fixed order.
+func dimColumnList() []string {
+	ks := Dimensions()
+	out := make([]string, len(ks))
+	for i, k := range ks {
+		out[i] = dimColumn[k]
+	}
+	return out
+}
+
+// hourlyComplete reads from which time on itl_rollup_1h holds every stream
+// (schema/010_rollup_1h.sql); ok is false when the database does not say
+// (read the minute table only then). Through a Distributed table each shard
+// has said its own: the latest counts.
+func hourlyComplete(ctx context.Context, conn Conn) (time.Time, bool, error) {
+	rows, err := conn.Query(ctx, "SELECT count(), max(complete_from) FROM "+hourlyFromTable)
+	if err != nil {
+		return time.Time{}, false, fmt.Errorf("query %s: %w", hourlyFromTable, err)
+	}
+	defer rows.Close()
+	var (
+		n    uint64
+		from time.Time
+	)
+	if rows.Next() {
+		if err := rows.Scan(&n, &from); err != nil {
+			return time.Time{}, false, fmt.Errorf("scan %s: %w", hourlyFromTable, err)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return time.Time{}, false, fmt.Errorf("read %s: %w", hourlyFromTable, err)
+	}
+	return from.UTC(), n > 0, nil
+}
+
+// ceilHour is the first whole hour at or after t.
+func ceilHour(t time.Time) time.Time {
+	h := t.Truncate(time.Hour)
+	if h.Before(t) {
+		h = h.Add(time.Hour)
+	}
+	return h
+}
+
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
