@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+
 	"github.com/itlmon/itlmon/collector/ingest"
 	"github.com/itlmon/itlmon/collector/query"
 	"github.com/itlmon/itlmon/collector/server"
@@ -59,28 +61,36 @@ func TestDashboardReport(t *testing.T) {
 			float64(start+n)/1e6, time.Since(t0).Seconds(), el.Seconds(), float64(start+n)/el.Seconds())
 	}
 	seedTime := time.Since(began)
-	var raw, rolled uint64
+	var raw, rolled, hourly uint64
 	if err := conn.QueryRow(ctx, "SELECT count() FROM itl_streams").Scan(&raw); err != nil {
 		t.Fatal(err)
 	}
 	if err := conn.QueryRow(ctx, "SELECT toUInt64(sum(streams)) FROM itl_rollup_1m").Scan(&rolled); err != nil {
 		t.Fatal(err)
 	}
-	if raw != uint64(total) || rolled != uint64(total) {
-		t.Fatalf("itl_streams holds %d rows and the rollup counts %d streams, want %d", raw, rolled, total)
+	if err := conn.QueryRow(ctx, "SELECT toUInt64(sum(streams)) FROM itl_rollup_1h").Scan(&hourly); err != nil {
+		t.Fatal(err)
+	}
+	if raw != uint64(total) || rolled != uint64(total) || hourly != uint64(total) {
+		t.Fatalf("itl_streams holds %d rows, the minute rollup counts %d streams and the hourly one %d, want %d", raw, rolled, hourly, total)
 	}
 	fmt.Printf("seeded %d streams in %.1f s (%.0f rows/s, the materialized views included)\n\n", total, seedTime.Seconds(), float64(total)/seedTime.Seconds())
 	printSizes(t, conn)
 	// Each insert adds rollup rows per minute and group from two views
-	// (003 and the causes' view of 005); background merges fold them as
-	// production's steady trickle of inserts lets them. Fold them now, so the
-	// rollup is read as it stands after its merges.
-	t0 := time.Now()
-	if err := conn.Exec(ctx, "OPTIMIZE TABLE itl_rollup_1m FINAL"); err != nil {
-		t.Fatal(err)
+	// (003 and the causes' view of 005), and per hour and group from one
+	// (010); background merges fold them as production's steady trickle of
+	// inserts lets them. Fold them now, so the rollups are read as they
+	// stand after their merges.
+	for _, table := range []string{"itl_rollup_1m", "itl_rollup_1h"} {
+		t0 := time.Now()
+		if err := conn.Exec(ctx, "OPTIMIZE TABLE "+table+" FINAL"); err != nil {
+			t.Fatal(err)
+		}
+		fmt.Printf("OPTIMIZE TABLE %s FINAL: %.1f s\n", table, time.Since(t0).Seconds())
 	}
-	fmt.Printf("OPTIMIZE TABLE itl_rollup_1m FINAL: %.1f s; itl_streams left to its background merges\n", time.Since(t0).Seconds())
+	fmt.Println("itl_streams left to its background merges")
 	printSizes(t, conn)
+	printGrains(t, conn, total)
 
 	var sum struct {
 		Report struct {
@@ -304,7 +314,7 @@ func msOf(d time.Duration) float64 { return float64(d) / 1e6 }
 
 func printSizes(t *testing.T, conn query.Conn) {
 	rows, err := conn.Query(context.Background(), `SELECT table, sum(rows), count(), sum(data_compressed_bytes), sum(data_uncompressed_bytes), sum(bytes_on_disk)
-		FROM system.parts WHERE active AND database = currentDatabase() AND table IN ('itl_streams', 'itl_rollup_1m', 'itl_promoted_ids')
+		FROM system.parts WHERE active AND database = currentDatabase() AND table IN ('itl_streams', 'itl_rollup_1m', 'itl_rollup_1h', 'itl_promoted_ids')
 		GROUP BY table ORDER BY table`)
 	if err != nil {
 		t.Fatal(err)
@@ -324,4 +334,29 @@ func printSizes(t *testing.T, conn query.Conn) {
 	if err := rows.Err(); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// printGrains prints rows per stream of the rollups as stored, and of the
+// hourly rollup had it fewer dimensions (counted from its rows: the groups
+// a table keyed by site, hour and those dimensions would hold), to show
+// what a lower-cardinality rollup would save.
+func printGrains(t *testing.T, conn driver.Conn, total int) {
+	fmt.Printf("\n%-58s %12s %16s\n", "rollup grain (site and time, then dimensions)", "rows", "rows per stream")
+	for _, g := range []struct{ name, q string }{
+		{"itl_rollup_1m: minute, 8 dimensions", "SELECT count() FROM itl_rollup_1m"},
+		{"itl_rollup_1h: hour, 8 dimensions", "SELECT count() FROM itl_rollup_1h"},
+		{"(hour, one dimension: browser)", "SELECT uniqExact(site, hour, browser) FROM itl_rollup_1h"},
+		{"(hour, one dimension: region)", "SELECT uniqExact(site, hour, region) FROM itl_rollup_1h"},
+		{"(hour, each dimension in a row of its own: 8 rows a stream)", "SELECT uniqExact(site, hour, 'country', country) + uniqExact(site, hour, 'region', region) + " +
+			"uniqExact(site, hour, 'browser', browser) + uniqExact(site, hour, 'os', os) + uniqExact(site, hour, 'device', device) + " +
+			"uniqExact(site, hour, 'model', model) + uniqExact(site, hour, 'release', release) + uniqExact(site, hour, 'colo', colo) FROM itl_rollup_1h"},
+		{"(hour, no dimension)", "SELECT uniqExact(site, hour) FROM itl_rollup_1h"},
+	} {
+		var n uint64
+		if err := conn.QueryRow(context.Background(), g.q).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		fmt.Printf("%-58s %12d %16.4f\n", g.name, n, float64(n)/float64(total))
+	}
+	fmt.Println()
 }
