@@ -97,7 +97,7 @@ func WorstStreams(ctx context.Context, conn Conn, f Filter, order string, limit 
 	if len(keys) == 0 {
 		return nil, nil
 	}
-	kw, kargs := keys.where()
+	kw, kargs := keys.Where()
 	q := "SELECT " + briefSelect + " FROM " + streamsTable + " WHERE " + where + kw + by +
 		" LIMIT 1 BY stream_id LIMIT " + strconv.Itoa(limit)
 	rows, err := conn.Query(ctx, q, append(args, kargs...)...)

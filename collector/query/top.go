@@ -64,12 +64,12 @@ func TopRows(ctx context.Context, conn Conn, table, whereOrder string, args []an
 	}
 }
 
-// where is the condition (" AND (...)") selecting ks's rows (and copies of
+// Where is the condition (" AND (...)") selecting ks's rows (and copies of
 // them, which LIMIT 1 BY stream_id drops), and its arguments: one time and
 // stream id per row, so the engine reads only the granules of those times.
 // Times are passed as Unix milliseconds (received_at is DateTime64(3); a
 // bound time.Time would lose its milliseconds).
-func (ks RowKeys) where() (string, []any) {
+func (ks RowKeys) Where() (string, []any) {
 	args := make([]any, 0, 2*len(ks))
 	var b strings.Builder
 	b.WriteString(" AND (")
