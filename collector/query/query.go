@@ -237,7 +237,7 @@ func Summary(ctx context.Context, conn Conn, f Filter) (Report, error) {
 	if err := f.Validate(); err != nil {
 		return Report{}, err
 	}
-	src, args, err := rollupSource(ctx, conn, f, 0)
+	src, args, err := rollupSource(ctx, conn, f, 0, "")
 	if err != nil {
 		return Report{}, err
 	}
@@ -279,7 +279,7 @@ func Breakdown(ctx context.Context, conn Conn, f Filter, dim string) ([]Group, e
 	if !ok {
 		return nil, fmt.Errorf("%w: unknown dimension %q: allowed are %s", ErrBadFilter, dim, strings.Join(Dimensions(), ", "))
 	}
-	src, args, err := rollupSource(ctx, conn, f, 0)
+	src, args, err := rollupSource(ctx, conn, f, 0, dim)
 	if err != nil {
 		return nil, err
 	}
@@ -343,7 +343,7 @@ func Timeseries(ctx context.Context, conn Conn, f Filter, step time.Duration) ([
 	if err := validStep(step); err != nil {
 		return nil, err
 	}
-	src, args, err := rollupSource(ctx, conn, f, step)
+	src, args, err := rollupSource(ctx, conn, f, step, "")
 	if err != nil {
 		return nil, err
 	}
@@ -389,7 +389,7 @@ func Sites(ctx context.Context, conn Conn, since time.Time) ([]string, error) {
 	if ok {
 		hs := later(ceilHour(lo), ceilHour(from))
 		q = "SELECT DISTINCT toString(" + colSite + ") AS s FROM (SELECT " + colSite + " FROM " + rollupTable + " WHERE " + colMinute + " >= ? AND " + colMinute + " < ?" +
-			" UNION ALL SELECT " + colSite + " FROM " + hourlyTable + " WHERE " + colHour + " >= ?) ORDER BY s LIMIT 1000"
+			" UNION ALL SELECT " + colSite + " FROM " + dimTable + " WHERE dim = '' AND " + colHour + " >= ?) ORDER BY s LIMIT 1000"
 		args = []any{lo, hs, hs}
 	}
 	rows, err := conn.Query(ctx, q, args...)

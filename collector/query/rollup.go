@@ -13,6 +13,9 @@ import (
 const (
 	hourlyTable = "itl_rollup_1h"
 	colHour     = "hour"
+	// dimTable is per hour and per value of one dimension at a time (dim,
+	// value; dim '' counts every stream of the site).
+	dimTable = "itl_rollup_1h_dim"
 	// hourlyFromTable holds the hour from which itl_rollup_1h holds every
 	// stream (its view sees only inserts made after it was created).
 	hourlyFromTable = "itl_rollup_1h_from"
@@ -34,22 +37,27 @@ var rollupColumns = []string{
 
 // rollupSource returns what follows FROM in a read of the rollup rows
 // matching f, with its arguments: rows carrying site, minute, the
-// dimensions of dimColumn and rollupColumns. Results are the same whichever
-// table it reads; it reads the coarsest that answers exactly:
+// dimensions of dimColumn and rollupColumns. by is the dimension the read
+// groups by ("" for none). Results are the same whichever table it reads;
+// it reads the coarsest that answers exactly:
 //
-//   - the hourly table for the whole hours of the range, when step is a
-//     whole number of hours (0: no time series, a summary or breakdown) and
-//     the hourly table holds every stream of those hours (itl_rollup_1h_from);
+//   - for the whole hours of the range, when step is a whole number of
+//     hours (0: no time series, a summary or breakdown) and the hourly
+//     tables hold every stream of those hours (itl_rollup_1h_from):
+//     itl_rollup_1h_dim when the read names at most one dimension (f.Where
+//     and by together), its rows of that dimension standing for rows whose
+//     other dimensions are ''; else itl_rollup_1h;
 //   - the minute table for the rest: the partial hours at either end of the
-//     range (a since or until not on an hour), hours before the hourly table
-//     was complete, and every step that is not a whole number of hours.
+//     range (a since or until not on an hour), hours before the hourly
+//     tables were complete, and every step that is not a whole number of
+//     hours.
 //
 // Both are read with the same conditions, so for any range the rows add up
 // to exactly those of the minute table (every column is a sum, a max or a
 // sumMap, which add across rows). The hourly rows stand at the start of
 // their hour in the minute column: a step of whole hours puts each in the
 // step its minutes would go to.
-func rollupSource(ctx context.Context, conn Conn, f Filter, step time.Duration) (string, []any, error) {
+func rollupSource(ctx context.Context, conn Conn, f Filter, step time.Duration, by string) (string, []any, error) {
 	lo, hi := f.bounds()
 	hs, he := ceilHour(lo), hi.Truncate(time.Hour)
 	if step%time.Hour != 0 || !hs.Before(he) {
@@ -70,7 +78,11 @@ func rollupSource(ctx context.Context, conn Conn, f Filter, step time.Duration) 
 		return rollupTable + " WHERE " + where, args, nil
 	}
 	dims, dargs := f.dims()
-	cols := "site, " + strings.Join(dimColumnList(), ", ") + ", " + strings.Join(rollupColumns, ", ")
+	var dimCols []string
+	for _, k := range Dimensions() {
+		dimCols = append(dimCols, dimColumn[k])
+	}
+	cols := "site, " + strings.Join(dimCols, ", ") + ", " + strings.Join(rollupColumns, ", ")
 	var args []any
 	var b strings.Builder
 	b.WriteString("(SELECT " + colMinute + ", " + cols + " FROM " + rollupTable + " WHERE " + colSite + " = ?" + dims +
@@ -78,22 +90,44 @@ func rollupSource(ctx context.Context, conn Conn, f Filter, step time.Duration) 
 	args = append(args, f.Site)
 	args = append(args, dargs...)
 	args = append(args, lo, hs, he, hi)
-	b.WriteString(" UNION ALL SELECT " + colHour + " AS " + colMinute + ", " + cols + " FROM " + hourlyTable + " WHERE " + colSite + " = ?" + dims +
-		" AND " + colHour + " >= ? AND " + colHour + " < ?)")
-	args = append(args, f.Site)
-	args = append(args, dargs...)
+	named := map[string]bool{}
+	for k := range f.Where {
+		named[k] = true
+	}
+	if by != "" {
+		named[by] = true
+	}
+	if len(named) > 1 {
+		b.WriteString(" UNION ALL SELECT " + colHour + " AS " + colMinute + ", " + cols + " FROM " + hourlyTable + " WHERE " + colSite + " = ?" + dims +
+			" AND " + colHour + " >= ? AND " + colHour + " < ?)")
+		args = append(args, f.Site)
+		args = append(args, dargs...)
+		args = append(args, hs, he)
+		return b.String(), args, nil
+	}
+	// One dimension or none: the rows of dim d, its value standing in its
+	// column, '' in the others.
+	d := ""
+	for k := range named {
+		d = k
+	}
+	b.WriteString(" UNION ALL SELECT " + colHour + " AS " + colMinute + ", site")
+	for _, k := range Dimensions() {
+		if k == d {
+			b.WriteString(", value AS " + dimColumn[k])
+		} else {
+			b.WriteString(", '' AS " + dimColumn[k])
+		}
+	}
+	b.WriteString(", " + strings.Join(rollupColumns, ", ") + " FROM " + dimTable + " WHERE " + colSite + " = ? AND dim = ?")
+	args = append(args, f.Site, d)
+	if v, ok := f.Where[d]; ok {
+		b.WriteString(" AND value = ?")
+		args = append(args, v)
+	}
+	b.WriteString(" AND " + colHour + " >= ? AND " + colHour + " < ?)")
 	args = append(args, hs, he)
 	return b.String(), args, nil
-}
-
-// dimColumnList is the rollup's dimension columns in a fixed order.
-func dimColumnList() []string {
-	ks := Dimensions()
-	out := make([]string, len(ks))
-	for i, k := range ks {
-		out[i] = dimColumn[k]
-	}
-	return out
 }
 
 // hourlyComplete reads from which time on itl_rollup_1h holds every stream

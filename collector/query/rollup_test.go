@@ -39,17 +39,22 @@ func (c *tableConn) Query(ctx context.Context, q string, args ...any) (driver.Ro
 	return c.Conn.Query(ctx, q, args...)
 }
 
-// readHourly reports whether a statement sent through c read the hourly
-// rollup, and forgets what was sent.
-func (c *tableConn) readHourly() bool {
+// readHourly returns the hourly rollups the statements sent through c read
+// (itl_rollup_1h, itl_rollup_1h_dim, space-separated), and forgets them.
+func (c *tableConn) readHourly() string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	read := false
-	for _, q := range c.sent {
-		read = read || strings.Contains(q, "FROM itl_rollup_1h ")
+	var read []string
+	for _, table := range []string{"itl_rollup_1h", "itl_rollup_1h_dim"} {
+		for _, q := range c.sent {
+			if strings.Contains(q, "FROM "+table+" ") {
+				read = append(read, table)
+				break
+			}
+		}
 	}
 	c.sent = nil
-	return read
+	return strings.Join(read, " ")
 }
 
 // writeHours stores n streams per hour over hours hours before base (and
@@ -84,37 +89,48 @@ func writeHours(t *testing.T, conn driver.Conn, base time.Time, hours, n int, se
 }
 
 // sameRows fails unless itl_rollup_1h holds, row for row, the minute
-// rollup's rows summed per hour (every column; the Float64 TPOT sums to
-// 1e-9, their order of addition differing).
+// rollup's rows summed per hour, and itl_rollup_1h_dim, for each dimension,
+// those rows summed per value of it (every column; the Float64 TPOT sums to
+// 1e-6, their order of addition differing).
 func sameRows(t *testing.T, conn driver.Conn) {
 	t.Helper()
-	cols := func(hourly bool) string {
-		agg := []string{"sum(streams)", "sum(completed)", "sum(aborted)", "sum(failed)", "sum(before_headers)", "sum(before_headers_us)", "sum(smooth)",
-			"sum(with_ttft)", "sum(content_events)", "sum(tokens)", "sum(reads)", "sum(bytes)", "sum(stalls)", "sum(stalled_us)",
-			"sum(stalls_unknown)", "sum(stalls_network)", "sum(stalls_page)", "sum(stalls_origin)", "max(max_gap_us)",
-			"sumMap(itl)", "sum(itl_zero)", "sumMap(itl_tok)", "sum(itl_tok_zero)", "sumMap(ttft)", "sum(ttft_zero)", "sumMap(tpot)",
-			"tupleElement(sumMap(tpot_sum), 1)", "arrayMap(x -> round(x, 6), tupleElement(sumMap(tpot_sum), 2))", "sum(tpot_zero)",
-			"sum(stalled_us_unknown)", "sum(stalled_us_network)", "sum(stalled_us_page)", "sum(stalled_us_origin)",
-			"sum(ttft_unknown)", "sum(ttft_network)", "sum(ttft_page)", "sum(ttft_origin)",
-			"sum(stalls_origin_edge)", "sum(stalls_edge_browser)", "sum(stalled_us_origin_edge)", "sum(stalled_us_edge_browser)",
-			"sum(ttft_origin_edge)", "sum(ttft_edge_browser)"}
-		t := "toStartOfHour(minute) AS h"
-		from := "itl_rollup_1m"
-		if hourly {
-			t, from = "hour AS h", "itl_rollup_1h"
+	agg := strings.Join([]string{"sum(streams)", "sum(completed)", "sum(aborted)", "sum(failed)", "sum(before_headers)", "sum(before_headers_us)", "sum(smooth)",
+		"sum(with_ttft)", "sum(content_events)", "sum(tokens)", "sum(reads)", "sum(bytes)", "sum(stalls)", "sum(stalled_us)",
+		"sum(stalls_unknown)", "sum(stalls_network)", "sum(stalls_page)", "sum(stalls_origin)", "max(max_gap_us)",
+		"sumMap(itl)", "sum(itl_zero)", "sumMap(itl_tok)", "sum(itl_tok_zero)", "sumMap(ttft)", "sum(ttft_zero)", "sumMap(tpot)",
+		"tupleElement(sumMap(tpot_sum), 1)", "arrayMap(x -> round(x, 6), tupleElement(sumMap(tpot_sum), 2))", "sum(tpot_zero)",
+		"sum(stalled_us_unknown)", "sum(stalled_us_network)", "sum(stalled_us_page)", "sum(stalled_us_origin)",
+		"sum(ttft_unknown)", "sum(ttft_network)", "sum(ttft_page)", "sum(ttft_origin)",
+		"sum(stalls_origin_edge)", "sum(stalls_edge_browser)", "sum(stalled_us_origin_edge)", "sum(stalled_us_edge_browser)",
+		"sum(ttft_origin_edge)", "sum(ttft_edge_browser)"}, ", ")
+	const dims = "country, region, browser, os, device, model, release, colo"
+	// Each pair: the rows of a table and the minute table's rows summed to
+	// the same grain.
+	pairs := [][2]string{{
+		"SELECT hour AS h, site, " + dims + ", " + agg + " FROM itl_rollup_1h GROUP BY h, site, " + dims,
+		"SELECT toStartOfHour(minute) AS h, site, " + dims + ", " + agg + " FROM itl_rollup_1m GROUP BY h, site, " + dims,
+	}}
+	for _, d := range append([]string{""}, strings.Split(dims, ", ")...) {
+		col := "''"
+		if d != "" {
+			col = "toString(" + d + ")"
 		}
-		return "SELECT " + t + ", site, country, region, browser, os, device, model, release, colo, " + strings.Join(agg, ", ") +
-			" FROM " + from + " GROUP BY h, site, country, region, browser, os, device, model, release, colo"
+		pairs = append(pairs, [2]string{
+			"SELECT hour AS h, site, toString(value) AS v, " + agg + " FROM itl_rollup_1h_dim WHERE dim = '" + d + "' GROUP BY h, site, v",
+			"SELECT toStartOfHour(minute) AS h, site, " + col + " AS v, " + agg + " FROM itl_rollup_1m GROUP BY h, site, v",
+		})
 	}
-	var rows, diff uint64
-	if err := conn.QueryRow(context.Background(), "SELECT count() FROM ("+cols(true)+")").Scan(&rows); err != nil {
-		t.Fatal(err)
-	}
-	if err := conn.QueryRow(context.Background(), "SELECT (SELECT count() FROM ("+cols(true)+" EXCEPT "+cols(false)+")) + (SELECT count() FROM ("+cols(false)+" EXCEPT "+cols(true)+"))").Scan(&diff); err != nil {
-		t.Fatal(err)
-	}
-	if rows == 0 || diff != 0 {
-		t.Fatalf("itl_rollup_1h: %d rows, %d differ from itl_rollup_1m's summed per hour", rows, diff)
+	for _, p := range pairs {
+		var rows, diff uint64
+		if err := conn.QueryRow(context.Background(), "SELECT count() FROM ("+p[0]+")").Scan(&rows); err != nil {
+			t.Fatal(err)
+		}
+		if err := conn.QueryRow(context.Background(), "SELECT (SELECT count() FROM ("+p[0]+" EXCEPT "+p[1]+")) + (SELECT count() FROM ("+p[1]+" EXCEPT "+p[0]+"))").Scan(&diff); err != nil {
+			t.Fatal(err)
+		}
+		if rows == 0 || diff != 0 {
+			t.Errorf("%d rows, %d differ from itl_rollup_1m's summed to the same grain: %.80s", rows, diff, p[0])
+		}
 	}
 }
 
@@ -173,9 +189,9 @@ func TestHourlyRollupEqualsMinute(t *testing.T) {
 	sameRows(t, conn)
 
 	got, want := &tableConn{Conn: conn}, &tableConn{Conn: conn, minuteOnly: true}
-	// check runs read through both conns and compares; hourly says whether
-	// the read through got must have read the hourly table.
-	check := func(name string, hourly bool, read func(c query.Conn) (any, error)) {
+	// check runs read through both conns and compares; hourly is the
+	// hourly rollup the read through got must have read ("" for none).
+	check := func(name string, hourly string, read func(c query.Conn) (any, error)) {
 		t.Helper()
 		g, err := read(got)
 		if err != nil {
@@ -185,11 +201,11 @@ func TestHourlyRollupEqualsMinute(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s (minute table): %v", name, err)
 		}
-		if want.readHourly() {
-			t.Fatalf("%s: the minute-only read read itl_rollup_1h", name)
+		if r := want.readHourly(); r != "" {
+			t.Fatalf("%s: the minute-only read read %s", name, r)
 		}
 		if r := got.readHourly(); r != hourly {
-			t.Errorf("%s: read itl_rollup_1h: %v, want %v", name, r, hourly)
+			t.Errorf("%s: read hourly rollups %q, want %q", name, r, hourly)
 		}
 		if reflect.ValueOf(w).IsZero() {
 			t.Fatalf("%s: empty result", name)
@@ -213,29 +229,46 @@ func TestHourlyRollupEqualsMinute(t *testing.T) {
 		{"across one hour boundary", base.Add(-3*time.Hour + 30*time.Minute), base.Add(-2*time.Hour + 30*time.Minute), false},
 	}
 	for _, r := range ranges {
+		// table is the hourly rollup a read naming dims dimensions reads
+		// with a step of whole hours.
+		table := func(dims int, step time.Duration) string {
+			switch {
+			case !r.hourly || step%time.Hour != 0:
+				return ""
+			case dims > 1:
+				return "itl_rollup_1h"
+			}
+			return "itl_rollup_1h_dim"
+		}
 		f := query.Filter{Site: "h", Since: r.since, Until: r.until}
-		fw := f
-		fw.Where = map[string]string{"browser": "Chrome", "device": "mobile"}
-		check(r.name+": summary", r.hourly, func(c query.Conn) (any, error) { return query.Summary(ctx, c, f) })
-		check(r.name+": summary where", r.hourly, func(c query.Conn) (any, error) { return query.Summary(ctx, c, fw) })
-		check(r.name+": breakdown", r.hourly, func(c query.Conn) (any, error) { return query.Breakdown(ctx, c, f, "region") })
-		check(r.name+": cause breakdown", r.hourly, func(c query.Conn) (any, error) { return query.CauseBreakdown(ctx, c, fw, "release") })
+		f1 := f
+		f1.Where = map[string]string{"browser": "Chrome"}
+		f2 := f
+		f2.Where = map[string]string{"browser": "Chrome", "device": "mobile"}
+		check(r.name+": summary", table(0, 0), func(c query.Conn) (any, error) { return query.Summary(ctx, c, f) })
+		check(r.name+": summary where 1", table(1, 0), func(c query.Conn) (any, error) { return query.Summary(ctx, c, f1) })
+		check(r.name+": summary where 2", table(2, 0), func(c query.Conn) (any, error) { return query.Summary(ctx, c, f2) })
+		check(r.name+": breakdown", table(1, 0), func(c query.Conn) (any, error) { return query.Breakdown(ctx, c, f, "region") })
+		check(r.name+": breakdown where the same", table(1, 0), func(c query.Conn) (any, error) { return query.Breakdown(ctx, c, f1, "browser") })
+		check(r.name+": breakdown where another", table(2, 0), func(c query.Conn) (any, error) { return query.Breakdown(ctx, c, f1, "device") })
+		check(r.name+": cause breakdown", table(1, 0), func(c query.Conn) (any, error) { return query.CauseBreakdown(ctx, c, f, "release") })
+		check(r.name+": cause breakdown where 2", table(3, 0), func(c query.Conn) (any, error) { return query.CauseBreakdown(ctx, c, f2, "release") })
 		for _, step := range []time.Duration{time.Hour, 3 * time.Hour, 15 * time.Minute} {
-			h := r.hourly && step%time.Hour == 0
 			s := step.String()
-			check(r.name+": timeseries "+s, h, func(c query.Conn) (any, error) { return query.Timeseries(ctx, c, f, step) })
-			check(r.name+": cause timeseries "+s, h, func(c query.Conn) (any, error) { return query.CauseTimeseries(ctx, c, f, step) })
-			check(r.name+": heatmap "+s, h, func(c query.Conn) (any, error) { return query.ITLHeatmap(ctx, c, fw, step) })
+			check(r.name+": timeseries "+s, table(0, step), func(c query.Conn) (any, error) { return query.Timeseries(ctx, c, f, step) })
+			check(r.name+": timeseries where 1 "+s, table(1, step), func(c query.Conn) (any, error) { return query.Timeseries(ctx, c, f1, step) })
+			check(r.name+": cause timeseries "+s, table(0, step), func(c query.Conn) (any, error) { return query.CauseTimeseries(ctx, c, f, step) })
+			check(r.name+": heatmap where 2 "+s, table(2, step), func(c query.Conn) (any, error) { return query.ITLHeatmap(ctx, c, f2, step) })
 		}
 	}
-	check("sites", true, func(c query.Conn) (any, error) { return query.Sites(ctx, c, base.Add(-8*time.Hour+time.Minute)) })
+	check("sites", "itl_rollup_1h_dim", func(c query.Conn) (any, error) { return query.Sites(ctx, c, base.Add(-8*time.Hour+time.Minute)) })
 
 	// The hourly table complete only from an hour on, as after a migration
 	// on a database with streams (every stream stored before it is in an
 	// earlier hour): the hours before it are empty there and must be read
 	// from the minute table.
 	from := base.Add(time.Hour)
-	for _, q := range []string{"TRUNCATE TABLE itl_rollup_1h", "TRUNCATE TABLE itl_rollup_1h_from"} {
+	for _, q := range []string{"TRUNCATE TABLE itl_rollup_1h", "TRUNCATE TABLE itl_rollup_1h_dim", "TRUNCATE TABLE itl_rollup_1h_from"} {
 		if err := conn.Exec(ctx, q); err != nil {
 			t.Fatal(err)
 		}
@@ -245,12 +278,15 @@ func TestHourlyRollupEqualsMinute(t *testing.T) {
 	}
 	writeHours(t, conn, base.Add(2*time.Hour), 1, 30, 2) // after it
 	f := query.Filter{Site: "h", Since: base.Add(-8*time.Hour + 10*time.Minute), Until: base.Add(2*time.Hour + 50*time.Minute)}
-	check("partly complete: summary", true, func(c query.Conn) (any, error) { return query.Summary(ctx, c, f) })
-	check("partly complete: timeseries 2h", true, func(c query.Conn) (any, error) { return query.Timeseries(ctx, c, f, 2*time.Hour) })
-	check("partly complete: sites", true, func(c query.Conn) (any, error) { return query.Sites(ctx, c, f.Since) })
+	f2 := f
+	f2.Where = map[string]string{"region": "DE-BE", "os": "Linux"}
+	check("partly complete: summary", "itl_rollup_1h_dim", func(c query.Conn) (any, error) { return query.Summary(ctx, c, f) })
+	check("partly complete: breakdown where 2", "itl_rollup_1h", func(c query.Conn) (any, error) { return query.Breakdown(ctx, c, f2, "country") })
+	check("partly complete: timeseries 2h", "itl_rollup_1h_dim", func(c query.Conn) (any, error) { return query.Timeseries(ctx, c, f, 2*time.Hour) })
+	check("partly complete: sites", "itl_rollup_1h_dim", func(c query.Conn) (any, error) { return query.Sites(ctx, c, f.Since) })
 	f.Since = from.Add(-10 * time.Minute)
 	f.Until = from.Add(50 * time.Minute)
-	check("partly complete, no whole hour after it", false, func(c query.Conn) (any, error) { return query.Summary(ctx, c, f) })
+	check("partly complete, no whole hour after it", "", func(c query.Conn) (any, error) { return query.Summary(ctx, c, f) })
 }
 
 // TestWorstStreamsTwoPhases: WorstStreams (ids first, then details) lists
