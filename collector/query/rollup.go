@@ -46,7 +46,7 @@ var rollupColumns = []string{
 //     tables hold every stream of those hours (itl_rollup_1h_from):
 //     itl_rollup_1h_dim when the read names at most one dimension (f.Where
 //     and by together), its rows of that dimension standing for rows whose
-//     other dimensions are ''; else itl_rollup_1h;
+//     other dimensions are empty strings; else itl_rollup_1h;
 //   - the minute table for the rest: the partial hours at either end of the
 //     range (a since or until not on an hour), hours before the hourly
 //     tables were complete, and every step that is not a whole number of
