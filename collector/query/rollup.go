@@ -16,13 +16,14 @@ const (
 	// dimTable is per hour and per value of one dimension at a time (dim,
 	// value; dim '' counts every stream of the site).
 	dimTable = "itl_rollup_1h_dim"
-	// hourlyFromTable holds the hour from which itl_rollup_1h holds every
-	// stream (its view sees only inserts made after it was created).
+	// hourlyFromTable holds the hour from which the hourly rollups hold
+	// every stream (their views see only inserts made after they were
+	// created).
 	hourlyFromTable = "itl_rollup_1h_from"
 )
 
-// rollupColumns are the aggregate columns both rollups have: what a read
-// across the two projects from each (UNION ALL matches columns by position,
+// rollupColumns are the aggregate columns every rollup has: what a read
+// across two of them projects from each (UNION ALL matches columns by position,
 // so they are named, never *).
 var rollupColumns = []string{
 	"streams", "completed", "aborted", "failed", "before_headers", "before_headers_us", "smooth", "with_ttft",
@@ -130,7 +131,7 @@ func rollupSource(ctx context.Context, conn Conn, f Filter, step time.Duration, 
 	return b.String(), args, nil
 }
 
-// hourlyComplete reads from which time on itl_rollup_1h holds every stream
+// hourlyComplete reads from which time on the hourly rollups hold every stream
 // (schema/010_rollup_1h.sql); ok is false when the database does not say
 // (read the minute table only then). Through a Distributed table each shard
 // has said its own: the latest counts.
@@ -164,6 +165,7 @@ func ceilHour(t time.Time) time.Time {
 	return h
 }
 
+// later is the later of a and b.
 func later(a, b time.Time) time.Time {
 	if b.After(a) {
 		return b
