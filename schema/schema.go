@@ -15,6 +15,8 @@
 // arrived, at least once), itl_promoted_ids and itl_promoted (what the
 // promoter moved, exactly once, into:) itl_streams (raw, one row per
 // stream), itl_rollup_1m (per-minute aggregates via materialized views),
+// itl_rollup_1h and itl_rollup_1h_dim (per hour, by every dimension and by
+// one at a time; itl_rollup_1h_from: the hour from which they are complete),
 // itl_timelines (sampled raw timelines), itl_origin and itl_origin_1m (the
 // origin vantage point and its rollup), itl_edge (the edge vantage point); itl_otlp_exports (the minutes the
 // OpenTelemetry export claimed).

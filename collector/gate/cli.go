@@ -386,7 +386,7 @@ func mainRUM(ctx context.Context, args []string, env Env) int {
 	fs.StringVar(&dsn, "clickhouse", "", "ClickHouse DSN, e.g. clickhouse://default@127.0.0.1:9000/itlmon (default $ITLMON_CLICKHOUSE)")
 	fs.Int64Var(&minStr, "min-streams", 1, "fail with exit 2 when fewer streams match (too little data to judge)")
 	fs.Usage = func() {
-		fmt.Fprintf(env.Stderr, "usage: itlmon gate rum --site KEY [--since 1h] [--where country=DE ...] [flags]\n\nThe same report from real-user streams in ClickHouse (the per-minute rollup).\n\nFlags:\n")
+		fmt.Fprintf(env.Stderr, "usage: itlmon gate rum --site KEY [--since 1h] [--where country=DE ...] [flags]\n\nThe same report from real-user streams in ClickHouse (the rollups).\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
 	pos, err := parseInterspersed(fs, args)

@@ -11,7 +11,7 @@
 // as the browser module feeds it, so TTFT, ITL, TPOT and jank mean the same
 // thing as the real-user numbers (definitions in package query). Per-stream
 // ITL histograms are merged; TTFT and tokens/s quantiles are exact over
-// streams. rum reads the same numbers from ClickHouse's per-minute rollup.
+// streams. rum reads the same numbers from ClickHouse's rollups (per minute and per hour).
 //
 // Thresholds (DefaultThresholds; flags): --min-tps-p50 10, --max-itl-p99
 // 250ms, --max-jank 5, and when given --max-ttft-p95, --max-stall-share,

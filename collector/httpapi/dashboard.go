@@ -45,8 +45,9 @@ type DashboardConfig struct {
 //	    per-stream TTFT, ITL p50/p99, stall share, tokens/s of b against a, Mann-Whitney U over streams
 //	GET /api/values?site=KEY&since=1d&dim=release    the values of a dimension in range
 //
-// The summary, timeseries, causes and heatmap read the per-minute rollup
-// only. Re-chunking (its API origin and HTTP protocol are not rollup
+// The summary, timeseries, causes and heatmap read the rollups only (the
+// hourly ones for the whole hours of a range whose step allows, the minute
+// one for the rest: see query.rollupSource). Re-chunking (its API origin and HTTP protocol are not rollup
 // dimensions), the worst streams, one stream and the comparison (one value
 // per stream) read itl_streams, always bounded by site and time, the leading
 // columns of its ORDER BY key.

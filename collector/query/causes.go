@@ -109,8 +109,11 @@ func CauseTimeseries(ctx context.Context, conn Conn, f Filter, step time.Duratio
 	if err := validStep(step); err != nil {
 		return nil, err
 	}
-	where, args := f.where()
-	q := "SELECT " + stepExpr(step) + " AS t, " + causeSelect + " FROM " + rollupTable + " WHERE " + where + " GROUP BY t ORDER BY t"
+	src, args, err := rollupSource(ctx, conn, f, step, "")
+	if err != nil {
+		return nil, err
+	}
+	q := "SELECT " + stepExpr(step) + " AS t, " + causeSelect + " FROM " + src + " GROUP BY t ORDER BY t"
 	rows, err := conn.Query(ctx, q, args...)
 	if err != nil {
 		return nil, fmt.Errorf("query cause timeseries: %w", err)
@@ -147,8 +150,11 @@ func CauseBreakdown(ctx context.Context, conn Conn, f Filter, dim string) ([]Cau
 	if !ok {
 		return nil, fmt.Errorf("%w: unknown dimension %q: allowed are %s", ErrBadFilter, dim, strings.Join(Dimensions(), ", "))
 	}
-	where, args := f.where()
-	q := "SELECT toString(" + col + ") AS key, " + causeSelect + " FROM " + rollupTable + " WHERE " + where +
+	src, args, err := rollupSource(ctx, conn, f, 0, dim)
+	if err != nil {
+		return nil, err
+	}
+	q := "SELECT toString(" + col + ") AS key, " + causeSelect + " FROM " + src +
 		" GROUP BY key ORDER BY sum(stalls) DESC, sum(streams) DESC, key LIMIT " + strconv.Itoa(MaxGroups)
 	rows, err := conn.Query(ctx, q, args...)
 	if err != nil {

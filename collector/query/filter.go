@@ -57,26 +57,41 @@ func Dimensions() []string {
 	return ks
 }
 
-// where builds the WHERE clause with positional parameters: only column names
-// from dimColumn (never user text) enter the SQL; every value is an argument.
-func (f *Filter) where() (string, []any) {
+// bounds is the filter's time range in whole minutes, [lo, hi): the
+// rollups are per minute, so a window starting mid-minute includes that
+// minute, one ending mid-minute includes the minute it ends in. Until
+// defaults to now.
+func (f *Filter) bounds() (lo, hi time.Time) {
 	until := f.Until
 	if until.IsZero() {
 		until = time.Now()
 	}
-	var b strings.Builder
-	b.WriteString(colSite + " = ? AND " + colMinute + " >= ? AND " + colMinute + " < ?")
-	// The rollup is per minute: a window starting mid-minute includes that
-	// minute, one ending mid-minute includes the minute it ends in.
-	args := []any{f.Site, f.Since.UTC().Truncate(time.Minute), until.UTC().Truncate(time.Minute).Add(time.Minute)}
+	return f.Since.UTC().Truncate(time.Minute), until.UTC().Truncate(time.Minute).Add(time.Minute)
+}
+
+// dims is the filter's dimension conditions (" AND col = ?" each, sorted by
+// key) and their arguments: only column names from dimColumn (never user
+// text) enter the SQL; every value is an argument.
+func (f *Filter) dims() (string, []any) {
 	keys := make([]string, 0, len(f.Where))
 	for k := range f.Where {
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
+	var b strings.Builder
+	args := make([]any, 0, len(keys))
 	for _, k := range keys {
 		b.WriteString(" AND " + dimColumn[k] + " = ?")
 		args = append(args, f.Where[k])
 	}
 	return b.String(), args
+}
+
+// where builds the WHERE clause of the minute table over the whole range,
+// with positional parameters.
+func (f *Filter) where() (string, []any) {
+	lo, hi := f.bounds()
+	dims, dargs := f.dims()
+	return colSite + " = ? AND " + colMinute + " >= ? AND " + colMinute + " < ?" + dims,
+		append([]any{f.Site, lo, hi}, dargs...)
 }

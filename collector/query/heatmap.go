@@ -46,9 +46,12 @@ func ITLHeatmap(ctx context.Context, conn Conn, f Filter, step time.Duration) (H
 	if err := validStep(step); err != nil {
 		return Heatmap{}, err
 	}
-	where, args := f.where()
+	src, args, err := rollupSource(ctx, conn, f, step, "")
+	if err != nil {
+		return Heatmap{}, err
+	}
 	q := "SELECT " + stepExpr(step) + " AS t, tupleElement(sumMap(itl), 1), tupleElement(sumMap(itl), 2), toUInt64(sum(itl_zero)) FROM " +
-		rollupTable + " WHERE " + where + " GROUP BY t ORDER BY t"
+		src + " GROUP BY t ORDER BY t"
 	rows, err := conn.Query(ctx, q, args...)
 	if err != nil {
 		return Heatmap{}, fmt.Errorf("query heatmap: %w", err)

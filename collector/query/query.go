@@ -11,7 +11,9 @@ import (
 )
 
 // The table and columns of schema/003_rollup.sql: every read here is from the
-// per-minute rollup, never from the raw itl_streams rows.
+// rollups, the per-minute one and the per-hour one of schema/010_rollup_1h.sql
+// for the whole hours it answers exactly (rollupSource), never from the raw
+// itl_streams rows.
 const (
 	rollupTable = "itl_rollup_1m"
 	colSite     = "site"
@@ -235,8 +237,11 @@ func Summary(ctx context.Context, conn Conn, f Filter) (Report, error) {
 	if err := f.Validate(); err != nil {
 		return Report{}, err
 	}
-	where, args := f.where()
-	rows, err := conn.Query(ctx, "SELECT "+aggSelect+" FROM "+rollupTable+" WHERE "+where, args...)
+	src, args, err := rollupSource(ctx, conn, f, 0, "")
+	if err != nil {
+		return Report{}, err
+	}
+	rows, err := conn.Query(ctx, "SELECT "+aggSelect+" FROM "+src, args...)
 	if err != nil {
 		return Report{}, fmt.Errorf("query rollup: %w", err)
 	}
@@ -274,8 +279,11 @@ func Breakdown(ctx context.Context, conn Conn, f Filter, dim string) ([]Group, e
 	if !ok {
 		return nil, fmt.Errorf("%w: unknown dimension %q: allowed are %s", ErrBadFilter, dim, strings.Join(Dimensions(), ", "))
 	}
-	where, args := f.where()
-	q := "SELECT toString(" + col + ") AS key, " + aggSelect + " FROM " + rollupTable + " WHERE " + where +
+	src, args, err := rollupSource(ctx, conn, f, 0, dim)
+	if err != nil {
+		return nil, err
+	}
+	q := "SELECT toString(" + col + ") AS key, " + aggSelect + " FROM " + src +
 		" GROUP BY key ORDER BY sum(streams) DESC, key LIMIT " + strconv.Itoa(MaxGroups)
 	rows, err := conn.Query(ctx, q, args...)
 	if err != nil {
@@ -332,13 +340,14 @@ func Timeseries(ctx context.Context, conn Conn, f Filter, step time.Duration) ([
 	if err := f.Validate(); err != nil {
 		return nil, err
 	}
-	if step < time.Minute || step%time.Minute != 0 || step > 31*24*time.Hour {
-		return nil, fmt.Errorf("%w: step %v: want whole minutes, at most 31 days", ErrBadFilter, step)
+	if err := validStep(step); err != nil {
+		return nil, err
 	}
-	where, args := f.where()
-	// The step is an integer we formatted, never user text.
-	q := "SELECT toStartOfInterval(" + colMinute + ", INTERVAL " + strconv.Itoa(int(step/time.Minute)) + " MINUTE) AS t, " +
-		aggSelect + " FROM " + rollupTable + " WHERE " + where + " GROUP BY t ORDER BY t"
+	src, args, err := rollupSource(ctx, conn, f, step, "")
+	if err != nil {
+		return nil, err
+	}
+	q := "SELECT " + stepExpr(step) + " AS t, " + aggSelect + " FROM " + src + " GROUP BY t ORDER BY t"
 	rows, err := conn.Query(ctx, q, args...)
 	if err != nil {
 		return nil, fmt.Errorf("query rollup timeseries: %w", err)
@@ -367,10 +376,23 @@ func Timeseries(ctx context.Context, conn Conn, f Filter, step time.Duration) ([
 	return out, nil
 }
 
-// Sites lists the site keys with rollup rows since t, sorted.
+// Sites lists the site keys with rollup rows since t, sorted. Like
+// rollupSource it reads the hourly rollup for the whole hours it holds
+// every stream of, and the minute rollup before them.
 func Sites(ctx context.Context, conn Conn, since time.Time) ([]string, error) {
-	rows, err := conn.Query(ctx, "SELECT DISTINCT toString("+colSite+") AS s FROM "+rollupTable+" WHERE "+colMinute+" >= ? ORDER BY s LIMIT 1000",
-		since.UTC().Truncate(time.Minute))
+	lo := since.UTC().Truncate(time.Minute)
+	q, args := "SELECT DISTINCT toString("+colSite+") AS s FROM "+rollupTable+" WHERE "+colMinute+" >= ? ORDER BY s LIMIT 1000", []any{lo}
+	from, ok, err := hourlyComplete(ctx, conn)
+	if err != nil {
+		return nil, err
+	}
+	if ok {
+		hs := later(ceilHour(lo), ceilHour(from))
+		q = "SELECT DISTINCT toString(" + colSite + ") AS s FROM (SELECT " + colSite + " FROM " + rollupTable + " WHERE " + colMinute + " >= ? AND " + colMinute + " < ?" +
+			" UNION ALL SELECT " + colSite + " FROM " + dimTable + " WHERE dim = '' AND " + colHour + " >= ?) ORDER BY s LIMIT 1000"
+		args = []any{lo, hs, hs}
+	}
+	rows, err := conn.Query(ctx, q, args...)
 	if err != nil {
 		return nil, fmt.Errorf("query sites: %w", err)
 	}

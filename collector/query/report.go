@@ -22,8 +22,9 @@
 //
 // Quantiles read from merged histograms are within hist.RelativeError (2.19 %)
 // of the exact quantiles of the raw gaps. Real-user reports (Summary,
-// Breakdown, Timeseries) read only the per-minute rollup; their TPOT median
-// comes from its per-stream TPOT histogram and tokens/s p50 is 1e6 over it
+// Breakdown, Timeseries) read only the rollups (per minute and per hour,
+// rollupSource); their TPOT median comes from the per-stream TPOT histogram
+// and tokens/s p50 is 1e6 over it
 // (tokens/s is a decreasing function of TPOT, so the median maps across; see
 // SpeedMedian), both within the same bound.
 package query

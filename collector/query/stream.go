@@ -72,7 +72,11 @@ func (b *StreamBrief) finish(ttft *uint32, p50, p99, mx uint32, stalled uint64) 
 }
 
 // WorstStreams lists the streams matching f with the largest value of order
-// (a WorstOrders key), at most limit (1..MaxWorst), from itl_streams.
+// (a WorstOrders key), at most limit (1..MaxWorst), from itl_streams: each
+// stream once, by its row that sorts first (the largest value, then the
+// latest). It reads in two phases (TopRows): the ids of the streams, from
+// the sort column, the id and the time only, then the details of those
+// streams' rows alone.
 func WorstStreams(ctx context.Context, conn Conn, f Filter, order string, limit int) ([]StreamBrief, error) {
 	if err := f.Validate(); err != nil {
 		return nil, err
@@ -85,9 +89,18 @@ func WorstStreams(ctx context.Context, conn Conn, f Filter, order string, limit 
 		return nil, fmt.Errorf("%w: limit %d: want 1 to %d", ErrBadFilter, limit, MaxWorst)
 	}
 	where, args := f.rawWhere()
-	q := "SELECT " + briefSelect + " FROM " + streamsTable + " WHERE " + where +
-		" ORDER BY " + col + " DESC, received_at DESC LIMIT 1 BY stream_id LIMIT " + strconv.Itoa(limit)
-	rows, err := conn.Query(ctx, q, args...)
+	by := " ORDER BY " + col + " DESC, received_at DESC"
+	keys, err := TopRows(ctx, conn, streamsTable, where+by, args, limit)
+	if err != nil {
+		return nil, fmt.Errorf("query worst streams: %w", err)
+	}
+	if len(keys) == 0 {
+		return nil, nil
+	}
+	kw, kargs := keys.Where()
+	q := "SELECT " + briefSelect + " FROM " + streamsTable + " WHERE " + where + kw + by +
+		" LIMIT 1 BY stream_id LIMIT " + strconv.Itoa(limit)
+	rows, err := conn.Query(ctx, q, append(args, kargs...)...)
 	if err != nil {
 		return nil, fmt.Errorf("query worst streams: %w", err)
 	}

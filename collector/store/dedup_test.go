@@ -13,12 +13,18 @@ import (
 )
 
 // counts promotes what was written and returns the streams in itl_streams
-// (FINAL) and in the rollup.
+// (FINAL) and in the rollup. It fails unless the hourly rollups (010: a view
+// on itl_streams and a view on that view's target) count what the minute
+// rollup counts.
 func counts(t *testing.T, db *store.DB) (raw, rollup uint64) {
 	t.Helper()
 	promote(t, db)
-	return queryUint(t, db, "SELECT count() FROM itl_streams FINAL"),
-		queryUint(t, db, "SELECT sum(streams) FROM itl_rollup_1m")
+	raw, rollup = queryUint(t, db, "SELECT count() FROM itl_streams FINAL"), queryUint(t, db, "SELECT sum(streams) FROM itl_rollup_1m")
+	hourly, byDim := queryUint(t, db, "SELECT sum(streams) FROM itl_rollup_1h"), queryUint(t, db, "SELECT sum(streams) FROM itl_rollup_1h_dim WHERE dim = 'browser'")
+	if hourly != rollup || byDim != rollup {
+		t.Fatalf("streams: itl_rollup_1m %d, itl_rollup_1h %d, itl_rollup_1h_dim %d", rollup, hourly, byDim)
+	}
+	return raw, rollup
 }
 
 func TestDedupResend(t *testing.T) {

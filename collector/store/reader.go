@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/itlmon/itlmon/collector"
+	"github.com/itlmon/itlmon/collector/query"
 )
 
 // MaxLatest caps StreamFilter.Limit.
@@ -15,7 +16,7 @@ var _ collector.StreamReader = (*DB)(nil)
 
 // LatestStreams returns stored streams of f.Site received at or after
 // f.Since, newest first, at most f.Limit (default 100, at most MaxLatest),
-// one per stream id. Timelines are not filled in.
+// one per stream id (its newest row). Timelines are not filled in.
 func (db *DB) LatestStreams(ctx context.Context, f collector.StreamFilter) ([]collector.Stream, error) {
 	if f.Site == "" {
 		return nil, errors.New("store: latest streams: no site")
@@ -25,11 +26,21 @@ func (db *DB) LatestStreams(ctx context.Context, f collector.StreamFilter) ([]co
 		limit = 100
 	}
 	limit = min(limit, MaxLatest)
+	// Two phases (query.TopRows): the newest rows' ids and times, reading
+	// those two columns only, then every column of just those rows.
+	where, args := "site = ? AND received_at >= ?", []any{f.Site, f.Since.UTC()}
+	const order = " ORDER BY received_at DESC"
+	keys, err := query.TopRows(ctx, db.conn, "itl_streams", where+order, args, limit)
+	if err != nil {
+		return nil, fmt.Errorf("store: latest streams: %w", err)
+	}
+	if len(keys) == 0 {
+		return []collector.Stream{}, nil
+	}
+	kw, kargs := keys.Where()
 	var rows []streamRow
-	err := db.conn.Select(ctx, &rows, "SELECT "+streamColumns+" FROM itl_streams"+
-		" WHERE site = ? AND received_at >= ?"+
-		" ORDER BY received_at DESC LIMIT 1 BY stream_id LIMIT ?",
-		f.Site, f.Since.UTC(), limit)
+	err = db.conn.Select(ctx, &rows, "SELECT "+streamColumns+" FROM itl_streams WHERE "+where+kw+order+
+		" LIMIT 1 BY stream_id LIMIT ?", append(append(args, kargs...), limit)...)
 	if err != nil {
 		return nil, fmt.Errorf("store: latest streams: %w", err)
 	}

@@ -52,8 +52,9 @@ var promoterTables = []string{"itl_streams", "itl_timelines", "itl_origin", "itl
 // acked or not, is there twice (their merges, which would fold a doubled row,
 // are stopped and checked); itl_origin holds each acked origin timeline once
 // per version and every acked pair joined; the rollups equal the same sums
-// over the rows they roll up (itl_rollup_1m over itl_streams, itl_origin_1m
-// over itl_origin FINAL, version 1). The figures are logged.
+// over the rows they roll up (itl_rollup_1m, itl_rollup_1h and
+// itl_rollup_1h_dim over itl_streams, itl_origin_1m over itl_origin FINAL,
+// version 1). The figures are logged.
 func TestKillHuntsTheCut(t *testing.T) {
 	lib := chdbLib(t)
 	rounds := defaultKillRounds
@@ -314,14 +315,19 @@ func TestKillHuntsTheCut(t *testing.T) {
 	sums := func(count, sum string) string {
 		return fmt.Sprintf(causes, count, sum, sum, sum, sum, sum, sum, sum, sum, sum, sum)
 	}
-	var rollup, raw string
-	queryRow(t, conn, "SELECT toString(tuple("+sums("sum(streams)", "sum")+
-		", sum(ttft_unknown), sum(ttft_network), sum(ttft_page), sum(ttft_origin))) FROM itl_rollup_1m", &rollup)
+	var raw string
 	queryRow(t, conn, "SELECT toString(tuple("+sums("toUInt64(count())", "sum")+
 		", countIf(ttft_cause = 'unknown'), countIf(ttft_cause = 'network'), countIf(ttft_cause = 'page'), countIf(ttft_cause = 'origin'))) FROM itl_streams", &raw)
-	t.Logf("itl_rollup_1m (streams, stalls, stalled_us, stalls and stalled_us by cause, ttft by cause) = %s", rollup)
-	if rollup != raw {
-		t.Errorf("itl_rollup_1m = %s, want %s (the same sums over itl_streams)", rollup, raw)
+	// The minute rollup, the hourly one, and the per-dimension one (every
+	// stream is under dim '' once; 010's views, one fed by the other).
+	for _, from := range []string{"itl_rollup_1m", "itl_rollup_1h", "itl_rollup_1h_dim WHERE dim = ''"} {
+		var rollup string
+		queryRow(t, conn, "SELECT toString(tuple("+sums("sum(streams)", "sum")+
+			", sum(ttft_unknown), sum(ttft_network), sum(ttft_page), sum(ttft_origin))) FROM "+from, &rollup)
+		t.Logf("%s (streams, stalls, stalled_us, stalls and stalled_us by cause, ttft by cause) = %s", from, rollup)
+		if rollup != raw {
+			t.Errorf("%s = %s, want %s (the same sums over itl_streams)", from, rollup, raw)
+		}
 	}
 	const originCauses = `%s, %s(stalls_unknown), %s(stalls_network), %s(stalls_page), %s(stalls_origin),
 		%s(stalled_us_unknown), %s(stalled_us_network), %s(stalled_us_page), %s(stalled_us_origin)`

@@ -1,0 +1,349 @@
+package query_test
+
+import (
+	"context"
+	"encoding/hex"
+	"math"
+	"math/rand/v2"
+	"reflect"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+
+	"github.com/itlmon/itlmon/collector"
+	"github.com/itlmon/itlmon/collector/query"
+	"github.com/itlmon/itlmon/collector/store"
+	"github.com/itlmon/itlmon/wasm/meter"
+)
+
+// tableConn records the statements sent through it; with minuteOnly it
+// answers the hourly rollup's completeness as "unknown", so the read side
+// reads the minute rollup alone (what it did before the hourly one).
+type tableConn struct {
+	query.Conn
+	minuteOnly bool
+	mu         sync.Mutex
+	sent       []string
+}
+
+func (c *tableConn) Query(ctx context.Context, q string, args ...any) (driver.Rows, error) {
+	c.mu.Lock()
+	c.sent = append(c.sent, q)
+	c.mu.Unlock()
+	if c.minuteOnly && strings.Contains(q, "itl_rollup_1h_from") {
+		q = "SELECT toUInt64(0), toDateTime(0, 'UTC') WHERE 0"
+	}
+	return c.Conn.Query(ctx, q, args...)
+}
+
+// readHourly returns the hourly rollups the statements sent through c read
+// (itl_rollup_1h, itl_rollup_1h_dim, space-separated), and forgets them.
+func (c *tableConn) readHourly() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var read []string
+	for _, table := range []string{"itl_rollup_1h", "itl_rollup_1h_dim"} {
+		for _, q := range c.sent {
+			if strings.Contains(q, "FROM "+table+" ") {
+				read = append(read, table)
+				break
+			}
+		}
+	}
+	c.sent = nil
+	return strings.Join(read, " ")
+}
+
+// writeHours stores n streams per hour over hours hours before base (and
+// into base's hour), at minutes spread over each hour, over a few values of
+// every dimension, some with stalls of each cause.
+func writeHours(t *testing.T, conn driver.Conn, base time.Time, hours, n int, seed uint64) {
+	t.Helper()
+	rng := rand.New(rand.NewPCG(seed, 7))
+	var streams []collector.Stream
+	causes := []meter.Cause{meter.CauseOrigin, meter.CauseNetwork, meter.CausePage, meter.CauseUnknown}
+	for h := -hours; h <= 0; h++ {
+		for i := range n {
+			s := synth{ttft: time.Duration(200+rng.IntN(900)) * time.Millisecond, gaps: jittered(rng, 10+rng.IntN(30), time.Duration(15+rng.IntN(40))*time.Millisecond)}
+			if i%4 == 0 {
+				s.gaps = hitchy(len(s.gaps), 25*time.Millisecond, time.Duration(250+rng.IntN(800))*time.Millisecond, 7)
+			}
+			r := s.record(t)
+			if i%4 == 0 {
+				withStalls(&r, s, causes[rng.IntN(len(causes))])
+			}
+			r.TTFTCause = uint8(causes[rng.IntN(len(causes))])
+			at := base.Add(time.Duration(h)*time.Hour + time.Duration(rng.IntN(3600))*time.Second + time.Duration(rng.IntN(1000))*time.Millisecond)
+			streams = append(streams, collector.Stream{Record: r, Site: "h", ReceivedAt: at,
+				Country: []string{"DE", "FR", "US"}[rng.IntN(3)], Region: []string{"DE-BE", "FR-IDF", "US-CA"}[rng.IntN(3)],
+				Browser: []string{"Chrome", "Firefox", "Safari"}[rng.IntN(3)], OS: "Linux", Device: []string{"desktop", "mobile"}[rng.IntN(2)],
+				Release: []string{"r1", "r2"}[rng.IntN(2)]})
+		}
+	}
+	if err := store.InsertDirect(context.Background(), conn, streams); err != nil {
+		t.Fatalf("insert: %v", err)
+	}
+}
+
+// sameRows fails unless itl_rollup_1h holds, row for row, the minute
+// rollup's rows summed per hour, and itl_rollup_1h_dim, for each dimension,
+// those rows summed per value of it (every column; the Float64 TPOT sums to
+// 1e-6, their order of addition differing).
+func sameRows(t *testing.T, conn driver.Conn) {
+	t.Helper()
+	agg := strings.Join([]string{"sum(streams)", "sum(completed)", "sum(aborted)", "sum(failed)", "sum(before_headers)", "sum(before_headers_us)", "sum(smooth)",
+		"sum(with_ttft)", "sum(content_events)", "sum(tokens)", "sum(reads)", "sum(bytes)", "sum(stalls)", "sum(stalled_us)",
+		"sum(stalls_unknown)", "sum(stalls_network)", "sum(stalls_page)", "sum(stalls_origin)", "max(max_gap_us)",
+		"sumMap(itl)", "sum(itl_zero)", "sumMap(itl_tok)", "sum(itl_tok_zero)", "sumMap(ttft)", "sum(ttft_zero)", "sumMap(tpot)",
+		"tupleElement(sumMap(tpot_sum), 1)", "arrayMap(x -> round(x, 6), tupleElement(sumMap(tpot_sum), 2))", "sum(tpot_zero)",
+		"sum(stalled_us_unknown)", "sum(stalled_us_network)", "sum(stalled_us_page)", "sum(stalled_us_origin)",
+		"sum(ttft_unknown)", "sum(ttft_network)", "sum(ttft_page)", "sum(ttft_origin)",
+		"sum(stalls_origin_edge)", "sum(stalls_edge_browser)", "sum(stalled_us_origin_edge)", "sum(stalled_us_edge_browser)",
+		"sum(ttft_origin_edge)", "sum(ttft_edge_browser)"}, ", ")
+	const dims = "country, region, browser, os, device, model, release, colo"
+	// Each pair: the rows of a table and the minute table's rows summed to
+	// the same grain.
+	pairs := [][2]string{{
+		"SELECT hour AS h, site, " + dims + ", " + agg + " FROM itl_rollup_1h GROUP BY h, site, " + dims,
+		"SELECT toStartOfHour(minute) AS h, site, " + dims + ", " + agg + " FROM itl_rollup_1m GROUP BY h, site, " + dims,
+	}}
+	for _, d := range append([]string{""}, strings.Split(dims, ", ")...) {
+		col := "''"
+		if d != "" {
+			col = "toString(" + d + ")"
+		}
+		pairs = append(pairs, [2]string{
+			"SELECT hour AS h, site, toString(value) AS v, " + agg + " FROM itl_rollup_1h_dim WHERE dim = '" + d + "' GROUP BY h, site, v",
+			"SELECT toStartOfHour(minute) AS h, site, " + col + " AS v, " + agg + " FROM itl_rollup_1m GROUP BY h, site, v",
+		})
+	}
+	for _, p := range pairs {
+		var rows, diff uint64
+		if err := conn.QueryRow(context.Background(), "SELECT count() FROM ("+p[0]+")").Scan(&rows); err != nil {
+			t.Fatal(err)
+		}
+		if err := conn.QueryRow(context.Background(), "SELECT (SELECT count() FROM ("+p[0]+" EXCEPT "+p[1]+")) + (SELECT count() FROM ("+p[1]+" EXCEPT "+p[0]+"))").Scan(&diff); err != nil {
+			t.Fatal(err)
+		}
+		if rows == 0 || diff != 0 {
+			t.Errorf("%d rows, %d differ from itl_rollup_1m's summed to the same grain: %.80s", rows, diff, p[0])
+		}
+	}
+}
+
+// closeFloats replaces in got every float64 within 1e-9 (relative) of its
+// counterpart in want by that counterpart: the TPOT median comes from sums
+// of Float64 added in another order per table.
+func closeFloats(got, want reflect.Value) {
+	switch got.Kind() {
+	case reflect.Float64:
+		if g, w := got.Float(), want.Float(); g != w && math.Abs(g-w) <= 1e-9*math.Abs(w) && got.CanSet() {
+			got.SetFloat(w)
+		}
+	case reflect.Pointer, reflect.Interface:
+		if !got.IsNil() && !want.IsNil() && got.Elem().Kind() != reflect.Interface {
+			closeFloats(got.Elem(), want.Elem())
+		}
+	case reflect.Struct:
+		for i := range got.NumField() {
+			if got.Type().Field(i).IsExported() {
+				closeFloats(got.Field(i), want.Field(i))
+			}
+		}
+	case reflect.Slice, reflect.Array:
+		if got.Len() == want.Len() {
+			for i := range got.Len() {
+				closeFloats(got.Index(i), want.Index(i))
+			}
+		}
+	case reflect.Map:
+		if got.Len() == want.Len() {
+			for _, k := range got.MapKeys() {
+				g, w := got.MapIndex(k), want.MapIndex(k)
+				if !w.IsValid() {
+					continue
+				}
+				c := reflect.New(g.Type()).Elem()
+				c.Set(g)
+				closeFloats(c, w)
+				got.SetMapIndex(k, c)
+			}
+		}
+	}
+}
+
+// TestHourlyRollupEqualsMinute: itl_rollup_1h holds the minute rollup's rows
+// summed per hour, and every read of the rollups answers what the minute
+// table alone answers, for ranges on and off the hour, time series with
+// steps of whole hours (hourly table) and of minutes (minute table), and a
+// hourly table complete only from some hour on.
+func TestHourlyRollupEqualsMinute(t *testing.T) {
+	db, _ := newDB(t)
+	conn := db.Conn()
+	ctx := context.Background()
+	base := time.Now().UTC().Truncate(time.Hour).Add(-2 * time.Hour)
+	writeHours(t, conn, base, 9, 40, 1)
+	sameRows(t, conn)
+
+	got, want := &tableConn{Conn: conn}, &tableConn{Conn: conn, minuteOnly: true}
+	// check runs read through both conns and compares; hourly is the
+	// hourly rollup the read through got must have read ("" for none).
+	check := func(name string, hourly string, read func(c query.Conn) (any, error)) {
+		t.Helper()
+		g, err := read(got)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		w, err := read(want)
+		if err != nil {
+			t.Fatalf("%s (minute table): %v", name, err)
+		}
+		if r := want.readHourly(); r != "" {
+			t.Fatalf("%s: the minute-only read read %s", name, r)
+		}
+		if r := got.readHourly(); r != hourly {
+			t.Errorf("%s: read hourly rollups %q, want %q", name, r, hourly)
+		}
+		if reflect.ValueOf(w).IsZero() {
+			t.Fatalf("%s: empty result", name)
+		}
+		gv := reflect.New(reflect.TypeOf(g)).Elem()
+		gv.Set(reflect.ValueOf(g))
+		closeFloats(gv, reflect.ValueOf(w))
+		if !reflect.DeepEqual(gv.Interface(), w) {
+			t.Errorf("%s: from the rollups\n%+v\nfrom the minute table\n%+v", name, gv.Interface(), w)
+		}
+	}
+	ranges := []struct {
+		name         string
+		since, until time.Time
+		hourly       bool // whole hours in range
+	}{
+		{"on the hour", base.Add(-6 * time.Hour), base.Add(time.Hour), true},
+		{"off the hour at both ends", base.Add(-7*time.Hour + 17*time.Minute + 20*time.Second), base.Add(43*time.Minute + 5*time.Second), true},
+		{"until now", base.Add(-9*time.Hour + 30*time.Minute), time.Time{}, true},
+		{"within one hour", base.Add(-3*time.Hour + 5*time.Minute), base.Add(-3*time.Hour + 50*time.Minute), false},
+		{"across one hour boundary", base.Add(-3*time.Hour + 30*time.Minute), base.Add(-2*time.Hour + 30*time.Minute), false},
+	}
+	for _, r := range ranges {
+		// table is the hourly rollup a read naming dims dimensions reads
+		// with a step of whole hours.
+		table := func(dims int, step time.Duration) string {
+			switch {
+			case !r.hourly || step%time.Hour != 0:
+				return ""
+			case dims > 1:
+				return "itl_rollup_1h"
+			}
+			return "itl_rollup_1h_dim"
+		}
+		f := query.Filter{Site: "h", Since: r.since, Until: r.until}
+		f1 := f
+		f1.Where = map[string]string{"browser": "Chrome"}
+		f2 := f
+		f2.Where = map[string]string{"browser": "Chrome", "device": "mobile"}
+		check(r.name+": summary", table(0, 0), func(c query.Conn) (any, error) { return query.Summary(ctx, c, f) })
+		check(r.name+": summary where 1", table(1, 0), func(c query.Conn) (any, error) { return query.Summary(ctx, c, f1) })
+		check(r.name+": summary where 2", table(2, 0), func(c query.Conn) (any, error) { return query.Summary(ctx, c, f2) })
+		check(r.name+": breakdown", table(1, 0), func(c query.Conn) (any, error) { return query.Breakdown(ctx, c, f, "region") })
+		check(r.name+": breakdown where the same", table(1, 0), func(c query.Conn) (any, error) { return query.Breakdown(ctx, c, f1, "browser") })
+		check(r.name+": breakdown where another", table(2, 0), func(c query.Conn) (any, error) { return query.Breakdown(ctx, c, f1, "device") })
+		check(r.name+": cause breakdown", table(1, 0), func(c query.Conn) (any, error) { return query.CauseBreakdown(ctx, c, f, "release") })
+		check(r.name+": cause breakdown where 2", table(3, 0), func(c query.Conn) (any, error) { return query.CauseBreakdown(ctx, c, f2, "release") })
+		for _, step := range []time.Duration{time.Hour, 3 * time.Hour, 15 * time.Minute} {
+			s := step.String()
+			check(r.name+": timeseries "+s, table(0, step), func(c query.Conn) (any, error) { return query.Timeseries(ctx, c, f, step) })
+			check(r.name+": timeseries where 1 "+s, table(1, step), func(c query.Conn) (any, error) { return query.Timeseries(ctx, c, f1, step) })
+			check(r.name+": cause timeseries "+s, table(0, step), func(c query.Conn) (any, error) { return query.CauseTimeseries(ctx, c, f, step) })
+			check(r.name+": heatmap where 2 "+s, table(2, step), func(c query.Conn) (any, error) { return query.ITLHeatmap(ctx, c, f2, step) })
+		}
+	}
+	check("sites", "itl_rollup_1h_dim", func(c query.Conn) (any, error) { return query.Sites(ctx, c, base.Add(-8*time.Hour+time.Minute)) })
+
+	// The hourly table complete only from an hour on, as after a migration
+	// on a database with streams (every stream stored before it is in an
+	// earlier hour): the hours before it are empty there and must be read
+	// from the minute table.
+	from := base.Add(time.Hour)
+	for _, q := range []string{"TRUNCATE TABLE itl_rollup_1h", "TRUNCATE TABLE itl_rollup_1h_dim", "TRUNCATE TABLE itl_rollup_1h_from"} {
+		if err := conn.Exec(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := conn.Exec(ctx, "INSERT INTO itl_rollup_1h_from VALUES (?)", from); err != nil {
+		t.Fatal(err)
+	}
+	writeHours(t, conn, base.Add(2*time.Hour), 1, 30, 2) // after it
+	f := query.Filter{Site: "h", Since: base.Add(-8*time.Hour + 10*time.Minute), Until: base.Add(2*time.Hour + 50*time.Minute)}
+	f2 := f
+	f2.Where = map[string]string{"region": "DE-BE", "os": "Linux"}
+	check("partly complete: summary", "itl_rollup_1h_dim", func(c query.Conn) (any, error) { return query.Summary(ctx, c, f) })
+	check("partly complete: breakdown where 2", "itl_rollup_1h", func(c query.Conn) (any, error) { return query.Breakdown(ctx, c, f2, "country") })
+	check("partly complete: timeseries 2h", "itl_rollup_1h_dim", func(c query.Conn) (any, error) { return query.Timeseries(ctx, c, f, 2*time.Hour) })
+	check("partly complete: sites", "itl_rollup_1h_dim", func(c query.Conn) (any, error) { return query.Sites(ctx, c, f.Since) })
+	f.Since = from.Add(-10 * time.Minute)
+	f.Until = from.Add(50 * time.Minute)
+	check("partly complete, no whole hour after it", "", func(c query.Conn) (any, error) { return query.Summary(ctx, c, f) })
+}
+
+// TestWorstStreamsTwoPhases: WorstStreams (ids first, then details) lists
+// what the one-statement read lists, copies of a stream included.
+func TestWorstStreamsTwoPhases(t *testing.T) {
+	db, _ := newDB(t)
+	conn := db.Conn()
+	ctx := context.Background()
+	base := time.Now().UTC().Truncate(time.Hour).Add(-time.Hour)
+	writeHours(t, conn, base, 4, 60, 3)
+	// Copies of some streams (an unmerged ReplacingMergeTree keeps both
+	// until it merges): the same rows once more, and one copy later.
+	if err := conn.Exec(ctx, "INSERT INTO itl_streams SELECT * FROM itl_streams WHERE site = 'h' AND stalls > 0 LIMIT 30"); err != nil {
+		t.Fatal(err)
+	}
+	if err := conn.Exec(ctx, "INSERT INTO itl_streams SELECT * REPLACE (received_at + INTERVAL 1 SECOND AS received_at) FROM itl_streams WHERE site = 'h' AND stalls > 0 LIMIT 10"); err != nil {
+		t.Fatal(err)
+	}
+	f := query.Filter{Site: "h", Since: base.Add(-4*time.Hour + 20*time.Minute), Until: base.Add(30 * time.Minute)}
+	for order, col := range query.WorstOrders {
+		for _, limit := range []int{1, 7, 50, query.MaxWorst} {
+			got, err := query.WorstStreams(ctx, conn, f, order, limit)
+			if err != nil {
+				t.Fatalf("%s %d: %v", order, limit, err)
+			}
+			// The one-statement read, ids and times only (the details are
+			// the rows').
+			rows, err := conn.Query(ctx, "SELECT lower(hex(stream_id)), received_at FROM itl_streams WHERE site = ? AND received_at >= ? AND received_at < ?"+
+				" ORDER BY "+col+" DESC, received_at DESC LIMIT 1 BY stream_id LIMIT ?", f.Site, f.Since, f.Until, limit)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var want []string
+			for rows.Next() {
+				var (
+					id string
+					at time.Time
+				)
+				if err := rows.Scan(&id, &at); err != nil {
+					t.Fatal(err)
+				}
+				want = append(want, id+" "+at.UTC().Format(time.RFC3339Nano))
+			}
+			rows.Close()
+			var have []string
+			for _, b := range got {
+				if _, err := hex.DecodeString(b.StreamID); err != nil {
+					t.Fatal(err)
+				}
+				have = append(have, b.StreamID+" "+b.ReceivedAt.Format(time.RFC3339Nano))
+			}
+			if len(want) != limit {
+				t.Fatalf("%s %d: the fixture has %d streams", order, limit, len(want))
+			}
+			if !reflect.DeepEqual(have, want) {
+				t.Errorf("%s limit %d:\ngot  %v\nwant %v", order, limit, have, want)
+			}
+		}
+	}
+}

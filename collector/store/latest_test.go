@@ -1,0 +1,70 @@
+package store_test
+
+import (
+	"context"
+	"encoding/hex"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/itlmon/itlmon/collector"
+	"github.com/itlmon/itlmon/collector/store"
+	"github.com/itlmon/itlmon/internal/chtest"
+)
+
+// TestLatestStreamsTwoPhases: LatestStreams (ids and times first, then the
+// rows) lists what the one-statement read lists, with copies of a stream
+// (rows the table has not merged yet) among the newest.
+func TestLatestStreamsTwoPhases(t *testing.T) {
+	db := chtest.NewDB(t, store.Options{})
+	ctx := context.Background()
+	base := time.Now().UTC().Truncate(time.Millisecond).Add(-2 * time.Hour)
+	in := makeStreams(300, "demo", base)
+	for i := range in {
+		in[i].ReceivedAt = base.Add(time.Duration(i*23+i%7) * time.Second) // distinct times over ~2 hours
+	}
+	if err := store.InsertDirect(ctx, db.Conn(), in); err != nil {
+		t.Fatal(err)
+	}
+	// Copies of the newest streams: the same rows again, and copies a
+	// second later than the stream's next-newest row.
+	if err := db.Conn().Exec(ctx, "INSERT INTO itl_streams SELECT * FROM itl_streams WHERE site = 'demo' ORDER BY received_at DESC LIMIT 40"); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Conn().Exec(ctx, "INSERT INTO itl_streams SELECT * REPLACE (received_at + INTERVAL 30 SECOND AS received_at) FROM itl_streams WHERE site = 'demo' ORDER BY received_at DESC LIMIT 5, 20"); err != nil {
+		t.Fatal(err)
+	}
+	since := base.Add(10 * time.Minute)
+	for _, limit := range []int{1, 7, 50, 200} {
+		got, err := db.LatestStreams(ctx, collector.StreamFilter{Site: "demo", Since: since, Limit: limit})
+		if err != nil {
+			t.Fatalf("limit %d: %v", limit, err)
+		}
+		rows, err := db.Conn().Query(ctx, "SELECT lower(hex(stream_id)), received_at FROM itl_streams WHERE site = 'demo' AND received_at >= ?"+
+			" ORDER BY received_at DESC LIMIT 1 BY stream_id LIMIT ?", since, limit)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var want, have []string
+		for rows.Next() {
+			var (
+				id string
+				at time.Time
+			)
+			if err := rows.Scan(&id, &at); err != nil {
+				t.Fatal(err)
+			}
+			want = append(want, id+" "+at.UTC().Format(time.RFC3339Nano))
+		}
+		rows.Close()
+		for _, s := range got {
+			have = append(have, hex.EncodeToString(s.StreamID[:])+" "+s.ReceivedAt.UTC().Format(time.RFC3339Nano))
+		}
+		if len(want) != limit {
+			t.Fatalf("limit %d: the fixture has %d streams", limit, len(want))
+		}
+		if !reflect.DeepEqual(have, want) {
+			t.Errorf("limit %d:\ngot  %v\nwant %v", limit, have, want)
+		}
+	}
+}
