@@ -152,6 +152,19 @@ func appendRepString(dst []byte, s, prev string) []byte {
 	return append(dst, s...)
 }
 
+// appendRecordStrings writes a record's strings, each repeating prev's
+// when equal: what follows its stream id and flags.
+func appendRecordStrings(dst []byte, r, prev *Record) []byte {
+	dst = appendRepString(dst, r.OriginID, prev.OriginID)
+	dst = appendRepString(dst, r.PageOrigin, prev.PageOrigin)
+	dst = appendRepString(dst, r.PagePath, prev.PagePath)
+	dst = appendRepString(dst, r.URLOrigin, prev.URLOrigin)
+	dst = appendRepString(dst, r.URLPath, prev.URLPath)
+	dst = appendRepString(dst, r.Model, prev.Model)
+	dst = appendRepString(dst, r.HTTPProto, prev.HTTPProto)
+	return appendRepString(dst, r.ContentType, prev.ContentType)
+}
+
 func (r *Record) hasStats() bool {
 	return r.GapP50Us|r.GapP95Us|r.GapP99Us|r.GapMaxUs|r.TPOTUs|r.Stalls|r.MaxEventsPerRead != 0 ||
 		r.StalledUs != 0 || r.TokensPerSec != 0 || r.Jank != 0 || r.EventsPerRead != 0 ||
@@ -190,14 +203,7 @@ func (e encoder) appendRecord(dst []byte, r, prev *Record) []byte {
 	}
 	dst = append(dst, r.StreamID[:]...)
 	dst = appendUvarint(dst, flags)
-	dst = appendRepString(dst, r.OriginID, prev.OriginID)
-	dst = appendRepString(dst, r.PageOrigin, prev.PageOrigin)
-	dst = appendRepString(dst, r.PagePath, prev.PagePath)
-	dst = appendRepString(dst, r.URLOrigin, prev.URLOrigin)
-	dst = appendRepString(dst, r.URLPath, prev.URLPath)
-	dst = appendRepString(dst, r.Model, prev.Model)
-	dst = appendRepString(dst, r.HTTPProto, prev.HTTPProto)
-	dst = appendRepString(dst, r.ContentType, prev.ContentType)
+	dst = appendRecordStrings(dst, r, prev)
 	dst = appendVarint(dst, r.StartUnixMs)
 	dst = append(dst, r.Format, r.Status)
 	dst = appendUvarint(dst, uint64(r.HTTPStatus))
@@ -294,31 +300,48 @@ func (e encoder) appendRecord(dst []byte, r, prev *Record) []byte {
 	return append(dst, e.extra...)
 }
 
+// checkClientStrings returns the first of a batch's site and client strings
+// a decoder would reject, as its field and why ("" if none).
+func checkClientStrings(site string, c *Client) (field, reason string) {
+	for _, s := range [...]struct{ field, v string }{
+		{"site", site},
+		{"client.user_agent", c.UserAgent}, {"client.ua_brands", c.UABrands},
+		{"client.ua_platform", c.UAPlatform}, {"client.conn_type", c.ConnType},
+		{"client.module_version", c.ModuleVersion}, {"client.release", c.Release},
+	} {
+		if reason := checkString(s.field, []byte(s.v)); reason != "" {
+			return s.field, reason
+		}
+	}
+	return "", ""
+}
+
+// checkRecordStrings is checkClientStrings for a record's strings.
+func checkRecordStrings(r *Record) (field, reason string) {
+	for _, s := range [...]struct{ field, v string }{
+		{"origin_id", r.OriginID}, {"page_origin", r.PageOrigin}, {"page_path", r.PagePath},
+		{"url_origin", r.URLOrigin}, {"url_path", r.URLPath}, {"model", r.Model},
+		{"http_proto", r.HTTPProto}, {"content_type", r.ContentType},
+	} {
+		if reason := checkString(s.field, []byte(s.v)); reason != "" {
+			return s.field, reason
+		}
+	}
+	return "", ""
+}
+
 // check finds what a decoder would reject regardless of its limits.
 func (b *Batch) check() error {
 	fail := func(rec int, field, reason string) error {
 		return &DecodeError{Record: rec, Field: field, Reason: reason, Err: ErrInvalid}
 	}
-	for _, s := range [...]struct{ field, v string }{
-		{"site", b.Site},
-		{"client.user_agent", b.Client.UserAgent}, {"client.ua_brands", b.Client.UABrands},
-		{"client.ua_platform", b.Client.UAPlatform}, {"client.conn_type", b.Client.ConnType},
-		{"client.module_version", b.Client.ModuleVersion}, {"client.release", b.Client.Release},
-	} {
-		if reason := checkString(s.field, []byte(s.v)); reason != "" {
-			return fail(-1, s.field, reason)
-		}
+	if field, reason := checkClientStrings(b.Site, &b.Client); reason != "" {
+		return fail(-1, field, reason)
 	}
 	for i := range b.Records {
 		r := &b.Records[i]
-		for _, s := range [...]struct{ field, v string }{
-			{"origin_id", r.OriginID}, {"page_origin", r.PageOrigin}, {"page_path", r.PagePath},
-			{"url_origin", r.URLOrigin}, {"url_path", r.URLPath}, {"model", r.Model},
-			{"http_proto", r.HTTPProto}, {"content_type", r.ContentType},
-		} {
-			if reason := checkString(s.field, []byte(s.v)); reason != "" {
-				return fail(i, s.field, reason)
-			}
+		if field, reason := checkRecordStrings(r); reason != "" {
+			return fail(i, field, reason)
 		}
 		for _, f := range [...]struct {
 			field string

@@ -27,16 +27,11 @@ func AppendRecordBatch(dst []byte, site string, c *Client, r *Record, w Wire) ([
 	if w.tail == nil {
 		return dst, false
 	}
-	for _, f := range [...]struct{ name, s string }{
-		{"site", site}, {"client.conn_type", c.ConnType}, {"client.module_version", c.ModuleVersion},
-		{"client.release", c.Release}, {"client.user_agent", c.UserAgent}, {"client.ua_brands", c.UABrands},
-		{"client.ua_platform", c.UAPlatform}, {"origin_id", r.OriginID}, {"page_origin", r.PageOrigin},
-		{"page_path", r.PagePath}, {"url_origin", r.URLOrigin}, {"url_path", r.URLPath}, {"model", r.Model},
-		{"http_proto", r.HTTPProto}, {"content_type", r.ContentType},
-	} {
-		if checkString(f.name, []byte(f.s)) != "" {
-			return dst, false
-		}
+	if _, reason := checkClientStrings(site, c); reason != "" {
+		return dst, false
+	}
+	if _, reason := checkRecordStrings(r); reason != "" {
+		return dst, false
 	}
 	e := encoder{minor: w.minor}
 	dst = appendHeader(dst, KindBatch, w.minor)
@@ -50,9 +45,7 @@ func AppendRecordBatch(dst []byte, site string, c *Client, r *Record, w Wire) ([
 	dst, start = beginSection(dst)
 	dst = append(dst, r.StreamID[:]...)
 	dst = appendUvarint(dst, w.flags)
-	for _, s := range [...]string{r.OriginID, r.PageOrigin, r.PagePath, r.URLOrigin, r.URLPath, r.Model, r.HTTPProto, r.ContentType} {
-		dst = appendRepString(dst, s, "")
-	}
+	dst = appendRecordStrings(dst, r, &emptyRecord)
 	dst = append(dst, w.tail...)
 	return endSection(dst, start), true
 }

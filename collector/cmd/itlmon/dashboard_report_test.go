@@ -16,8 +16,6 @@ import (
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
-	"github.com/ClickHouse/clickhouse-go/v2"
-
 	"github.com/itlmon/itlmon/collector/ingest"
 	"github.com/itlmon/itlmon/collector/query"
 	"github.com/itlmon/itlmon/collector/server"
@@ -57,10 +55,7 @@ func TestDashboardReport(t *testing.T) {
 	for start := 0; start < total; start += chunk {
 		n := min(chunk, total-start)
 		t0 := time.Now()
-		// The views of one insert run side by side (four of them, on a
-		// machine of a few cores).
-		seedCtx := clickhouse.Context(ctx, clickhouse.WithSettings(clickhouse.Settings{"parallel_view_processing": 1}))
-		if err := conn.Exec(seedCtx, seedSQL(now, start, n)); err != nil {
+		if err := conn.Exec(ctx, seedSQL(now, start, n)); err != nil {
 			msg, _, _ := strings.Cut(err.Error(), "In scope") // not the whole statement
 			t.Fatalf("seed rows %d..%d: %s", start, start+n, msg)
 		}
