@@ -55,7 +55,7 @@ func TestDashboardReport(t *testing.T) {
 	for start := 0; start < total; start += chunk {
 		n := min(chunk, total-start)
 		t0 := time.Now()
-		if err := conn.Exec(ctx, seedSQL(now, start, n)); err != nil {
+		if err := conn.Exec(ctx, seedSQL(now, start, n, total)); err != nil {
 			msg, _, _ := strings.Cut(err.Error(), "In scope") // not the whole statement
 			t.Fatalf("seed rows %d..%d: %s", start, start+n, msg)
 		}
