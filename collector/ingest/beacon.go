@@ -64,7 +64,7 @@ func (h *Handler) ServeBeacon(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, text, http.StatusRequestTimeout)
 		return
 	}
-	b, wire, bad, err := beacon.DecodeBatchWire(body, h.limits)
+	b, wire, bad, err := beacon.CheckBatchWire(body, h.limits)
 	if err != nil {
 		reason, _ := classifyDecode(err)
 		text := "bad batch: " + err.Error()

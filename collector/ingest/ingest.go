@@ -327,9 +327,11 @@ func classifyDecode(err error) (reason string, code int) {
 
 // streams turns a decoded batch into enriched streams.
 //
-// wire is b's records' wires (beacon.DecodeBatchWire), or nil: the streams
-// keep copies of them, so the store writes each record's values as they
-// arrived instead of encoding them again.
+// wire is b's records' wires: the streams keep copies of them, so the
+// store writes each record's values as they arrived instead of encoding
+// them again. Ingest decodes with beacon.CheckBatchWire, so the records'
+// histograms, timelines and stall lists are in their wires only; with nil
+// wire (b fully decoded, beacon.DecodeBatch) the store encodes the records.
 func (h *Handler) streams(b *beacon.Batch, wire []beacon.Wire, s *site, hdr http.Header, remoteAddr string, now time.Time) []collector.Stream {
 	var info enrich.Info
 	if h.enricher != nil {

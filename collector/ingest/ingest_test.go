@@ -629,7 +629,7 @@ func BenchmarkFrame(b *testing.B) {
 	b.SetBytes(int64(len(frame)))
 	b.ReportAllocs()
 	for b.Loop() {
-		bt, wire, _, err := beacon.DecodeBatchWire(frame, h.limits)
+		bt, wire, _, err := beacon.CheckBatchWire(frame, h.limits)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -380,7 +380,7 @@ func (c *conn) handleFrame(frame []byte, held int64) bool {
 	h := c.h
 	hold := held
 	defer func() { h.budget.release(hold) }() // what no ack releases
-	b, wire, bad, err := beacon.DecodeBatchWire(frame, h.limits)
+	b, wire, bad, err := beacon.CheckBatchWire(frame, h.limits)
 	if err != nil {
 		// Ack the refusal when the sequence number is readable, so the
 		// module drops a batch that resending cannot fix.

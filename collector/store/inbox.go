@@ -55,7 +55,10 @@ var inboxLimits = beacon.Limits{
 //
 // A stream with its Wire (as ingest makes them) has its record's values
 // copied from the wire (beacon.AppendRecordBatch): the same record, without
-// encoding its histograms and timeline again.
+// encoding its histograms and timeline again. Its Record need not hold them
+// (ingest leaves them in the wire, beacon.CheckBatchWire), so such a stream
+// is never encoded from its Record: strings the wire path refuses are an
+// error, as the encoder would refuse them too.
 func ClientRow(s *collector.Stream) (InboxRow, error) {
 	c := beacon.Client{
 		ConnType:      s.ConnType,
@@ -66,10 +69,13 @@ func ClientRow(s *collector.Stream) (InboxRow, error) {
 	}
 	p, ok := beacon.AppendRecordBatch(make([]byte, 0, s.Wire.Size()+wireStrings(s)), s.Site, &c, &s.Record, s.Wire)
 	if !ok {
-		var err error
 		b := beacon.Batch{Site: s.Site, Client: c, Records: []beacon.Record{s.Record}}
+		var err error
 		if p, err = b.AppendBinary(nil); err != nil {
 			return InboxRow{}, fmt.Errorf("inbox: encode client record: %w", err)
+		}
+		if !s.Wire.IsZero() { // the encoder names what it refuses; it should not differ
+			return InboxRow{}, errors.New("inbox: client record: its strings are refused from the wire, not by the encoder")
 		}
 	}
 	return InboxRow{

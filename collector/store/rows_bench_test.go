@@ -132,3 +132,53 @@ func BenchmarkClientRow(b *testing.B) {
 		})
 	}
 }
+
+// TestClientRowFromCheckedWire: a stream as ingest hands it over (its
+// Record from beacon.CheckBatchWire, without histograms or timeline, and
+// its Wire) makes the inbox row of the whole record; with a string the
+// encoder refuses it is an error, never a row without the record's values.
+func TestClientRowFromCheckedWire(t *testing.T) {
+	streams := benchStreams(3)
+	batch := beacon.Batch{Site: "demo"}
+	for i := range streams {
+		streams[i].Timeline = []beacon.Stamp{{AtUs: 150_000, Read: 0, Content: true}, {AtUs: 170_000, Read: 1, Content: true}}
+		batch.Records = append(batch.Records, streams[i].Record)
+	}
+	frame, err := batch.AppendBinary(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checked, wire, _, err := beacon.CheckBatchWire(frame, beacon.Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range streams {
+		s := streams[i]
+		s.Record, s.Wire = checked.Records[i], wire[i]
+		if s.ITL.Count() != 0 || s.Timeline != nil {
+			t.Fatal("CheckBatchWire decoded the values it should leave in the wire")
+		}
+		row, err := ClientRow(&s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := row.Client()
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := streams[i]
+		for _, st := range []*collector.Stream{&got, &want} {
+			st.Wire = beacon.Wire{}
+		}
+		g, err1 := (&beacon.Batch{Records: []beacon.Record{got.Record}}).AppendBinary(nil)
+		w, err2 := (&beacon.Batch{Records: []beacon.Record{want.Record}}).AppendBinary(nil)
+		if err1 != nil || err2 != nil || !bytes.Equal(g, w) || got.ITL.Count() == 0 || len(got.Timeline) != 2 {
+			t.Fatalf("stream %d: the inbox row holds another record than the one sent (%v, %v)", i, err1, err2)
+		}
+
+		s.URLPath = "/v1/chat\xff" // not UTF-8: the encoder refuses it
+		if _, err := ClientRow(&s); err == nil {
+			t.Fatalf("stream %d: a refused string made an inbox row", i)
+		}
+	}
+}

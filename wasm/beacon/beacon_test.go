@@ -625,6 +625,7 @@ func FuzzDecodeBatch(f *testing.F) {
 			}
 		}
 		b, bad, err := DecodeBatchRecords(data, Limits{})
+		checkAgrees(t, data)
 		strict, strictErr := DecodeBatch(data, Limits{})
 		if (err != nil || len(bad) > 0) != (strictErr != nil) || (strictErr == nil) != (strict != nil) {
 			t.Fatalf("DecodeBatch and DecodeBatchRecords disagree: %v / %d bad, %v", err, len(bad), strictErr)
@@ -677,6 +678,66 @@ func FuzzDecodeBatch(f *testing.F) {
 			}
 		}
 	})
+}
+
+// checkAgrees: CheckBatchWire accepts and refuses what DecodeBatchWire does,
+// with the same errors and wires, and the same records but for the values
+// it leaves in the wires.
+func checkAgrees(t *testing.T, data []byte) {
+	t.Helper()
+	for _, lim := range []Limits{{}, {MaxBuckets: 3, MaxTimeline: 4, MaxStalls: 1}} {
+		db, dwire, dbad, derr := DecodeBatchWire(data, lim)
+		cb, cwire, cbad, cerr := CheckBatchWire(data, lim)
+		if fmt.Sprint(derr) != fmt.Sprint(cerr) || fmt.Sprint(dbad) != fmt.Sprint(cbad) {
+			t.Fatalf("limits %+v: CheckBatchWire: %v, bad %v; DecodeBatchWire: %v, bad %v", lim, cerr, cbad, derr, dbad)
+		}
+		if (db == nil) != (cb == nil) || len(dwire) != len(cwire) {
+			t.Fatalf("limits %+v: CheckBatchWire returned %d wires, DecodeBatchWire %d", lim, len(cwire), len(dwire))
+		}
+		for i := range dwire {
+			if dwire[i].minor != cwire[i].minor || dwire[i].flags != cwire[i].flags || !bytes.Equal(dwire[i].tail, cwire[i].tail) {
+				t.Fatalf("limits %+v: record %d: the wires differ", lim, i)
+			}
+		}
+		if db == nil {
+			continue
+		}
+		for i := range db.Records {
+			r := &db.Records[i]
+			r.ITL, r.ITLTokens, r.Timeline, r.StallList = hist.Histogram{}, hist.Histogram{}, nil, nil
+		}
+		if !batchesEqual(db, cb) {
+			t.Fatalf("limits %+v: CheckBatchWire's batch differs from DecodeBatchWire's beyond the values it leaves out", lim)
+		}
+	}
+}
+
+// TestCheckBatchWire: a typical batch and the fuzz seeds, with what
+// FuzzDecodeBatch checks of CheckBatchWire, and a check-decoded record
+// stores as the fully decoded one does.
+func TestCheckBatchWire(t *testing.T) {
+	typical := mustEncode(t, typicalBatch())
+	for _, data := range [][]byte{typical, typical[:len(typical)/2], mustEncode(t, minimalBatch()), reencode(t, typicalBatch(), encoder{minor: 0})} {
+		checkAgrees(t, data)
+	}
+	b, wire, _, err := DecodeBatchWire(typical, Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cb, cwire, _, err := CheckBatchWire(typical, Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range b.Records {
+		if cb.Records[i].ITL.Count() != 0 || cb.Records[i].Timeline != nil {
+			t.Fatalf("record %d: CheckBatchWire stored values it should leave in the wire", i)
+		}
+		want, ok1 := AppendRecordBatch(nil, b.Site, &b.Client, &b.Records[i], wire[i])
+		got, ok2 := AppendRecordBatch(nil, cb.Site, &cb.Client, &cb.Records[i], cwire[i])
+		if !ok1 || !ok2 || !bytes.Equal(got, want) {
+			t.Fatalf("record %d: the batch of one from CheckBatchWire differs from DecodeBatchWire's", i)
+		}
+	}
 }
 
 // TestFuzzCorpus writes the committed seed corpus with -update (the seeds
@@ -858,4 +919,21 @@ func TestBadRecordsAlone(t *testing.T) {
 	if _, _, err := DecodeBatchRecords(cut, Limits{}); !errors.Is(err, ErrTruncated) {
 		t.Fatalf("record cut inside its strings: err = %v, want ErrTruncated for the batch", err)
 	}
+}
+
+// BenchmarkCheckBatchWire is BenchmarkDecodeBatch's batch as a collector
+// reads it: checked, its records' values left in their wires.
+func BenchmarkCheckBatchWire(b *testing.B) {
+	batch := typicalBatch()
+	buf := mustEncode(b, batch)
+	b.SetBytes(int64(len(buf)))
+	b.ReportAllocs()
+	start := cpubench.Now()
+	for b.Loop() {
+		if _, _, _, err := CheckBatchWire(buf, Limits{}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(len(buf))/float64(len(batch.Records)), "bytes/record")
+	cpubench.Report(b, start, len(buf))
 }

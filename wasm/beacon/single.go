@@ -69,6 +69,9 @@ func CloneWires(ws []Wire) {
 	}
 }
 
+// IsZero reports whether w is the zero Wire (none).
+func (w Wire) IsZero() bool { return w.tail == nil }
+
 // Size is about how many bytes AppendRecordBatch appends for w (its
 // values; the strings come on top).
 func (w Wire) Size() int { return len(w.tail) }

@@ -96,6 +96,9 @@ type reader struct {
 	// (DecodeBatchWire).
 	flags  uint64
 	strEnd int
+	// check: a record's histograms, timeline and stall list are checked
+	// but not stored in it (CheckBatchWire).
+	check bool
 }
 
 func (r *reader) fail(field, reason string, sentinel error) {
@@ -256,7 +259,14 @@ func (r *reader) hist(field string) hist.Histogram {
 	if r.err != nil {
 		return hist.Histogram{}
 	}
-	h, n, err := hist.DecodeBinary(r.src[r.p:], r.lim.MaxBuckets)
+	var h hist.Histogram
+	var n int
+	var err error
+	if r.check {
+		n, err = hist.CheckBinary(r.src[r.p:], r.lim.MaxBuckets)
+	} else {
+		h, n, err = hist.DecodeBinary(r.src[r.p:], r.lim.MaxBuckets)
+	}
 	if err != nil {
 		de, _ := err.(*hist.DecodeError)
 		sentinel, sub, reason := ErrInvalid, "", err.Error()
@@ -280,7 +290,7 @@ func (r *reader) hist(field string) hist.Histogram {
 func (r *reader) section(field string) reader {
 	n := r.length(field, 0, 1)
 	b := r.bytes(field, n)
-	return reader{src: b, rec: r.rec, prefix: r.prefix, lim: r.lim, minor: r.minor, err: r.err}
+	return reader{src: b, rec: r.rec, prefix: r.prefix, lim: r.lim, minor: r.minor, err: r.err, check: r.check}
 }
 
 // end finishes a section: bytes left over are fields of a newer minor

@@ -121,6 +121,21 @@ func (h *Histogram) AppendBinary(dst []byte) []byte {
 // overflows uint64, and sum/min/max that FromSparse would reject. Errors are
 // *DecodeError wrapping ErrTruncated, ErrLimit or ErrInvalid.
 func DecodeBinary(src []byte, maxBuckets int) (Histogram, int, error) {
+	return decodeBinary(src, maxBuckets, true)
+}
+
+// CheckBinary checks a histogram as DecodeBinary does, without building
+// it: it returns the bytes DecodeBinary would consume, or its error. For a
+// caller that keeps the encoded form (a collector storing what it
+// received), it costs no allocation and one pass over the buckets.
+func CheckBinary(src []byte, maxBuckets int) (int, error) {
+	_, n, err := decodeBinary(src, maxBuckets, false)
+	return n, err
+}
+
+// decodeBinary is DecodeBinary; without build the counts are checked but
+// not stored (the histogram returned has its totals, bounds and stats).
+func decodeBinary(src []byte, maxBuckets int, build bool) (Histogram, int, error) {
 	var h Histogram
 	p := 0
 	zero, err := readUvarint(src, &p, "zero")
@@ -158,8 +173,10 @@ func DecodeBinary(src []byte, maxBuckets int) (Histogram, int, error) {
 		}
 		h.count += total
 		h.first, h.lo, h.hi = int32(first), int32(first), last
-		h.counts = make([]uint64, last-int32(first)+1)
-		walkRuns(src, &runs, int32(first), int(slots), maxBuckets, h.counts)
+		if build {
+			h.counts = make([]uint64, last-int32(first)+1)
+			walkRuns(src, &runs, int32(first), int(slots), maxBuckets, h.counts)
+		}
 	}
 	if h.count > 0 {
 		var f [3]float64

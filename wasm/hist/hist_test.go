@@ -2,6 +2,7 @@ package hist
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"math/big"
 	"math/rand/v2"
@@ -629,6 +630,22 @@ func BenchmarkAppendBinary(b *testing.B) {
 	cpubench.Report(b, start, len(buf))
 }
 
+// BenchmarkCheckBinary is BenchmarkDecodeBinary's histogram checked, not
+// built (what a collector storing it as received does).
+func BenchmarkCheckBinary(b *testing.B) {
+	h := benchHist(500, 3)
+	buf := h.AppendBinary(nil)
+	b.SetBytes(int64(len(buf)))
+	b.ReportAllocs()
+	start := cpubench.Now()
+	for b.Loop() {
+		if _, err := CheckBinary(buf, 0); err != nil {
+			b.Fatal(err)
+		}
+	}
+	cpubench.Report(b, start, len(buf))
+}
+
 func BenchmarkDecodeBinary(b *testing.B) {
 	h := benchHist(500, 3)
 	buf := h.AppendBinary(nil)
@@ -653,6 +670,15 @@ func FuzzDecodeBinary(f *testing.F) {
 	f.Add([]byte{1, 0, 0, 0, 0})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		h, n, err := DecodeBinary(data, 0)
+		// CheckBinary agrees with DecodeBinary on every input, with a
+		// bucket limit or without.
+		for _, max := range []int{0, 2} {
+			_, dn, derr := DecodeBinary(data, max)
+			cn, cerr := CheckBinary(data, max)
+			if cn != dn || fmt.Sprint(cerr) != fmt.Sprint(derr) {
+				t.Fatalf("max %d: CheckBinary = %d, %v; DecodeBinary = %d, %v", max, cn, cerr, dn, derr)
+			}
+		}
 		if err != nil {
 			var de *DecodeError
 			if !errors.As(err, &de) || de.Err == nil {
