@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -116,8 +117,24 @@ func clickhouseOptions(opts Options) (*clickhouse.Options, error) {
 	if o.DialTimeout == 0 || o.DialTimeout > 5*time.Second {
 		o.DialTimeout = 2 * time.Second // fail fast to the spool
 	}
-	o.Compression = &clickhouse.Compression{Method: clickhouse.CompressionLZ4}
+	switch {
+	case opts.DSN == "":
+		// The embedded engine, over loopback: compressing blocks would
+		// cost CPU on both ends (the collector's and the engine's, on the
+		// same machine) to save no network.
+		o.Compression = nil
+	case !dsnSets(opts.DSN, "compress"):
+		// A ClickHouse elsewhere: LZ4, unless the DSN chose (compress=lz4,
+		// zstd, ..., or false for none).
+		o.Compression = &clickhouse.Compression{Method: clickhouse.CompressionLZ4}
+	}
 	return o, nil
+}
+
+// dsnSets reports whether dsn has the query parameter name.
+func dsnSets(dsn, name string) bool {
+	u, err := url.Parse(dsn)
+	return err == nil && u.Query().Has(name)
 }
 
 // createDatabase creates o's database through a connection to "default".
