@@ -2,11 +2,15 @@ package main
 
 import (
 	"context"
+	"errors"
+	"os"
+	"strconv"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+	"golang.org/x/sys/unix"
 )
 
 // cpuTimes is the CPU time spent so far by this test process (the
@@ -35,4 +39,73 @@ func quiesce(t testing.TB, conn driver.Conn) {
 		var n uint64
 		return conn.QueryRow(context.Background(), "SELECT (SELECT count() FROM system.merges) + (SELECT count() FROM system.mutations WHERE NOT is_done)").Scan(&n) == nil && n == 0
 	})
+}
+
+// cpuSplit places the collector and the engine on separate CPUs, as they
+// run in production (on separate machines): this test process (the
+// collector, its benchmark clients or the direct insert's client) on the
+// first CPU it may use, the engine's process on the others. ok is false
+// with fewer than two CPUs allowed.
+type cpuSplit struct {
+	all, self, engine unix.CPUSet
+	ok                bool
+}
+
+func newCPUSplit(t testing.TB) cpuSplit {
+	t.Helper()
+	var s cpuSplit
+	if err := unix.SchedGetaffinity(0, &s.all); err != nil {
+		t.Fatal(err)
+	}
+	if s.all.Count() < 2 {
+		return s
+	}
+	first := -1
+	for c := 0; c < 1024; c++ {
+		if !s.all.IsSet(c) {
+			continue
+		}
+		if first < 0 {
+			first = c
+			s.self.Set(c)
+		} else {
+			s.engine.Set(c)
+		}
+	}
+	s.ok = true
+	return s
+}
+
+// pin puts this process on s.self and the engine on s.engine; unpin gives
+// both every CPU back.
+func (s cpuSplit) pin(t testing.TB, enginePID int) {
+	t.Helper()
+	setAffinity(t, os.Getpid(), &s.self)
+	setAffinity(t, enginePID, &s.engine)
+}
+
+func (s cpuSplit) unpin(t testing.TB, enginePID int) {
+	t.Helper()
+	setAffinity(t, os.Getpid(), &s.all)
+	setAffinity(t, enginePID, &s.all)
+}
+
+// setAffinity sets the CPU affinity of every thread of process pid (threads
+// it starts later inherit their creator's).
+func setAffinity(t testing.TB, pid int, set *unix.CPUSet) {
+	t.Helper()
+	tasks, err := os.ReadDir("/proc/" + strconv.Itoa(pid) + "/task")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, task := range tasks {
+		tid, err := strconv.Atoi(task.Name())
+		if err != nil {
+			continue
+		}
+		// A thread may end meanwhile (ESRCH): nothing to pin.
+		if err := unix.SchedSetaffinity(tid, set); err != nil && !errors.Is(err, unix.ESRCH) {
+			t.Fatalf("set the CPU affinity of thread %d of process %d: %v", tid, pid, err)
+		}
+	}
 }
