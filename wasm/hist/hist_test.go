@@ -630,34 +630,31 @@ func BenchmarkAppendBinary(b *testing.B) {
 	cpubench.Report(b, start, len(buf))
 }
 
-// BenchmarkCheckBinary is BenchmarkDecodeBinary's histogram checked, not
-// built (what a collector storing it as received does).
-func BenchmarkCheckBinary(b *testing.B) {
-	h := benchHist(500, 3)
-	buf := h.AppendBinary(nil)
-	b.SetBytes(int64(len(buf)))
-	b.ReportAllocs()
-	start := cpubench.Now()
-	for b.Loop() {
-		if _, err := CheckBinary(buf, 0); err != nil {
-			b.Fatal(err)
-		}
-	}
-	cpubench.Report(b, start, len(buf))
-}
-
+// BenchmarkDecodeBinary decodes a histogram ("decode") and checks it
+// without building it ("check", CheckBinary: what a collector storing it as
+// received does).
 func BenchmarkDecodeBinary(b *testing.B) {
 	h := benchHist(500, 3)
 	buf := h.AppendBinary(nil)
-	b.SetBytes(int64(len(buf)))
-	b.ReportAllocs()
-	start := cpubench.Now()
-	for b.Loop() {
-		if _, _, err := DecodeBinary(buf, 0); err != nil {
-			b.Fatal(err)
-		}
+	for _, mode := range []struct {
+		name   string
+		decode func() error
+	}{
+		{"decode", func() error { _, _, err := DecodeBinary(buf, 0); return err }},
+		{"check", func() error { _, err := CheckBinary(buf, 0); return err }},
+	} {
+		b.Run(mode.name, func(b *testing.B) {
+			b.SetBytes(int64(len(buf)))
+			b.ReportAllocs()
+			start := cpubench.Now()
+			for b.Loop() {
+				if err := mode.decode(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			cpubench.Report(b, start, len(buf))
+		})
 	}
-	cpubench.Report(b, start, len(buf))
 }
 
 // FuzzDecodeBinary: no input panics, and whatever decodes re-encodes to an
