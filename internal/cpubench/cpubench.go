@@ -22,3 +22,17 @@ func Report(b *testing.B, start time.Duration, bytes int) {
 		b.ReportMetric(float64(bytes)/ns*1e3, "cpu-MB/s")
 	}
 }
+
+// Loop runs op b.N times over an input of bytes, with allocations, MB/s
+// and the CPU time per op reported; an error fails the benchmark.
+func Loop(b *testing.B, bytes int, op func() error) {
+	b.SetBytes(int64(bytes))
+	b.ReportAllocs()
+	start := Now()
+	for b.Loop() {
+		if err := op(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	Report(b, start, bytes)
+}

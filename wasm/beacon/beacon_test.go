@@ -815,16 +815,8 @@ func BenchmarkDecodeBatch(b *testing.B) {
 		{"check", func() error { _, _, _, err := CheckBatchWire(buf, Limits{}); return err }},
 	} {
 		b.Run(mode.name, func(b *testing.B) {
-			b.SetBytes(int64(len(buf)))
-			b.ReportAllocs()
-			start := cpubench.Now()
-			for b.Loop() {
-				if err := mode.decode(); err != nil {
-					b.Fatal(err)
-				}
-			}
+			cpubench.Loop(b, len(buf), mode.decode)
 			b.ReportMetric(float64(len(buf))/float64(len(batch.Records)), "bytes/record")
-			cpubench.Report(b, start, len(buf))
 		})
 	}
 }

@@ -644,15 +644,7 @@ func BenchmarkDecodeBinary(b *testing.B) {
 		{"check", func() error { _, err := CheckBinary(buf, 0); return err }},
 	} {
 		b.Run(mode.name, func(b *testing.B) {
-			b.SetBytes(int64(len(buf)))
-			b.ReportAllocs()
-			start := cpubench.Now()
-			for b.Loop() {
-				if err := mode.decode(); err != nil {
-					b.Fatal(err)
-				}
-			}
-			cpubench.Report(b, start, len(buf))
+			cpubench.Loop(b, len(buf), mode.decode)
 		})
 	}
 }
