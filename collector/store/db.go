@@ -117,15 +117,12 @@ func clickhouseOptions(opts Options) (*clickhouse.Options, error) {
 	if o.DialTimeout == 0 || o.DialTimeout > 5*time.Second {
 		o.DialTimeout = 2 * time.Second // fail fast to the spool
 	}
-	switch {
-	case opts.DSN == "":
-		// The embedded engine, over loopback: compressing blocks would
-		// cost CPU on both ends (the collector's and the engine's, on the
-		// same machine) to save no network.
-		o.Compression = nil
-	case !dsnSets(opts.DSN, "compress"):
-		// A ClickHouse elsewhere: LZ4, unless the DSN chose (compress=lz4,
-		// zstd, ..., or false for none).
+	// A ClickHouse elsewhere gets LZ4 blocks, unless its DSN chose
+	// (compress=lz4, zstd, ..., or false for none). The embedded engine
+	// gets them uncompressed: over loopback, compressing would cost CPU on
+	// both ends (the collector's and the engine's, on the same machine) to
+	// save no network.
+	if opts.DSN != "" && !dsnSets(opts.DSN, "compress") {
 		o.Compression = &clickhouse.Compression{Method: clickhouse.CompressionLZ4}
 	}
 	return o, nil

@@ -57,8 +57,8 @@ var inboxLimits = beacon.Limits{
 // copied from the wire (beacon.AppendRecordBatch): the same record, without
 // encoding its histograms and timeline again. Its Record need not hold them
 // (ingest leaves them in the wire, beacon.CheckBatchWire), so such a stream
-// is never encoded from its Record: strings the wire path refuses are an
-// error, as the encoder would refuse them too.
+// is never encoded from its Record: a string the encoder would refuse is
+// the same error from the wire path.
 func ClientRow(s *collector.Stream) (InboxRow, error) {
 	c := beacon.Client{
 		ConnType:      s.ConnType,
@@ -67,16 +67,16 @@ func ClientRow(s *collector.Stream) (InboxRow, error) {
 		ModuleVersion: s.ModuleVersion,
 		Release:       s.Release,
 	}
-	p, ok := beacon.AppendRecordBatch(make([]byte, 0, s.Wire.Size()+wireStrings(s)), s.Site, &c, &s.Record, s.Wire)
-	if !ok {
+	var p []byte
+	var err error
+	if s.Wire.IsZero() {
 		b := beacon.Batch{Site: s.Site, Client: c, Records: []beacon.Record{s.Record}}
-		var err error
-		if p, err = b.AppendBinary(nil); err != nil {
-			return InboxRow{}, fmt.Errorf("inbox: encode client record: %w", err)
-		}
-		if !s.Wire.IsZero() { // the encoder names what it refuses; it should not differ
-			return InboxRow{}, errors.New("inbox: client record: its strings are refused from the wire, not by the encoder")
-		}
+		p, err = b.AppendBinary(nil)
+	} else {
+		p, err = beacon.AppendRecordBatch(make([]byte, 0, s.Wire.Size()+wireStrings(s)), s.Site, &c, &s.Record, s.Wire)
+	}
+	if err != nil {
+		return InboxRow{}, fmt.Errorf("inbox: encode client record: %w", err)
 	}
 	return InboxRow{
 		Kind: KindClient, Site: s.Site, StreamID: string(s.StreamID[:]), OriginID: s.OriginID, ReceivedAt: s.ReceivedAt.UTC(),

@@ -300,34 +300,33 @@ func (e encoder) appendRecord(dst []byte, r, prev *Record) []byte {
 	return append(dst, e.extra...)
 }
 
-// checkClientStrings returns the first of a batch's site and client strings
-// a decoder would reject, as its field and why ("" if none).
-func checkClientStrings(site string, c *Client) (field, reason string) {
-	for _, s := range [...]struct{ field, v string }{
+// checkClientStrings returns the error for the first of a batch's site and
+// client strings a decoder would reject, or nil.
+func checkClientStrings(site string, c *Client) error {
+	return checkStrings(-1, []struct{ field, v string }{
 		{"site", site},
 		{"client.user_agent", c.UserAgent}, {"client.ua_brands", c.UABrands},
 		{"client.ua_platform", c.UAPlatform}, {"client.conn_type", c.ConnType},
 		{"client.module_version", c.ModuleVersion}, {"client.release", c.Release},
-	} {
-		if reason := checkString(s.field, []byte(s.v)); reason != "" {
-			return s.field, reason
-		}
-	}
-	return "", ""
+	})
 }
 
-// checkRecordStrings is checkClientStrings for a record's strings.
-func checkRecordStrings(r *Record) (field, reason string) {
-	for _, s := range [...]struct{ field, v string }{
+// checkRecordStrings is checkClientStrings for the strings of record rec.
+func checkRecordStrings(rec int, r *Record) error {
+	return checkStrings(rec, []struct{ field, v string }{
 		{"origin_id", r.OriginID}, {"page_origin", r.PageOrigin}, {"page_path", r.PagePath},
 		{"url_origin", r.URLOrigin}, {"url_path", r.URLPath}, {"model", r.Model},
 		{"http_proto", r.HTTPProto}, {"content_type", r.ContentType},
-	} {
+	})
+}
+
+func checkStrings(rec int, fields []struct{ field, v string }) error {
+	for _, s := range fields {
 		if reason := checkString(s.field, []byte(s.v)); reason != "" {
-			return s.field, reason
+			return &DecodeError{Record: rec, Field: s.field, Reason: reason, Err: ErrInvalid}
 		}
 	}
-	return "", ""
+	return nil
 }
 
 // check finds what a decoder would reject regardless of its limits.
@@ -335,13 +334,13 @@ func (b *Batch) check() error {
 	fail := func(rec int, field, reason string) error {
 		return &DecodeError{Record: rec, Field: field, Reason: reason, Err: ErrInvalid}
 	}
-	if field, reason := checkClientStrings(b.Site, &b.Client); reason != "" {
-		return fail(-1, field, reason)
+	if err := checkClientStrings(b.Site, &b.Client); err != nil {
+		return err
 	}
 	for i := range b.Records {
 		r := &b.Records[i]
-		if field, reason := checkRecordStrings(r); reason != "" {
-			return fail(i, field, reason)
+		if err := checkRecordStrings(i, r); err != nil {
+			return err
 		}
 		for _, f := range [...]struct {
 			field string

@@ -665,9 +665,9 @@ func FuzzDecodeBatch(f *testing.F) {
 			t.Fatalf("DecodeBatchWire disagrees with DecodeBatchRecords: %v", err)
 		}
 		for i := range b.Records {
-			one, ok := AppendRecordBatch(nil, b.Site, &b.Client, &b.Records[i], wire[i])
-			if !ok {
-				t.Fatalf("record %d: AppendRecordBatch refused a decoded record", i)
+			one, err := AppendRecordBatch(nil, b.Site, &b.Client, &b.Records[i], wire[i])
+			if err != nil {
+				t.Fatalf("record %d: AppendRecordBatch refused a decoded record: %v", i, err)
 			}
 			got, err := DecodeBatch(one, bigLimits)
 			if err != nil {
@@ -732,10 +732,10 @@ func TestCheckBatchWire(t *testing.T) {
 		if cb.Records[i].ITL.Count() != 0 || cb.Records[i].Timeline != nil {
 			t.Fatalf("record %d: CheckBatchWire stored values it should leave in the wire", i)
 		}
-		want, ok1 := AppendRecordBatch(nil, b.Site, &b.Client, &b.Records[i], wire[i])
-		got, ok2 := AppendRecordBatch(nil, cb.Site, &cb.Client, &cb.Records[i], cwire[i])
-		if !ok1 || !ok2 || !bytes.Equal(got, want) {
-			t.Fatalf("record %d: the batch of one from CheckBatchWire differs from DecodeBatchWire's", i)
+		want, err1 := AppendRecordBatch(nil, b.Site, &b.Client, &b.Records[i], wire[i])
+		got, err2 := AppendRecordBatch(nil, cb.Site, &cb.Client, &cb.Records[i], cwire[i])
+		if err1 != nil || err2 != nil || !bytes.Equal(got, want) {
+			t.Fatalf("record %d: the batch of one from CheckBatchWire differs from DecodeBatchWire's (%v, %v)", i, err2, err1)
 		}
 	}
 }

@@ -1,5 +1,12 @@
 package beacon
 
+import "errors"
+
+// ErrNoWire is AppendRecordBatch's error for the zero Wire: the record's
+// values are not at hand as they arrived, so it must be encoded
+// (Batch.AppendBinary).
+var ErrNoWire = errors.New("beacon: the record has no wire")
+
 // Wire is a decoded record's own bytes in the batch it arrived in
 // (DecodeBatchWire): its flags and everything after its strings (values,
 // histograms, timeline, stalls), which depend on nothing outside the record.
@@ -19,19 +26,20 @@ type Wire struct {
 // from r, so a caller may have changed them (a collector strips queries
 // from paths). The message has the minor version r arrived in, so it
 // decodes, with that version's rules, to r with its strings as given and
-// every other field as decoded from w; other fields of r are not read. It
-// reports false, appending nothing, for the zero Wire. Like the decoder, it
-// trusts nothing about r's strings: AppendRecordBatch checks them as the
-// encoder does and reports false for a string the encoder would refuse.
-func AppendRecordBatch(dst []byte, site string, c *Client, r *Record, w Wire) ([]byte, bool) {
+// every other field as decoded from w; other fields of r are not read. For
+// the zero Wire it appends nothing and returns ErrNoWire. Like the decoder,
+// it trusts nothing about r's strings: it checks them as the encoder does
+// and, for a string the encoder would refuse, appends nothing and returns
+// the encoder's error (a *DecodeError, ErrInvalid).
+func AppendRecordBatch(dst []byte, site string, c *Client, r *Record, w Wire) ([]byte, error) {
 	if w.tail == nil {
-		return dst, false
+		return dst, ErrNoWire
 	}
-	if _, reason := checkClientStrings(site, c); reason != "" {
-		return dst, false
+	if err := checkClientStrings(site, c); err != nil {
+		return dst, err
 	}
-	if _, reason := checkRecordStrings(r); reason != "" {
-		return dst, false
+	if err := checkRecordStrings(0, r); err != nil {
+		return dst, err
 	}
 	e := encoder{minor: w.minor}
 	dst = appendHeader(dst, KindBatch, w.minor)
@@ -47,7 +55,7 @@ func AppendRecordBatch(dst []byte, site string, c *Client, r *Record, w Wire) ([
 	dst = appendUvarint(dst, w.flags)
 	dst = appendRecordStrings(dst, r, &emptyRecord)
 	dst = append(dst, w.tail...)
-	return endSection(dst, start), true
+	return endSection(dst, start), nil
 }
 
 // CloneWires makes ws independent of the message they were decoded from

@@ -2,6 +2,8 @@ package beacon
 
 import (
 	"bytes"
+	"errors"
+	"fmt"
 	"testing"
 
 	"pgregory.net/rapid"
@@ -20,9 +22,9 @@ func singles(t tb, src []byte) (*Batch, [][]byte) {
 	}
 	var out [][]byte
 	for i := range b.Records {
-		p, ok := AppendRecordBatch(nil, b.Site, &b.Client, &b.Records[i], wire[i])
-		if !ok {
-			t.Fatalf("record %d: no wire", i)
+		p, err := AppendRecordBatch(nil, b.Site, &b.Client, &b.Records[i], wire[i])
+		if err != nil {
+			t.Fatalf("record %d: %v", i, err)
 		}
 		out = append(out, p)
 	}
@@ -90,12 +92,18 @@ func TestAppendRecordBatchRefuses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p, ok := AppendRecordBatch([]byte{1}, b.Site, &b.Client, &b.Records[0], Wire{}); ok || !bytes.Equal(p, []byte{1}) {
-		t.Fatalf("zero Wire: appended %x, ok %v", p, ok)
+	if p, err := AppendRecordBatch([]byte{1}, b.Site, &b.Client, &b.Records[0], Wire{}); !errors.Is(err, ErrNoWire) || !bytes.Equal(p, []byte{1}) {
+		t.Fatalf("zero Wire: appended %x, error %v, want ErrNoWire", p, err)
 	}
 	r := b.Records[0]
 	r.PagePath = "/chat?q=secret"
-	if p, ok := AppendRecordBatch(nil, b.Site, &b.Client, &r, wire[0]); ok || len(p) > 0 {
-		t.Fatalf("path with a query: appended %d bytes, ok %v", len(p), ok)
+	p, err := AppendRecordBatch(nil, b.Site, &b.Client, &r, wire[0])
+	var de *DecodeError
+	if len(p) > 0 || !errors.As(err, &de) || !errors.Is(err, ErrInvalid) || de.Field != "page_path" {
+		t.Fatalf("path with a query: appended %d bytes, error %v, want ErrInvalid for page_path", len(p), err)
+	}
+	// The encoder refuses the same string with the same error.
+	if _, encErr := (&Batch{Site: b.Site, Client: b.Client, Records: []Record{r}}).AppendBinary(nil); fmt.Sprint(encErr) != fmt.Sprint(err) {
+		t.Fatalf("AppendRecordBatch: %v; the encoder: %v", err, encErr)
 	}
 }

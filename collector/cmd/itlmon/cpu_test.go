@@ -29,6 +29,7 @@ func cpuNow(t testing.TB, enginePID int) cpuTimes {
 }
 
 func (c cpuTimes) sub(d cpuTimes) cpuTimes { return cpuTimes{c.self - d.self, c.engine - d.engine} }
+func (c cpuTimes) add(d cpuTimes) cpuTimes { return cpuTimes{c.self + d.self, c.engine + d.engine} }
 
 // quiesce waits (at most a minute) until the engine runs no merge and no
 // mutation, so each timed phase starts from the same quiet state instead of
@@ -60,15 +61,12 @@ func newCPUSplit(t testing.TB) cpuSplit {
 	if s.all.Count() < 2 {
 		return s
 	}
-	first := -1
 	for c := 0; c < 1024; c++ {
-		if !s.all.IsSet(c) {
-			continue
-		}
-		if first < 0 {
-			first = c
+		switch {
+		case !s.all.IsSet(c):
+		case s.self.Count() == 0:
 			s.self.Set(c)
-		} else {
+		default:
 			s.engine.Set(c)
 		}
 	}

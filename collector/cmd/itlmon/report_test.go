@@ -145,7 +145,7 @@ func TestReportIngest(t *testing.T) {
 			pl.e2eTimes = append(pl.e2eTimes, d)
 			quiesce(t, conn) // the merges of the phase's parts are its cost too
 			c := cpuNow(t, pid).sub(cpu0)
-			pl.e2eCPU.self, pl.e2eCPU.engine = pl.e2eCPU.self+c.self, pl.e2eCPU.engine+c.engine
+			pl.e2eCPU = pl.e2eCPU.add(c)
 			sent += totalRecs
 			want := sent
 			settle(t, 2*time.Minute, func() bool {
@@ -164,7 +164,7 @@ func TestReportIngest(t *testing.T) {
 			pl.directTimes = append(pl.directTimes, insertInboxDirect(t, m, rows))
 			quiesce(t, conn)
 			c = cpuNow(t, pid).sub(cpu0)
-			pl.directCPU.self, pl.directCPU.engine = pl.directCPU.self+c.self, pl.directCPU.engine+c.engine
+			pl.directCPU = pl.directCPU.add(c)
 			if pl.pinned {
 				split.unpin(t, pid)
 			} else {
