@@ -88,23 +88,12 @@ func FuzzReadFrames(f *testing.F) {
 }
 
 // BenchmarkClientRow is the inbox row of a stream as ingest hands it over
-// (its values copied from the batch it arrived in: "wire") and of a stream
+// (its values copied from the batch it arrived in, beacon.CheckBatchWire:
+// "wire") and of a stream
 // without its wire (encoded again: "encoded"), the baseline.
 func BenchmarkClientRow(b *testing.B) {
-	streams := benchStreams(20)
-	batch := beacon.Batch{Site: "demo"}
-	for i := range streams {
-		streams[i].Timeline = make([]beacon.Stamp, 40)
-		for k := range streams[i].Timeline {
-			streams[i].Timeline[k] = beacon.Stamp{AtUs: uint32(150_000 + 20_000*k), Read: uint32(k), Content: true}
-		}
-		batch.Records = append(batch.Records, streams[i].Record)
-	}
-	frame, err := batch.AppendBinary(nil)
-	if err != nil {
-		b.Fatal(err)
-	}
-	_, wire, _, err := beacon.DecodeBatchWire(frame, beacon.Limits{})
+	streams, frame := timelineStreams(b, 20, 40)
+	_, wire, _, err := beacon.CheckBatchWire(frame, beacon.Limits{})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -138,16 +127,7 @@ func BenchmarkClientRow(b *testing.B) {
 // its Wire) makes the inbox row of the whole record; with a string the
 // encoder refuses it is an error, never a row without the record's values.
 func TestClientRowFromCheckedWire(t *testing.T) {
-	streams := benchStreams(3)
-	batch := beacon.Batch{Site: "demo"}
-	for i := range streams {
-		streams[i].Timeline = []beacon.Stamp{{AtUs: 150_000, Read: 0, Content: true}, {AtUs: 170_000, Read: 1, Content: true}}
-		batch.Records = append(batch.Records, streams[i].Record)
-	}
-	frame, err := batch.AppendBinary(nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	streams, frame := timelineStreams(t, 3, 2)
 	checked, wire, _, err := beacon.CheckBatchWire(frame, beacon.Limits{})
 	if err != nil {
 		t.Fatal(err)
@@ -181,4 +161,24 @@ func TestClientRowFromCheckedWire(t *testing.T) {
 			t.Fatalf("stream %d: a refused string made an inbox row", i)
 		}
 	}
+}
+
+// timelineStreams are n benchStreams with timelines of stamps entries, and
+// the batch message of their records.
+func timelineStreams(t testing.TB, n, stamps int) ([]collector.Stream, []byte) {
+	t.Helper()
+	streams := benchStreams(n)
+	batch := beacon.Batch{Site: "demo"}
+	for i := range streams {
+		streams[i].Timeline = make([]beacon.Stamp, stamps)
+		for k := range streams[i].Timeline {
+			streams[i].Timeline[k] = beacon.Stamp{AtUs: uint32(150_000 + 20_000*k), Read: uint32(k), Content: true}
+		}
+		batch.Records = append(batch.Records, streams[i].Record)
+	}
+	frame, err := batch.AppendBinary(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return streams, frame
 }
