@@ -254,6 +254,9 @@ var dataErrors = map[int32]bool{
 	469: true, // VIOLATED_CONSTRAINT
 }
 
+// blockRows is the most rows insertRows puts in one block.
+var blockRows = 1024
+
 // insertRows sends rows as one batch: PrepareBatch with an explicit column
 // list, Append, Send.
 func insertRows[R any](ctx context.Context, conn driver.Conn, table, columns string, set clickhouse.Settings, rows []R) error {
@@ -273,8 +276,20 @@ func insertRows[R any](ctx context.Context, conn driver.Conn, table, columns str
 		return fmt.Errorf("prepare %s insert: %w", table, err)
 	}
 	defer batch.Close()
-	if err := appendColumns(batch, toColumns(rows)); err != nil {
-		return fmt.Errorf("append %s rows: %w: %w", table, errUnencodable, err)
+	// Blocks of blockRows, each sent before the next is built: the
+	// driver's column buffers are reused from block to block instead of
+	// growing (and being copied) to the whole insert's size, and the server
+	// squashes the blocks of one INSERT into the same parts
+	// (min_insert_block_size_rows).
+	for k := 0; k < len(rows); k += blockRows {
+		if k > 0 {
+			if err := batch.Flush(); err != nil {
+				return fmt.Errorf("insert %s: %w", table, err)
+			}
+		}
+		if err := appendColumns(batch, toColumns(rows[k:min(k+blockRows, len(rows))])); err != nil {
+			return fmt.Errorf("append %s rows: %w: %w", table, errUnencodable, err)
+		}
 	}
 	if err := batch.Send(); err != nil {
 		return fmt.Errorf("insert %s: %w", table, err)

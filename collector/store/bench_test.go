@@ -10,6 +10,7 @@ import (
 	"github.com/itlmon/itlmon/collector"
 	"github.com/itlmon/itlmon/collector/store"
 	"github.com/itlmon/itlmon/internal/chtest"
+	"github.com/itlmon/itlmon/internal/cpubench"
 )
 
 const benchRows = 10_000
@@ -74,4 +75,32 @@ func BenchmarkWriter(b *testing.B) {
 	if st.RowsSpooled > 0 {
 		b.Fatalf("rows spooled during the benchmark: %+v", st)
 	}
+}
+
+// BenchmarkInsertInbox is what one insert of benchRows inbox rows (about
+// 650 bytes each, the size of a 120-token stream's record) costs this
+// process: building clickhouse-go's columns and sending them. cpu-ns/op is
+// the client's CPU alone (the engine is another process).
+func BenchmarkInsertInbox(b *testing.B) {
+	db := chtest.NewDB(b, store.Options{})
+	streams := makeStreams(benchRows, "bench", time.Now().UTC())
+	rows := make([]store.InboxRow, len(streams))
+	size := 0
+	for i := range streams {
+		var err error
+		if rows[i], err = store.ClientRow(&streams[i]); err != nil {
+			b.Fatal(err)
+		}
+		rows[i].Payload += string(make([]byte, 650-min(650, len(rows[i].Payload)))) // a typical record's size
+		size += len(rows[i].Payload)
+	}
+	start := cpubench.Now()
+	b.ResetTimer()
+	for b.Loop() {
+		if err := store.InsertRows(context.Background(), db.Conn(), "itl_inbox", nil, rows); err != nil {
+			b.Fatal(err)
+		}
+	}
+	cpubench.Report(b, start, size)
+	b.ReportMetric(float64(benchRows*b.N)/b.Elapsed().Seconds(), "rows/s")
 }

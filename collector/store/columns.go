@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"reflect"
 	"strings"
+	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 )
@@ -30,6 +31,14 @@ func columnList[R any]() string { return strings.Join(tagsOf[R](), ", ") }
 // clickhouse-go appends fastest: one Column(i).Append per column instead of
 // a reflective AppendStruct per row.
 func toColumns[R any](rows []R) []any {
+	if in, ok := any(rows).([]InboxRow); ok {
+		return inboxColumnsOf(in) // every ingested record: no reflection
+	}
+	return reflectColumns(rows)
+}
+
+// reflectColumns is toColumns for any row struct.
+func reflectColumns[R any](rows []R) []any {
 	v := reflect.ValueOf(rows)
 	t := reflect.TypeFor[R]()
 	cols := make([]any, t.NumField())
@@ -51,4 +60,23 @@ func appendColumns(b driver.Batch, cols []any) error {
 		}
 	}
 	return nil
+}
+
+// inboxColumnsOf is toColumns for inbox rows, written out: the same
+// columns in InboxRow's field order (TestInboxColumnsOf).
+func inboxColumnsOf(rows []InboxRow) []any {
+	n := len(rows)
+	kind, site, id, origin := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	at := make([]time.Time, n)
+	country, region, browser := make([]string, n), make([]string, n), make([]string, n)
+	major := make([]uint16, n)
+	os, device, payload := make([]string, n), make([]string, n), make([]string, n)
+	for i := range rows {
+		r := &rows[i]
+		kind[i], site[i], id[i], origin[i] = r.Kind, r.Site, r.StreamID, r.OriginID
+		at[i] = r.ReceivedAt
+		country[i], region[i], browser[i], major[i] = r.Country, r.Region, r.Browser, r.BrowserMajor
+		os[i], device[i], payload[i] = r.OS, r.Device, r.Payload
+	}
+	return []any{kind, site, id, origin, at, country, region, browser, major, os, device, payload}
 }

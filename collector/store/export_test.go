@@ -154,3 +154,10 @@ func (in inboxOf) insertInbox(ctx context.Context, rows []InboxRow) error {
 
 // NewWriterOn is NewWriter inserting through in instead of a DB.
 func NewWriterOn(in Inbox, opts WriterOptions) (*Writer, error) { return newWriter(inboxOf{in}, opts) }
+
+// SetBlockRows sets the rows of an insert's blocks until the test ends.
+func SetBlockRows(tb interface{ Cleanup(func()) }, n int) {
+	old := blockRows
+	blockRows = n
+	tb.Cleanup(func() { blockRows = old })
+}

@@ -51,3 +51,32 @@ func TestFlushTriggers(t *testing.T) {
 		t.Fatalf("inserts = %d, want %d", got, want)
 	}
 }
+
+// TestInsertBlocksOnePart: an insert sent as several blocks lands as one
+// part, as one block would (the server squashes an INSERT's blocks), and
+// holds every row.
+func TestInsertBlocksOnePart(t *testing.T) {
+	db := chtest.NewDB(t, store.Options{})
+	store.SetBlockRows(t, 100)
+	rows := make([]store.InboxRow, 1050) // 10 full blocks and a short one
+	for i := range rows {
+		s := makeStream(i, "blocks", time.Now().UTC())
+		var err error
+		if rows[i], err = store.ClientRow(&s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := store.InsertRows(context.Background(), db.Conn(), "itl_inbox", nil, rows); err != nil {
+		t.Fatal(err)
+	}
+	// Level 0: the part the insert made, not a merge of several.
+	var parts, n uint64
+	var level uint32
+	if err := db.Conn().QueryRow(context.Background(),
+		"SELECT count(), sum(rows), max(level) FROM system.parts WHERE database = currentDatabase() AND table = 'itl_inbox' AND active").Scan(&parts, &n, &level); err != nil {
+		t.Fatal(err)
+	}
+	if parts != 1 || level != 0 || n != uint64(len(rows)) {
+		t.Fatalf("%d parts (level up to %d) holding %d rows, want 1 part of level 0 with %d", parts, level, n, len(rows))
+	}
+}

@@ -1,7 +1,9 @@
 package store
 
 import (
+	"reflect"
 	"testing"
+	"time"
 
 	"github.com/itlmon/itlmon/collector"
 	"github.com/itlmon/itlmon/wasm/beacon"
@@ -52,5 +54,21 @@ func TestStreamRowNames(t *testing.T) {
 				t.Errorf("an unknown cause reads back as %q, want unknown", got)
 			}
 		})
+	}
+}
+
+// TestInboxColumnsOf: the written-out columns of inbox rows are the
+// reflective ones, field for field (a field added to InboxRow and not to
+// inboxColumnsOf fails here).
+func TestInboxColumnsOf(t *testing.T) {
+	rows := []InboxRow{
+		{Kind: KindClient, Site: "a", StreamID: "s1", OriginID: "o1", ReceivedAt: time.Unix(1, 2).UTC(), Country: "DE", Region: "DE-BE",
+			Browser: "Firefox", BrowserMajor: 133, OS: "Linux", Device: "desktop", Payload: "p1"},
+		{Kind: KindOrigin, Site: "b", StreamID: "s2", ReceivedAt: time.Unix(3, 4).UTC(), Payload: "p2"},
+	}
+	got := inboxColumnsOf(rows)
+	want := reflectColumns(rows)
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("inboxColumnsOf = %v, want %v", got, want)
 	}
 }
