@@ -66,14 +66,54 @@ type Hops struct {
 	OriginEdgeStalledUs, EdgeBrowserStalledUs uint64
 }
 
-// Sink takes enriched streams and reports when they are durable.
+// Batch is one beacon batch as ingest accepted it: its records, and what
+// every stream of the batch shares (the site, the time, the client facts
+// and the enrichment), once. Ingest hands batches, not streams, to the
+// Sink: a record becomes an inbox row without a Stream of its own.
+type Batch struct {
+	// Shared holds the fields every stream of the batch has in common; its
+	// Record, Wire, Colo and Hops are zero.
+	Shared Stream
+	// Records were checked by beacon.CheckBatchWire: where Wires is not
+	// nil (one per record), a record's histograms, timeline and stall list
+	// are in its wire, not in the Record.
+	Records []beacon.Record
+	Wires   []beacon.Wire
+}
+
+// Streams are the batch's streams: Shared with each record and its wire.
+// Their wires are copies, so the streams outlive the buffer the batch was
+// read into.
+func (b *Batch) Streams() []Stream {
+	var wires []beacon.Wire
+	if len(b.Wires) == len(b.Records) {
+		wires = append(wires, b.Wires...)
+		beacon.CloneWires(wires)
+	}
+	out := make([]Stream, len(b.Records))
+	for i := range b.Records {
+		out[i] = b.Shared
+		out[i].Record = b.Records[i]
+		if wires != nil {
+			out[i].Wire = wires[i]
+		}
+	}
+	return out
+}
+
+// Sink takes enriched batches and reports when they are durable.
 type Sink interface {
-	// Submit queues streams for storage. It blocks while the queue is full
-	// (backpressure: the caller stops reading its socket) until ctx ends.
-	// done is called exactly once, never from the calling goroutine, when
-	// every stream is durable (inserted into ClickHouse, or appended and
-	// fsynced to the local spool) or with the error that kept them from it.
-	Submit(ctx context.Context, streams []Stream, done func(error)) error
+	// Submit queues a batch's streams for storage. It blocks while the
+	// queue is full (backpressure: the caller stops reading its socket)
+	// until ctx ends. done is called exactly once, never from the calling
+	// goroutine, when every stream is durable (inserted into ClickHouse, or
+	// appended and fsynced to the local spool) or with the error that kept
+	// them from it.
+	//
+	// b's records and wires point into the caller's buffer, which is
+	// reused once Submit returns: a Sink keeps nothing of b past Submit
+	// (Batch.Streams copies).
+	Submit(ctx context.Context, b *Batch, done func(error)) error
 }
 
 // StreamFilter selects streams for reading back.

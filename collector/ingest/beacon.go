@@ -111,7 +111,7 @@ func (h *Handler) ServeBeacon(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	streams := h.streams(b, wire, s, r.Header, r.RemoteAddr, now)
+	batch := h.batch(b, wire, s, r.Header, r.RemoteAddr, now)
 	// The decoded batch is held until the answer.
 	extra := batchCost(len(body), n) - hold
 	h.budget.force(extra)
@@ -121,7 +121,7 @@ func (h *Handler) ServeBeacon(w http.ResponseWriter, r *http.Request) {
 	// The request's context and QueueWait bound the wait for queue space;
 	// once queued, the batch is stored even if the client goes away.
 	ctx, cancel := context.WithTimeout(r.Context(), h.queueWait)
-	err = h.sink.Submit(ctx, streams, func(err error) { done <- err })
+	err = h.sink.Submit(ctx, batch, func(err error) { done <- err })
 	cancel()
 	if err != nil {
 		if errors.Is(err, context.DeadlineExceeded) && r.Context().Err() == nil {

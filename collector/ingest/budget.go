@@ -52,9 +52,9 @@ func (b *budget) force(n int64) { b.used.Add(n) }
 
 func (b *budget) release(n int64) { b.used.Add(-n) }
 
-// streamSize is what one decoded record costs beyond its frame's bytes:
-// the collector.Stream it becomes (its strings and histogram counts are
-// counted in the frame's length).
+// streamSize is what one decoded record costs beyond its frame's bytes, at
+// most: a collector.Stream (a record and its enrichment; its strings and
+// histogram counts are counted in the frame's length).
 const streamSize = int64(unsafe.Sizeof(collector.Stream{}))
 
 // batchCost is what a decoded batch of n records from a frame of frameLen

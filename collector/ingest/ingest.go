@@ -325,14 +325,16 @@ func classifyDecode(err error) (reason string, code int) {
 	return ReasonDecode, websocket.CloseUnsupportedData
 }
 
-// streams turns a decoded batch into enriched streams.
+// batch makes the sink's batch of b: its records with their wires, and the
+// site, time, client facts and enrichment they share.
 //
-// wire is b's records' wires: the streams keep copies of them, so the
-// store writes each record's values as they arrived instead of encoding
-// them again. Ingest decodes with beacon.CheckBatchWire, so the records'
-// histograms, timelines and stall lists are in their wires only; with nil
-// wire (b fully decoded, beacon.DecodeBatch) the store encodes the records.
-func (h *Handler) streams(b *beacon.Batch, wire []beacon.Wire, s *site, hdr http.Header, remoteAddr string, now time.Time) []collector.Stream {
+// Ingest checks batches with beacon.CheckBatchWire, so the records'
+// histograms, timelines and stall lists are in their wires only, which
+// point into the message's buffer: the store copies each record's values
+// from there as they arrived (before Submit returns) instead of encoding
+// them again. With nil wire (b fully decoded, beacon.DecodeBatch) the store
+// encodes the records.
+func (h *Handler) batch(b *beacon.Batch, wire []beacon.Wire, s *site, hdr http.Header, remoteAddr string, now time.Time) *collector.Batch {
 	var info enrich.Info
 	if h.enricher != nil {
 		info = h.enricher.Lookup(hdr, remoteAddr, &b.Client)
@@ -343,30 +345,25 @@ func (h *Handler) streams(b *beacon.Batch, wire []beacon.Wire, s *site, hdr http
 	if conn == "" {
 		conn = "unknown"
 	}
-	if len(wire) == len(b.Records) {
-		beacon.CloneWires(wire) // the message's buffer goes back to a pool
-	} else {
+	if len(wire) != len(b.Records) {
 		wire = nil
 	}
-	out := make([]collector.Stream, len(b.Records))
 	for i := range b.Records {
-		st := &out[i]
-		st.Record = b.Records[i]
-		if wire != nil {
-			st.Wire = wire[i]
-		}
 		// The module never sends a query or fragment; make sure of it.
-		st.PagePath = stripQuery(st.PagePath)
-		st.URLPath = stripQuery(st.URLPath)
-		st.Site = s.key
-		st.ReceivedAt = now
-		st.Release = b.Client.Release
-		st.ModuleVersion = b.Client.ModuleVersion
-		st.ConnType = conn
-		st.ConnRTTMs = b.Client.ConnRTTMs
-		st.TimerFloorUs = b.Client.TimerFloorUs
-		info.Apply(st)
+		r := &b.Records[i]
+		r.PagePath = stripQuery(r.PagePath)
+		r.URLPath = stripQuery(r.URLPath)
 	}
+	out := &collector.Batch{Records: b.Records, Wires: wire}
+	sh := &out.Shared
+	sh.Site = s.key
+	sh.ReceivedAt = now
+	sh.Release = b.Client.Release
+	sh.ModuleVersion = b.Client.ModuleVersion
+	sh.ConnType = conn
+	sh.ConnRTTMs = b.Client.ConnRTTMs
+	sh.TimerFloorUs = b.Client.TimerFloorUs
+	info.Apply(sh)
 	return out
 }
 

@@ -37,7 +37,7 @@ type fakeSink struct {
 	block   chan struct{}
 }
 
-func (f *fakeSink) Submit(ctx context.Context, streams []collector.Stream, done func(error)) error {
+func (f *fakeSink) Submit(ctx context.Context, b *collector.Batch, done func(error)) error {
 	if f.block != nil {
 		select {
 		case <-f.block:
@@ -47,7 +47,7 @@ func (f *fakeSink) Submit(ctx context.Context, streams []collector.Stream, done 
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.got = append(f.got, streams)
+	f.got = append(f.got, b.Streams()) // copies: b is the caller's past Submit
 	if f.hold {
 		f.held = append(f.held, done)
 		return nil
@@ -608,8 +608,8 @@ func TestPeekSeq(t *testing.T) {
 	}
 }
 
-// BenchmarkFrame is the per-frame CPU work of ingest: decode a 20-record
-// batch, enrich it and build the streams (no network, no store).
+// BenchmarkFrame is the per-frame CPU work of ingest: check a 20-record
+// batch, enrich it and build the sink's batch (no network, no store).
 func BenchmarkFrame(b *testing.B) {
 	e, err := enrich.New(enrich.Options{TrustProxy: true})
 	if err != nil {
@@ -633,7 +633,7 @@ func BenchmarkFrame(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		if s := h.streams(bt, wire, site, hdr, "81.2.69.160:5000", time.Now()); len(s) != n {
+		if s := h.batch(bt, wire, site, hdr, "81.2.69.160:5000", time.Now()); len(s.Records) != n {
 			b.Fatal("lost records")
 		}
 	}
@@ -695,13 +695,12 @@ func TestBadRecordLeftOut(t *testing.T) {
 	}
 }
 
-// TestStreamsKeepTheirWire: the streams handed to the sink carry their
-// records' wires, copied out of the frame (whose buffer is reused for the
-// next frames), so the store can keep each record's values as they came:
-// every one, after more frames went through the connection, still makes a
-// batch of one that is byte for byte the encoder's batch of the record as
-// sent, histograms and timeline included (ingest checks them but leaves
-// them in the wire, beacon.CheckBatchWire).
+// TestStreamsKeepTheirWire: the batches handed to the sink carry their
+// records' wires, so the store can keep each record's values as they came:
+// every one, copied at Submit (Batch.Streams: the frame's buffer is reused
+// for the next frames), makes a batch of one that is byte for byte the
+// encoder's batch of the record as sent, histograms and timeline included
+// (ingest checks them but leaves them in the wire, beacon.CheckBatchWire).
 func TestStreamsKeepTheirWire(t *testing.T) {
 	f := newFixture(t, nil)
 	c, _, err := f.dial(t, "chat", pageOrigin)

@@ -437,10 +437,11 @@ func (c *conn) handleFrame(frame []byte, held int64) bool {
 			return false
 		}
 	}
-	streams := h.streams(b, wire, c.site, c.hdr, c.remote, now)
+	batch := h.batch(b, wire, c.site, c.hdr, c.remote, now)
 	seq := b.Seq
-	// The batch holds its frame's bytes and its decoded streams until
-	// its ack (the frame's buffer goes back to the pool, the estimate
+	// The batch holds about its frame's bytes (its inbox rows) and its
+	// decoded records until its ack (the frame's buffer goes back to the
+	// pool, and the records are dropped once Submit returns: the estimate
 	// stays conservative).
 	cost := batchCost(len(frame), n) - held
 	h.budget.force(cost)
@@ -459,7 +460,7 @@ func (c *conn) handleFrame(frame []byte, held int64) bool {
 	// Counted once handed over: when Submit returns, or when done runs
 	// first (from the store's goroutine, before the ack goes out).
 	accepted := sync.OnceFunc(func() { h.m.accepted.Add(float64(n)) })
-	err = h.sink.Submit(ctx, streams, func(err error) {
+	err = h.sink.Submit(ctx, batch, func(err error) {
 		defer finish()
 		accepted()
 		if err != nil {

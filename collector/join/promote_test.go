@@ -111,7 +111,7 @@ func newCollector(t *testing.T, db *store.DB, hold time.Duration) *fixture {
 func (f *fixture) submit(t *testing.T, s ...collector.Stream) {
 	t.Helper()
 	done := make(chan error, 1)
-	if err := f.w.Submit(context.Background(), s, func(err error) { done <- err }); err != nil {
+	if err := f.w.SubmitStreams(context.Background(), s, func(err error) { done <- err }); err != nil {
 		t.Fatal(err)
 	}
 	select {

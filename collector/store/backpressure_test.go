@@ -21,7 +21,7 @@ func TestSubmitBackpressure(t *testing.T) {
 	inDone := make(chan struct{})
 	release := make(chan struct{})
 	// The writer calls done on its own goroutine: blocking there stalls it.
-	if err := w.Submit(context.Background(), makeStreams(1, "demo", at), func(error) {
+	if err := w.SubmitStreams(context.Background(), makeStreams(1, "demo", at), func(error) {
 		close(inDone)
 		<-release
 	}); err != nil {
@@ -29,12 +29,12 @@ func TestSubmitBackpressure(t *testing.T) {
 	}
 	<-inDone
 	second := make(chan error, 1)
-	if err := w.Submit(context.Background(), makeStreams(1, "demo", at), func(err error) { second <- err }); err != nil {
+	if err := w.SubmitStreams(context.Background(), makeStreams(1, "demo", at), func(err error) { second <- err }); err != nil {
 		t.Fatalf("submit 2 (fills the queue): %v", err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
-	err := w.Submit(ctx, makeStreams(1, "demo", at), func(error) { t.Errorf("done of a rejected Submit called") })
+	err := w.SubmitStreams(ctx, makeStreams(1, "demo", at), func(error) { t.Errorf("done of a rejected Submit called") })
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("submit 3 on a full queue: err = %v, want DeadlineExceeded", err)
 	}
@@ -44,7 +44,7 @@ func TestSubmitBackpressure(t *testing.T) {
 	// A Submit blocked on the full queue is released by Shutdown.
 	blocked := make(chan error, 1)
 	go func() {
-		blocked <- w.Submit(context.Background(), makeStreams(1, "demo", at), func(error) { t.Errorf("done of a rejected Submit called") })
+		blocked <- w.SubmitStreams(context.Background(), makeStreams(1, "demo", at), func(error) { t.Errorf("done of a rejected Submit called") })
 	}()
 	time.Sleep(50 * time.Millisecond)
 	shut := make(chan error, 1)
@@ -59,7 +59,7 @@ func TestSubmitBackpressure(t *testing.T) {
 	if err := <-shut; err != nil {
 		t.Fatalf("shutdown: %v", err)
 	}
-	if err := w.Submit(context.Background(), makeStreams(1, "demo", at), func(error) {}); !errors.Is(err, store.ErrClosed) {
+	if err := w.SubmitStreams(context.Background(), makeStreams(1, "demo", at), func(error) {}); !errors.Is(err, store.ErrClosed) {
 		t.Fatalf("submit after shutdown: err = %v, want ErrClosed", err)
 	}
 	if got, want := queryUint(t, db, "SELECT count() FROM itl_inbox"), uint64(2); got != want {

@@ -57,7 +57,7 @@ func BenchmarkWriter(b *testing.B) {
 		var wg sync.WaitGroup
 		for k := 0; k < benchRows; k += per {
 			wg.Add(1)
-			err := w.Submit(context.Background(), streams[k:k+per], func(err error) {
+			err := w.SubmitStreams(context.Background(), streams[k:k+per], func(err error) {
 				if err != nil {
 					b.Error(err)
 				}

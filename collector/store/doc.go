@@ -8,7 +8,7 @@
 //	                                         Database: "itlmon", CreateDatabase: true}) // embedded chdb engine
 //	err = db.Migrate(ctx)                      // schema/*.sql in order, recorded in schema_migrations; idempotent
 //	w, err := store.NewWriter(db, store.WriterOptions{SpoolDir: filepath.Join(data, "spool")})
-//	w.Submit(ctx, streams, done)               // collector.Sink: blocks while the queue is full
+//	w.Submit(ctx, batch, done)                 // collector.Sink: blocks while the queue is full
 //	w.Stats()                                  // counters/gauges for Prometheus (CounterFunc/GaugeFunc)
 //	w.Shutdown(ctx)                            // drains the queue into ClickHouse or the spool
 //	store.InsertStreams(ctx, conn, streams, token) // the promoter's exactly-once insert

@@ -17,7 +17,7 @@ func TestFlushTriggers(t *testing.T) {
 	at := time.Now().UTC()
 
 	full := make(chan error, 1)
-	if err := w.Submit(context.Background(), makeStreams(10, "demo", at), func(err error) { full <- err }); err != nil {
+	if err := w.SubmitStreams(context.Background(), makeStreams(10, "demo", at), func(err error) { full <- err }); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -30,7 +30,7 @@ func TestFlushTriggers(t *testing.T) {
 	}
 
 	partial := make(chan error, 1)
-	if err := w.Submit(context.Background(), makeStreams(5, "demo", at), func(err error) { partial <- err }); err != nil {
+	if err := w.SubmitStreams(context.Background(), makeStreams(5, "demo", at), func(err error) { partial <- err }); err != nil {
 		t.Fatal(err)
 	}
 	select {

@@ -60,26 +60,38 @@ var inboxLimits = beacon.Limits{
 // is never encoded from its Record: a string the encoder would refuse is
 // the same error from the wire path.
 func ClientRow(s *collector.Stream) (InboxRow, error) {
-	c := beacon.Client{
+	c := clientOf(s)
+	return clientRow(s, &c, &s.Record, s.Wire)
+}
+
+// clientOf is the client facts of a stream's batch.
+func clientOf(s *collector.Stream) beacon.Client {
+	return beacon.Client{
 		ConnType:      s.ConnType,
 		ConnRTTMs:     s.ConnRTTMs,
 		TimerFloorUs:  s.TimerFloorUs,
 		ModuleVersion: s.ModuleVersion,
 		Release:       s.Release,
 	}
+}
+
+// clientRow is the inbox row of record r with its wire w (or the zero
+// Wire), the batch's client facts c and the other fields of s (a stream
+// of the batch, or the fields its streams share: ClientRow, batchRows).
+func clientRow(s *collector.Stream, c *beacon.Client, r *beacon.Record, w beacon.Wire) (InboxRow, error) {
 	var p []byte
 	var err error
-	if s.Wire.IsZero() {
-		b := beacon.Batch{Site: s.Site, Client: c, Records: []beacon.Record{s.Record}}
+	if w.IsZero() {
+		b := beacon.Batch{Site: s.Site, Client: *c, Records: []beacon.Record{*r}}
 		p, err = b.AppendBinary(nil)
 	} else {
-		p, err = beacon.AppendRecordBatch(make([]byte, 0, s.Wire.Size()+wireStrings(s)), s.Site, &c, &s.Record, s.Wire)
+		p, err = beacon.AppendRecordBatch(make([]byte, 0, w.Size()+wireStrings(s.Site, c, r)), s.Site, c, r, w)
 	}
 	if err != nil {
 		return InboxRow{}, fmt.Errorf("inbox: encode client record: %w", err)
 	}
 	return InboxRow{
-		Kind: KindClient, Site: s.Site, StreamID: string(s.StreamID[:]), OriginID: s.OriginID, ReceivedAt: s.ReceivedAt.UTC(),
+		Kind: KindClient, Site: s.Site, StreamID: string(r.StreamID[:]), OriginID: r.OriginID, ReceivedAt: s.ReceivedAt.UTC(),
 		Country: s.Country, Region: s.Region, Browser: s.Browser, BrowserMajor: s.BrowserMajor,
 		OS: s.OS, Device: s.Device, Payload: unsafe.String(unsafe.SliceData(p), len(p)), // p is not used again
 	}, nil
@@ -87,9 +99,9 @@ func ClientRow(s *collector.Stream) (InboxRow, error) {
 
 // wireStrings is about the bytes the strings of a client row's payload
 // take (the header and lengths included).
-func wireStrings(s *collector.Stream) int {
-	return 64 + len(s.Site) + len(s.ConnType) + len(s.ModuleVersion) + len(s.Release) + len(s.OriginID) + len(s.PageOrigin) +
-		len(s.PagePath) + len(s.URLOrigin) + len(s.URLPath) + len(s.Model) + len(s.HTTPProto) + len(s.ContentType)
+func wireStrings(site string, c *beacon.Client, r *beacon.Record) int {
+	return 64 + len(site) + len(c.ConnType) + len(c.ModuleVersion) + len(c.Release) + len(r.OriginID) + len(r.PageOrigin) +
+		len(r.PagePath) + len(r.URLOrigin) + len(r.URLPath) + len(r.Model) + len(r.HTTPProto) + len(r.ContentType)
 }
 
 // OriginRow makes the inbox row of a server-side timeline of site: kind
@@ -153,6 +165,28 @@ func (r *InboxRow) Origin() (beacon.Origin, error) {
 		return beacon.Origin{}, fmt.Errorf("inbox: %q row holds a %s timeline", r.Kind, b.Records[0].Vantage)
 	}
 	return b.Records[0], nil
+}
+
+// batchRows turns a batch's records into inbox rows, as ClientRow does
+// each of b.Streams(), without making the streams. A record that cannot be
+// encoded (it broke a beacon limit on its way) is returned in bad, with why.
+func batchRows(b *collector.Batch) (rows []InboxRow, bad []error) {
+	rows = make([]InboxRow, 0, len(b.Records))
+	c := clientOf(&b.Shared)
+	wires := len(b.Wires) == len(b.Records)
+	for i := range b.Records {
+		var w beacon.Wire
+		if wires {
+			w = b.Wires[i]
+		}
+		row, err := clientRow(&b.Shared, &c, &b.Records[i], w)
+		if err != nil {
+			bad = append(bad, err)
+			continue
+		}
+		rows = append(rows, row)
+	}
+	return rows, bad
 }
 
 // inboxRows turns client streams into inbox rows. A stream that cannot be

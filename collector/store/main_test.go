@@ -91,7 +91,7 @@ func makeStreams(n int, site string, at time.Time) []collector.Stream {
 func submit(tb testing.TB, w *store.Writer, streams []collector.Stream) {
 	tb.Helper()
 	done := make(chan error, 1)
-	if err := w.Submit(context.Background(), streams, func(err error) { done <- err }); err != nil {
+	if err := w.SubmitStreams(context.Background(), streams, func(err error) { done <- err }); err != nil {
 		tb.Fatalf("submit: %v", err)
 	}
 	if err := <-done; err != nil {

@@ -32,7 +32,7 @@ type acked struct {
 func (a *acked) submit(t *testing.T, w *store.Writer, streams []collector.Stream) {
 	t.Helper()
 	a.wg.Add(1)
-	err := w.Submit(context.Background(), streams, func(err error) {
+	err := w.SubmitStreams(context.Background(), streams, func(err error) {
 		defer a.wg.Done()
 		a.mu.Lock()
 		defer a.mu.Unlock()

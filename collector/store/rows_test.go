@@ -2,6 +2,7 @@ package store
 
 import (
 	"reflect"
+	"slices"
 	"testing"
 	"time"
 
@@ -70,5 +71,51 @@ func TestInboxColumnsOf(t *testing.T) {
 	want := reflectColumns(rows)
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("inboxColumnsOf = %v, want %v", got, want)
+	}
+}
+
+// TestBatchRows: a batch's rows, made without streams, are the rows
+// ClientRow makes of each of its streams (Batch.Streams), with and
+// without wires; a record the encoder refuses is left out alone, with
+// why.
+func TestBatchRows(t *testing.T) {
+	streams, frame := timelineStreams(t, 5, 30)
+	checked, wire, _, err := beacon.CheckBatchWire(frame, beacon.Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	shared := collector.Stream{Site: "demo", ReceivedAt: time.Unix(1700000000, 5e6).UTC(), Release: "r9", ModuleVersion: "0.9",
+		ConnType: "4g", ConnRTTMs: 70, TimerFloorUs: 100, Country: "DE", Region: "DE-BE", Browser: "Firefox",
+		BrowserMajor: 133, OS: "Linux", Device: "desktop"}
+	for _, withWire := range []bool{true, false} {
+		b := collector.Batch{Shared: shared, Records: checked.Records, Wires: wire}
+		if !withWire {
+			b.Records, b.Wires = nil, nil
+			for i := range streams {
+				b.Records = append(b.Records, streams[i].Record)
+			}
+		}
+		b.Records = slices.Clone(b.Records)
+		b.Records[2].Model = "gpt\xff" // not UTF-8: refused by either path
+		rows, bad := batchRows(&b)
+		if len(bad) != 1 || len(rows) != len(b.Records)-1 {
+			t.Fatalf("wire %v: %d rows and %d errors, want %d and 1", withWire, len(rows), len(bad), len(b.Records)-1)
+		}
+		var want []InboxRow
+		for _, s := range b.Streams() {
+			if row, err := ClientRow(&s); err == nil {
+				want = append(want, row)
+			}
+		}
+		if !reflect.DeepEqual(rows, want) {
+			t.Fatalf("wire %v: batch rows differ from the streams' rows", withWire)
+		}
+		got, err := rows[0].Client()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Country != "DE" || got.Release != "r9" || got.ConnRTTMs != 70 || got.ITL.Count() == 0 || len(got.Timeline) != 30 {
+			t.Fatalf("wire %v: the row does not hold the batch's record with its shared fields: %+v", withWire, got)
+		}
 	}
 }

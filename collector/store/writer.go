@@ -183,19 +183,32 @@ func newWriter(db inbox, opts WriterOptions) (*Writer, error) {
 	return w, nil
 }
 
-// Submit queues streams. It blocks while the queue is full until ctx ends.
+// Submit queues a batch's streams (collector.Sink): their inbox rows are
+// made before it returns. It blocks while the queue is full until ctx ends.
 // If it returns an error nothing was queued and done is never called;
 // otherwise done is called exactly once, from the writer's goroutine, with
 // nil when every stream is inserted or spooled and fsynced.
-func (w *Writer) Submit(ctx context.Context, streams []collector.Stream, done func(error)) error {
+func (w *Writer) Submit(ctx context.Context, b *collector.Batch, done func(error)) error {
+	rows, bad := batchRows(b)
+	w.unstorable(bad)
+	return w.SubmitRows(ctx, rows, done)
+}
+
+// SubmitStreams queues streams, with Submit's contract.
+func (w *Writer) SubmitStreams(ctx context.Context, streams []collector.Stream, done func(error)) error {
 	rows, bad := inboxRows(streams)
+	w.unstorable(bad)
+	return w.SubmitRows(ctx, rows, done)
+}
+
+// unstorable logs and counts the streams that could not be made inbox
+// rows: they were checked at ingest and cannot be encoded again, a bug,
+// not the sender's. The rest go on.
+func (w *Writer) unstorable(bad []error) {
 	for _, err := range bad {
-		// The stream decoded at ingest and cannot be encoded again: a bug,
-		// not the sender's. Logged and counted, the rest go on.
 		w.st.failed.Add(1)
 		w.log.Error().Err(err).Msg("stream not stored")
 	}
-	return w.SubmitRows(ctx, rows, done)
 }
 
 // SubmitRows queues inbox rows (ClientRow, OriginRow), with Submit's
