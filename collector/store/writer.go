@@ -20,6 +20,7 @@ const (
 	defaultMinRows       = 1_000
 	defaultFlushInterval = time.Second
 	defaultQueueSize     = 4096
+	defaultInserts       = 2
 	// DefaultMaxSpoolBytes is WriterOptions.MaxSpoolBytes's default: at
 	// about 1 KB a record, a million records, an hour of a busy site.
 	DefaultMaxSpoolBytes = 1 << 30
@@ -48,7 +49,10 @@ type WriterOptions struct {
 	MinRows       int           // flush at this many once nothing more is queued (group commit); default 1,000
 	FlushInterval time.Duration // flush at least this often; default 1 s
 	QueueSize     int           // Submit calls queued before Submit blocks; default 4096
-	Logger        zerolog.Logger
+	// Inserts is how many live inserts may run at once while ClickHouse
+	// answers (one at a time after a failure); default 2.
+	Inserts int
+	Logger  zerolog.Logger
 }
 
 // Stats are the Writer's counters and gauges, for Prometheus
@@ -81,7 +85,7 @@ type inbox interface {
 }
 
 // Writer is the collector.Sink for ClickHouse: one goroutine batches the
-// queued streams and their timelines (one insert per table per flush), and
+// queued records into inserts into itl_inbox (up to Inserts at once), and
 // spools a batch it cannot insert. Safe for concurrent use.
 type Writer struct {
 	db    inbox
@@ -99,6 +103,7 @@ type Writer struct {
 
 	// state of run's goroutine
 	retryAt  time.Time // no insert attempts before this (ClickHouse down)
+	healthy  bool      // the last insert succeeded: more than one may run at once
 	retry    time.Duration
 	lastErr  string
 	lastLog  time.Time
@@ -153,6 +158,9 @@ func newWriter(db inbox, opts WriterOptions) (*Writer, error) {
 	}
 	if opts.QueueSize <= 0 {
 		opts.QueueSize = defaultQueueSize
+	}
+	if opts.Inserts <= 0 {
+		opts.Inserts = defaultInserts
 	}
 	if opts.MaxSpoolBytes == 0 {
 		opts.MaxSpoolBytes = DefaultMaxSpoolBytes
@@ -270,6 +278,11 @@ func (w *Writer) Stats() Stats {
 }
 
 // run is the writer's goroutine: it owns the pending batch and the spool.
+// Up to Inserts live inserts of full batches run at once (each on a
+// goroutine of its own, handing its outcome back here): while one waits for
+// ClickHouse (its part written and fsynced, or the network), the next full
+// batch is built and sent. After a failure, one at a time until an insert
+// succeeds again.
 func (w *Writer) run() {
 	defer close(w.done)
 	defer w.spool.Close()
@@ -280,28 +293,75 @@ func (w *Writer) run() {
 	}()
 	tick := time.NewTicker(w.opts.FlushInterval)
 	defer tick.Stop()
+	results := make(chan flushed, w.opts.Inserts)
 	var pending []job
-	rows := 0
+	rows, inFlight := 0, 0
+	due := false       // the tick found rows while an insert was in flight
+	replayDue := false // the tick's replay waits for the inserts in flight
+	// start says whether the pending batch goes now: when nothing is in
+	// flight, as soon as it is worth an insert (ready); beside inserts in
+	// flight only as a full batch, while inserts succeed. Batches stay as
+	// large as a serial writer's: a second insert never goes out half empty.
+	start := func(ready bool) bool {
+		if inFlight == 0 {
+			return ready
+		}
+		return rows >= w.opts.MaxRows && inFlight < w.opts.Inserts && w.healthy
+	}
+	flush := func() {
+		if w.begin(pending, results) {
+			inFlight++
+		}
+		pending, rows, due = nil, 0, false
+	}
 	for {
+		queue := w.queue
+		if rows >= w.opts.MaxRows {
+			queue = nil // a full batch waits for a free insert: Submits wait meanwhile
+		}
 		select {
-		case j := <-w.queue:
+		case j := <-queue:
 			pending = append(pending, j)
 			// Group commit: flush at MaxRows, or as soon as the queue is
 			// drained with a batch worth an insert. Under load, batches
-			// grow with what arrives during the previous insert; a trickle
-			// waits for the tick (about one insert a second).
-			if rows += len(j.rows); rows >= w.opts.MaxRows || rows >= w.opts.MinRows && len(w.queue) == 0 {
-				w.flush(pending)
-				pending, rows = nil, 0
+			// grow with what arrives during the inserts in flight; a
+			// trickle waits for the tick (about one insert a second).
+			if rows += len(j.rows); start(rows >= w.opts.MaxRows || rows >= w.opts.MinRows && len(w.queue) == 0) {
+				flush()
+			}
+		case f := <-results:
+			inFlight--
+			w.end(f)
+			if len(pending) > 0 && start(rows >= w.opts.MinRows || due) {
+				flush()
+			}
+			if replayDue && inFlight == 0 {
+				replayDue = false
+				w.replay()
 			}
 		case <-tick.C:
 			if len(pending) > 0 {
-				w.flush(pending)
-				pending, rows = nil, 0
+				if start(true) {
+					flush()
+				} else {
+					due = true
+				}
 			}
-			w.replay()
+			// The replay waits for the live inserts' outcome: whether
+			// ClickHouse is down, and what they spooled.
+			if inFlight == 0 {
+				w.replay()
+			} else {
+				replayDue = true
+			}
 		case <-w.drain:
-			w.flush(append(pending, w.queued()...))
+			pending = append(pending, w.queued()...)
+			for ; inFlight > 0; inFlight-- {
+				w.end(<-results)
+			}
+			if len(pending) > 0 && w.begin(pending, results) {
+				w.end(<-results)
+			}
 			return
 		}
 	}
@@ -320,26 +380,71 @@ func (w *Writer) queued() []job {
 	}
 }
 
-// flush stores the jobs' rows in ClickHouse, or in the spool when ClickHouse
-// is down, and then calls every job's done.
-func (w *Writer) flush(jobs []job) {
+// flushed is the outcome of storing jobs: their rows and the insert's
+// error (tried: an insert was made; else err says why none was).
+type flushed struct {
+	jobs  []job
+	rows  []InboxRow
+	tried bool
+	err   error
+}
+
+// begin starts storing the jobs' rows: an insert on a goroutine of its own,
+// whose outcome goes to results for end (true); or, when ClickHouse cannot
+// be tried now, the spool at once (false).
+func (w *Writer) begin(jobs []job, results chan<- flushed) bool {
 	if len(jobs) == 0 {
-		return
+		return false
 	}
 	var b []InboxRow
 	for _, j := range jobs {
 		b = append(b, j.rows...)
 	}
 	w.st.lastBatch.Store(int64(len(b)))
-	err := w.insert(b)
+	if err := w.ready(); err != nil {
+		w.end(flushed{jobs: jobs, rows: b, err: err})
+		return false
+	}
+	go func() { results <- flushed{jobs: jobs, rows: b, tried: true, err: w.send(b)} }()
+	return true
+}
+
+// ready says why ClickHouse is not to be tried now, if it is not: its
+// schema is not ready, or it is down and the retry time has not come.
+func (w *Writer) ready() error {
+	if err := w.db.SchemaReady(); err != nil {
+		return err // DB.MigrateInBackground logs its state
+	}
+	if time.Now().Before(w.retryAt) {
+		return errors.New("clickhouse down: waiting to retry")
+	}
+	return nil
+}
+
+// end completes what begin started: the retry state and the log after an
+// insert, the spool for rows not inserted, then every job's done. Rows
+// ClickHouse refuses do not mean it is down: they are logged, spooled, and
+// set aside by the replay.
+func (w *Writer) end(f flushed) {
+	err := f.err
+	if f.tried {
+		switch {
+		case err == nil:
+			w.recovered()
+		case refused(err):
+			w.logError(err, "clickhouse refused a batch; spooled, and its refused streams will be set aside")
+		default:
+			w.failed(err)
+		}
+	}
 	inserted := err == nil
 	if !inserted {
-		err = w.toSpool(b)
+		err = w.toSpool(f.rows)
 	}
 	if err != nil {
-		w.st.failed.Add(uint64(len(b)))
+		w.st.failed.Add(uint64(len(f.rows)))
 	}
-	for _, j := range jobs {
+	for _, j := range f.jobs {
 		j.done(err)
 	}
 	if inserted && w.spool.Segments() > 0 {
@@ -347,29 +452,9 @@ func (w *Writer) flush(jobs []job) {
 	}
 }
 
-// insert inserts b unless ClickHouse is known to be down, and keeps the
-// retry state and counters. Rows ClickHouse refuses do not mean it is down:
-// they are logged, spooled by the caller, and set aside by the replay.
-func (w *Writer) insert(b []InboxRow) error {
-	if err := w.db.SchemaReady(); err != nil {
-		return err // DB.MigrateInBackground logs its state
-	}
-	if time.Now().Before(w.retryAt) {
-		return errors.New("clickhouse down: waiting to retry")
-	}
-	err := w.tryInsert(b)
-	if err != nil {
-		if refused(err) {
-			w.logError(err, "clickhouse refused a batch; spooled, and its refused streams will be set aside")
-		} else {
-			w.failed(err)
-		}
-	}
-	return err
-}
-
-// tryInsert inserts b and keeps the counters.
-func (w *Writer) tryInsert(b []InboxRow) error {
+// send inserts b and keeps the counters. It touches no state of run's
+// goroutine: live inserts call it on goroutines of their own.
+func (w *Writer) send(b []InboxRow) error {
 	ctx, cancel := context.WithTimeout(context.Background(), insertTimeout)
 	defer cancel()
 	began := time.Now()
@@ -380,8 +465,17 @@ func (w *Writer) tryInsert(b []InboxRow) error {
 	w.st.inserts.Add(1)
 	w.st.insertNanos.Add(uint64(time.Since(began)))
 	w.st.inserted.Add(uint64(len(b)))
-	w.recovered()
 	return nil
+}
+
+// tryInsert is send with the retry state reset on success, for the
+// replay (on run's goroutine).
+func (w *Writer) tryInsert(b []InboxRow) error {
+	err := w.send(b)
+	if err == nil {
+		w.recovered()
+	}
+	return err
 }
 
 // toSpool appends b to the spool and fsyncs it, first making room within
@@ -518,6 +612,7 @@ func (w *Writer) updateSpoolStats() {
 
 // failed backs off further inserts with jitter and logs err.
 func (w *Writer) failed(err error) {
+	w.healthy = false
 	w.retryAt, w.retry = backoff(w.retry)
 	w.logError(err, "clickhouse insert failed; spooling")
 }
@@ -622,4 +717,5 @@ func (w *Writer) recovered() {
 		w.log.Info().Int("repeated", w.repeated).Msg("clickhouse inserts work again")
 	}
 	w.retry, w.retryAt, w.lastErr, w.repeated = minRetry, time.Time{}, "", 0
+	w.healthy = true
 }

@@ -492,8 +492,14 @@ func TestWriterShutdownSpoolsTheQueueWhenClickHouseIsDown(t *testing.T) {
 		for i := 1; i < 6; i++ {
 			dones = append(dones, queue(t, w, inboxRowsFrom(i, 1))) // queued behind it
 		}
-		if d := w.Stats().QueueDepth; d != 5 {
-			t.Fatalf("queue depth %d, want 5", d)
+		synctest.Wait()
+		for i, d := range dones {
+			select {
+			case err := <-d:
+				// No insert succeeded yet: no second one runs beside it.
+				t.Fatalf("done %d (%v) while the first insert hangs", i, err)
+			default:
+			}
 		}
 		shut := make(chan error, 1)
 		go func() { shut <- w.Shutdown(context.Background()) }()
@@ -633,6 +639,83 @@ func TestWriterSpoolsUntilTheSchemaIsReady(t *testing.T) {
 		}
 		if want := rowIDs(inboxRowsFrom(0, 5)); !slices.Equal(replayed, want) {
 			t.Fatalf("replayed %q, want %q", replayed, want)
+		}
+	})
+}
+
+// TestWriterOverlapsInserts: once an insert succeeded, the next batch's
+// insert starts while the first still waits for ClickHouse, up to Inserts
+// at once; the batch after them waits for one to finish. After a failure
+// they go one at a time again.
+func TestWriterOverlapsInserts(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var mu sync.Mutex
+		running, most := 0, 0
+		gate := make(chan struct{})
+		open := sync.OnceFunc(func() { close(gate) })
+		defer open() // a failed check leaves no insert hanging
+		hold := func([]store.InboxRow) error {
+			mu.Lock()
+			running++
+			most = max(most, running)
+			mu.Unlock()
+			<-gate
+			mu.Lock()
+			running--
+			mu.Unlock()
+			return nil
+		}
+		inFlight := func() int {
+			synctest.Wait()
+			mu.Lock()
+			defer mu.Unlock()
+			return running
+		}
+		in := &fakeInbox{}
+		w, _ := newFakeWriter(t, in, store.WriterOptions{MaxRows: 2, MinRows: 2, FlushInterval: time.Hour})
+		stored(t, w, inboxRowsFrom(0, 2)) // ClickHouse answers: more than one insert may run
+
+		in.setAnswer(hold)
+		var dones []<-chan error
+		for i := range 4 { // four full batches
+			dones = append(dones, queue(t, w, inboxRowsFrom(2+2*i, 2)))
+		}
+		if n := inFlight(); n != 2 {
+			t.Fatalf("%d inserts running, want 2 (WriterOptions.Inserts' default)", n)
+		}
+		open()
+		for i, d := range dones {
+			if err := <-d; err != nil {
+				t.Fatalf("done %d: %v", i, err)
+			}
+		}
+		if most != 2 {
+			t.Fatalf("at most %d inserts at once, want 2", most)
+		}
+		if st := w.Stats(); st.RowsInserted != 10 || st.Inserts != 5 || st.RowsSpooled != 0 {
+			t.Fatalf("stats %+v: want 10 rows in 5 inserts, none spooled", st)
+		}
+
+		// A failure: the first attempt after the backoff runs alone.
+		in.setAnswer(always(errDown))
+		stored(t, w, inboxRowsFrom(10, 2))
+		gate = make(chan struct{})
+		open = sync.OnceFunc(func() { close(gate) })
+		defer open()
+		in.setAnswer(hold)
+		time.Sleep(maxRetry) // past the backoff
+		dones = dones[:0]
+		for i := range 3 {
+			dones = append(dones, queue(t, w, inboxRowsFrom(12+2*i, 2)))
+		}
+		if n := inFlight(); n != 1 {
+			t.Fatalf("%d inserts running after a failure, want 1 until one succeeds", n)
+		}
+		open()
+		for i, d := range dones {
+			if err := <-d; err != nil {
+				t.Fatalf("done %d after the failure: %v", i, err)
+			}
 		}
 	})
 }
