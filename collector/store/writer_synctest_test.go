@@ -649,48 +649,48 @@ func TestWriterSpoolsUntilTheSchemaIsReady(t *testing.T) {
 // they go one at a time again.
 func TestWriterOverlapsInserts(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		var mu sync.Mutex
-		running, most := 0, 0
-		gate := make(chan struct{})
-		open := sync.OnceFunc(func() { close(gate) })
-		defer open() // a failed check leaves no insert hanging
-		hold := func([]store.InboxRow) error {
-			mu.Lock()
-			running++
-			most = max(most, running)
-			mu.Unlock()
-			<-gate
-			mu.Lock()
-			running--
-			mu.Unlock()
-			return nil
-		}
-		inFlight := func() int {
-			synctest.Wait()
-			mu.Lock()
-			defer mu.Unlock()
-			return running
-		}
 		in := &fakeInbox{}
 		w, _ := newFakeWriter(t, in, store.WriterOptions{MaxRows: 2, MinRows: 2, FlushInterval: time.Hour})
-		stored(t, w, inboxRowsFrom(0, 2)) // ClickHouse answers: more than one insert may run
-
-		in.setAnswer(hold)
-		var dones []<-chan error
-		for i := range 4 { // four full batches
-			dones = append(dones, queue(t, w, inboxRowsFrom(2+2*i, 2)))
-		}
-		if n := inFlight(); n != 2 {
-			t.Fatalf("%d inserts running, want 2 (WriterOptions.Inserts' default)", n)
-		}
-		open()
-		for i, d := range dones {
-			if err := <-d; err != nil {
-				t.Fatalf("done %d: %v", i, err)
+		var mu sync.Mutex
+		running, most := 0, 0
+		// overlap queues full batches of rows from..., every insert held
+		// until all are queued and the writer waits; it returns how many
+		// inserts run then, and lets them all finish.
+		overlap := func(from, batches int) int {
+			gate := make(chan struct{})
+			open := sync.OnceFunc(func() { close(gate) })
+			defer open() // a failed check leaves no insert hanging
+			in.setAnswer(func([]store.InboxRow) error {
+				mu.Lock()
+				running++
+				most = max(most, running)
+				mu.Unlock()
+				<-gate
+				mu.Lock()
+				running--
+				mu.Unlock()
+				return nil
+			})
+			var dones []<-chan error
+			for i := range batches {
+				dones = append(dones, queue(t, w, inboxRowsFrom(from+2*i, 2)))
 			}
+			synctest.Wait()
+			mu.Lock()
+			n := running
+			mu.Unlock()
+			open()
+			for i, d := range dones {
+				if err := <-d; err != nil {
+					t.Fatalf("done %d: %v", i, err)
+				}
+			}
+			return n
 		}
-		if most != 2 {
-			t.Fatalf("at most %d inserts at once, want 2", most)
+
+		stored(t, w, inboxRowsFrom(0, 2)) // ClickHouse answers: more than one insert may run
+		if n := overlap(2, 4); n != 2 || most != 2 {
+			t.Fatalf("%d inserts running (at most %d), want 2: WriterOptions.Inserts' default", n, most)
 		}
 		if st := w.Stats(); st.RowsInserted != 10 || st.Inserts != 5 || st.RowsSpooled != 0 {
 			t.Fatalf("stats %+v: want 10 rows in 5 inserts, none spooled", st)
@@ -699,23 +699,9 @@ func TestWriterOverlapsInserts(t *testing.T) {
 		// A failure: the first attempt after the backoff runs alone.
 		in.setAnswer(always(errDown))
 		stored(t, w, inboxRowsFrom(10, 2))
-		gate = make(chan struct{})
-		open = sync.OnceFunc(func() { close(gate) })
-		defer open()
-		in.setAnswer(hold)
 		time.Sleep(maxRetry) // past the backoff
-		dones = dones[:0]
-		for i := range 3 {
-			dones = append(dones, queue(t, w, inboxRowsFrom(12+2*i, 2)))
-		}
-		if n := inFlight(); n != 1 {
+		if n := overlap(12, 3); n != 1 {
 			t.Fatalf("%d inserts running after a failure, want 1 until one succeeds", n)
-		}
-		open()
-		for i, d := range dones {
-			if err := <-d; err != nil {
-				t.Fatalf("done %d after the failure: %v", i, err)
-			}
 		}
 	})
 }
