@@ -215,7 +215,17 @@ func walkRuns(src []byte, p *int, first int32, slots, maxBuckets int, fill []uin
 		if idx+int64(n)-1 > int64(MaxIndex) {
 			return 0, 0, invalid("index", "run ends at "+strconv.FormatInt(idx+int64(n)-1, 10)+" beyond "+itoa(int(MaxIndex)))
 		}
-		for k := uint64(0); k < n; k++ {
+		fast := false
+		if fill == nil {
+			var sum uint64
+			var nz int
+			if sum, nz, fast = sumRun(src, *p, int(n), total, nonEmpty, maxBuckets); fast {
+				total, nonEmpty = total+sum, nonEmpty+nz
+				*p += int(n)
+				idx += int64(n)
+			}
+		}
+		for k := uint64(0); k < n && !fast; k++ {
 			var c uint64
 			if *p < len(src) && src[*p] < 0x80 { // the common one-byte count
 				c = uint64(src[*p])
@@ -274,6 +284,32 @@ func appendVarint(dst []byte, v int64) []byte {
 
 func appendFloat(dst []byte, f float64) []byte {
 	return appendUvarint(dst, bits.ReverseBytes64(math.Float64bits(f)))
+}
+
+// sumRun is the checking pass's fast way over a run of n counts at src[p:]
+// that are all one byte (the common case): their sum and how many are not
+// zero. ok is false, and the caller reads the run count by count (which
+// finds the error, if any), unless every count is one byte, the first and
+// the last are not zero, the bucket limit holds and the total cannot
+// overflow: then the slow way would accept the run with the same result.
+func sumRun(src []byte, p, n int, total uint64, nonEmpty, maxBuckets int) (sum uint64, nz int, ok bool) {
+	if n > len(src)-p || total > math.MaxUint64-127*uint64(n) {
+		return 0, 0, false
+	}
+	run := src[p : p+n]
+	if run[0] == 0 || run[n-1] == 0 {
+		return 0, 0, false
+	}
+	var or byte
+	for _, b := range run {
+		or |= b
+		sum += uint64(b)
+		nz += int((b | -b) >> 7) // 1 unless b is 0 (b < 0x80 here)
+	}
+	if or >= 0x80 || maxBuckets > 0 && nonEmpty+nz > maxBuckets {
+		return 0, 0, false
+	}
+	return sum, nz, true
 }
 
 // readUvarint reads a uvarint at src[*p:] and advances *p.

@@ -1,6 +1,7 @@
 package hist
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
@@ -688,5 +689,68 @@ func FuzzDecodeBinary(f *testing.F) {
 				t.Fatalf("Quantile(%v) = %v outside [%v, %v]", q, v, h.Min(), h.Max())
 			}
 		}
+	})
+}
+
+// walkBoth reads runs both ways, the checking pass (fill nil: one-byte runs
+// summed at once, sumRun) and the filling one (count by count), and fails
+// t unless they agree on the result, the error and where they stop.
+func walkBoth(t *testing.T, src []byte, first int32, slots, maxBuckets int) {
+	t.Helper()
+	p1, p2 := 0, 0
+	l1, t1, e1 := walkRuns(src, &p1, first, slots, maxBuckets, nil)
+	l2, t2, e2 := walkRuns(src, &p2, first, slots, maxBuckets, make([]uint64, NumIndexes))
+	if l1 != l2 || t1 != t2 || fmt.Sprint(e1) != fmt.Sprint(e2) || e1 == nil && p1 != p2 {
+		t.Fatalf("runs %x (first %d, %d slots, max %d): checking %d, %d, %v at %d; filling %d, %d, %v at %d",
+			src, first, slots, maxBuckets, l1, t1, e1, p1, l2, t2, e2, p2)
+	}
+}
+
+// TestWalkRunsChecksAsItFills: the checking pass accepts and refuses runs
+// exactly as the count-by-count reading does, on runs mostly valid and
+// broken in every way a run can be (empty ends, zero counts inside,
+// multi-byte and huge counts, the bucket limit, truncation).
+func TestWalkRunsChecksAsItFills(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	count := func() []byte {
+		switch k := rng.IntN(20); {
+		case k == 0:
+			return []byte{0}
+		case k == 1:
+			return binary.AppendUvarint(nil, uint64(128+rng.IntN(100000)))
+		case k == 2:
+			return binary.AppendUvarint(nil, math.MaxUint64-uint64(rng.IntN(3)))
+		default:
+			return []byte{byte(1 + rng.IntN(127))}
+		}
+	}
+	for range 20000 {
+		var src []byte
+		slots := 0
+		for runs := 1 + rng.IntN(4); runs > 0; runs-- {
+			n := 1 + rng.IntN(40)
+			src = binary.AppendUvarint(src, uint64(n))
+			for range n {
+				src = append(src, count()...)
+			}
+			slots += n
+			src = binary.AppendUvarint(src, uint64(1+rng.IntN(5))) // the gap (after the last run: trailing bytes)
+		}
+		if rng.IntN(10) == 0 {
+			src = src[:rng.IntN(len(src))]
+		}
+		slots = max(1, slots+rng.IntN(3)-1)
+		first := MinIndex + int32(rng.IntN(NumIndexes))
+		walkBoth(t, src, first, slots, rng.IntN(3)*rng.IntN(60))
+	}
+}
+
+// FuzzWalkRuns: the same on any bytes.
+func FuzzWalkRuns(f *testing.F) {
+	f.Add([]byte{3, 1, 2, 3}, int32(0), uint16(3), uint8(0))
+	f.Add([]byte{2, 1, 0x80, 1, 2, 1, 5}, int32(-10), uint16(3), uint8(2))
+	f.Fuzz(func(t *testing.T, src []byte, first int32, slots uint16, maxBuckets uint8) {
+		first = MinIndex + int32(uint32(first)%uint32(NumIndexes))
+		walkBoth(t, src, first, 1+int(slots)%NumIndexes, int(maxBuckets))
 	})
 }
