@@ -3,26 +3,25 @@
 // (what the server emitted, collector/origin), matched by the stream id the
 // response carried. From the pair it computes the origin's own TTFT and ITL,
 // what the path added (client minus origin), and refines each client stall's
-// cause to `origin` when the origin's emit times show the same gap.
+// cause to `origin` when the origin's emit times show the same gap. The edge
+// Worker's timelines (edge.go) place network delays on their hop the same way.
 //
-// Where the join happens: in the collector, in memory, keyed by (site, stream
-// id) for a bounded window (Joiner). A client batch whose origin timeline has
-// not arrived yet is held back for a short wait (Config.Hold) before it goes
-// to storage, so in the common case the refined causes are in itl_streams and
-// its rollup. Either side may still arrive later (the other side stays in
-// memory for Config.TTL); the joined result always goes to itl_origin
-// (schema/010_origin.sql), whose rollup itl_origin_1m carries stalls and
-// stalled ms per refined cause. A collector restart forgets unjoined entries:
-// the raw origin timeline is stored on arrival, only the join is lost.
-// Only sites that report origin timelines (Config.HasOrigin: those with an
-// origin key) are held or kept; other sites' records pass straight through.
+// Where the join happens: in ClickHouse's inbox, not in a collector's memory.
+// Any collector takes any record: browser batches through ingest and the
+// store's Writer, origin and edge timelines through Intake (POST /v1/origin),
+// all into itl_inbox. The Promoter turns the inbox into the tables users read
+// one sealed window at a time, exactly once (schema/007_inbox.sql): it joins
+// a window's client records with the origin timelines that reached the inbox
+// up to PromoterConfig.Hold after them (their refined causes go into
+// itl_streams and its rollups), and writes every joined pair to itl_origin,
+// whose rollup itl_origin_1m carries stalls and stalled ms per refined cause.
 //
 // Wiring (collector/server):
 //
-//	j := join.New(db.Conn(), join.Config{HasOrigin: hasKey, Logger: log})
-//	ingest.New(ingest.Config{Sink: j.Sink(writer), ...})
-//	j.Register(mux, keys)              // POST /v1/origin?site=KEY, X-Itlmon-Key: shared key
-//	// shutdown: ingest, then j.Shutdown(ctx), then writer.Shutdown(ctx)
+//	m.Intake = join.NewIntake(m.Writer, log)                        // --origin-key set
+//	m.Intake.Register(mux, join.StaticKeys(keys))                   // POST /v1/origin?site=KEY, X-Itlmon-Key
+//	m.Promoter, _ = join.NewPromoter([]join.Shard{{Conn: conn}}, cfg) // or NewClusterPromoter
+//	go m.Promoter.Run(ctx)
 package join
 
 import (
