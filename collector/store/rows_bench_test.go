@@ -89,8 +89,8 @@ func FuzzReadFrames(f *testing.F) {
 
 // BenchmarkClientRow is the inbox row of a stream as ingest hands it over
 // (its values copied from the batch it arrived in, beacon.CheckBatchWire:
-// "wire") and of a stream
-// without its wire (encoded again: "encoded"), the baseline.
+// "wire") and of a stream without its wire (encoded again: "encoded"), the
+// baseline.
 func BenchmarkClientRow(b *testing.B) {
 	streams, frame := timelineStreams(b, 20, 40)
 	_, wire, _, err := beacon.CheckBatchWire(frame, beacon.Limits{})

@@ -42,6 +42,18 @@ func quiesce(t testing.TB, conn driver.Conn) {
 	})
 }
 
+// phaseCPU is what a timed phase that began at cpu0 and just ended cost:
+// this process's part ends now, with its last ack or insert (later, the
+// promoter would count); the engine's with the merges of the phase's parts.
+func phaseCPU(t testing.TB, conn driver.Conn, enginePID int, cpu0 cpuTimes) cpuTimes {
+	t.Helper()
+	self := cpuNow(t, enginePID).self
+	quiesce(t, conn)
+	c := cpuNow(t, enginePID).sub(cpu0)
+	c.self = self - cpu0.self
+	return c
+}
+
 // cpuSplit places the collector and the engine on separate CPUs, as they
 // run in production (on separate machines): this test process (the
 // collector, its benchmark clients or the direct insert's client) on the

@@ -148,14 +148,7 @@ func TestReportIngest(t *testing.T) {
 			}
 			pl.e2eTimes = append(pl.e2eTimes, d)
 			pl.e2eSteady = append(pl.e2eSteady, sd.rate())
-			// This process's part ends with the last ack (later, the
-			// promoter would count); the engine's with the merges of the
-			// phase's parts.
-			self := cpuNow(t, pid).self
-			quiesce(t, conn)
-			c := cpuNow(t, pid).sub(cpu0)
-			c.self = self - cpu0.self
-			pl.e2eCPU = pl.e2eCPU.add(c)
+			pl.e2eCPU = pl.e2eCPU.add(phaseCPU(t, conn, pid, cpu0))
 			pl.promotedInE2E += m.Promoter.Stats().Records - promoted0
 			sent += totalRecs
 			want := sent
@@ -175,11 +168,7 @@ func TestReportIngest(t *testing.T) {
 			sd = &steady{total: totalRecs}
 			pl.directTimes = append(pl.directTimes, insertInboxDirect(t, m, rows, sd))
 			pl.directSteady = append(pl.directSteady, sd.rate())
-			self = cpuNow(t, pid).self
-			quiesce(t, conn)
-			c = cpuNow(t, pid).sub(cpu0)
-			c.self = self - cpu0.self
-			pl.directCPU = pl.directCPU.add(c)
+			pl.directCPU = pl.directCPU.add(phaseCPU(t, conn, pid, cpu0))
 			if pl.pinned {
 				split.unpin(t, pid)
 			} else {
