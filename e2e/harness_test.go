@@ -298,6 +298,7 @@ function hex(buf) { return Array.from(new Uint8Array(buf), function (b) { return
 // "clonebyob" (reads a clone, then the original with a BYOB reader). opts.abortAfterMs aborts through an AbortController.
 // opts.cancelAfterDone (reader mode) cancels the body once it has read the "data: [DONE]" event, as the
 // OpenAI JS SDK 7.x does, without waiting for its end.
+// It resolves once the summaries are out (itlmon.settled), unless opts.unsettled: then once read.
 e2e.stream = async function (query, opts) {
   opts = opts || {};
   var ctrl = new AbortController();
@@ -354,7 +355,7 @@ e2e.stream = async function (query, opts) {
   var all = new Uint8Array(out.bytes), off = 0;
   parts.forEach(function (p) { all.set(p, off); off += p.byteLength; });
   out.sha256 = hex(await crypto.subtle.digest('SHA-256', all));
-  if (window.itlmon) await itlmon.settled(); // this stream's summary, if measured, is in e2e.summaries
+  if (window.itlmon && !opts.unsettled) await itlmon.settled(); // this stream's summary, if measured, is in e2e.summaries
   return out;
 };
 </script></head><body><p>itlmon e2e page</p></body></html>`))

@@ -314,24 +314,43 @@ func holdModule(t *testing.T, a *Assets) (release func()) {
 }
 
 // TestQueueBound: while the module loads, streams are stamped and queued up
-// to a bound (8 MB): a stream past it goes unmeasured, and is counted, with
-// its bytes untouched; a stream within it is measured once the module is
-// ready.
+// to a bound (8 MB). When a read does not fit, the stream that takes the
+// most of it goes unmeasured, and is counted, with its bytes untouched; the
+// room it took is given back. So a stream read beside it (their reads queued
+// interleaved, and cut into batches where a third stream ended) and a
+// stream after it are measured once the module is ready, every byte.
 func TestQueueBound(t *testing.T) {
 	o := StartOrigin(t)
 	a := StartAssets(t)
 	release := holdModule(t, a)
 	o.SetCollector(a.URL, "e2e")
 	ctx := navigate(t, o.PageURL(nil, false))
-	const big = "tokens=60000&interval_ms=0"
-	wantN, wantSum := wantBody(t, big)
-	if wantN <= 8<<20 {
-		t.Fatalf("the big stream is %d bytes: not past the queue's bound", wantN)
+	const (
+		big   = "tokens=60000&interval_ms=0"
+		paced = "tokens=2000&interval_ms=1"
+		tiny  = "tokens=3&interval_ms=1"
+	)
+	bigN, bigSum := wantBody(t, big)
+	if bigN <= 8<<20 {
+		t.Fatalf("the big stream is %d bytes: not past the queue's bound", bigN)
 	}
-	Eval[bool](t, ctx, `(async () => { while (!window.itlmon || !e2e.loaded) await new Promise(r => setTimeout(r, 5)); return true; })()`)
-	got := RunStream(t, ctx, StreamOpts{Query: big})
-	if got.Error != "" || got.Bytes != wantN || got.SHA256 != wantSum {
-		t.Fatalf("page read %d bytes sha %s err %q, want %d %s", got.Bytes, got.SHA256, got.Error, wantN, wantSum)
+	pacedN, pacedSum := wantBody(t, paced)
+	tinyN, tinySum := wantBody(t, tiny)
+	type reads struct {
+		Paced PageRead `json:"paced"`
+		Tiny  PageRead `json:"tiny"`
+	}
+	gotBig := Eval[PageRead](t, ctx, `(async () => {
+		while (!window.itlmon || !e2e.loaded) await new Promise(r => setTimeout(r, 5));
+		const opts = { unsettled: true }; // the summaries wait for the module
+		window.queued = { paced: e2e.stream(`+jsString(paced)+`, opts) };
+		await new Promise(r => setTimeout(r, 50));
+		const big = e2e.stream(`+jsString(big)+`, opts);
+		queued.tiny = e2e.stream(`+jsString(tiny)+`, opts);
+		return await big;
+	})()`)
+	if gotBig.Error != "" || gotBig.Bytes != bigN || gotBig.SHA256 != bigSum {
+		t.Fatalf("big stream: page read %d bytes sha %s err %q, want %d %s", gotBig.Bytes, gotBig.SHA256, gotBig.Error, bigN, bigSum)
 	}
 	n := Eval[int](t, ctx, `(async () => {
 		const r = await fetch('/v1/chat/completions?tokens=5&interval_ms=1', { method: 'POST', body: '{"model":"small","stream":true}' });
@@ -347,15 +366,40 @@ func TestQueueBound(t *testing.T) {
 	}
 	st := Eval[state](t, ctx, `({ readyAt: itlmon.timing.readyAt, unmeasured: itlmon.timing.unmeasured, summaries: e2e.summaries.length })`)
 	if st.ReadyAt != -1 || st.Unmeasured != 1 || st.Summaries != 0 {
-		t.Fatalf("while the module was held: %+v; want not ready, 1 stream unmeasured, no summaries yet", st)
+		t.Fatalf("while the module was held: %+v; want not ready, 1 stream (the big one) unmeasured, no summaries yet", st)
 	}
 	release()
 	if !Eval[bool](t, ctx, `itlmon.ready`) {
 		t.Fatalf("itlmon did not become ready: %s", Eval[string](t, ctx, `itlmon.timing.error`))
 	}
+	got := Eval[reads](t, ctx, `(async () => ({ paced: await queued.paced, tiny: await queued.tiny }))()`)
+	for _, c := range []struct {
+		name string
+		got  PageRead
+		n    int
+		sum  string
+	}{{"paced", got.Paced, pacedN, pacedSum}, {"tiny", got.Tiny, tinyN, tinySum}} {
+		if c.got.Error != "" || c.got.Bytes != c.n || c.got.SHA256 != c.sum {
+			t.Fatalf("%s stream: page read %d bytes sha %s err %q, want %d %s", c.name, c.got.Bytes, c.got.SHA256, c.got.Error, c.n, c.sum)
+		}
+	}
+	byEvents := map[int]Summary{}
 	sums := PageSummaries(t, ctx)
-	if len(sums) != 1 || sums[0].Model != "small" || sums[0].ContentEvents != 5 || sums[0].Status != "complete" {
-		t.Fatalf("summaries = %+v, want the small stream only, complete with 5 content events", sums)
+	for _, s := range sums {
+		byEvents[s.ContentEvents] = s
+	}
+	if len(sums) != 3 || len(byEvents) != 3 {
+		t.Fatalf("summaries = %+v, want 3: the paced, tiny and small streams", sums)
+	}
+	for _, w := range []struct {
+		events int
+		model  string
+		bytes  int
+	}{{2000, "e2e-model", pacedN}, {3, "e2e-model", tinyN}, {5, "small", n}} {
+		s, ok := byEvents[w.events]
+		if !ok || s.Model != w.model || s.Status != "complete" || int(s.Bytes) != w.bytes {
+			t.Errorf("the stream of %d content events: %+v (found %v), want model %s, complete, %d bytes", w.events, s, ok, w.model, w.bytes)
+		}
 	}
 }
 

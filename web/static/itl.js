@@ -407,7 +407,7 @@
     crypto.getRandomValues(sid);
     /** @type {ItlmonRec} */
     var rec = { pid: nextPID++, sid: sid, href: facts.href, model: facts.model, full: facts.full, status: status,
-      lastAt: t0, done: false, collected: false, pulling: false, failedAt: -1 };
+      lastAt: t0, queued: 0, done: false, collected: false, pulling: false, failedAt: -1 };
     call(['s', rec.pid, [t0, performance.timeOrigin + t0, facts.href, facts.method, facts.model, ct, status, origin,
       sid, redactPath(location.pathname), headersAt]]);
     measured.add(rec);
@@ -508,9 +508,28 @@
     }, ERROR_GRACE_MS);
   }
 
+  // stageRead stages a read of stream r made at time at. While the module
+  // loads, a read that does not fit in the queue's bound costs the stream
+  // that takes the most room in it (this one or another) its measuring, until
+  // it fits: one long stream past the bound does not take the streams beside
+  // it along.
+  /** @param {ItlmonRec} r @param {Uint8Array} chunk @param {number} at */
+  function stageRead(r, chunk, at) {
+    var cost = chunk.byteLength + 32;
+    while (!pushOp(r.pid, chunk, at, 0)) {
+      /** @type {ItlmonRec | null} */
+      var hog = null;
+      measured.forEach(function (m) { if (m !== r && (!hog || m.queued > hog.queued)) hog = m; });
+      if (!hog || /** @type {ItlmonRec} */ (hog).queued <= r.queued + cost) { unmeasure(r); return; }
+      unmeasure(hog);
+    }
+    if (!api) r.queued += cost;
+  }
+
   // unmeasure lets a stream through unmeasured: its reads did not fit in the
-  // queue while the module loaded. What was staged for it is ignored (the
-  // module never hears of its id).
+  // queue while the module loaded. Its start and what was staged or queued
+  // for it are dropped (the module never hears of its id), and the room they
+  // took in the queue's bound is given back to the other streams.
   /** @param {ItlmonRec} rec */
   function unmeasure(rec) {
     if (rec.done) return;
@@ -518,10 +537,43 @@
     measured.delete(rec);
     if (dropped) dropped.unregister(rec);
     timing.unmeasured++;
+    /** @type {ItlmonQueued[]} */
+    var kept = [];
     for (var i = 0; i < queue.length; i++) {
       var c = queue[i];
-      if (c[0] === 's' && c[1] === rec.pid) { queue.splice(i, 1); break; }
+      if (c[0] === 's' && c[1] === rec.pid) continue;
+      if (c[0] === 'f') {
+        var left = dropReads(c[1], c[2], c[3], c[4], rec.pid);
+        if (!left[1]) { queuedBytes -= c[2] + 32 * c[4]; continue; }
+        if (left[1] < c[4]) {
+          queuedBytes -= c[2] - left[0] + 32 * (c[4] - left[1]);
+          c = ['f', c[1].slice(0, left[0]), left[0], c[3].slice(0, 4 * left[1]), left[1]];
+        }
+      }
+      kept.push(c);
     }
+    queue = kept;
+    var now = dropReads(stage, staged, ops, nops, rec.pid);
+    staged = now[0];
+    nops = now[1];
+  }
+
+  // dropReads removes stream id's reads from a batch (bytes st[0:nb], n
+  // operations in op, as pushOp stages them), in place and keeping the order
+  // of the rest, and returns what is left: [bytes, operations].
+  /** @param {Uint8Array} st @param {number} nb @param {Float64Array} op @param {number} n @param {number} id @returns {[number, number]} */
+  function dropReads(st, nb, op, n, id) {
+    var src = 0, dst = 0, j = 0;
+    for (var i = 0; i < n; i++) {
+      var k = 4 * i, len = op[k + 1];
+      if (op[k] === id) { src += len; continue; }
+      if (dst !== src && len) st.copyWithin(dst, src, src + len);
+      src += len;
+      dst += len;
+      if (j !== i) op.copyWithin(4 * j, k, k + 4);
+      j++;
+    }
+    return [nb - (src - dst), j];
   }
 
   // sweep ends the streams whose bodies were reported collected and that
@@ -646,7 +698,7 @@
           return;
         }
         if (!r.done && !broken) {
-          try { if (!pushOp(r.pid, x.value, at, 0)) unmeasure(r); } catch (e) { fail('shim failed', e); }
+          try { stageRead(r, x.value, at); } catch (e) { fail('shim failed', e); }
         }
         ctrl.enqueue(x.value);
       };

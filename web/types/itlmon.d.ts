@@ -22,6 +22,7 @@ interface ItlmonRec {
   full: string;
   status: number;
   lastAt: number; // performance.now() of its last read
+  queued: number; // bytes its reads take in the queue's bound while the module loads (see stageRead)
   done: boolean;
   collected: boolean; // its body was reported garbage collected and not read since
   pulling: boolean; // a read of the original body is in flight: the body is alive
