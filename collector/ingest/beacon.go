@@ -8,8 +8,6 @@ import (
 	"net/http"
 	"strconv"
 	"time"
-
-	"github.com/itlmon/itlmon/wasm/beacon"
 )
 
 // ServeBeacon is the POST /v1/beacon handler: the same batch bytes as a
@@ -64,7 +62,9 @@ func (h *Handler) ServeBeacon(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, text, http.StatusRequestTimeout)
 		return
 	}
-	b, wire, bad, err := beacon.CheckBatchWire(body, h.limits)
+	sc := getScratch()
+	defer putScratch(sc) // the sink keeps nothing of the batch past Submit
+	b, wire, bad, err := sc.dec.CheckBatchWire(body, h.limits)
 	if err != nil {
 		reason, _ := classifyDecode(err)
 		text := "bad batch: " + err.Error()
@@ -111,7 +111,7 @@ func (h *Handler) ServeBeacon(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	batch := h.batch(b, wire, s, r.Header, r.RemoteAddr, now)
+	batch := h.batch(&sc.out, b, wire, s, r.Header, r.RemoteAddr, now)
 	// The decoded batch is held until the answer.
 	extra := batchCost(len(body), n) - hold
 	h.budget.force(extra)

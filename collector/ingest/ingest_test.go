@@ -629,13 +629,15 @@ func BenchmarkFrame(b *testing.B) {
 	b.SetBytes(int64(len(frame)))
 	b.ReportAllocs()
 	for b.Loop() {
-		bt, wire, _, err := beacon.CheckBatchWire(frame, h.limits)
+		sc := getScratch()
+		bt, wire, _, err := sc.dec.CheckBatchWire(frame, h.limits)
 		if err != nil {
 			b.Fatal(err)
 		}
-		if s := h.batch(bt, wire, site, hdr, "81.2.69.160:5000", time.Now()); len(s.Records) != n {
+		if s := h.batch(&sc.out, bt, wire, site, hdr, "81.2.69.160:5000", time.Now()); len(s.Records) != n {
 			b.Fatal("lost records")
 		}
+		putScratch(sc)
 	}
 	b.ReportMetric(float64(n*b.N)/b.Elapsed().Seconds(), "records/s")
 }

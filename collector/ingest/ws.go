@@ -380,7 +380,9 @@ func (c *conn) handleFrame(frame []byte, held int64) bool {
 	h := c.h
 	hold := held
 	defer func() { h.budget.release(hold) }() // what no ack releases
-	b, wire, bad, err := beacon.CheckBatchWire(frame, h.limits)
+	sc := getScratch()
+	defer putScratch(sc) // the sink keeps nothing of the batch past Submit
+	b, wire, bad, err := sc.dec.CheckBatchWire(frame, h.limits)
 	if err != nil {
 		// Ack the refusal when the sequence number is readable, so the
 		// module drops a batch that resending cannot fix.
@@ -437,7 +439,7 @@ func (c *conn) handleFrame(frame []byte, held int64) bool {
 			return false
 		}
 	}
-	batch := h.batch(b, wire, c.site, c.hdr, c.remote, now)
+	batch := h.batch(&sc.out, b, wire, c.site, c.hdr, c.remote, now)
 	seq := b.Seq
 	// The batch holds about its frame's bytes (its inbox rows) and its
 	// decoded records until its ack (the frame's buffer goes back to the

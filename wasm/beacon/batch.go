@@ -409,14 +409,14 @@ func DecodeBatch(src []byte, lim Limits) (*Batch, error) {
 // for a record whose strings cannot be read: the records after it could not
 // be resolved.
 func DecodeBatchRecords(src []byte, lim Limits) (b *Batch, bad []error, err error) {
-	return decodeBatch(src, lim, nil, false)
+	return decodeBatch(src, lim, new(Batch), nil, false)
 }
 
 // DecodeBatchWire is DecodeBatchRecords that also returns, for each record
 // kept, its Wire: where its bytes lie in src, for AppendRecordBatch. The
 // Wires alias src.
 func DecodeBatchWire(src []byte, lim Limits) (b *Batch, wire []Wire, bad []error, err error) {
-	b, bad, err = decodeBatch(src, lim, &wire, false)
+	b, bad, err = decodeBatch(src, lim, new(Batch), &wire, false)
 	return b, wire, bad, err
 }
 
@@ -428,14 +428,48 @@ func DecodeBatchWire(src []byte, lim Limits) (b *Batch, wire []Wire, bad []error
 // empty. Checking a histogram without building it costs a quarter of
 // decoding it (hist.CheckBinary), and no allocation.
 func CheckBatchWire(src []byte, lim Limits) (b *Batch, wire []Wire, bad []error, err error) {
-	b, bad, err = decodeBatch(src, lim, &wire, true)
+	b, bad, err = decodeBatch(src, lim, new(Batch), &wire, true)
 	return b, wire, bad, err
 }
 
-// decodeBatch is DecodeBatchRecords, filling *wire when wire is not nil,
-// leaving the records' histograms, timelines and stall lists out with
-// check (CheckBatchWire).
-func decodeBatch(src []byte, lim Limits, wire *[]Wire, check bool) (b *Batch, bad []error, err error) {
+// Scratch is memory for CheckBatchWire's results, reused from one message
+// to the next: a collector that checks message after message (each from a
+// sync.Pool) allocates no records, and its garbage collector has none to
+// scan. The zero Scratch is ready to use.
+type Scratch struct {
+	batch Batch
+	wire  []Wire
+}
+
+// CheckBatchWire is CheckBatchWire into s: the batch and wires it returns
+// are s's, valid until s is used again or Reset.
+func (s *Scratch) CheckBatchWire(src []byte, lim Limits) (b *Batch, wire []Wire, bad []error, err error) {
+	b, bad, err = decodeBatch(src, lim, &s.batch, &s.wire, true)
+	return b, s.wire, bad, err
+}
+
+// Records is how many records s has room for: a caller pooling scratches
+// drops one grown by a rare large message rather than keep it.
+func (s *Scratch) Records() int { return cap(s.batch.Records) }
+
+// Reset lets go of what the last batch pointed to (strings, the message's
+// bytes), keeping the room for the next.
+func (s *Scratch) Reset() {
+	clear(s.batch.Records[:cap(s.batch.Records)])
+	clear(s.wire[:cap(s.wire)])
+	s.batch = Batch{Records: s.batch.Records[:0]}
+	s.wire = s.wire[:0]
+}
+
+// decodeBatch is DecodeBatchRecords into b, filling *wire when wire is not
+// nil, leaving the records' histograms, timelines and stall lists out with
+// check (CheckBatchWire). The room in b.Records and *wire is reused.
+func decodeBatch(src []byte, lim Limits, b *Batch, wire *[]Wire, check bool) (_ *Batch, bad []error, err error) {
+	recs := b.Records[:0]
+	*b = Batch{}
+	if wire != nil {
+		*wire = (*wire)[:0]
+	}
 	lim = lim.withDefaults()
 	if len(src) > lim.MaxBytes {
 		return nil, nil, &DecodeError{Record: -1, Field: "message", Reason: "length " + strconv.Itoa(len(src)) + " exceeds limit " + strconv.Itoa(lim.MaxBytes), Err: ErrTooBig}
@@ -445,7 +479,6 @@ func decodeBatch(src []byte, lim Limits, wire *[]Wire, check bool) (b *Batch, ba
 		return nil, nil, err
 	}
 	r := reader{src: src, p: headerLen, rec: -1, lim: lim, minor: minor, check: check}
-	b = new(Batch)
 	b.Seq = r.uvarint("seq")
 	b.Site = r.str("site")
 	c := r.section("client")
@@ -460,9 +493,9 @@ func decodeBatch(src []byte, lim Limits, wire *[]Wire, check bool) (b *Batch, ba
 		return nil, nil, r.err
 	}
 	if n > 0 {
-		b.Records = make([]Record, n)
+		b.Records = reuse(recs, n)
 		if wire != nil {
-			*wire = make([]Wire, n)
+			*wire = reuse(*wire, n)
 		}
 	}
 	prev := &emptyRecord
@@ -513,6 +546,16 @@ func decodeBatch(src []byte, lim Limits, wire *[]Wire, check bool) (b *Batch, ba
 		}
 	}
 	return b, bad, nil
+}
+
+// reuse returns n zero values in s's room, or in new room when s has too little.
+func reuse[T any](s []T, n int) []T {
+	if cap(s) < n {
+		return make([]T, n)
+	}
+	s = s[:n]
+	clear(s)
+	return s
 }
 
 func (r *reader) client(c *Client) {

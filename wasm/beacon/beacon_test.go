@@ -710,6 +710,36 @@ func checkAgrees(t *testing.T, data []byte) {
 			t.Fatalf("limits %+v: CheckBatchWire's batch differs from DecodeBatchWire's beyond the values it leaves out", lim)
 		}
 	}
+	// A Scratch that held another batch (more records, every field set,
+	// one record left out) gives what a fresh CheckBatchWire does.
+	var sc Scratch
+	for _, prev := range [][]byte{typicalWithBad(t), mustEncode(t, typicalBatch())} {
+		if _, _, _, err := sc.CheckBatchWire(prev, Limits{}); err != nil {
+			t.Fatal(err)
+		}
+		want, wwire, wbad, werr := CheckBatchWire(data, Limits{})
+		got, gwire, gbad, gerr := sc.CheckBatchWire(data, Limits{})
+		if fmt.Sprint(werr) != fmt.Sprint(gerr) || fmt.Sprint(wbad) != fmt.Sprint(gbad) || (want == nil) != (got == nil) ||
+			(want != nil && !batchesEqual(want, got)) || (want != nil && fmt.Sprint(wwire) != fmt.Sprint(gwire)) {
+			t.Fatalf("after a batch of its own, Scratch.CheckBatchWire gives %v, bad %v, another batch or wires; CheckBatchWire: %v, bad %v", gerr, gbad, werr, wbad)
+		}
+		sc.Reset()
+	}
+}
+
+// typicalWithBad is typicalBatch's message with its first record's model
+// no longer UTF-8: a record CheckBatchWire leaves out.
+func typicalWithBad(t *testing.T) []byte {
+	t.Helper()
+	b := typicalBatch()
+	b.Records[0].Model = "gpt-tesX"
+	p := mustEncode(t, b)
+	i := bytes.Index(p, []byte("gpt-tesX"))
+	p[i+len("gpt-tes")] = 0xff
+	if _, _, bad, err := CheckBatchWire(p, Limits{}); err != nil || len(bad) != 1 {
+		t.Fatalf("want one record left out: %v, %v", bad, err)
+	}
+	return p
 }
 
 // TestCheckBatchWire: a typical batch and the fuzz seeds, with what

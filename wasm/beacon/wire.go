@@ -110,6 +110,16 @@ func (r *reader) fail(field, reason string, sentinel error) {
 func (r *reader) left() int { return len(r.src) - r.p }
 
 func (r *reader) uvarint(field string) uint64 {
+	// Most values are one byte (small counts, a string that repeats the
+	// previous record's): read inline, the rest out of line.
+	if p := r.p; uint(p) < uint(len(r.src)) && r.src[p] < 0x80 && r.err == nil {
+		r.p = p + 1
+		return uint64(r.src[p])
+	}
+	return r.uvarintLong(field)
+}
+
+func (r *reader) uvarintLong(field string) uint64 {
 	if r.err != nil {
 		return 0
 	}
