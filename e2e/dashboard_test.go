@@ -130,7 +130,8 @@ func (w *consoleWatch) take() []string {
 }
 
 // shotsDir is where the dashboard test saves its screenshots:
-// $ITLMON_SCREENSHOTS, or a new temporary directory (logged, kept).
+// $ITLMON_SCREENSHOTS, or a new temporary directory, kept (and logged)
+// only when the test fails.
 func shotsDir(t *testing.T) string {
 	if d := os.Getenv("ITLMON_SCREENSHOTS"); d != "" {
 		if err := os.MkdirAll(d, 0o755); err != nil {
@@ -142,6 +143,13 @@ func shotsDir(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("dashboard screenshots kept in %s", d)
+			return
+		}
+		os.RemoveAll(d)
+	})
 	return d
 }
 
@@ -268,7 +276,6 @@ func TestDashboardViews(t *testing.T) {
 	seedDashboard(t, p.col.DB)
 
 	dir := shotsDir(t)
-	t.Logf("dashboard screenshots in %s", dir)
 	tab := NewTab(t)
 	console := watchConsole(t, tab)
 	base := p.col.URL + "/dashboard/"

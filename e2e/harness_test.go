@@ -51,6 +51,7 @@ import (
 	"net/url"
 	"os"
 	"path"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -105,8 +106,16 @@ func TestMain(m *testing.M) {
 			browserErr = err
 			return m.Run()
 		}
+		// Chromium's own temporary files (a directory per run, which it
+		// leaves behind when it is killed) go in certDir too.
+		browserTmp := filepath.Join(certDir, "tmp")
+		if err := os.Mkdir(browserTmp, 0o700); err != nil {
+			browserErr = err
+			return m.Run()
+		}
 		opts := []chromedp.ExecAllocatorOption{
 			chromedp.ExecPath(chromiumPath),
+			chromedp.Env("TMPDIR=" + browserTmp),
 			chromedp.Flag("ignore-certificate-errors-spki-list", testCert.SPKIHash),
 			chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun,
 			chromedp.Flag("disable-quic", true),

@@ -34,8 +34,15 @@ func tab(t *testing.T) context.Context {
 			browserErr = errors.New("chromium not installed at " + chromiumPath)
 			return
 		}
+		// Chromium's temporary files (a directory per run, left behind
+		// when it is killed) in one removed with the browser.
+		tmp, err := os.MkdirTemp("", "itlmon-dashboard-chromium")
+		if err != nil {
+			browserErr = err
+			return
+		}
 		opts := []chromedp.ExecAllocatorOption{
-			chromedp.ExecPath(chromiumPath), chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU,
+			chromedp.ExecPath(chromiumPath), chromedp.Env("TMPDIR=" + tmp), chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU,
 			chromedp.NoFirstRun, chromedp.WindowSize(1280, 900),
 			chromedp.Flag("disable-quic", true), chromedp.Flag("disable-background-networking", true),
 			chromedp.Flag("disable-component-update", true), chromedp.Flag("disable-sync", true),
@@ -46,10 +53,11 @@ func tab(t *testing.T) context.Context {
 		if err := chromedp.Do(ctx); err != nil {
 			cancel()
 			cancelAlloc()
+			os.RemoveAll(tmp)
 			browserErr = err
 			return
 		}
-		browserCtx, closeBrowser = ctx, func() { cancel(); cancelAlloc() }
+		browserCtx, closeBrowser = ctx, func() { cancel(); cancelAlloc(); os.RemoveAll(tmp) }
 	})
 	if browserCtx == nil {
 		if os.Getenv("ITLMON_REQUIRE_REAL") == "1" {

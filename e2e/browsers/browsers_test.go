@@ -39,6 +39,7 @@ func TestDrivers(t *testing.T) {
 				return nil, err
 			}
 			alloc, cancel := chromedp.NewExecAllocator(context.Background(), chromedp.ExecPath(chromium),
+				chromedp.Env("TMPDIR="+t.TempDir()), // removed after the browser (cleanups run last first)
 				chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun)
 			t.Cleanup(cancel)
 			b, cancel2 := chromedp.NewContext(alloc)
