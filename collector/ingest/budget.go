@@ -6,6 +6,7 @@ import (
 	"math"
 	"net"
 	"runtime/debug"
+	"sync"
 	"sync/atomic"
 	"unsafe"
 
@@ -85,6 +86,48 @@ type meteredConn struct {
 	declared int64 // the reservation of the last data frame whose header passed
 	refused  int64 // the declared length that did not fit, when Read failed with errShed
 	shed     bool
+
+	// Writes: between cork and uncork (the writer, sending the acks one
+	// insert released at once) gorilla's frames are gathered and go out in
+	// one write, not a system call each. wmu orders a ping written meanwhile.
+	wmu    sync.Mutex
+	corked bool
+	wbuf   []byte
+}
+
+// Write passes p on, or gathers it while corked.
+func (m *meteredConn) Write(p []byte) (int, error) {
+	m.wmu.Lock()
+	defer m.wmu.Unlock()
+	if m.corked {
+		m.wbuf = append(m.wbuf, p...)
+		return len(p), nil
+	}
+	return m.Conn.Write(p)
+}
+
+// cork gathers the writes until uncork.
+func (m *meteredConn) cork() {
+	m.wmu.Lock()
+	m.corked = true
+	m.wmu.Unlock()
+}
+
+// uncork writes what was gathered since cork, in one write under the last
+// write deadline gorilla set.
+func (m *meteredConn) uncork() error {
+	m.wmu.Lock()
+	defer m.wmu.Unlock()
+	m.corked = false
+	if len(m.wbuf) == 0 {
+		return nil
+	}
+	_, err := m.Conn.Write(m.wbuf)
+	m.wbuf = m.wbuf[:0]
+	if cap(m.wbuf) > 4<<10 {
+		m.wbuf = nil // an idle connection holds little
+	}
+	return err
 }
 
 func (m *meteredConn) Read(p []byte) (int, error) {

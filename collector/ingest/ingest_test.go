@@ -243,6 +243,44 @@ func TestAdmission(t *testing.T) {
 	}
 }
 
+// TestAcksReleasedTogether: the acks of many batches made durable at once
+// (one insert) all arrive, each whole, and free their in-flight slots: a
+// connection then sends past maxInFlight more.
+func TestAcksReleasedTogether(t *testing.T) {
+	f := newFixture(t, nil)
+	f.sink.hold = true
+	c, _, err := f.dial(t, "chat", pageOrigin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = maxInFlight
+	for seq := uint64(1); seq <= n; seq++ {
+		if err := c.WriteMessage(websocket.BinaryMessage, mustBatch(t, seq, "chat", 1)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for len(f.sink.submitted()) < n {
+		time.Sleep(5 * time.Millisecond)
+	}
+	f.sink.release()
+	seen := map[uint64]bool{}
+	for range n {
+		a := readAck(t, c)
+		if a.Reject != beacon.RejectNone || a.Seq < 1 || a.Seq > n || seen[a.Seq] {
+			t.Fatalf("ack %+v: want each of 1..%d once, accepted", a, n)
+		}
+		seen[a.Seq] = true
+	}
+	for seq := uint64(n + 1); seq <= 2*n+1; seq++ {
+		if err := c.WriteMessage(websocket.BinaryMessage, mustBatch(t, seq, "chat", 1)); err != nil {
+			t.Fatal(err)
+		}
+		if a := readAck(t, c); a.Seq != seq || a.Reject != beacon.RejectNone {
+			t.Fatalf("ack = %+v, want %d accepted: the released slots were not freed", a, seq)
+		}
+	}
+}
+
 func TestAckAfterDurable(t *testing.T) {
 	f := newFixture(t, nil)
 	f.sink.hold = true

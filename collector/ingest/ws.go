@@ -558,24 +558,38 @@ func (c *conn) writeLoop() {
 			return
 		}
 		c.wmu.Unlock()
+		// The acks one insert released (often several per connection) go
+		// out in one write; their slots are freed once they are written.
+		c.mc.cork()
+		var err error
+		slots := 0
 		for _, a := range batch {
 			buf = beacon.Ack{Seq: a.seq, Reject: a.reject}.AppendBinary(buf[:0])
 			c.ws.SetWriteDeadline(time.Now().Add(writeWait))
-			if err := c.ws.WriteMessage(websocket.BinaryMessage, buf); err != nil {
-				if ne, ok := err.(net.Error); ok && ne.Timeout() {
-					c.stop(ReasonSlowConsumer, websocket.ClosePolicyViolation, "client does not read its acks")
-				} else {
-					c.stop("", websocket.CloseNormalClosure, "") // client gone
-				}
-				c.wmu.Lock()
-				c.dead = true
-				c.wmu.Unlock()
-				c.ws.Close()
+			if err = c.ws.WriteMessage(websocket.BinaryMessage, buf); err != nil {
 				break
 			}
 			if a.slot {
-				<-c.slots
+				slots++
 			}
+		}
+		if werr := c.mc.uncork(); err == nil {
+			err = werr
+		}
+		if err != nil {
+			if ne, ok := err.(net.Error); ok && ne.Timeout() {
+				c.stop(ReasonSlowConsumer, websocket.ClosePolicyViolation, "client does not read its acks")
+			} else {
+				c.stop("", websocket.CloseNormalClosure, "") // client gone
+			}
+			c.wmu.Lock()
+			c.dead = true
+			c.wmu.Unlock()
+			c.ws.Close()
+			continue
+		}
+		for range slots {
+			<-c.slots
 		}
 	}
 }
