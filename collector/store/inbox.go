@@ -61,7 +61,7 @@ var inboxLimits = beacon.Limits{
 // the same error from the wire path.
 func ClientRow(s *collector.Stream) (InboxRow, error) {
 	c := clientOf(s)
-	return clientRow(s, &c, &s.Record, s.Wire)
+	return clientRow(s, &c, &s.Record, s.Wire, nil)
 }
 
 // clientOf is the client facts of a stream's batch.
@@ -78,13 +78,23 @@ func clientOf(s *collector.Stream) beacon.Client {
 // clientRow is the inbox row of record r with its wire w (or the zero
 // Wire), the batch's client facts c and the other fields of s (a stream
 // of the batch, or the fields its streams share: ClientRow, batchRows).
-func clientRow(s *collector.Stream, c *beacon.Client, r *beacon.Record, w beacon.Wire) (InboxRow, error) {
+// With arena, the payload is appended there (the rows of a batch share one
+// allocation, and are dropped together); its bytes are never changed.
+func clientRow(s *collector.Stream, c *beacon.Client, r *beacon.Record, w beacon.Wire, arena *[]byte) (InboxRow, error) {
 	var p []byte
 	var err error
-	if w.IsZero() {
+	switch {
+	case w.IsZero():
 		b := beacon.Batch{Site: s.Site, Client: *c, Records: []beacon.Record{*r}}
 		p, err = b.AppendBinary(nil)
-	} else {
+	case arena != nil:
+		at := len(*arena)
+		if *arena, err = beacon.AppendRecordBatch(*arena, s.Site, c, r, w); err == nil {
+			p = (*arena)[at:len(*arena):len(*arena)]
+		} else {
+			*arena = (*arena)[:at]
+		}
+	default:
 		p, err = beacon.AppendRecordBatch(make([]byte, 0, w.Size()+wireStrings(s.Site, c, r)), s.Site, c, r, w)
 	}
 	if err != nil {
@@ -174,12 +184,20 @@ func batchRows(b *collector.Batch) (rows []InboxRow, bad []error) {
 	rows = make([]InboxRow, 0, len(b.Records))
 	c := clientOf(&b.Shared)
 	wires := len(b.Wires) == len(b.Records)
+	var arena []byte // the payloads, in one allocation
+	if wires {
+		n := 0
+		for i := range b.Records {
+			n += b.Wires[i].Size() + wireStrings(b.Shared.Site, &c, &b.Records[i])
+		}
+		arena = make([]byte, 0, n)
+	}
 	for i := range b.Records {
 		var w beacon.Wire
 		if wires {
 			w = b.Wires[i]
 		}
-		row, err := clientRow(&b.Shared, &c, &b.Records[i], w)
+		row, err := clientRow(&b.Shared, &c, &b.Records[i], w, &arena)
 		if err != nil {
 			bad = append(bad, err)
 			continue
