@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	mrand "math/rand/v2"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -648,6 +649,8 @@ func TestPeekSeq(t *testing.T) {
 
 // BenchmarkFrame is the per-frame CPU work of ingest: check a 20-record
 // batch, enrich it and build the sink's batch (no network, no store).
+// "bare": records of counts and strings only; "typical": each also with
+// the two histograms and the 39-stamp timeline of a 120-token answer.
 func BenchmarkFrame(b *testing.B) {
 	e, err := enrich.New(enrich.Options{TrustProxy: true})
 	if err != nil {
@@ -659,25 +662,67 @@ func BenchmarkFrame(b *testing.B) {
 		b.Fatal(err)
 	}
 	const n = 20
-	frame := mustBatch(b, 1, "chat", n)
 	hdr := http.Header{}
 	hdr.Set("User-Agent", firefoxUA)
 	hdr.Set("CF-IPCountry", "DE")
 	site := h.sites["chat"]
-	b.SetBytes(int64(len(frame)))
-	b.ReportAllocs()
-	for b.Loop() {
-		sc := getScratch()
-		bt, wire, _, err := sc.dec.CheckBatchWire(frame, h.limits)
+	for _, typical := range []bool{false, true} {
+		name := "bare"
+		bt := beacon.Batch{Seq: 1, Site: "chat", Client: beacon.Client{ConnType: "4g", Release: "v1"}}
+		for i := range n {
+			r := testRecord(byte(i))
+			if typical {
+				name = "typical"
+				typicalValues(&r, uint64(i))
+			}
+			bt.Records = append(bt.Records, r)
+		}
+		frame, err := bt.AppendBinary(nil)
 		if err != nil {
 			b.Fatal(err)
 		}
-		if s := h.batch(&sc.out, bt, wire, site, hdr, "81.2.69.160:5000", time.Now()); len(s.Records) != n {
-			b.Fatal("lost records")
-		}
-		putScratch(sc)
+		b.Run(name, func(b *testing.B) {
+			b.SetBytes(int64(len(frame)))
+			b.ReportAllocs()
+			for b.Loop() {
+				sc := getScratch()
+				bt, wire, _, err := sc.dec.CheckBatchWire(frame, h.limits)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if s := h.batch(&sc.out, bt, wire, site, hdr, "81.2.69.160:5000", time.Now()); len(s.Records) != n {
+					b.Fatal("lost records")
+				}
+				putScratch(sc)
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(n*b.N), "ns/record")
+		})
 	}
-	b.ReportMetric(float64(n*b.N)/b.Elapsed().Seconds(), "records/s")
+}
+
+// typicalValues gives r what the module sends of a 120-token answer: gaps
+// of 8-60 ms with a stall now and then, in both histograms, and a timeline
+// of the first 32 events and every 16th after.
+func typicalValues(r *beacon.Record, seed uint64) {
+	rng := mrand.New(mrand.NewPCG(seed, 1))
+	at := uint32(20_000 + rng.IntN(400_000))
+	const events = 120
+	for e := range events {
+		gap := uint32(8_000 + rng.IntN(52_000))
+		if rng.IntN(40) == 0 {
+			gap += 250_000
+		}
+		if e > 0 {
+			r.ITL.Record(float64(gap))
+			r.ITLTokens.Record(float64(gap))
+			at += gap
+		}
+		if e < 32 || e%16 == 0 {
+			r.Timeline = append(r.Timeline, beacon.Stamp{AtUs: at, Read: uint32(e), Content: true})
+		}
+	}
+	r.TTFTUs, r.TTFCUs, r.DurationUs = 20_000, 20_000, at+5_000
+	r.Events, r.ContentEvents, r.Tokens, r.Reads = events+2, events, events, events
 }
 
 // TestBadRecordLeftOut: a record whose own bytes are wrong (here a model
