@@ -19,6 +19,7 @@ import (
 
 	"github.com/itlmon/itlmon/collector"
 	"github.com/itlmon/itlmon/collector/enrich"
+	"github.com/itlmon/itlmon/internal/benchrec"
 	"github.com/itlmon/itlmon/wasm/beacon"
 )
 
@@ -673,7 +674,7 @@ func BenchmarkFrame(b *testing.B) {
 			r := testRecord(byte(i))
 			if typical {
 				name = "typical"
-				typicalValues(&r, uint64(i))
+				benchrec.Answer(&r, mrand.New(mrand.NewPCG(uint64(i), 1)))
 			}
 			bt.Records = append(bt.Records, r)
 		}
@@ -698,31 +699,6 @@ func BenchmarkFrame(b *testing.B) {
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(n*b.N), "ns/record")
 		})
 	}
-}
-
-// typicalValues gives r what the module sends of a 120-token answer: gaps
-// of 8-60 ms with a stall now and then, in both histograms, and a timeline
-// of the first 32 events and every 16th after.
-func typicalValues(r *beacon.Record, seed uint64) {
-	rng := mrand.New(mrand.NewPCG(seed, 1))
-	at := uint32(20_000 + rng.IntN(400_000))
-	const events = 120
-	for e := range events {
-		gap := uint32(8_000 + rng.IntN(52_000))
-		if rng.IntN(40) == 0 {
-			gap += 250_000
-		}
-		if e > 0 {
-			r.ITL.Record(float64(gap))
-			r.ITLTokens.Record(float64(gap))
-			at += gap
-		}
-		if e < 32 || e%16 == 0 {
-			r.Timeline = append(r.Timeline, beacon.Stamp{AtUs: at, Read: uint32(e), Content: true})
-		}
-	}
-	r.TTFTUs, r.TTFCUs, r.DurationUs = 20_000, 20_000, at+5_000
-	r.Events, r.ContentEvents, r.Tokens, r.Reads = events+2, events, events, events
 }
 
 // TestBadRecordLeftOut: a record whose own bytes are wrong (here a model

@@ -24,8 +24,8 @@ import (
 	"github.com/itlmon/itlmon/collector"
 	"github.com/itlmon/itlmon/collector/server"
 	"github.com/itlmon/itlmon/collector/store"
+	"github.com/itlmon/itlmon/internal/benchrec"
 	"github.com/itlmon/itlmon/wasm/beacon"
-	"github.com/itlmon/itlmon/wasm/hist"
 )
 
 // Reports for `make bench` (ITLMON_BENCH_REPORT=1): end-to-end ingest
@@ -39,33 +39,11 @@ func benchReport(t *testing.T) {
 	}
 }
 
-// benchRecord is a typical record: a 40-token stream with its histograms.
-// benchRecord is a record as the module sends one for a 120-token answer:
-// gaps of 8-60 ms (a few longer), its histograms, and the sampled timeline
-// (the first 32 events and a stall's neighbourhood) — what sizes the rows.
+// benchRecord is a record as the module sends one for a 120-token answer
+// (benchrec.Answer): what sizes the rows.
 func benchRecord(run uint32, i uint32) beacon.Record {
 	r := record(run, i)
-	r.ITL, r.ITLTokens = hist.Histogram{}, hist.Histogram{}
-	rng := mrand.New(mrand.NewPCG(uint64(run), uint64(i)))
-	at := uint32(20_000 + rng.IntN(400_000))
-	r.TTFTUs, r.TTFCUs = at, at
-	const events = 120
-	for e := range events {
-		gap := uint32(8_000 + rng.IntN(52_000))
-		if rng.IntN(40) == 0 {
-			gap += 250_000 // a stall now and then
-		}
-		if e > 0 {
-			r.ITL.Record(float64(gap))
-			r.ITLTokens.Record(float64(gap))
-			at += gap
-		}
-		if e < 32 || e%16 == 0 {
-			r.Timeline = append(r.Timeline, beacon.Stamp{AtUs: at, Read: uint32(e), Content: true})
-		}
-	}
-	r.Events, r.ContentEvents, r.Tokens, r.Reads = events+2, events, events, events
-	r.DurationUs = at + 5_000
+	benchrec.Answer(&r, mrand.New(mrand.NewPCG(uint64(run), uint64(i))))
 	rand.Read(r.StreamID[4:12])
 	return r
 }
