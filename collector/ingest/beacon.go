@@ -62,9 +62,13 @@ func (h *Handler) ServeBeacon(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, text, http.StatusRequestTimeout)
 		return
 	}
+	if !h.acquireCPU(r.Context().Done()) {
+		return
+	}
 	sc := getScratch()
 	defer putScratch(sc) // the sink keeps nothing of the batch past Submit
 	b, wire, bad, err := sc.dec.CheckBatchWire(body, h.limits)
+	h.releaseCPU()
 	if err != nil {
 		reason, _ := classifyDecode(err)
 		text := "bad batch: " + err.Error()
@@ -111,7 +115,6 @@ func (h *Handler) ServeBeacon(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	batch := h.batch(&sc.out, b, wire, s, r.Header, r.RemoteAddr, now)
 	// The decoded batch is held until the answer.
 	extra := batchCost(len(body), n) - hold
 	h.budget.force(extra)
@@ -121,7 +124,10 @@ func (h *Handler) ServeBeacon(w http.ResponseWriter, r *http.Request) {
 	// The request's context and QueueWait bound the wait for queue space;
 	// once queued, the batch is stored even if the client goes away.
 	ctx, cancel := context.WithTimeout(r.Context(), h.queueWait)
-	err = h.sink.Submit(ctx, batch, func(err error) { done <- err })
+	err = h.handOver(ctx, func() error {
+		batch := h.batch(&sc.out, b, wire, s, r.Header, r.RemoteAddr, now)
+		return h.sink.Submit(ctx, batch, func(err error) { done <- err })
+	})
 	cancel()
 	if err != nil {
 		if errors.Is(err, context.DeadlineExceeded) && r.Context().Err() == nil {

@@ -53,6 +53,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -138,6 +139,14 @@ type Handler struct {
 	m         *metrics
 	now       func() time.Time
 	upgrader  websocket.Upgrader
+	// cpu holds a token per goroutine checking, enriching or handing over
+	// a batch (the CPU-bound part of ingest), at most one per CPU Go runs
+	// on. An insert's acks wake the readers of hundreds of connections at
+	// once; unbounded, they would all be runnable, and the store's writer,
+	// which builds the next insert meanwhile, would get a few per cent of
+	// a CPU among them: the next insert would wait for the reading to end
+	// instead of overlapping it.
+	cpu chan struct{}
 
 	// base is the context of every Submit; cancelled when Shutdown gives up.
 	base       context.Context
@@ -203,6 +212,7 @@ func New(cfg Config) (*Handler, error) {
 		log:       cfg.Logger,
 		now:       cfg.Now,
 		conns:     make(map[*conn]struct{}),
+		cpu:       make(chan struct{}, runtime.GOMAXPROCS(0)),
 	}
 	h.m = newMetrics(cfg.Registerer, h.budget)
 	h.rejLog = &onceLog{log: cfg.Logger, interval: cfg.LogInterval, now: cfg.Now, last: map[string]*logState{}}
@@ -323,6 +333,31 @@ func classifyDecode(err error) (reason string, code int) {
 		return ReasonDecodeInvalid, websocket.CloseUnsupportedData
 	}
 	return ReasonDecode, websocket.CloseUnsupportedData
+}
+
+// acquireCPU takes a cpu token (see Handler.cpu); false when done ends first.
+func (h *Handler) acquireCPU(done <-chan struct{}) bool {
+	select {
+	case h.cpu <- struct{}{}:
+		return true
+	case <-done:
+		return false
+	}
+}
+
+func (h *Handler) releaseCPU() { <-h.cpu }
+
+// handOver runs submit (build the sink's batch and hand it over) holding a
+// cpu token. Waiting for the token counts against ctx, as waiting for
+// queue space in Submit does.
+func (h *Handler) handOver(ctx context.Context, submit func() error) error {
+	select {
+	case h.cpu <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	defer h.releaseCPU()
+	return submit()
 }
 
 // scratch is the memory one batch is checked and handed to the sink in,

@@ -7,8 +7,10 @@ import (
 	mrand "math/rand/v2"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -37,9 +39,15 @@ type fakeSink struct {
 	held    []func(error)
 	failErr error // done(failErr)
 	block   chan struct{}
+
+	in, maxIn atomic.Int32 // Submit calls running, and the most at once
 }
 
 func (f *fakeSink) Submit(ctx context.Context, b *collector.Batch, done func(error)) error {
+	n := f.in.Add(1)
+	defer f.in.Add(-1)
+	for m := f.maxIn.Load(); n > m && !f.maxIn.CompareAndSwap(m, n); m = f.maxIn.Load() {
+	}
 	if f.block != nil {
 		select {
 		case <-f.block:
@@ -280,6 +288,47 @@ func TestAcksReleasedTogether(t *testing.T) {
 		if a := readAck(t, c); a.Seq != seq || a.Reject != beacon.RejectNone {
 			t.Fatalf("ack = %+v, want %d accepted: the released slots were not freed", a, seq)
 		}
+	}
+}
+
+// TestHandOverBoundedByCPUs: however many connections have a batch ready,
+// at most one goroutine per CPU Go runs on builds and hands over a batch at
+// once (the others wait their turn, so the store's writer is not starved),
+// and every batch is stored and acked.
+func TestHandOverBoundedByCPUs(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(2))
+	f := newFixture(t, nil)
+	block := make(chan struct{})
+	f.sink.block = block
+	const conns = 6
+	cs := make([]*websocket.Conn, conns)
+	for i := range cs {
+		c, _, err := f.dial(t, "chat", pageOrigin)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.WriteMessage(websocket.BinaryMessage, mustBatch(t, uint64(i+1), "chat", 2)); err != nil {
+			t.Fatal(err)
+		}
+		cs[i] = c
+	}
+	for deadline := time.Now().Add(5 * time.Second); f.sink.in.Load() < 2; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d batches handed over, want 2", f.sink.in.Load())
+		}
+	}
+	time.Sleep(200 * time.Millisecond) // the other four had time to come in: they must be waiting
+	if got := f.sink.maxIn.Load(); got != 2 {
+		t.Fatalf("%d batches handed over at once, want 2 (GOMAXPROCS)", got)
+	}
+	close(block)
+	for i, c := range cs {
+		if a := readAck(t, c); a.Seq != uint64(i+1) || a.Reject != beacon.RejectNone {
+			t.Fatalf("connection %d: ack %+v, want %d accepted", i, a, i+1)
+		}
+	}
+	if got := len(f.sink.submitted()); got != conns {
+		t.Fatalf("%d batches stored, want %d", got, conns)
 	}
 }
 

@@ -380,9 +380,13 @@ func (c *conn) handleFrame(frame []byte, held int64) bool {
 	h := c.h
 	hold := held
 	defer func() { h.budget.release(hold) }() // what no ack releases
+	if !h.acquireCPU(c.stopCh) {
+		return false
+	}
 	sc := getScratch()
 	defer putScratch(sc) // the sink keeps nothing of the batch past Submit
 	b, wire, bad, err := sc.dec.CheckBatchWire(frame, h.limits)
+	h.releaseCPU()
 	if err != nil {
 		// Ack the refusal when the sequence number is readable, so the
 		// module drops a batch that resending cannot fix.
@@ -439,7 +443,6 @@ func (c *conn) handleFrame(frame []byte, held int64) bool {
 			return false
 		}
 	}
-	batch := h.batch(&sc.out, b, wire, c.site, c.hdr, c.remote, now)
 	seq := b.Seq
 	// The batch holds about its frame's bytes (its inbox rows) and its
 	// decoded records until its ack (the frame's buffer goes back to the
@@ -462,17 +465,20 @@ func (c *conn) handleFrame(frame []byte, held int64) bool {
 	// Counted once handed over: when Submit returns, or when done runs
 	// first (from the store's goroutine, before the ack goes out).
 	accepted := sync.OnceFunc(func() { h.m.accepted.Add(float64(n)) })
-	err = h.sink.Submit(ctx, batch, func(err error) {
-		defer finish()
-		accepted()
-		if err != nil {
-			c.queueAck(seq, beacon.RejectRetry, true)
-			c.stop(ReasonStore, websocket.CloseInternalServerErr, "storage failed, batch not stored: resend it")
-			return
-		}
-		h.m.ackLatency.Observe(time.Since(began).Seconds())
-		h.m.acked.Add(float64(n))
-		c.queueAck(seq, beacon.RejectNone, true)
+	err = h.handOver(ctx, func() error {
+		batch := h.batch(&sc.out, b, wire, c.site, c.hdr, c.remote, now)
+		return h.sink.Submit(ctx, batch, func(err error) {
+			defer finish()
+			accepted()
+			if err != nil {
+				c.queueAck(seq, beacon.RejectRetry, true)
+				c.stop(ReasonStore, websocket.CloseInternalServerErr, "storage failed, batch not stored: resend it")
+				return
+			}
+			h.m.ackLatency.Observe(time.Since(began).Seconds())
+			h.m.acked.Add(float64(n))
+			c.queueAck(seq, beacon.RejectNone, true)
+		})
 	})
 	cancel()
 	if err != nil {
