@@ -162,6 +162,13 @@ var hopHeaders = [...]string{"Connection", "Keep-Alive", "Proxy-Connection", "Te
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := p.Now()
 	ctx := r.Context()
+	// The request's body streams to the origin while the response streams
+	// back. Without full duplex, Go's HTTP/1 server takes the body away at
+	// the first flush of the response, and the transport, still reading it
+	// (it reads once more to see the end), fails and closes the origin's
+	// connection under the response. A runtime whose writer cannot do it
+	// (workerd's) does not need it.
+	_ = http.NewResponseController(w).EnableFullDuplex()
 	up, err := p.upstreamRequest(r)
 	if err != nil {
 		http.Error(w, "itlmon edge: "+err.Error(), http.StatusBadGateway)
