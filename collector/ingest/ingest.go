@@ -351,9 +351,7 @@ func (h *Handler) releaseCPU() { <-h.cpu }
 // cpu token. Waiting for the token counts against ctx, as waiting for
 // queue space in Submit does.
 func (h *Handler) handOver(ctx context.Context, submit func() error) error {
-	select {
-	case h.cpu <- struct{}{}:
-	case <-ctx.Done():
+	if !h.acquireCPU(ctx.Done()) {
 		return ctx.Err()
 	}
 	defer h.releaseCPU()

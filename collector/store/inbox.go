@@ -78,24 +78,24 @@ func clientOf(s *collector.Stream) beacon.Client {
 // clientRow is the inbox row of record r with its wire w (or the zero
 // Wire), the batch's client facts c and the other fields of s (a stream
 // of the batch, or the fields its streams share: ClientRow, batchRows).
-// With arena, the payload is appended there (the rows of a batch share one
-// allocation, and are dropped together); its bytes are never changed.
+// The payload is appended to arena (the rows of a batch share one
+// allocation, and are dropped together; nil: one of its own); its bytes are
+// never changed.
 func clientRow(s *collector.Stream, c *beacon.Client, r *beacon.Record, w beacon.Wire, arena *[]byte) (InboxRow, error) {
 	var p []byte
 	var err error
-	switch {
-	case w.IsZero():
+	if w.IsZero() {
 		b := beacon.Batch{Site: s.Site, Client: *c, Records: []beacon.Record{*r}}
 		p, err = b.AppendBinary(nil)
-	case arena != nil:
+	} else {
+		if arena == nil {
+			own := make([]byte, 0, w.Size()+wireStrings(s.Site, c, r))
+			arena = &own
+		}
 		at := len(*arena)
 		if *arena, err = beacon.AppendRecordBatch(*arena, s.Site, c, r, w); err == nil {
 			p = (*arena)[at:len(*arena):len(*arena)]
-		} else {
-			*arena = (*arena)[:at]
 		}
-	default:
-		p, err = beacon.AppendRecordBatch(make([]byte, 0, w.Size()+wireStrings(s.Site, c, r)), s.Site, c, r, w)
 	}
 	if err != nil {
 		return InboxRow{}, fmt.Errorf("inbox: encode client record: %w", err)
