@@ -17,7 +17,7 @@ import (
 
 	"github.com/ClickHouse/clickhouse-go/v2"
 
-	"github.com/itlmon/itlmon/collector/config"
+	"github.com/itlmon/itlmon/collector/duration"
 	"github.com/itlmon/itlmon/collector/query"
 )
 
@@ -375,11 +375,11 @@ func mainRUM(ctx context.Context, args []string, env Env) int {
 	fs.StringVar(&site, "site", "", "site key (required)")
 	since = time.Hour
 	fs.Func("since", "look back this far: 30m, 6h, 7d (default 1h)", func(s string) (err error) {
-		since, err = config.ParseDuration(s)
+		since, err = duration.Parse(s)
 		return err
 	})
 	fs.Func("until", "stop this long before now (default now)", func(s string) (err error) {
-		until, err = config.ParseDuration(s)
+		until, err = duration.Parse(s)
 		return err
 	})
 	fs.Var(&where, "where", "`dim=value` filter, repeatable ("+strings.Join(query.Dimensions(), ", ")+")")

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/itlmon/itlmon/collector/config"
+	"github.com/itlmon/itlmon/collector/duration"
 	"github.com/itlmon/itlmon/collector/ingest"
 	"github.com/itlmon/itlmon/collector/join"
 	"github.com/itlmon/itlmon/collector/server"
@@ -88,7 +88,7 @@ func (f durationFlag) String() string {
 }
 
 func (f durationFlag) Set(v string) error {
-	d, err := config.ParseDuration(v)
+	d, err := duration.Parse(v)
 	if err != nil {
 		return err
 	}
