@@ -42,7 +42,7 @@ WORKERD_DIR := $(CACHE_DIR)/workerd-$(WORKERD_VERSION)
 WORKERD_BIN ?= $(WORKERD_DIR)/node_modules/@cloudflare/workerd-linux-64/bin/workerd
 export WORKERD_BIN
 # The default GeoIP database (country and ISO 3166-2 region without an edge): DB-IP's IP to City Lite
-# (CC BY 4.0, attribution required: see README "Country and region") in ip-location-db's mmdb layout,
+# (CC BY 4.0, attribution required: see docs/operating.md, "Country and region") in ip-location-db's mmdb layout,
 # IPv4 and IPv6 halves in one directory (~135 MB). Pinned exactly, installed once, offline afterwards;
 # $(CACHE_DIR)/geoip links to it: `itlmon serve` opens that by default (or $ITLMON_GEOIP).
 GEOIP_VERSION := 2.3.2026060513
