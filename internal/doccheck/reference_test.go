@@ -1,6 +1,7 @@
-// Package doccheck keeps docs/reference.md true: every table and column the
+// Package doccheck keeps the docs true: every table and column the
 // schema creates, and every HTTP route the collector serves, is documented
-// there, and nothing documented is missing from the code.
+// in docs/reference.md, every flag of itlmon serve and migrate in
+// docs/operating.md, and nothing documented is missing from the code.
 package doccheck
 
 import (
