@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"flag"
 	"strings"
 	"testing"
@@ -28,4 +29,20 @@ func TestFlagUsageNames(t *testing.T) {
 			t.Errorf("-%s: usage keeps a back quote: %q", f.Name, usage)
 		}
 	})
+}
+
+// TestHelpListsCommands: itlmon -h and --help list the commands (they used
+// to print serve's flags under "Usage of itlmon serve").
+func TestHelpListsCommands(t *testing.T) {
+	for _, arg := range []string{"-h", "-help", "--help", "help"} {
+		var out, errOut bytes.Buffer
+		if got := dispatch(t.Context(), []string{arg}, &out, &errOut); got != 0 {
+			t.Errorf("itlmon %s: exit %d, stderr %q", arg, got, errOut.String())
+		}
+		for _, cmd := range []string{"serve", "migrate", "gate"} {
+			if !strings.Contains(out.String(), cmd) {
+				t.Errorf("itlmon %s does not list %s: %q", arg, cmd, out.String())
+			}
+		}
+	}
 }
