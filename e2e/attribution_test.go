@@ -1,6 +1,6 @@
 package e2e
 
-// Issue 5's scenarios: where did the stutter come from. Each scenario streams
+// The attribution scenarios: where did the stutter come from. Each streams
 // a known cadence from an origin wrapped in collector/origin's middleware,
 // through what the scenario puts in between (nothing, Debian nginx with
 // buffering and gzip, nginx told not to buffer, the jitter proxy, an origin

@@ -23,7 +23,7 @@ import (
 	"github.com/itlmon/itlmon/internal/chtest"
 )
 
-// Issue 12's end-to-end scenario: stateless collectors behind a load
+// The many-collectors scenario: stateless collectors behind a load
 // balancer on a two-shard cluster, every acked stream stored exactly once.
 
 const (

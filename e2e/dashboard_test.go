@@ -193,7 +193,7 @@ func wantStoredGzipBlocks(t *testing.T, s attrStored) {
 	}
 }
 
-// logReads logs how a stored stream was read (the figures the README's
+// logReads logs how a stored stream was read (the figures docs/dashboard.md's
 // re-chunking table quotes).
 func logReads(t *testing.T, path string, s attrStored) {
 	t.Helper()

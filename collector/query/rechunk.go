@@ -101,7 +101,7 @@ const (
 
 // Diagnoses per pattern: what the read pattern says and its usual fix. The
 // nginx behaviour they name is nginx 1.22's, as measured in Chromium and
-// at the HTTP level (the README's re-chunking section).
+// at the HTTP level (docs/dashboard.md, "Re-chunking diagnoses").
 var Diagnoses = map[string]string{
 	PatternOneRead: "The whole answer arrives in one read at the end: a proxy holds the response until it ends (nginx with " +
 		"`proxy_buffering on` and gzip or brotli on `text/event-stream`, whose encoder holds an answer of up to thousands of " +

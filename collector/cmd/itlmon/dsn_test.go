@@ -75,8 +75,8 @@ func TestDSNStartsWhileClickHouseDown(t *testing.T) {
 	}
 	send(5)
 	acks.wait(t, 5, 60*time.Second)
-	if st := m.Writer.Stats(); st.RowsSpooled != 5*perBatch || st.RowsInserted != 0 {
-		t.Fatalf("with ClickHouse down: spooled %d, inserted %d; want %d spooled, none inserted", st.RowsSpooled, st.RowsInserted, 5*perBatch)
+	if st := m.Writer.Stats(); st.RowsSpooled != 5*perBatch || st.InboxRowsInserted != 0 {
+		t.Fatalf("with ClickHouse down: spooled %d, inserted %d; want %d spooled, none inserted", st.RowsSpooled, st.InboxRowsInserted, 5*perBatch)
 	}
 
 	eng, err := chdb.Start(t.Context(), chdb.Options{LibPath: lib, Dir: t.TempDir(), NativePort: port, HTTPPort: freePort(t),

@@ -212,7 +212,7 @@ func TestKillHuntsTheCut(t *testing.T) {
 		t.Fatalf("%d records and %d origin timelines acked: the kills left nothing to check", acked, originsAcked)
 	}
 
-	// Exactly once, read as the README tells users to (no FINAL on
+	// Exactly once, read as docs/reference.md tells users to (no FINAL on
 	// itl_streams, itl_timelines, the ids and the rollups).
 	streams := countByID(t, conn, "SELECT stream_id, count() FROM itl_streams GROUP BY stream_id")
 	timelines := countByID(t, conn, "SELECT stream_id, count() FROM itl_timelines GROUP BY stream_id")

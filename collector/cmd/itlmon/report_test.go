@@ -155,8 +155,8 @@ func TestReportIngest(t *testing.T) {
 		}
 	}
 	st := m.Writer.Stats()
-	if st.RowsInserted < sent {
-		t.Fatalf("rows inserted = %d, want %d", st.RowsInserted, sent)
+	if st.InboxRowsInserted < sent {
+		t.Fatalf("rows inserted = %d, want %d", st.InboxRowsInserted, sent)
 	}
 	var stored uint64
 	if err := conn.QueryRow(t.Context(), "SELECT count() FROM itl_streams WHERE site = 'test'").Scan(&stored); err != nil || stored != sent {
@@ -216,7 +216,7 @@ func TestReportIngest(t *testing.T) {
 			pl.name, pl.promotedInE2E)
 	}
 	fmt.Fprintf(&b, "writer: %d inserts (%.1f s in them, all rounds), %d rows inserted, %d spooled; promoter: %d windows, %d streams, %d copies\n",
-		st.Inserts, st.InsertSeconds, st.RowsInserted, st.RowsSpooled, ps.Windows, ps.Streams, ps.Copies)
+		st.Inserts, st.InsertSeconds, st.InboxRowsInserted, st.RowsSpooled, ps.Windows, ps.Streams, ps.Copies)
 	// What a record costs on disk, measured from the tables (for sizing).
 	if err := conn.Exec(t.Context(), "OPTIMIZE TABLE itl_streams FINAL"); err != nil {
 		t.Logf("optimize: %v", err)
