@@ -300,7 +300,10 @@ func (m *Main) Run(ctx context.Context) (err error) {
 func (m *Main) startDemo(sites []ingest.Site, key string) (http.Handler, error) {
 	log := m.Logger.With().Str("component", "demo").Logger()
 	self := loopbackURL(m.ln.Addr().(*net.TCPAddr))
-	rep, err := origin.New(origin.Config{Collector: self, Site: "demo", Key: key,
+	// Uploads every 100 ms rather than every second: the timelines reach
+	// the inbox well within the join's hold of the page's records, even on a
+	// busy machine, and the demo sends few.
+	rep, err := origin.New(origin.Config{Collector: self, Site: "demo", Key: key, FlushInterval: 100 * time.Millisecond,
 		Logf: func(format string, args ...any) { log.Warn().Msgf(format, args...) }})
 	if err != nil {
 		return nil, fmt.Errorf("demo origin middleware: %w", err)
