@@ -134,8 +134,8 @@ var Diagnoses = map[string]string{
 	PatternOrigin: "The origin itself sends several events at once: its own timelines (the origin middleware's) show the " +
 		"events emitted in batches, several per flush, and the page reads them as they were sent. Nothing on the path " +
 		"re-chunks. Fix: in the origin, write and flush each event as the model produces it (no batching of tokens, no " +
-		"buffered writer left unflushed); if the model server itself sends tokens in batches, that is its stream interval " +
-		"setting.",
+		"buffered writer left unflushed). When the origin relays a model server, its timelines show what it passed on: " +
+		"batches the model server sent arrive batched there too.",
 	PatternBursty: "Events arrive in uneven bursts without stalls while the origin sends them one by one: something on the path " +
 		"batches them on its own schedule (a proxy or a compression encoder that flushes by size or time, not per event). " +
 		"Fix: find the hop (the origin's and edge's times tell which side) and make it pass each event on: no buffering for " +
