@@ -104,13 +104,13 @@ func TestDemoCauses(t *testing.T) {
 	// the row keeps the page's own causes, and the checks below fail).
 	idsJSON, _ := json.Marshal(ids)
 	if joined := Eval[bool](t, sctx, `(async () => {
-		for (const end = Date.now() + 30000; Date.now() < end; await new Promise(r => setTimeout(r, 100))) {
+		for (const end = Date.now() + 20000; Date.now() < end; await new Promise(r => setTimeout(r, 100))) {
 			const s = await Promise.all(`+string(idsJSON)+`.map(id => fetch('/api/stream?site=demo&id=' + id).then(r => r.ok ? r.json() : {})));
 			if (s.every(x => x.origin)) return true;
 		}
 		return false;
 	})()`); !joined {
-		t.Fatal("the demo streams were not all joined with their origin timelines within 30 s")
+		t.Fatal("the demo streams were not all joined with their origin timelines within 20 s")
 	}
 	var streams struct {
 		Streams []demoRow `json:"streams"`
