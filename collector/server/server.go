@@ -459,7 +459,8 @@ func (m *Main) Close() error {
 	// stops (the timelines of demo streams still running are dropped).
 	if m.demoProxy != nil {
 		m.demoProxy.Close()
-	} else if m.demoProxyLn != nil {
+	}
+	if m.demoProxyLn != nil { // not yet served when Run failed
 		m.demoProxyLn.Close()
 	}
 	if m.demoOrigin != nil {
