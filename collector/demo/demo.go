@@ -112,7 +112,7 @@ type Write struct {
 // Options configures Handler.
 type Options struct {
 	// Origin wraps every streaming endpoint, as a user's own origin server
-	// runs the origin middleware (collector/origin's Reporter.Handler) around
+	// runs the origin middleware (origin.Reporter.Handler) around
 	// its handlers. nil: the endpoints alone.
 	Origin func(http.Handler) http.Handler
 	// ProxyPort is the port of the demo's buffering proxy (Proxy), on the

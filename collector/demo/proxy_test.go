@@ -11,7 +11,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/itlmon/itlmon/collector/origin"
+	"github.com/itlmon/itlmon/origin"
 	"github.com/itlmon/itlmon/wasm/beacon"
 )
 

@@ -30,8 +30,8 @@ import (
 	"github.com/itlmon/itlmon/collector/httpapi"
 	"github.com/itlmon/itlmon/collector/ingest"
 	"github.com/itlmon/itlmon/collector/join"
-	"github.com/itlmon/itlmon/collector/origin"
 	"github.com/itlmon/itlmon/collector/store"
+	"github.com/itlmon/itlmon/origin"
 	"github.com/itlmon/itlmon/web"
 )
 

@@ -20,9 +20,9 @@ import (
 	"github.com/maxmind/mmdbwriter/mmdbtype"
 
 	"github.com/itlmon/itlmon/collector/demo"
-	"github.com/itlmon/itlmon/collector/origin"
 	"github.com/itlmon/itlmon/collector/server"
 	"github.com/itlmon/itlmon/collector/store"
+	"github.com/itlmon/itlmon/origin"
 	"github.com/itlmon/itlmon/wasm/beacon"
 )
 
