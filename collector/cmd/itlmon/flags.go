@@ -10,6 +10,7 @@ import (
 	"github.com/itlmon/itlmon/collector/config"
 	"github.com/itlmon/itlmon/collector/ingest"
 	"github.com/itlmon/itlmon/collector/join"
+	"github.com/itlmon/itlmon/collector/secret"
 	"github.com/itlmon/itlmon/collector/server"
 )
 
@@ -37,7 +38,7 @@ func (s siteFlags) Set(v string) error {
 }
 
 // originKeyFlags collects repeatable --origin-key SITE=KEY values.
-type originKeyFlags struct{ keys *map[string]string }
+type originKeyFlags struct{ keys *map[string]secret.Token }
 
 func (f originKeyFlags) String() string {
 	if f.keys == nil {
@@ -56,23 +57,11 @@ func (f originKeyFlags) Set(v string) error {
 		return err
 	}
 	if *f.keys == nil {
-		*f.keys = map[string]string{}
+		*f.keys = map[string]secret.Token{}
 	}
 	(*f.keys)[site] = key
 	return nil
 }
-
-// secretFlag is a string flag whose value never shows in usage text.
-type secretFlag struct{ s *string }
-
-func (f secretFlag) String() string {
-	if f.s == nil || *f.s == "" {
-		return ""
-	}
-	return "***"
-}
-
-func (f secretFlag) Set(v string) error { *f.s = v; return nil }
 
 // durationFlag accepts Go durations and whole days ("90d").
 type durationFlag struct{ d *time.Duration }
@@ -162,8 +151,8 @@ func serveFlags(fs *flag.FlagSet, c *server.Config) {
 	fs.BoolVar(&c.Demo, "demo", c.Demo, "serve the demo chat at /demo/ and accept site \"demo\" from the collector's own origin")
 	fs.Float64Var(&c.ConnRate, "conn-rate", c.ConnRate, "records/s allowed per WebSocket connection (0: unlimited)")
 	fs.Float64Var(&c.SiteRate, "site-rate", c.SiteRate, "records/s allowed per site, all connections together (0: unlimited)")
-	fs.Var(secretFlag{&c.ReadToken}, "read-token", "token of the read side (/api/*, /metrics, /dashboard/): Bearer token, or the password of basic auth (at least 16 bytes; prefer env ITLMON_READ_TOKEN). Without it the read side is served to loopback clients only")
-	fs.StringVar(&c.ReadAddr, "read-addr", c.ReadAddr, "loopback address of a separate listener for the read side; default 127.0.0.1:<port+1> when --addr is not loopback and no --read-token is set")
+	fs.Var(&c.ReadToken, "read-token", "token of the read side (/api/*, /metrics, /dashboard/): Bearer token, or the password of basic auth (at least 16 bytes; prefer env ITLMON_READ_TOKEN). With it the read side is served on --addr to requests carrying it; without it, only on the loopback --read-addr")
+	fs.StringVar(&c.ReadAddr, "read-addr", c.ReadAddr, "loopback address of the read side's own listener, which serves local clients without the token; default 127.0.0.1:<port of --addr + 1> when no --read-token is set (--demo on a loopback --addr serves the read side on --addr instead, unless --read-addr is given)")
 	fs.Var(bytesFlag{&c.IngestMemory}, "ingest-memory", "bytes ingest may hold at once (frames still arriving, batches not yet stored); beyond, clients are shed (WebSocket close 1013, HTTP 503, both with a retry delay the module honours). Default: a quarter of GOMEMLIMIT, else 256MiB")
 	fs.Var(bytesFlag{&c.SpoolMax}, "spool-max", "bytes the local spool may hold on disk while ClickHouse is away (e.g. 10GiB); beyond, the oldest spooled records are deleted, counted (itlmon_store_spool_dropped_rows_total) and logged; -1: unbounded")
 	fs.DurationVar(&c.JoinHold, "join-hold", c.JoinHold, "an origin timeline reaching the inbox up to this long after its client record refines the record's stall causes; records become readable about this much later (the same on every collector of a deployment)")
