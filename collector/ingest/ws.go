@@ -466,7 +466,7 @@ func (c *conn) handleFrame(frame []byte, held int64) bool {
 	ctx, cancel := context.WithTimeout(h.base, h.queueWait)
 	// Counted once handed over: when Submit returns, or when done runs
 	// first (from the store's goroutine, before the ack goes out).
-	accepted := sync.OnceFunc(func() { h.m.accepted.Add(float64(n)) })
+	accepted := sync.OnceFunc(func() { h.m.accepted.Add(float64(n)); c.site.records.Add(float64(n)) })
 	err = h.handOver(ctx, func() error {
 		batch := h.batch(&sc.out, b, wire, c.site, c.hdr, c.remote, now)
 		return h.sink.Submit(ctx, batch, func(err error) {
