@@ -37,8 +37,13 @@ func (s siteFlags) Set(v string) error {
 	return nil
 }
 
-// originKeyFlags collects repeatable --origin-key SITE=KEY values.
-type originKeyFlags struct{ keys *map[string]secret.Token }
+// originKeyFlags collects repeatable --origin-key SITE=KEY values. An
+// invalid value is kept in *err, not returned: the flag package would quote
+// the value, the key with it, in its error.
+type originKeyFlags struct {
+	keys *map[string]secret.Token
+	err  *error
+}
 
 func (f originKeyFlags) String() string {
 	if f.keys == nil {
@@ -54,7 +59,10 @@ func (f originKeyFlags) String() string {
 func (f originKeyFlags) Set(v string) error {
 	site, key, err := join.ParseOriginKey(v)
 	if err != nil {
-		return err
+		if *f.err == nil {
+			*f.err = err
+		}
+		return nil
 	}
 	if *f.keys == nil {
 		*f.keys = map[string]secret.Token{}
@@ -139,13 +147,15 @@ func storageFlags(fs *flag.FlagSet, c *server.Config) {
 	fs.StringVar(&c.Cluster, "cluster", c.Cluster, "a cluster layout's cluster (remote_servers): migrate creates the layout (per-shard tables in DB_local, Distributed tables in DB, the DSN's database); serve inserts through it, promotes every shard and runs no DDL")
 }
 
-// serveFlags registers the flags of serve.
-func serveFlags(fs *flag.FlagSet, c *server.Config) {
+// serveFlags registers the flags of serve. After parsing, check reports a
+// value that was refused without being quoted (an invalid origin key).
+func serveFlags(fs *flag.FlagSet, c *server.Config) (check func() error) {
+	var keyErr error
 	fs.StringVar(&c.Addr, "addr", c.Addr, "listen address")
 	storageFlags(fs, c)
 	fs.Var(siteFlags{&c.Sites}, "site", "site key and allowed page origins, KEY=ORIGIN[,ORIGIN...] (repeatable; env ITLMON_SITES separates sites with ';')")
 	fs.StringVar(&c.SitesFile, "sites-file", c.SitesFile, "file with one KEY=ORIGIN[,ORIGIN...] per line")
-	fs.Var(originKeyFlags{&c.OriginKeys}, "origin-key", "SITE=KEY: accept origin timelines for SITE on POST /v1/origin with this shared key (repeatable, at least 16 bytes; env ITLMON_ORIGIN_KEYS separates them with ';')")
+	fs.Var(originKeyFlags{&c.OriginKeys, &keyErr}, "origin-key", "SITE=KEY: accept origin timelines for SITE on POST /v1/origin with this shared key (repeatable, at least 16 bytes; env ITLMON_ORIGIN_KEYS separates them with ';')")
 	fs.BoolVar(&c.TrustProxy, "trust-proxy", c.TrustProxy, "trust CDN country headers (CF-IPCountry, CloudFront-Viewer-Country, X-Vercel-IP-Country) and X-Forwarded-For")
 	fs.StringVar(&c.GeoIP, "geoip", c.GeoIP, "country and region database: MaxMind-format .mmdb files or directories of them, comma-separated (MaxMind GeoIP2/GeoLite2, ip-location-db); default ~/.cache/itlmon/geoip when `make deps-geoip` installed it; none: off")
 	fs.BoolVar(&c.Demo, "demo", c.Demo, "serve the demo chat at /demo/ and accept site \"demo\" from the collector's own origin")
@@ -159,6 +169,12 @@ func serveFlags(fs *flag.FlagSet, c *server.Config) {
 	fs.StringVar(&c.OTLPEndpoint, "otlp-endpoint", c.OTLPEndpoint, "export the rollup's closed minutes as OTLP metrics over HTTP/protobuf to this URL (http(s)://host:4318; /v1/metrics is added to a bare host); every collector may: each minute is sent by the one that claims it")
 	fs.DurationVar(&c.OTLPInterval, "otlp-interval", c.OTLPInterval, "how often the OTLP exporter sends the minutes closed since its last export")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", c.ShutdownTimeout, "how long a graceful shutdown may take to drain connections, queue and spool writes")
+	return func() error {
+		if keyErr != nil {
+			return fmt.Errorf("--origin-key: %w", keyErr)
+		}
+		return nil
+	}
 }
 
 // envName is the environment variable of a flag: --log-level is ITLMON_LOG_LEVEL.
