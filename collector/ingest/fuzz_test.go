@@ -105,14 +105,19 @@ func FuzzWSFrames(f *testing.F) {
 		c.BodyTimeout = time.Second // a frame the input leaves unfinished ends with the client's close
 	})
 	f.Fuzz(func(t *testing.T, data []byte) {
-		c, _, err := websocket.DefaultDialer.Dial(fx.wsURL("chat"), http.Header{"Origin": {pageOrigin}})
+		d := websocket.Dialer{HandshakeTimeout: 10 * time.Second}
+		c, _, err := d.Dial(fx.wsURL("chat"), http.Header{"Origin": {pageOrigin}})
 		if err != nil {
 			t.Fatal(err)
 		}
 		nc := c.NetConn()
-		nc.Write(data)
+		nc.SetDeadline(time.Now().Add(10 * time.Second))
+		if _, err := nc.Write(data); err != nil {
+			if ne, ok := err.(net.Error); ok && ne.Timeout() {
+				t.Fatal("the collector stopped reading without closing the connection")
+			}
+		}
 		nc.(*net.TCPConn).CloseWrite()
-		nc.SetReadDeadline(time.Now().Add(10 * time.Second))
 		for {
 			if _, _, err := c.ReadMessage(); err != nil {
 				if ne, ok := err.(net.Error); ok && ne.Timeout() {
