@@ -23,7 +23,9 @@ import (
 // client). Without a read token the read side (dashboard, /api/, /metrics)
 // is refused through nginx and on the ingest listener itself, and served on
 // the loopback read listener; with --read-token it is refused through nginx
-// without the token and served with it. /readyz stays public and says no
+// without the token and served with it. Even the demo's one-port
+// convenience, which serves local clients on the main listener, refuses
+// nginx's default request (not proof: see httpapi.ReadPolicy). /readyz stays public and says no
 // more than ready; ingest works through nginx (the beacon POST through the
 // bare location, the WebSocket through its own) and what it took is read
 // back with the token.
@@ -33,8 +35,11 @@ func TestReadSideBehindNginx(t *testing.T) {
 	// A deployment, not the demo: --demo=false.
 	a := StartCollectorArgs(t, []string{"--demo=false", "--log-level", "info"}, site+"="+page)
 	b := StartCollectorArgs(t, []string{"--demo=false", "--clickhouse", a.ClickHouseDSN(t), "--read-token", token}, site+"="+page)
+	// The demo's one-port convenience (local clients on the main listener).
+	d := StartCollectorArgs(t, []string{"--clickhouse", a.ClickHouseDSN(t)}, site+"="+page)
 	na := nginx.Start(t, nginx.Options{Upstream: a.Addr, Default: true})
 	nb := nginx.Start(t, nginx.Options{Upstream: b.Addr, Default: true})
+	nd := nginx.Start(t, nginx.Options{Upstream: d.Addr, Default: true})
 	_, port, _ := net.SplitHostPort(a.Addr)
 	p, _ := strconv.Atoi(port)
 	readA := "http://127.0.0.1:" + strconv.Itoa(p+1) // the read listener's default
@@ -71,6 +76,14 @@ func TestReadSideBehindNginx(t *testing.T) {
 		}
 		if code, body := get(nb.URL()+path, "Authorization", "Bearer "+token); code != http.StatusOK {
 			t.Errorf("token: %s through nginx with it = %d %.200s, want 200", path, code, body)
+		}
+		// The demo serves a local client; nginx's default request (HTTP/1.0)
+		// is not taken for one.
+		if code, _ := get(d.URL + path); code != http.StatusOK {
+			t.Errorf("demo: %s from a local client = %d, want 200", path, code)
+		}
+		if code, _ := get(nd.URL() + path); code != http.StatusForbidden {
+			t.Errorf("demo: %s through nginx = %d, want 403", path, code)
 		}
 	}
 	if code, body := get(na.URL() + "/readyz"); code != http.StatusOK || body != "ready\n" {

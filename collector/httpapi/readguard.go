@@ -27,13 +27,15 @@ type ReadPolicy struct {
 	// Bearer TOKEN" or as the password of basic auth (any user name, so a
 	// browser can open the dashboard). Compared in constant time.
 	Token secret.Token
-	// Local admits requests that look local: a loopback peer, no
-	// Forwarded, X-Forwarded-For or X-Real-IP header, and a Host that is
-	// a loopback name or address. That is not proof: a reverse proxy on
-	// the same host that adds no header and sends the upstream's own Host
-	// (nginx's default proxy_pass does both) looks just the same. So Local
-	// belongs on a loopback listener no proxy is pointed at (the read
-	// side's own), or to the demo that asks for it.
+	// Local admits requests that look local: HTTP/1.1 or later, a
+	// loopback peer, no Forwarded, X-Forwarded-For, X-Real-IP,
+	// X-Forwarded-Host or X-Forwarded-Proto header, and a Host that is a
+	// loopback name or address. That is not proof: a reverse proxy on the
+	// same host that adds no header and sends the upstream's own Host
+	// (nginx's default proxy_pass does both; with proxy_http_version 1.1
+	// it speaks 1.1 too) looks just the same. So Local belongs on a
+	// loopback listener no proxy is pointed at (the read side's own), or to
+	// the demo that asks for it.
 	Local bool
 }
 
@@ -79,10 +81,15 @@ func readCredential(r *http.Request) (string, bool) {
 }
 
 // localRequest reports whether r looks like it comes from this host and no
-// proxy (see ReadPolicy.Local): a loopback peer, no forwarding header, and
-// a loopback Host (which also refuses a page whose name was rebound to
-// 127.0.0.1 by DNS: its Host is its own name).
+// proxy (see ReadPolicy.Local): HTTP/1.1 or later (nginx speaks HTTP/1.0 to
+// its upstreams unless told otherwise; browsers and curl speak 1.1), a
+// loopback peer, no forwarding header, and a loopback Host (which also
+// refuses a page whose name was rebound to 127.0.0.1 by DNS: its Host is
+// its own name).
 func localRequest(r *http.Request) bool {
+	if !r.ProtoAtLeast(1, 1) {
+		return false
+	}
 	for _, h := range []string{"Forwarded", "X-Forwarded-For", "X-Real-IP", "X-Forwarded-Host", "X-Forwarded-Proto"} {
 		if len(r.Header.Values(h)) > 0 {
 			return false

@@ -30,6 +30,7 @@ func TestReadGuard(t *testing.T) {
 		path, remote, host string
 		hdr                map[string]string
 		basic              []string // user, password
+		http10             bool
 	}
 	do := func(h http.Handler, rq req) *httptest.ResponseRecorder {
 		r := httptest.NewRequest("GET", "http://collector"+rq.path, nil)
@@ -43,6 +44,9 @@ func TestReadGuard(t *testing.T) {
 		}
 		if rq.basic != nil {
 			r.SetBasicAuth(rq.basic[0], rq.basic[1])
+		}
+		if rq.http10 {
+			r.Proto, r.ProtoMajor, r.ProtoMinor = "HTTP/1.0", 1, 0
 		}
 		w := httptest.NewRecorder()
 		h.ServeHTTP(w, r)
@@ -80,6 +84,8 @@ func TestReadGuard(t *testing.T) {
 		{"local: proxied (Forwarded)", loc, req{path: "/dashboard/", remote: local, hdr: map[string]string{"Forwarded": "for=203.0.113.7"}}, 403},
 		{"local: proxied (X-Real-IP)", loc, req{path: "/dashboard/", remote: local, hdr: map[string]string{"X-Real-IP": "203.0.113.7"}}, 403},
 		{"local: proxied with the public Host", loc, req{path: "/api/sites", remote: local, host: "rum.example.com"}, 403},
+		{"local: HTTP/1.0 (nginx's default to its upstream)", loc, req{path: "/api/sites", remote: local, http10: true}, 403},
+		{"token: HTTP/1.0 with the token", tok, req{path: "/api/sites", remote: local, http10: true, hdr: bearer}, 200},
 		{"local: DNS rebinding", loc, req{path: "/api/sites", remote: local, host: "attacker.example:8080"}, 403},
 		{"local: token does not matter", loc, req{path: "/api/sites", remote: public, hdr: bearer}, 403},
 		{"local: ingest public", loc, req{path: "/v1/ws", remote: public}, 200},
