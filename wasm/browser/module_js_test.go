@@ -226,10 +226,13 @@ func TestMirrorOpen(t *testing.T) {
 	a.start(startArgs(3, "m", "", "", 0, -1))
 	a.dirty = true // the export wrapper sets it on every call
 	wire := a.mirror([]js.Value{js.ValueOf(1300.0)})
-	if v, ok := wire.(js.Value); !ok || v.Type() != js.TypeObject {
-		t.Fatalf("mirror() = %v", wire)
+	if v, ok := wire.(js.Value); !ok || v.Type() != js.TypeObject || v.Length() != 2 {
+		t.Fatalf("mirror() = %v, want [held, open]", wire)
 	}
-	u := wire.(js.Value)
+	if h := wire.(js.Value).Index(0); !h.IsNull() {
+		t.Fatalf("mirror()[0] = %v, want null: nothing ended, nothing held", h)
+	}
+	u := wire.(js.Value).Index(1)
 	buf := make([]byte, u.Length())
 	js.CopyBytesToGo(buf, u)
 	b, err := beacon.DecodeBatch(buf, beacon.Limits{})
