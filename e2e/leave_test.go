@@ -49,44 +49,61 @@ func leaveChunks() []string {
 // page leaving, ms.
 var leaveDelays = []int{0, 5, 20, 100}
 
-// leaveJS runs one case of the matrix in a fresh iframe of the top page: it
-// loads the test page (itlmon in its Worker, or on the main thread), waits
-// for the module, then, in the iframe's own realm, fetches the answer through
-// the buffering proxy, reads it to its end and removes its own iframe delay
-// ms after that last read: at once in the read's own task for 0, else from
-// the iframe's setTimeout. Removing an iframe unloads its document there and
-// then (pagehide, synchronously), so the time from the last read to
-// pagehide is the delay itself, not a navigation's network round trip. It
-// resolves, from the page's own pagehide listener, with what the page saw:
-// the module's mode, the body's bytes and reads, and the time from the last
-// read to pagehide.
-const leaveJS = `async (init, model, delay) => {
-  const f = document.createElement('iframe');
-  f.src = '/?init=' + encodeURIComponent(JSON.stringify(init));
-  const loaded = new Promise(r => { f.onload = r; });
-  document.body.appendChild(f);
-  await loaded;
-  const w = f.contentWindow;
-  while (!w.itlmon && w.e2e.loaded !== 'error') await new Promise(r => setTimeout(r, 5));
-  if (!w.itlmon || !(await w.itlmon.ready)) return { error: 'itlmon not ready: ' + (w.itlmon && w.itlmon.timing.error) };
-  const mode = w.itlmon.timing.mode;
-  const out = await new Promise((resolve, reject) => w.eval('(' + (async (model, delay, resolve) => {
-    const out = { bytes: 0, reads: 0, lastRead: 0, pagehide: -1 };
-    addEventListener('pagehide', () => { out.pagehide = performance.now() - out.lastRead; resolve(out); });
-    const resp = await fetch('/v1/leave', { method: 'POST', headers: { 'Content-Type': 'application/json' },
-      body: JSON.stringify({ model: model, stream: true }) });
-    const rd = resp.body.getReader();
-    for (;;) {
-      const x = await rd.read();
-      out.lastRead = performance.now();
-      if (x.done) break;
-      out.bytes += x.value.byteLength;
-      out.reads++;
-    }
-    const leave = () => { frameElement.remove(); };
-    if (delay === 0) leave(); else setTimeout(leave, delay);
-  }) + ')')(model, delay, resolve).catch(reject));
-  return Object.assign(out, { mode });
+// leaveJS runs the matrix's cases (an array of {init, model, delay}) in
+// iframes of the top page: it loads the test page in one iframe per case
+// (itlmon in its Worker, or on the main thread; all at once) and waits for
+// their modules, then runs the cases one after the other. Each, in its
+// iframe's own realm, fetches the answer through the buffering proxy, reads
+// it to its end and removes its own iframe delay ms after that last read: at
+// once in the read's own task for 0, else from the iframe's setTimeout.
+// Removing an iframe unloads its document there and then (pagehide,
+// synchronously), so the time from the last read to pagehide is the delay
+// itself, not a navigation's network round trip. A case resolves from the
+// page's pagehide listener (it runs after itlmon's) with what the page saw:
+// the module's mode, the body's bytes and reads, the time from the last read
+// to pagehide, how long itlmon's pagehide took and how many streams it
+// measured again on the page (itlmon.timing).
+const leaveJS = `async (cases) => {
+  const load = async (c) => {
+    const f = document.createElement('iframe');
+    f.src = '/?init=' + encodeURIComponent(JSON.stringify(c.init));
+    const loaded = new Promise(r => { f.onload = r; });
+    document.body.appendChild(f);
+    await loaded;
+    const w = f.contentWindow;
+    while (!w.itlmon && w.e2e.loaded !== 'error') await new Promise(r => setTimeout(r, 5));
+    if (!w.itlmon || !(await w.itlmon.ready)) throw new Error(c.model + ': itlmon not ready: ' + (w.itlmon && w.itlmon.timing.error));
+    return w;
+  };
+  const frames = await Promise.all(cases.map(load));
+  const results = [];
+  for (let i = 0; i < cases.length; i++) {
+    const w = frames[i], c = cases[i], mode = w.itlmon.timing.mode;
+    const out = await new Promise((resolve, reject) => w.eval('(' + (async (model, delay, resolve) => {
+      const out = { bytes: 0, reads: 0, lastRead: 0, pagehide: -1, itlmonMs: -1, replayed: 0 };
+      addEventListener('pagehide', () => {
+        const t = itlmon.timing;
+        out.itlmonMs = t.pagehideMs;
+        out.replayed = t.replayed;
+        out.pagehide = performance.now() - t.pagehideMs - out.lastRead;
+        resolve(out);
+      });
+      const resp = await fetch('/v1/leave', { method: 'POST', headers: { 'Content-Type': 'application/json' },
+        body: JSON.stringify({ model: model, stream: true }) });
+      const rd = resp.body.getReader();
+      for (;;) {
+        const x = await rd.read();
+        out.lastRead = performance.now();
+        if (x.done) break;
+        out.bytes += x.value.byteLength;
+        out.reads++;
+      }
+      const leave = () => { frameElement.remove(); };
+      if (delay === 0) leave(); else setTimeout(leave, delay);
+    }) + ')')(c.model, c.delay, resolve).catch(reject));
+    results.push(Object.assign(out, { mode }));
+  }
+  return results;
 }`
 
 // leaveResult is what one case of the matrix saw in the page.
@@ -96,6 +113,8 @@ type leaveResult struct {
 	Bytes      int     `json:"bytes"`
 	Reads      int     `json:"reads"`
 	PagehideMs float64 `json:"pagehide"` // from the last read to pagehide
+	ItlmonMs   float64 `json:"itlmonMs"` // itlmon's pagehide listener
+	Replayed   int     `json:"replayed"` // streams it measured again on the page
 }
 
 // TestLeaveAfterLastRead: behind a buffering proxy (nginx, proxy_buffering
@@ -122,7 +141,10 @@ func TestLeaveAfterLastRead(t *testing.T) {
 		p := NewPage(t, e)
 		NavigateIn(t, p, front+"/?nomodule=1")
 		type leaveCase struct {
-			model string
+			Init  map[string]any `json:"init"`
+			Model string         `json:"model"`
+			Delay int            `json:"delay"`
+			mode  string
 			got   leaveResult
 		}
 		var cases []leaveCase
@@ -131,23 +153,27 @@ func TestLeaveAfterLastRead(t *testing.T) {
 			if mode == "main" {
 				init["worker"] = false
 			}
-			in, _ := json.Marshal(init)
 			for _, d := range leaveDelays {
-				model := "leave-" + e.Name() + "-" + mode + "-" + strconv.Itoa(d)
-				got := EvalIn[leaveResult](t, p, `(`+leaveJS+`)(`+string(in)+`, "`+model+`", `+strconv.Itoa(d)+`)`)
-				if got.Error != "" {
-					t.Fatalf("%s: %s", model, got.Error)
-				}
-				if got.Mode != mode || got.Bytes != wantBytes {
-					t.Fatalf("%s: the page ran the module in mode %q and read %d bytes; want %q and %d", model, got.Mode, got.Bytes, mode, wantBytes)
-				}
-				t.Logf("%s: %d bytes in %d reads, pagehide %.1f ms after the last read", model, got.Bytes, got.Reads, got.PagehideMs)
-				cases = append(cases, leaveCase{model, got})
+				cases = append(cases, leaveCase{Init: init, Model: "leave-" + e.Name() + "-" + mode + "-" + strconv.Itoa(d), Delay: d, mode: mode})
 			}
+		}
+		arg, _ := json.Marshal(cases)
+		got := evalFor[[]leaveResult](t, p, 2*time.Minute, `(`+leaveJS+`)(`+string(arg)+`)`)
+		if len(got) != len(cases) {
+			t.Fatalf("%d results for %d cases", len(got), len(cases))
+		}
+		for i := range cases {
+			k := &cases[i]
+			k.got = got[i]
+			if k.got.Mode != k.mode || k.got.Bytes != wantBytes {
+				t.Fatalf("%s: the page ran the module in mode %q and read %d bytes; want %q and %d", k.Model, k.got.Mode, k.got.Bytes, k.mode, wantBytes)
+			}
+			t.Logf("%s: %d bytes in %d reads, pagehide %.1f ms after the last read; itlmon's pagehide took %.1f ms, %d streams measured again",
+				k.Model, k.got.Bytes, k.got.Reads, k.got.PagehideMs, k.got.ItlmonMs, k.got.Replayed)
 		}
 		// The rows: each case's stream once, found by its model.
 		byModel := map[string]StoredStream{}
-		for deadline := time.Now().Add(15 * time.Second); ; {
+		for deadline := time.Now().Add(45 * time.Second); ; {
 			rows, err := c.Streams(t, "e2e")
 			if err != nil {
 				t.Fatal(err)
@@ -163,13 +189,13 @@ func TestLeaveAfterLastRead(t *testing.T) {
 			<-time.After(100 * time.Millisecond)
 		}
 		for _, k := range cases {
-			r, ok := byModel[k.model]
+			r, ok := byModel[k.Model]
 			switch {
 			case !ok:
-				t.Errorf("%s: not stored (pagehide %.1f ms after the last read)", k.model, k.got.PagehideMs)
+				t.Errorf("%s: not stored (pagehide %.1f ms after the last read)", k.Model, k.got.PagehideMs)
 			case r.Status != statusComplete || r.End != "body_end" || r.ContentEvents != leaveTokens || r.Bytes != uint64(wantBytes):
 				t.Errorf("%s: stored %s/%s with %d content events and %d bytes; want %s/body_end with %d and %d (pagehide %.1f ms after the last read)",
-					k.model, r.Status, r.End, r.ContentEvents, r.Bytes, statusComplete, leaveTokens, wantBytes, k.got.PagehideMs)
+					k.Model, r.Status, r.End, r.ContentEvents, r.Bytes, statusComplete, leaveTokens, wantBytes, k.got.PagehideMs)
 			}
 		}
 	})

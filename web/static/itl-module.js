@@ -391,6 +391,7 @@
         if (ids[i] !== UNMEASURED) a.end(ids[i], e[0], e[1], e[2], e[3], out);
       }
       a.pagehide();
+      env.timing.replayed = left.length;
       return true;
     } catch (_) {
       return false;

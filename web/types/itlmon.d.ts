@@ -58,7 +58,7 @@ interface ItlmonHostEnv {
   summaryFields: number;
   fetch: typeof fetch; // the page's original fetch
   fail(msg: string, e?: unknown): void; // turns measuring off for good
-  timing: { workerError: string };
+  timing: { workerError: string; replayed: number };
   nonce: string; // the tag's CSP nonce, for the scripts the host adds
 }
 
