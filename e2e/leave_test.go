@@ -109,7 +109,6 @@ const leaveJS = `async (cases) => {
 
 // leaveResult is what one case of the matrix saw in the page.
 type leaveResult struct {
-	Error      string  `json:"error"`
 	Mode       string  `json:"mode"`
 	Bytes      int     `json:"bytes"`
 	Reads      int     `json:"reads"`
