@@ -157,9 +157,11 @@
   // 'main'; workerError: why the Worker did not start; feedMs: the main
   // thread's time handing batches to the module; collected: bodies reported
   // collected; unmeasured: streams let through unmeasured (no slot, or past
-  // the queue's bound while the module loaded).
+  // the queue's bound while the module loaded); pagehideMs: the last
+  // pagehide's work; replayed: streams it measured again on the page (a
+  // module in a Worker, see itl-module.js).
   var timing = { loaderStart: loaderStart, loaderMs: 0, loadAt: -1, readyAt: -1, error: '', mode: '',
-    workerError: '', feedMs: 0, feedOps: 0, feedCalls: 0, collected: 0, unmeasured: 0 };
+    workerError: '', feedMs: 0, feedOps: 0, feedCalls: 0, collected: 0, unmeasured: 0, pagehideMs: 0, replayed: 0 };
 
   /** @param {string} msg @param {unknown} [e] */
   function warn(msg, e) {
@@ -966,6 +968,7 @@
         // they leave with the beacon (those whose bodies were collected, at
         // their last read).
         var now = performance.now();
+        timing.replayed = 0;
         protoWait.forEach(function (send) { send(true); });
         measured.forEach(function (rec) {
           if (rec.failedAt >= 0) endStream(rec, PAGEHIDE, rec.failedAt); // failed by the page's teardown
@@ -973,6 +976,7 @@
           else endStream(rec, PAGEHIDE, now);
         });
         try { if (api && !broken) api.pagehide(); } catch (e) { fail('module failed', e); }
+        timing.pagehideMs = performance.now() - now;
       });
       addEventListener('pageshow', function (e) {
         try { if (e.persisted && api && !broken) api.pageshow(); } catch (x) { fail('module failed', x); }
