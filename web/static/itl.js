@@ -288,15 +288,15 @@
   // (fetch(new Request(url, init)), as the Mistral client calls it) from a
   // clone of its body: the page's own body is neither read nor delayed (the
   // clone is taken before the page's fetch, and read while that runs), and
-  // only its first MODEL_BYTES are scanned. A JSON body only; a streamed
-  // upload (duplex) or a large one is skipped. facts.model is set when found:
+  // only its first MODEL_BYTES are scanned. A JSON body only (by its
+  // Content-Type); one whose Content-Length says it is larger is skipped. facts.model is set when found:
   // in a few microtasks, long before the response headers (when the stream
   // starts with it).
   /** @param {Request} req @param {ItlmonFacts} facts */
   function requestModel(req, facts) {
     var ct = req.headers.get('content-type') || '';
     var len = +(req.headers.get('content-length') || 0);
-    if (!req.body || req.bodyUsed || /** @type {any} */ (req).duplex === 'half' || ct.indexOf('json') < 0 || len > MODEL_BYTES) return;
+    if (!req.body || req.bodyUsed || ct.indexOf('json') < 0 || len > MODEL_BYTES) return;
     var reader = req.clone().body;
     if (!reader) return;
     var rd = reader.getReader(), dec = new TextDecoder(), text = '';
