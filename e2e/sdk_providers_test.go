@@ -352,9 +352,10 @@ async function chatLoop(stream, out, content, usageOf) {
 }
 // openaiAt streams through the OpenAI SDK from an OpenAI-compatible API at path.
 const openaiAt = (path) => async (o) => {
+  const M = await sdk('openai');
   const { out, page, content } = newOut();
   try {
-    const client = new OpenAI.default({ apiKey: 'sk-test', baseURL: base + path, dangerouslyAllowBrowser: true, maxRetries: 0 });
+    const client = new M.default({ apiKey: 'sk-test', baseURL: base + path, dangerouslyAllowBrowser: true, maxRetries: 0 });
     const stream = await client.chat.completions.create({ model: o.model, stream: true, stream_options: { include_usage: true }, messages: msgs });
     await chatLoop(stream, out, content, c => c.usage ? c.usage.completion_tokens : null);
   } catch (e) { out.err = e.name + ': ' + e.message; }
@@ -362,9 +363,10 @@ const openaiAt = (path) => async (o) => {
 };
 const drivers = {
   async cohere(o) {
+    const M = await sdk('cohere');
     const { out, page, content } = newOut();
     try {
-      const client = new Cohere.CohereClientV2({ token: 'co-test', baseUrl: base + '/cohere' });
+      const client = new M.CohereClientV2({ token: 'co-test', baseUrl: base + '/cohere' });
       const stream = await client.chatStream({ model: o.model, messages: msgs });
       for await (const ev of stream) {
         out.items++;
@@ -375,9 +377,10 @@ const drivers = {
     return { out, page };
   },
   async gemini(o) {
+    const M = await sdk('genai');
     const { out, page, content } = newOut();
     try {
-      const ai = new GenAI.GoogleGenAI({ apiKey: 'gm-test', httpOptions: { baseUrl: base + '/gemini' } });
+      const ai = new M.GoogleGenAI({ apiKey: 'gm-test', httpOptions: { baseUrl: base + '/gemini' } });
       const stream = await ai.models.generateContentStream({ model: o.model, contents: 'hi' });
       for await (const c of stream) {
         out.items++;
@@ -389,9 +392,10 @@ const drivers = {
     return { out, page };
   },
   async mistral(o) {
+    const M = await sdk('mistral');
     const { out, page, content } = newOut();
     try {
-      const client = new Mistral.Mistral({ apiKey: 'ms-test', serverURL: base + '/mistral' });
+      const client = new M.Mistral({ apiKey: 'ms-test', serverURL: base + '/mistral' });
       const stream = await client.chat.stream({ model: o.model, messages: msgs });
       for await (const ev of stream) {
         out.items++;
@@ -404,18 +408,20 @@ const drivers = {
     return { out, page };
   },
   async groq(o) {
+    const M = await sdk('groq');
     const { out, page, content } = newOut();
     try {
-      const client = new Groq.default({ apiKey: 'gsk-test', baseURL: base + '/groq', dangerouslyAllowBrowser: true, maxRetries: 0 });
+      const client = new M.default({ apiKey: 'gsk-test', baseURL: base + '/groq', dangerouslyAllowBrowser: true, maxRetries: 0 });
       const stream = await client.chat.completions.create({ model: o.model, stream: true, messages: msgs });
       await chatLoop(stream, out, content, c => c.x_groq && c.x_groq.usage ? c.x_groq.usage.completion_tokens : null);
     } catch (e) { out.err = e.name + ': ' + e.message; }
     return { out, page };
   },
   async hf(o) {
+    const M = await sdk('hf');
     const { out, page, content } = newOut();
     try {
-      const client = new HF.InferenceClient();
+      const client = new M.InferenceClient();
       const stream = client.chatCompletionStream({ endpointUrl: base + '/tgi', model: o.model, messages: msgs, stream_options: { include_usage: true } });
       await chatLoop(stream, out, content, c => c.usage ? c.usage.completion_tokens : null);
     } catch (e) { out.err = e.name + ': ' + e.message; }
@@ -427,9 +433,10 @@ const drivers = {
   together: openaiAt('/together/v1'),
   fireworks: openaiAt('/fireworks/inference/v1'),
   async azure(o) {
+    const M = await sdk('openai');
     const { out, page, content } = newOut();
     try {
-      const client = new OpenAI.AzureOpenAI({ endpoint: base + '/azure', apiKey: 'az-test', apiVersion: '2024-10-21', deployment: o.model, dangerouslyAllowBrowser: true, maxRetries: 0 });
+      const client = new M.AzureOpenAI({ endpoint: base + '/azure', apiKey: 'az-test', apiVersion: '2024-10-21', deployment: o.model, dangerouslyAllowBrowser: true, maxRetries: 0 });
       const stream = await client.chat.completions.create({ model: '', stream: true, stream_options: { include_usage: true }, messages: msgs });
       await chatLoop(stream, out, content, c => c.usage ? c.usage.completion_tokens : null);
     } catch (e) { out.err = e.name + ': ' + e.message; }
@@ -441,12 +448,8 @@ const drivers = {
 var providerPageTmpl = template.Must(template.New("providers").Parse(`<!doctype html>
 <html><head><meta charset="utf-8"><title>itlmon provider sdk e2e</title>
 <script type="module">
-import * as Cohere from '/sdk-js/cohere.mjs';
-import * as GenAI from '/sdk-js/genai.mjs';
-import * as Mistral from '/sdk-js/mistral.mjs';
-import * as Groq from '/sdk-js/groq.mjs';
-import * as HF from '/sdk-js/hf.mjs';
-import * as OpenAI from '/sdk-js/openai.mjs';
+// Each bundle is imported by the first run that needs it (the page loads at once).
+const sdk = (name) => import('/sdk-js/' + name + '.mjs');
 {{.Drivers}}
 window.e2e = { summaries: [], loaded: false, early: [] };
 e2e.run = async function (name, opts) {
