@@ -296,10 +296,11 @@
   function requestModel(req, facts) {
     var ct = req.headers.get('content-type') || '';
     var len = +(req.headers.get('content-length') || 0);
-    if (!req.body || req.bodyUsed || ct.indexOf('json') < 0 || len > MODEL_BYTES) return;
-    var reader = req.clone().body;
-    if (!reader) return;
-    var rd = reader.getReader(), dec = new TextDecoder(), text = '';
+    // The page's Request is only cloned (its body is not touched here).
+    if (req.bodyUsed || ct.indexOf('json') < 0 || len > MODEL_BYTES) return;
+    var body = req.clone().body;
+    if (!body) return;
+    var rd = body.getReader(), dec = new TextDecoder(), text = '';
     /** @param {ReadableStreamReadResult<Uint8Array>} r @returns {any} */
     var next = function (r) {
       if (!r.done) text += dec.decode(r.value, { stream: true });
