@@ -4,7 +4,7 @@ package e2e
 // LLM APIs people stream from besides OpenAI, Anthropic, the AI SDK and
 // Ollama, each streaming from a fake of its API on the test origin that
 // sends that API's wire format as its SDK reads it (read in the pinned SDK
-// sources and the API references), behind the origin middleware (collector/origin)
+// sources and the API references), behind the origin middleware (package origin)
 // reporting to the same collector. Each stored stream is checked for its
 // format, status, content events, tokens, model, and its TTFT against the
 // origin's own first-piece time: every fake sends its opening events at
@@ -55,7 +55,7 @@ import (
 	"time"
 
 	"github.com/itlmon/itlmon/collector/demo"
-	"github.com/itlmon/itlmon/collector/origin"
+	"github.com/itlmon/itlmon/origin"
 )
 
 const (
