@@ -73,6 +73,12 @@
   const small = (...kids) => h("small", null, ...kids);
   /** @param {...(Child | Child[])} kids */
   const bold = (...kids) => h("b", null, ...kids);
+  // bdi isolates a stored string's direction from the text around it: a
+  // right-to-left override in a model name cannot reorder what follows.
+  /** @param {string} text */
+  const bdi = text => h("bdi", null, text);
+  /** keyCell is a table's first cell: a stored value, cut with an ellipsis when long (whole in its title). @param {string} key */
+  const keyCell = key => h("td", { class: "l key", title: key || "unknown" }, key || "unknown");
   /** @param {string} color */
   const dot = color => h("i", { class: "dot", style: { background: color } });
 
@@ -399,7 +405,7 @@
       const w = Math.max(2, Math.round(60 * r.streams / maxN));
       const v = (r.verdict || "NO DATA").replace(" ", "");
       return h("tr", { data: { key: row.key } },
-        h("td", { class: "l" }, row.key || "unknown"),
+        keyCell(row.key),
         h("td", null, num(r.streams), h("span", { class: "bar", style: { width: w + "px" } })),
         h("td", null, ms(tt.p50_ms)), h("td", null, ms(tt.p95_ms)),
         h("td", null, ms(it.p50_ms)), h("td", null, ms(it.p95_ms)), h("td", { class: p99cls }, ms(it.p99_ms)),
@@ -500,7 +506,7 @@
       CAUSES.map(c => h("th", null, c)), h("th", { class: "l" }, "Stalled time by cause")));
     fill($("#cause-table tbody"), rows.length ? rows.map(r => {
       const tot = CAUSES.reduce((s, c) => s + (r.stalled_ms_by_cause[c] || 0), 0);
-      return h("tr", { data: { key: r.key } }, h("td", { class: "l" }, r.key || "unknown"), h("td", null, num(r.streams)), h("td", null, num(r.stalls)),
+      return h("tr", { data: { key: r.key } }, keyCell(r.key), h("td", null, num(r.streams)), h("td", null, num(r.stalls)),
         CAUSES.map(c => h("td", null, r.stalls_by_cause[c]
           ? [num(r.stalls_by_cause[c]), " ", small(ms(r.stalled_ms_by_cause[c])), c === "network" ? hopSplit(r.network_by_hop) : null] : "—")),
         h("td", { class: "l" }, h("div", { class: "mixbar small" }, tot ? CAUSES.filter(c => r.stalled_ms_by_cause[c]).map(c =>
@@ -533,7 +539,7 @@
     const flag = r => !r.flagged ? h("span", { class: "pill SMOOTH" }, "OK") : r.pattern === "page" ? h("span", { class: "pill WARN" }, "PAGE BUSY")
       : h("span", { class: "pill JANKY" }, "RE-CHUNKED");
     fill($("#rechunk-table tbody"), rows.length ? rows.map(r => h("tr", { data: { key: r.key }, class: r.flagged ? "flagged" : "" },
-      h("td", { class: "l" }, r.key || "unknown"), h("td", null, num(r.streams)),
+      keyCell(r.key), h("td", null, num(r.streams)),
       h("td", { class: hi(r.events_per_read, 1.5) }, fix(r.events_per_read, 2)), h("td", null, r.bytes_per_read ? num(Math.round(r.bytes_per_read)) + " B" : "—"),
       h("td", { class: hi(r.sub_floor_share, 0.2) }, pct(r.sub_floor_share)), h("td", { class: hi(r.coalesced_ttft_share, 0.2) }, pct(r.coalesced_ttft_share)),
       h("td", null, pct(r.one_read_share)), h("td", null, pct(r.steady_share)), h("td", null, pct(r.bursty_share)),
@@ -541,7 +547,7 @@
       : noRows(10, "No streams in this range."));
     const flagged = rows.filter(r => r.flagged);
     fill($("#diagnoses"), flagged.length ? flagged.map(r => h("div", { class: "card diag", data: { key: r.key, pattern: r.pattern } },
-      h("h2", null, r.key || "unknown", " ", h("span", { class: "pill " + (r.pattern === "page" ? "WARN" : "JANKY") }, PATTERN[r.pattern] || "coalesced")),
+      h("h2", null, bdi(r.key || "unknown"), " ", h("span", { class: "pill " + (r.pattern === "page" ? "WARN" : "JANKY") }, PATTERN[r.pattern] || "coalesced")),
       h("p", null, withCode(r.diagnosis || "Reads carry several events or many gaps fall below the timer floor, but no single read pattern dominates: look at the worst streams of this segment.")),
       h("p", { class: "hint" }, `${num(r.streams)} stream${r.streams === 1 ? "" : "s"} · ${fix(r.events_per_read, 1)} events per read · ${pct(r.one_read_share)} in one read · ${pct(r.coalesced_ttft_share)} first tokens coalesced · stalls: ${pct(r.page_stall_share)} page, ${pct(r.network_stall_share)} network`)))
       : h("div", { class: "card" }, h("p", { class: "hint" }, "No segment re-chunks the stream in this range: reads carry about one event each.")));
@@ -610,7 +616,8 @@
     const ss = d.streams || [];
     fill($("#worst-table tbody"), ss.length ? ss.map(s => h("tr", { data: { id: s.stream_id } },
       h("td", { class: "l" }, h("a", { href: urlFor({ view: "stream", id: s.stream_id, zoom: null }) }, when(s.received_at))),
-      h("td", { class: "l" }, `${s.browser || "?"} · ${s.region || "?"}`), h("td", { class: "l" }, `${s.model || "—"} · ${s.release || "—"}`),
+      h("td", { class: "l" }, `${s.browser || "?"} · ${s.region || "?"}`),
+      h("td", { class: "l key", title: `${s.model || "—"} · ${s.release || "—"}` }, bdi(s.model || "—"), " · ", bdi(s.release || "—")),
       h("td", null, ms(s.ttft_ms)), h("td", null, ms(s.gap_p50_ms)), h("td", null, ms(s.gap_p99_ms)), h("td", null, ms(s.gap_max_ms)),
       h("td", null, num(s.stalls)), h("td", null, ms(s.stalled_ms)), h("td", null, fix(s.jank, 1)),
       h("td", { class: "l" }, s.causes && s.causes.length ? s.causes.flatMap((c, i) => [i ? " " : null, h("span", { class: "cause-tag", style: { "--c": causeColor(c) } }, c)]) : "—")))
@@ -695,14 +702,14 @@
     const dd = (k, ...v) => [h("dt", null, k), h("dd", null, ...v)];
     fill($("#stream-summary"),
       dd("Received", when(s.received_at)), dd("Browser · region", `${s.browser} · ${s.region} (${s.country})`, s.colo ? [" ", small("via ", s.colo)] : null),
-      dd("Model · release", `${s.model || "—"} · ${s.release || "—"}`), dd("API", s.api_origin + s.url_path, " ", small(s.http_proto)),
+      dd("Model · release", bdi(s.model || "—"), " · ", bdi(s.release || "—")), dd("API", bdi(s.api_origin + s.url_path), " ", small(bdi(s.http_proto))),
       dd("Format · status", `${s.format} · ${s.status}`),
       dd("TTFB · TTFT", `${ms(s.ttfb_ms)} · ${ms(s.ttft_ms)} `, small(s.ttft_cause, s.ttft_hop ? " " + (HOP_NAME[s.ttft_hop] || s.ttft_hop) : "")),
       dd("ITL p50 · p99 · max", `${ms(s.gap_p50_ms)} · ${ms(s.gap_p99_ms)} · ${ms(s.gap_max_ms)}`),
       dd("Stalls", `${num(s.stalls)} · ${ms(s.stalled_ms)}`), dd("Jank · tokens/s", `${fix(s.jank, 1)} · ${fix(s.tokens_per_sec, 1)}`),
       dd("Content events · reads", `${num(s.content_events)} · ${num(s.reads)} `, small(`(${fix(s.events_per_read, 2)} events per read)`)),
       dd("Sub-floor gaps", pct(s.sub_floor_share)), dd("Duration", ms(s.duration_ms)),
-      dd("Origin", origin ? `TTFT ${ms(origin.ttft_ms)} · ${num(origin.stalls)} stalls · ${origin.route}` : "not reported"),
+      dd("Origin", origin ? [`TTFT ${ms(origin.ttft_ms)} · ${num(origin.stalls)} stalls · `, bdi(origin.route)] : "not reported"),
       dd("Timeline", `${num(tl.length)} stamps kept${s.timeline_dropped ? ", " + num(s.timeline_dropped) + " not kept" : ""}`));
   }
 
@@ -740,8 +747,8 @@
     v.className = "verdict " + (worse.length ? "bad" : "good");
     v.dataset.worse = worse.join(",");
     fill(v, state.a === state.b ? "A and B are the same value." : worse.length
-      ? [bold(c.b), " is worse than ", bold(c.a), " beyond noise in: ", worse.map(m => (METRIC[m] || [m])[0]).join(", "), "."]
-      : ["No metric of ", bold(c.b), " is worse than ", bold(c.a), " beyond noise."],
+      ? [bold(bdi(c.b)), " is worse than ", bold(bdi(c.a)), " beyond noise in: ", worse.map(m => (METRIC[m] || [m])[0]).join(", "), "."]
+      : ["No metric of ", bold(bdi(c.b)), " is worse than ", bold(bdi(c.a)), " beyond noise."],
     " ", small(`${num(c.streams_a)} vs ${num(c.streams_b)} streams`));
     fill($("#cmp-table tbody"), (c.metrics || []).map(m => {
       const [name, f] = METRIC[m.name] || [m.name, /** @param {number} x */ x => String(x)];
@@ -766,7 +773,7 @@
       const x = h("button", { title: "Remove filter" }, "×");
       x.setAttribute("type", "button");
       x.onclick = () => { delete state.where[k]; render(); };
-      return h("span", { class: "chip", data: { k } }, `${k} = ${v}`, x);
+      return h("span", { class: "chip", data: { k } }, h("span", null, bdi(k), " = ", bdi(v)), x);
     }));
   }
   async function render() {
