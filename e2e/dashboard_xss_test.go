@@ -22,7 +22,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/itlmon/itlmon/collector/httpapi"
-	"github.com/itlmon/itlmon/collector/origin"
+	"github.com/itlmon/itlmon/origin"
 	"github.com/itlmon/itlmon/wasm/beacon"
 )
 
