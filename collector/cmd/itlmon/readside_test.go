@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/itlmon/itlmon/collector/internal/itlmontest"
 	"github.com/itlmon/itlmon/collector/server"
 )
 
@@ -40,14 +41,14 @@ func TestReadSideAccess(t *testing.T) {
 			t.Errorf("/healthz = %d, want 200", got)
 		}
 		// Ingest answers for itself: an unknown site is 404, not a refusal of the guard.
-		if got := status(t, base+"/v1/ws?site=nope", "Origin", pageOrigin); got != 404 {
+		if got := status(t, base+"/v1/ws?site=nope", "Origin", itlmontest.PageOrigin); got != 404 {
 			t.Errorf("/v1/ws = %d, want 404 from ingest", got)
 		}
 	}
 	reads := []string{"/api/sites", "/metrics", "/dashboard/", "/api/streams?site=test"}
 
 	t.Run("token", func(t *testing.T) {
-		m := startMain(t, func(c *server.Config) { c.ReadToken = token })
+		m := itlmontest.StartMain(t, func(c *server.Config) { c.ReadToken = token })
 		if m.ReadURL() != "" {
 			t.Fatalf("read listener %s started with a token", m.ReadURL())
 		}
@@ -67,7 +68,7 @@ func TestReadSideAccess(t *testing.T) {
 		}
 	})
 	t.Run("loopback", func(t *testing.T) {
-		m := startMain(t, nil)
+		m := itlmontest.StartMain(t, nil)
 		public(t, m.URL())
 		for _, p := range reads {
 			if got := status(t, m.URL()+p); got != 200 {
@@ -124,8 +125,8 @@ func TestServeOTLP(t *testing.T) {
 	var posts atomic.Int64
 	rc := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { posts.Add(1) }))
 	defer rc.Close()
-	m := startMain(t, func(c *server.Config) { c.OTLPEndpoint, c.OTLPInterval = rc.URL, time.Second })
-	if body := getText(t, m.URL()+"/metrics"); !strings.Contains(body, "itlmon_otlp_exported_minutes_total") {
+	m := itlmontest.StartMain(t, func(c *server.Config) { c.OTLPEndpoint, c.OTLPInterval = rc.URL, time.Second })
+	if body := itlmontest.GetText(t, m.URL()+"/metrics"); !strings.Contains(body, "itlmon_otlp_exported_minutes_total") {
 		t.Error("/metrics has no itlmon_otlp_exported_minutes_total")
 	}
 	if err := m.Close(); err != nil {

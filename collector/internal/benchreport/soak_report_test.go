@@ -1,4 +1,4 @@
-package main
+package benchreport
 
 import (
 	"fmt"
@@ -15,6 +15,7 @@ import (
 
 	"github.com/gorilla/websocket"
 
+	"github.com/itlmon/itlmon/collector/internal/itlmontest"
 	"github.com/itlmon/itlmon/wasm/beacon"
 )
 
@@ -47,8 +48,8 @@ func TestReportSoak(t *testing.T) {
 	if lim := raiseFDLimit(t, tabs+1000); lim < tabs+1000 {
 		t.Fatalf("RLIMIT_NOFILE %d: too low for %d tabs", lim, tabs)
 	}
-	p := startProcess(t, chdbLib(t), t.TempDir())
-	pid := p.cmd.Process.Pid
+	p := itlmontest.StartProcess(t, itlmontest.ChdbLib(t), t.TempDir())
+	pid := p.Cmd.Process.Pid
 
 	var acked, sent, everStreamed atomic.Int64
 	var latMu sync.Mutex
@@ -56,8 +57,8 @@ func TestReportSoak(t *testing.T) {
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	h := http.Header{}
-	h.Set("Origin", pageOrigin)
-	h.Set("User-Agent", firefoxUA)
+	h.Set("Origin", itlmontest.PageOrigin)
+	h.Set("User-Agent", itlmontest.FirefoxUA)
 	dialer := websocket.Dialer{HandshakeTimeout: 30 * time.Second, ReadBufferSize: 1024, WriteBufferSize: 1024}
 	for tab := range tabs {
 		if float64(tab) < idleShare*tabs {
@@ -96,7 +97,7 @@ func TestReportSoak(t *testing.T) {
 				}
 				if c == nil {
 					var err error
-					if c, _, err = dialer.Dial(wsURL(p.url, "test"), h); err != nil {
+					if c, _, err = dialer.Dial(itlmontest.WSURL(p.URL, "test"), h); err != nil {
 						t.Errorf("tab %d: dial: %v", tab, err)
 						return
 					}
@@ -106,7 +107,7 @@ func TestReportSoak(t *testing.T) {
 					everStreamed.Add(1)
 				}
 				seq++
-				frame := batchBytes(t, seq, []beacon.Record{benchRecord(7, uint32(tab)<<16|uint32(seq))})
+				frame := itlmontest.BatchBytes(t, seq, []beacon.Record{benchRecord(7, uint32(tab)<<16|uint32(seq))})
 				began := time.Now()
 				sent.Add(1)
 				if err := c.WriteMessage(websocket.BinaryMessage, frame); err != nil {
@@ -143,7 +144,7 @@ func TestReportSoak(t *testing.T) {
 		time.Sleep(sampleEach)
 		samples = append(samples, sample{
 			at: time.Since(began), rss: procRSS(t, pid), cpu: procCPU(pid), engineCPU: procCPU(engine),
-			sockets: metricValue(t, p.url, "itlmon_ingest_connections"), acked: float64(acked.Load()),
+			sockets: metricValue(t, p.URL, "itlmon_ingest_connections"), acked: float64(acked.Load()),
 		})
 	}
 	close(stop)
@@ -179,7 +180,7 @@ func TestReportSoak(t *testing.T) {
 	}
 	fmt.Fprintf(&b, "records acked: %.0f in %.0f s = %.1f records/s; collector CPU %.1f s = %.0f records per collector CPU-second (per core); engine CPU %.1f s\n",
 		recs, secs, recs/secs, last.cpu-first.cpu, recs/max(last.cpu-first.cpu, 1e-9), last.engineCPU-first.engineCPU)
-	fmt.Fprintf(&b, "time to ack: p50 %v, p99 %v (a flush interval, 1 s, bounds the wait of a lone record)\n", p50.Round(time.Millisecond), p99.Round(time.Millisecond))
+	fmt.Fprintf(&b, "time to ack: p50 %v, p99 %v (a flush interval, 1 s, bounds the wait of a lone itlmontest.Record)\n", p50.Round(time.Millisecond), p99.Round(time.Millisecond))
 	fmt.Fprintf(&b, "RSS: %.1f MiB at the first sample, %.1f MiB at the last, %.1f..%.1f MiB over the run\n",
 		first.rss/(1<<20), last.rss/(1<<20), rssMin/(1<<20), rssMax/(1<<20))
 	fmt.Fprintf(&b, "open sockets: %.0f on average for %d open tabs (%d of which streamed; a socket per tab for the page's life would be %d)\n",
