@@ -202,7 +202,7 @@ func statelessScenario(t *testing.T, a *server.Main, startB func() *server.Main,
 	b = startB()
 	itlmontest.WaitSchema(t, b)
 	postOrigin(t, a, o3)
-	t.Logf("origin timeline of it12-3 stored on A %v after B acked its client itlmontest.Record (B restarted in between)",
+	t.Logf("origin timeline of it12-3 stored on A %v after B acked its client record (B restarted in between)",
 		time.Since(acked).Round(time.Millisecond))
 	// The client resends the shared batch to the new B (its ack lost).
 	wsB2 := dialPeer(t, b)
@@ -258,7 +258,7 @@ func statelessScenario(t *testing.T, a *server.Main, startB func() *server.Main,
 	stored := itlmontest.StoredIDs(t, conn, "test")
 	for i := range shared {
 		if n := stored[shared[i].StreamID]; n != 1 {
-			t.Errorf("shared itlmontest.Record %d stored %d times in itl_streams, want 1", i, n)
+			t.Errorf("shared record %d stored %d times in itl_streams, want 1", i, n)
 		}
 	}
 }

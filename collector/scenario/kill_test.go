@@ -306,7 +306,7 @@ func TestKillHuntsTheCut(t *testing.T) {
 		t.Errorf("%d acked origin timelines not stored exactly once (itl_promoted_ids, itl_origin FINAL)", notOnce)
 	}
 	if notJoined > 0 {
-		t.Errorf("%d streams whose client itlmontest.Record and origin timeline were both acked are not joined (itl_origin FINAL version 1)", notJoined)
+		t.Errorf("%d streams whose client record and origin timeline were both acked are not joined (itl_origin FINAL version 1)", notJoined)
 	}
 
 	// The rollups: an aggregate over what they roll up.
@@ -349,7 +349,7 @@ func TestKillHuntsTheCut(t *testing.T) {
 		FROM (SELECT origin_id, min(ingested_at) AS at FROM itl_inbox WHERE kind = 'client' GROUP BY origin_id) AS c
 		JOIN (SELECT origin_id, min(ingested_at) AS at FROM itl_inbox WHERE kind = 'origin' GROUP BY origin_id) AS o USING origin_id`, &lateMs)
 	itlmontest.QueryRow(t, conn, "SELECT toUInt64(count() - uniqExact(kind, site, stream_id)) FROM itl_inbox", &inboxCopies)
-	t.Logf("joined %d, %d of them refined in itl_streams (origin timeline within the hold of its client record; its delay after the client itlmontest.Record p50/p90/p99 ms: %s)",
+	t.Logf("joined %d, %d of them refined in itl_streams (origin timeline within the hold of its client record; its delay after the client record p50/p90/p99 ms: %s)",
 		joined, refined, lateMs)
 	var windows, inboxWindows, copies uint64
 	itlmontest.QueryRow(t, conn, "SELECT uniqExact(promoted_window), toUInt64(sum(copies)) FROM itl_promoted", &windows, &copies)

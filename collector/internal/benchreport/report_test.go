@@ -205,7 +205,7 @@ func TestReportIngest(t *testing.T) {
 	// prepared frames and read acks), or the clickhouse-go client of the
 	// direct insert (its rows encoded beforehand, outside the timing).
 	perRec := func(d time.Duration) float64 { return float64(d.Microseconds()) / float64(rounds*totalRecs) }
-	fmt.Fprintf(&b, "CPU per itlmontest.Record, all rounds (us): %-48s %8s %8s %8s\n", "", "test", "engine", "total")
+	fmt.Fprintf(&b, "CPU per record, all rounds (us): %-48s %8s %8s %8s\n", "", "test", "engine", "total")
 	for _, pl := range places {
 		fmt.Fprintf(&b, "  %-78s %8.1f %8.1f %8.1f\n", pl.name+": WebSocket -> itl_inbox (test = collector + clients)",
 			perRec(pl.e2eCPU.self), perRec(pl.e2eCPU.engine), perRec(pl.e2eCPU.self+pl.e2eCPU.engine))

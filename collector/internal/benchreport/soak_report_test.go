@@ -180,7 +180,7 @@ func TestReportSoak(t *testing.T) {
 	}
 	fmt.Fprintf(&b, "records acked: %.0f in %.0f s = %.1f records/s; collector CPU %.1f s = %.0f records per collector CPU-second (per core); engine CPU %.1f s\n",
 		recs, secs, recs/secs, last.cpu-first.cpu, recs/max(last.cpu-first.cpu, 1e-9), last.engineCPU-first.engineCPU)
-	fmt.Fprintf(&b, "time to ack: p50 %v, p99 %v (a flush interval, 1 s, bounds the wait of a lone itlmontest.Record)\n", p50.Round(time.Millisecond), p99.Round(time.Millisecond))
+	fmt.Fprintf(&b, "time to ack: p50 %v, p99 %v (a flush interval, 1 s, bounds the wait of a lone record)\n", p50.Round(time.Millisecond), p99.Round(time.Millisecond))
 	fmt.Fprintf(&b, "RSS: %.1f MiB at the first sample, %.1f MiB at the last, %.1f..%.1f MiB over the run\n",
 		first.rss/(1<<20), last.rss/(1<<20), rssMin/(1<<20), rssMax/(1<<20))
 	fmt.Fprintf(&b, "open sockets: %.0f on average for %d open tabs (%d of which streamed; a socket per tab for the page's life would be %d)\n",
