@@ -186,11 +186,11 @@ func TestOriginFirst(t *testing.T) {
 func TestClientWaitsForOrigin(t *testing.T) {
 	f := newFixture(t, 2*time.Second)
 	o := pausedOrigin("req-2")
-	go func() {
-		time.Sleep(300 * time.Millisecond)
-		f.addOrigin(t, "chat", o)
-	}()
 	f.submit(t, clientOf(o, "chat"))
+	// The promoter has read the client's record (and holds it) before the
+	// timeline arrives.
+	waitStats(t, f.p, "the client record read", func(st join.PromoterStats) bool { return st.Records >= 1 })
+	f.addOrigin(t, "chat", o)
 	eventually(t, f.db, "SELECT stalls_origin FROM itl_streams WHERE origin_id = 'req-2'", uint32(1))
 	eventually(t, f.db, "SELECT toString((version, in_streams)) FROM itl_origin FINAL WHERE origin_id = 'req-2'", "(1,true)")
 	waitStats(t, f.p, "joined 1, in streams", func(st join.PromoterStats) bool { return st.Joined == 1 && st.JoinedInStreams == 1 })
@@ -294,6 +294,9 @@ func TestOnePromoterLeads(t *testing.T) {
 	for i := range 4 {
 		f := []*fixture{a, b}[i%2]
 		f.submit(t, clientOf(pausedOrigin(fmt.Sprintf("lead-%d", i)), "chat"))
+		// Real time: the records spread over several of the real promoters'
+		// windows (100 ms) while both collectors beat; waiting for each to be
+		// read instead let the leadership move under a loaded machine.
 		time.Sleep(700 * time.Millisecond)
 	}
 	eventually(t, db, "SELECT count() FROM itl_streams WHERE origin_id LIKE 'lead-%'", uint64(4))
