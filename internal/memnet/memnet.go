@@ -15,12 +15,12 @@ package memnet
 
 import (
 	"context"
-	"errors"
 	"io"
 	"net"
 	"os"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 )
 
@@ -85,7 +85,7 @@ func (l *Listener) DialContext(ctx context.Context, _, _ string) (net.Conn, erro
 	case l.conns <- sc:
 		return cc, nil
 	case <-l.done:
-		return nil, &net.OpError{Op: "dial", Net: "tcp", Addr: l.addr, Err: errors.New("connection refused")}
+		return nil, &net.OpError{Op: "dial", Net: "tcp", Addr: l.addr, Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
@@ -242,4 +242,40 @@ func (c *conn) SetReadDeadline(t time.Time) error {
 func (c *conn) SetWriteDeadline(t time.Time) error {
 	c.out.set(&c.out.wdl, t)
 	return nil
+}
+
+// Network routes dials to its listeners by address, for tests with several
+// servers (and a closed one): an address with no listener, or a closed one,
+// refuses the connection.
+type Network struct {
+	mu        sync.Mutex
+	listeners map[string]*Listener
+	next      int
+}
+
+// NewNetwork returns an empty Network.
+func NewNetwork() *Network { return &Network{listeners: map[string]*Listener{}} }
+
+// Listen returns a new Listener at a host of its own on port 80, and the
+// host:port to dial.
+func (n *Network) Listen() (*Listener, string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.next++
+	l := Listen()
+	l.addr = &net.TCPAddr{IP: net.IPv4(127, 0, byte(n.next>>8), byte(n.next)), Port: 80}
+	n.listeners[l.addr.String()] = l
+	return l, l.addr.String()
+}
+
+// DialContext connects to the listener at addr (it fits
+// http.Transport.DialContext).
+func (n *Network) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
+	n.mu.Lock()
+	l := n.listeners[addr]
+	n.mu.Unlock()
+	if l == nil {
+		return nil, &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}
+	}
+	return l.DialContext(ctx, network, addr)
 }
