@@ -108,7 +108,7 @@ func DialWS(t testing.TB, base, site, origin string) (*websocket.Conn, *http.Res
 	return c, resp, err
 }
 
-// Record returns a distinct Record: run and i make its stream id.
+// Record returns a distinct record: run and i make its stream id.
 func Record(run, i uint32) beacon.Record {
 	r := beacon.Record{
 		StartUnixMs: time.Now().UnixMilli(),
@@ -567,10 +567,10 @@ func EnginePID(t *testing.T, pid int) int {
 	}
 }
 
-// EngineChild finds, in /Proc, a child of pid whose environment marks it as
+// EngineChild finds, in /proc, a child of pid whose environment marks it as
 // the engine (chdb.MaybeRunChild's ITLMON_CHDB_CHILD=1); 0 if none.
 func EngineChild(pid int) int {
-	stats, _ := filepath.Glob("/Proc/[0-9]*/stat")
+	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
 	for _, st := range stats {
 		b, err := os.ReadFile(st)
 		if err != nil {
