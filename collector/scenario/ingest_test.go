@@ -272,6 +272,6 @@ func TestCrashAfterAcks(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("%d acked records missing after the restart", missing)
 		}
-		time.Sleep(300 * time.Millisecond)
+		time.Sleep(300 * time.Millisecond) // real time: the restarted process replays its spool into the real engine
 	}
 }

@@ -99,6 +99,8 @@ func TestKillHuntsTheCut(t *testing.T) {
 	// The hunt.
 	var kills []killEvent
 	for round := range rounds {
+		// Real time, random on purpose: the kill lands at a moment of the
+		// real process and engine the test does not choose.
 		time.Sleep(time.Duration(200+rand.IntN(800)) * time.Millisecond) // let the pages stream
 		p := cur.Load()
 		k := killEvent{engine: round%2 == 1, hunted: [...]string{"inbox", "inbox", "promoter", "promoter"}[round%4]}
@@ -114,7 +116,7 @@ func TestKillHuntsTheCut(t *testing.T) {
 		if round%3 != 0 && k.hit != "" {
 			// Into the insert, not only at its start: its part commit,
 			// its views' parts and the next table's insert come later.
-			time.Sleep(time.Duration(rand.IntN(15_000)) * time.Microsecond)
+			time.Sleep(time.Duration(rand.IntN(15_000)) * time.Microsecond) // real time, random on purpose
 		}
 		k.at = time.Now()
 		if k.engine {
@@ -483,7 +485,7 @@ func waitInbox(t *testing.T, conn driver.Conn, want map[inboxKey]bool, timeout t
 		if time.Now().After(deadline) {
 			t.Fatalf("%d acked records not in itl_inbox %v after the last kill", missing, timeout)
 		}
-		time.Sleep(500 * time.Millisecond)
+		time.Sleep(500 * time.Millisecond) // real time: polls the real engine after the collector's restart
 	}
 }
 
@@ -574,7 +576,7 @@ func (pg *killPage) run(run uint32, stop <-chan struct{}) {
 				}
 			default:
 			}
-			time.Sleep(100 * time.Millisecond)
+			time.Sleep(100 * time.Millisecond) // real time: the page redials a collector being restarted, as a browser does
 			continue
 		}
 		dead, quit := make(chan struct{}), make(chan struct{})
@@ -773,7 +775,7 @@ func (r *originReporter) run(stop <-chan struct{}) {
 				}
 			}
 			r.retries++
-			time.Sleep(100 * time.Millisecond)
+			time.Sleep(100 * time.Millisecond) // real time: retries a collector being killed and restarted, as the origin reporter does
 		}
 		r.mu.Lock()
 		for _, o := range batch {
@@ -842,7 +844,7 @@ func insertTable(query string, tables []string) string {
 func waitEngine(t *testing.T, p *itlmontest.Proc, old int) {
 	t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
-	for ; ; time.Sleep(50 * time.Millisecond) {
+	for ; ; time.Sleep(50 * time.Millisecond) { // real time: another process restarts its engine
 		if time.Now().After(deadline) {
 			t.Fatalf("collector %d did not restart its engine within 60 s", p.Cmd.Process.Pid)
 		}

@@ -93,13 +93,7 @@ func TestDSNStartsWhileClickHouseDown(t *testing.T) {
 		t.Fatalf("engine listens on %s, want %s (port taken meanwhile?)", eng.NativeAddr(), want)
 	}
 
-	deadline := time.Now().Add(90 * time.Second)
-	for m.DB.SchemaReady() != nil {
-		if time.Now().After(deadline) {
-			t.Fatalf("schema not applied 90 s after ClickHouse came up: %v", m.DB.SchemaReady())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	itlmontest.WaitSchema(t, m) // applied once ClickHouse came up
 	send(3)
 	got := acks.Wait(t, 8, 60*time.Second)
 	want := len(got) * perBatch

@@ -274,6 +274,8 @@ func WaitRows(t testing.TB, m *server.Main, site string, want int, timeout time.
 		if time.Now().After(deadline) {
 			t.Fatalf("after %v: %d rows and %d in the rollup, want %d (err %v, writer %+v)", timeout, r, ru, want, err, m.Writer.Stats())
 		}
+		// Real time: rows and the rollup's view commit inside the real
+		// engine; nothing tells the test when, so it polls.
 		time.Sleep(200 * time.Millisecond)
 	}
 }
@@ -539,6 +541,8 @@ func WaitPromoted(t testing.TB, conn driver.Conn) {
 	if err := conn.QueryRow(t.Context(), "SELECT now64(6)").Scan(&until); err != nil {
 		t.Fatal(err)
 	}
+	// Real time: the promoter may run in another process; the inbox is
+	// polled in the real engine.
 	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(100 * time.Millisecond) {
 		var pending uint64
 		err := conn.QueryRow(t.Context(), `SELECT count() FROM itl_inbox WHERE ingested_at < fromUnixTimestamp64Micro(?)
@@ -563,7 +567,7 @@ func EnginePID(t *testing.T, pid int) int {
 		if time.Now().After(deadline) {
 			t.Fatalf("no engine child of collector %d after 30 s", pid)
 		}
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(50 * time.Millisecond) // real time: another process's child, seen in /proc only
 	}
 }
 
@@ -630,18 +634,20 @@ func QueryRow(t *testing.T, conn driver.Conn, q string, dest ...any) {
 func Settle(t testing.TB, timeout time.Duration, done func() bool) {
 	t.Helper()
 	for deadline := time.Now().Add(timeout); !done() && time.Now().Before(deadline); {
-		time.Sleep(200 * time.Millisecond)
+		time.Sleep(200 * time.Millisecond) // real time: done reads the real engine or process state
 	}
 }
 
 // WaitSchema waits until m (on a DSN: migrated in the background) has its schema.
 func WaitSchema(t testing.TB, m *server.Main) {
 	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
+	deadline := time.Now().Add(90 * time.Second)
 	for m.DB.SchemaReady() != nil {
 		if time.Now().After(deadline) {
-			t.Fatalf("schema not ready after 60 s: %v", m.DB.SchemaReady())
+			t.Fatalf("schema not ready after 90 s: %v", m.DB.SchemaReady())
 		}
+		// Real time: the migration runs against the real engine with its
+		// own backoff; SchemaReady has no event to wait on.
 		time.Sleep(50 * time.Millisecond)
 	}
 }
