@@ -484,9 +484,9 @@ func reportIdle(t *testing.T, conns int) {
 		if time.Now().After(deadline) {
 			t.Fatalf("collector counts %v connections, want %d", metricValue(t, p.URL, "itlmon_ingest_connections"), conns)
 		}
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(100 * time.Millisecond) // real time: another process's /metrics
 	}
-	time.Sleep(2 * time.Second)
+	time.Sleep(2 * time.Second) // real time: the report measures connections that have idled
 	after := sampleMem(t, p)
 
 	var b strings.Builder
