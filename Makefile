@@ -42,7 +42,7 @@ WORKERD_DIR := $(CACHE_DIR)/workerd-$(WORKERD_VERSION)
 WORKERD_BIN ?= $(WORKERD_DIR)/node_modules/@cloudflare/workerd-linux-64/bin/workerd
 export WORKERD_BIN
 # The default GeoIP database (country and ISO 3166-2 region without an edge): DB-IP's IP to City Lite
-# (CC BY 4.0, attribution required: see README "Country and region") in ip-location-db's mmdb layout,
+# (CC BY 4.0, attribution required: see docs/operating.md, "Country and region") in ip-location-db's mmdb layout,
 # IPv4 and IPv6 halves in one directory (~135 MB). Pinned exactly, installed once, offline afterwards;
 # $(CACHE_DIR)/geoip links to it: `itlmon serve` opens that by default (or $ITLMON_GEOIP).
 GEOIP_VERSION := 2.3.2026060513
@@ -257,21 +257,21 @@ bench: deps wasm edge
 	@echo "collector: end-to-end WebSocket ingest vs direct clickhouse-go insert (same run), memory per idle connection at 5,000 and 20,000, half-sent frames against the ingest memory budget"
 	ITLMON_BENCH_REPORT=1 $(GO) test -count=1 -v -run '^TestReport' ./collector/internal/benchreport 2>&1 | grep -v -e '^=== RUN' -e '\.go:[0-9]*: {' | tee -a /tmp/itlmon-bench.txt
 	$(GO) test -run '^$$' -bench . -benchmem -count=1 ./collector/enrich ./collector/ingest | tee -a /tmp/itlmon-bench.txt
-	@echo "dashboard (issue 15): every read endpoint over seeded streams (ITLMON_DASH_STREAMS, default 10,000,000 over 30 days; ITLMON_DASH_REPS runs, default 7) and the same aggregates over raw rows, same run"
+	@echo "dashboard: every read endpoint over seeded streams (ITLMON_DASH_STREAMS, default 10,000,000 over 30 days; ITLMON_DASH_REPS runs, default 7) and the same aggregates over raw rows, same run"
 	ITLMON_BENCH_REPORT=1 ITLMON_REQUIRE_REAL=1 $(GO) test -count=1 -timeout 180m -v -run '^TestDashboardReport$$' ./collector/internal/benchreport 2>&1 | grep -v -e '^=== RUN' | tee -a /tmp/itlmon-bench.txt
-	@echo "GeoIP (issue 14): the default database's open time, memory, lookup time and ISO 3166-2 region coverage"
+	@echo "GeoIP: the default database's open time, memory, lookup time and ISO 3166-2 region coverage"
 	ITLMON_BENCH_REPORT=1 ITLMON_REQUIRE_REAL=1 $(GO) test -count=1 -v -run '^TestReportGeoIP$$' ./collector/enrich 2>&1 | grep 'geoip report:' | tee -a /tmp/itlmon-bench.txt
-	$(GO) test -run '^$$' -bench . -benchmem -count=1 ./collector/origin ./collector/join ./e2e/jitterproxy | tee -a /tmp/itlmon-bench.txt
-	@echo "attribution scenarios (issue 5): injected vs measured"
+	$(GO) test -run '^$$' -bench . -benchmem -count=1 ./origin ./collector/join ./e2e/jitterproxy | tee -a /tmp/itlmon-bench.txt
+	@echo "attribution scenarios (where a stall came from): injected vs measured"
 	ITLMON_REQUIRE_REAL=1 $(GO) test -count=1 -run '^TestAttribution' -v ./e2e 2>&1 | sed -n '/attribution scenario table/,/^[^ ]/p' | tee -a /tmp/itlmon-bench.txt
-	@echo "browser module (issue 4): itl.wasm sizes, time to ready and added cost per chunk, in Chromium"
+	@echo "browser module: itl.wasm sizes, time to ready and added cost per chunk, in Chromium"
 	ITLMON_BENCH_REPORT=1 ITLMON_REQUIRE_REAL=1 $(GO) test -count=1 -run '^TestBrowserReport$$' -v ./e2e 2>&1 | sed -n '/browser module report/,/^$$/p' | tee -a /tmp/itlmon-bench.txt
-	@echo "edge Worker (issue 14): size against Cloudflare's limits, workerd CPU and wall time per request vs a JS pass-through Worker"
+	@echo "edge Worker: size against Cloudflare's limits, workerd CPU and wall time per request vs a JS pass-through Worker"
 	ITLMON_BENCH_REPORT=1 ITLMON_REQUIRE_REAL=1 $(GO) test -count=1 -run '^TestEdgeReport$$' -v ./e2e 2>&1 | sed -n '/edge Worker report/,/^\s*$$/p' | tee -a /tmp/itlmon-bench.txt
 	@echo "browser module's WebSocket: one handshake per burst (time, bytes), open sockets vs open tabs with and without the idle close"
 	ITLMON_BENCH_REPORT=1 ITLMON_REQUIRE_REAL=1 $(GO) test -count=1 -run '^TestSocketReport$$' -v ./e2e 2>&1 | sed -n '/WebSocket per burst report/,/^$$/p' | tee -a /tmp/itlmon-bench.txt
 
-## fuzz: FUZZTIME per target (default 30s)
+## fuzz: FUZZTIME per target (default 30s); `make test` runs every target on its seeds (f.Add and testdata/fuzz)
 FUZZTIME ?= 30s
 fuzz:
 	$(GO) test ./wasm/beacon -run '^$$' -fuzz '^FuzzDecodeBatch$$' -fuzztime $(FUZZTIME)
@@ -283,6 +283,10 @@ fuzz:
 	$(GO) test ./wasm/meter -run '^$$' -fuzz '^FuzzScanJSON$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./wasm/meter -run '^$$' -fuzz '^FuzzScanJSONResume$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./wasm/meter -run '^$$' -fuzz '^FuzzResumeAgrees$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./collector/ingest -run '^$$' -fuzz '^FuzzServeBeacon$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./collector/ingest -run '^$$' -fuzz '^FuzzWSFrames$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./collector/ingest -run '^$$' -fuzz '^FuzzMeteredConn$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./collector/join -run '^$$' -fuzz '^FuzzOriginHandler$$' -fuzztime $(FUZZTIME)
 
 clean:
 	rm -rf bin $(WASM_OUT)/itl.wasm* $(WASM_OUT)/wasm_exec.js

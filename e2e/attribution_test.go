@@ -1,7 +1,7 @@
 package e2e
 
-// Issue 5's scenarios: where did the stutter come from. Each scenario streams
-// a known cadence from an origin wrapped in collector/origin's middleware,
+// The attribution scenarios: where did the stutter come from. Each streams
+// a known cadence from an origin wrapped in the origin middleware (package origin),
 // through what the scenario puts in between (nothing, Debian nginx with
 // buffering and gzip, nginx told not to buffer, the jitter proxy, an origin
 // that pauses), and checks what the client measured, what the origin
@@ -38,10 +38,11 @@ import (
 	"github.com/itlmon/itlmon/collector/httpapi"
 	"github.com/itlmon/itlmon/collector/ingest"
 	"github.com/itlmon/itlmon/collector/join"
-	"github.com/itlmon/itlmon/collector/origin"
+	"github.com/itlmon/itlmon/collector/secret"
 	"github.com/itlmon/itlmon/collector/store"
 	"github.com/itlmon/itlmon/e2e/jitterproxy"
 	"github.com/itlmon/itlmon/e2e/nginx"
+	"github.com/itlmon/itlmon/origin"
 	"github.com/itlmon/itlmon/wasm/beacon"
 	"github.com/itlmon/itlmon/wasm/meter"
 	"github.com/itlmon/itlmon/web"
@@ -523,7 +524,7 @@ func startAttrCollector(t *testing.T) *attrCollector {
 	if err != nil {
 		t.Fatal(err)
 	}
-	keys := join.StaticKeys(map[string]string{attrSite: attrKey})
+	keys := join.StaticKeys(map[string]secret.Token{attrSite: secret.New(attrKey)})
 	p, err := join.NewPromoter([]join.Shard{{Conn: db.Conn()}}, join.PromoterConfig{Hold: 3 * time.Second, Interval: 50 * time.Millisecond, Logger: log})
 	if err != nil {
 		t.Fatal(err)

@@ -18,12 +18,12 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/itlmon/itlmon/collector/chdb"
-	"github.com/itlmon/itlmon/collector/origin"
 	"github.com/itlmon/itlmon/e2e/nginx"
 	"github.com/itlmon/itlmon/internal/chtest"
+	"github.com/itlmon/itlmon/origin"
 )
 
-// Issue 12's end-to-end scenario: stateless collectors behind a load
+// The many-collectors scenario: stateless collectors behind a load
 // balancer on a two-shard cluster, every acked stream stored exactly once.
 
 const (

@@ -29,7 +29,7 @@ import (
 // requests measured from the moment they are issued, and how a body's end is
 // told apart (end of body, abort, cancel, collected).
 
-// loaderPage is a page installed as the README says: the tag synchronous in
+// loaderPage is a page installed as the README and docs/browser-module.md say: the tag synchronous in
 // <head>, before the app's scripts (Head), or added by the app itself later
 // (the app calls addTag()). App is a module script run after the tag. The
 // page records its resource entries at the end of its load event

@@ -6,8 +6,8 @@
 -- at 2 M streams over 30 days), so a month of the minute table is about as
 -- many rows, and as many histograms to merge, as the raw itl_streams rows.
 -- An hour holds 60 times the streams in the same groups: the rows shrink by
--- up to 60 times, by as much as the traffic fills the groups (see README,
--- "The dashboard", for the measured figures). collector/query reads it for
+-- up to 60 times, by as much as the traffic fills the groups (see docs/figures.md,
+-- "The dashboard's reads", for the measured figures). collector/query reads it for
 -- the whole hours of a request whose time-series step is a whole number of
 -- hours (summaries and breakdowns have none), and the minute table for the
 -- partial hours at either end of the range, so every answer equals the

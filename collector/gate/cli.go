@@ -18,7 +18,7 @@ import (
 
 	"github.com/ClickHouse/clickhouse-go/v2"
 
-	"github.com/itlmon/itlmon/collector/config"
+	"github.com/itlmon/itlmon/collector/duration"
 	"github.com/itlmon/itlmon/collector/query"
 )
 
@@ -109,12 +109,12 @@ func (o *outputFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&o.th.MaxITLP99, "max-itl-p99", o.th.MaxITLP99, "fail when chunk ITL p99 is above this (0 = off)")
 	fs.Float64Var(&o.th.MaxJank, "max-jank", o.th.MaxJank, "fail when jank (ITL p99/p50) is above this (0 = off)")
 	fs.DurationVar(&o.th.MaxTTFTP95, "max-ttft-p95", 0, "fail when TTFT p95 is above this (default off)")
-	fs.Func("max-stall-share", "fail when the share of gaps over 200 ms is above this: 0.01 or 1% (default off)", func(s string) error {
+	fs.Func("max-stall-share", "fail when the `share` of gaps over 200 ms is above this: 0.01 or 1% (default off)", func(s string) error {
 		v, err := parseShare(s)
 		o.th.MaxStallShare, o.th.SetStallShare = v, true
 		return err
 	})
-	fs.Func("max-before-headers-share", "fail when the share of streams aborted or failed before the response headers (before the first byte) is above this: 0.02 or 2% (default off)", func(s string) error {
+	fs.Func("max-before-headers-share", "fail when the `share` of streams aborted or failed before the response headers (before the first byte) is above this: 0.02 or 2% (default off)", func(s string) error {
 		v, err := parseShare(s)
 		o.th.MaxBeforeHeadersShare, o.th.SetBeforeHeadersShare = v, true
 		return err
@@ -179,15 +179,15 @@ func mainProbe(ctx context.Context, args []string, env Env) int {
 	out.register(fs)
 	fs.Var(&headers, "H", "request header `'Name: value'`, repeatable; $VAR and ${VAR} expand from the environment; values are never printed")
 	fs.StringVar(&body, "body", "", "request body from `FILE`, or @- for stdin (default: an OpenAI chat request with \"stream\": true)")
-	fs.StringVar(&model, "model", "", "set the body's \"model\" field (default body: "+DefaultModel+")")
-	fs.StringVar(&p.Method, "X", p.Method, "HTTP method")
+	fs.StringVar(&model, "model", "", "set the body's \"model\" field to `name` (default body: "+DefaultModel+")")
+	fs.StringVar(&p.Method, "X", p.Method, "HTTP `method`")
 	fs.IntVar(&p.Concurrency, "concurrency", 4, "streams in flight at once (stutter is born when requests share a batch)")
 	fs.IntVar(&p.Requests, "requests", 20, "measured requests (ignored with --duration)")
 	fs.DurationVar(&p.Duration, "duration", 0, "measure for this long instead of --requests")
 	fs.IntVar(&p.Warmup, "warmup", 0, "requests issued first and not counted")
 	fs.DurationVar(&p.Timeout, "timeout", 2*time.Minute, "per request, from sending it to the end of the body")
 	fs.IntVar(&p.TokensPerEvent, "tokens-per-event", 0, "tokens each content event carries, when known and not reported in usage")
-	fs.StringVar(&maxErr, "max-error-share", "0", "fail when more than this share of requests fail (HTTP >= 400, reset, timeout, no content)")
+	fs.StringVar(&maxErr, "max-error-share", "0", "fail when more than this `share` of requests fail (HTTP >= 400, reset, timeout, no content): 0.05 or 5%")
 	fs.Usage = func() {
 		fmt.Fprintf(env.Stderr, "usage: itlmon gate probe URL [flags]\n\nSynthetic streaming load against an OpenAI-compatible (or any SSE/NDJSON) endpoint,\nmeasured with the browser module's own meter.\n\nExample:\n  itlmon gate probe https://api.openai.com/v1/chat/completions \\\n    -H 'Authorization: Bearer $OPENAI_API_KEY' --concurrency 8 --requests 40 --max-ttft-p95 2s\n\nFlags:\n")
 		fs.PrintDefaults()
@@ -378,18 +378,18 @@ func mainRUM(ctx context.Context, args []string, env Env) int {
 		minStr int64
 	)
 	out.register(fs)
-	fs.StringVar(&site, "site", "", "site key (required)")
+	fs.StringVar(&site, "site", "", "site `key` (required)")
 	since = time.Hour
-	fs.Func("since", "look back this far: 30m, 6h, 7d (default 1h)", func(s string) (err error) {
-		since, err = config.ParseDuration(s)
+	fs.Func("since", "look back this far: a `duration` like 30m, 6h, 7d (default 1h)", func(s string) (err error) {
+		since, err = duration.Parse(s)
 		return err
 	})
-	fs.Func("until", "stop this long before now (default now)", func(s string) (err error) {
-		until, err = config.ParseDuration(s)
+	fs.Func("until", "stop this long before now: a `duration` (default now)", func(s string) (err error) {
+		until, err = duration.Parse(s)
 		return err
 	})
 	fs.Var(&where, "where", "`dim=value` filter, repeatable ("+strings.Join(query.Dimensions(), ", ")+")")
-	fs.StringVar(&dsn, "clickhouse", "", "ClickHouse DSN, e.g. clickhouse://default@127.0.0.1:9000/itlmon (default $ITLMON_CLICKHOUSE)")
+	fs.StringVar(&dsn, "clickhouse", "", "ClickHouse `dsn`, e.g. clickhouse://default@127.0.0.1:9000/itlmon (default $ITLMON_CLICKHOUSE)")
 	fs.Int64Var(&minStr, "min-streams", 1, "fail with exit 2 when fewer streams match (too little data to judge)")
 	fs.Usage = func() {
 		fmt.Fprintf(env.Stderr, "usage: itlmon gate rum --site KEY [--since 1h] [--where country=DE ...] [flags]\n\nThe same report from real-user streams in ClickHouse (the rollups).\n\nFlags:\n")

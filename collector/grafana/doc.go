@@ -1,6 +1,6 @@
 // Package grafana holds itlmon's Grafana dashboard for the Grafana ClickHouse
 // data source plugin (grafana-clickhouse-datasource, v4) and the provisioning
-// files that install both: see the README's "Grafana" section.
+// files that install both: see docs/grafana-otlp.md.
 //
 // The dashboard reads only the per-minute rollups (itl_rollup_1m,
 // itl_origin_1m). Quantiles come from the merged histograms exactly as

@@ -10,7 +10,7 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/itlmon/itlmon/collector/config"
+	"github.com/itlmon/itlmon/collector/duration"
 	"github.com/itlmon/itlmon/collector/query"
 )
 
@@ -122,7 +122,7 @@ func dashSpan(w http.ResponseWriter, s, name string, def time.Duration) (time.Du
 	if s == "" {
 		return def, true
 	}
-	v, err := config.ParseDuration(s)
+	v, err := duration.Parse(s)
 	if err != nil || v < 0 || v > MaxSince {
 		writeError(w, http.StatusBadRequest, fmt.Sprintf("bad %s %q: want a duration up to 366d, like 10m, 2h or 7d", name, s))
 		return 0, false
@@ -252,7 +252,7 @@ func (d *dashboard) timeseries(w http.ResponseWriter, r *http.Request) {
 func dashStep(w http.ResponseWriter, r *http.Request, f query.Filter) (time.Duration, bool) {
 	step := query.StepFor(f.Until.Sub(f.Since))
 	if s := r.URL.Query().Get("step"); s != "" {
-		v, err := config.ParseDuration(s)
+		v, err := duration.Parse(s)
 		if err != nil || v < time.Minute || v%time.Minute != 0 || f.Until.Sub(f.Since)/v > 5000 {
 			writeError(w, http.StatusBadRequest, fmt.Sprintf("bad step %q: want whole minutes (1m, 5m, 1h, 1d) and at most 5000 points", s))
 			return 0, false

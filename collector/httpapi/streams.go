@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/itlmon/itlmon/collector"
-	"github.com/itlmon/itlmon/collector/config"
+	"github.com/itlmon/itlmon/collector/duration"
 	"github.com/itlmon/itlmon/wasm/beacon"
 	"github.com/itlmon/itlmon/wasm/meter"
 )
@@ -128,7 +128,7 @@ func (h *streamsHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	since := DefaultSince
 	if s := q.Get("since"); s != "" {
-		d, err := config.ParseDuration(s)
+		d, err := duration.Parse(s)
 		if err != nil || d <= 0 || d > MaxSince {
 			writeError(w, http.StatusBadRequest, fmt.Sprintf("bad since %q: want a duration from 1s to 366d, like 10m, 2h or 7d", s))
 			return

@@ -93,7 +93,7 @@ type fixture struct {
 	reg    *prometheus.Registry
 }
 
-func newFixture(t *testing.T, mod func(*Config)) *fixture {
+func newFixture(t testing.TB, mod func(*Config)) *fixture {
 	t.Helper()
 	e, err := enrich.New(enrich.Options{TrustProxy: true})
 	if err != nil {
@@ -160,6 +160,11 @@ func (f *fixture) wsURL(site string) string {
 	return "ws" + strings.TrimPrefix(f.url, "http") + "/v1/ws?site=" + site
 }
 
+// wsDialer dials the handler's server.
+func (f *fixture) wsDialer() *websocket.Dialer {
+	return &websocket.Dialer{NetDialContext: f.ln.DialContext, HandshakeTimeout: 45 * time.Second}
+}
+
 func (f *fixture) dial(t *testing.T, site, origin string) (*websocket.Conn, *http.Response, error) {
 	t.Helper()
 	h := http.Header{}
@@ -168,8 +173,7 @@ func (f *fixture) dial(t *testing.T, site, origin string) (*websocket.Conn, *htt
 	}
 	h.Set("User-Agent", firefoxUA)
 	h.Set("CF-IPCountry", "DE")
-	d := websocket.Dialer{NetDialContext: f.ln.DialContext, HandshakeTimeout: 45 * time.Second}
-	c, resp, err := d.Dial(f.wsURL(site), h)
+	c, resp, err := f.wsDialer().Dial(f.wsURL(site), h)
 	if err == nil {
 		t.Cleanup(func() { c.Close() })
 	}

@@ -37,6 +37,16 @@ func (f *fixture) waitMemory(t *testing.T, want int64) {
 	}
 }
 
+// waitConnections checks, once every goroutine of the bubble waits, that
+// the handler has want connections.
+func (f *fixture) waitConnections(t *testing.T, want int) {
+	t.Helper()
+	synctest.Wait()
+	if got := f.h.Connections(); got != want {
+		t.Fatalf("connections = %d, want %d", got, want)
+	}
+}
+
 // TestShedMemory: a frame still arriving holds its declared length; a
 // second frame that does not fit next to it is shed with close 1013 and
 // "retry-after=N" before its payload is read, and counted. Once the first

@@ -264,7 +264,7 @@ func (p *Promoter) Run(ctx context.Context) {
 // takeoverLag. It reports whether it promoted one, and the lag behind the
 // server clock.
 func (p *Promoter) Step(ctx context.Context, sh Shard) (bool, time.Duration, error) {
-	return p.step1(ctx, sh, false)
+	return p.promoteOldest(ctx, sh, false)
 }
 
 // Leadership: promoters beat every beatEvery; the smallest id among those
@@ -304,10 +304,12 @@ func (p *Promoter) leads(ctx context.Context, sh Shard) (bool, error) {
 	return leader == "" || leader == p.id, nil
 }
 
-func (p *Promoter) step1(ctx context.Context, sh Shard, force bool) (bool, time.Duration, error) {
+// promoteOldest is Step; with ignoreLeader it promotes whether or not p leads
+// sh, and sends no heartbeat (CatchUp).
+func (p *Promoter) promoteOldest(ctx context.Context, sh Shard, ignoreLeader bool) (bool, time.Duration, error) {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	if !force {
+	if !ignoreLeader {
 		if err := p.beat(ctx, sh); err != nil {
 			return false, 0, err
 		}
@@ -347,7 +349,7 @@ func (p *Promoter) step1(ctx context.Context, sh Shard, force bool) (bool, time.
 	if oldestRunning > 0 && now.Add(-time.Duration(oldestRunning*float64(time.Second))).Before(end.Add(p.cfg.Hold)) {
 		return false, lag, nil
 	}
-	if !force && lag < takeoverLag {
+	if !ignoreLeader && lag < takeoverLag {
 		lead, err := p.leads(ctx, sh)
 		if err != nil {
 			return false, lag, err
@@ -806,7 +808,7 @@ func (p *Promoter) CatchUp(ctx context.Context) error {
 			if pending == 0 {
 				break
 			}
-			did, _, err := p.step1(ctx, sh, true)
+			did, _, err := p.promoteOldest(ctx, sh, true)
 			if err != nil {
 				return err
 			}

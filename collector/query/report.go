@@ -2,7 +2,7 @@
 // dashboard API: it turns stored gap histograms into the numbers a person (or a
 // CI gate) judges a stream by.
 //
-// Definitions (the README's "What it measures"), stated once here:
+// Definitions (docs/measuring.md states the same), stated once here:
 //
 //   - TTFT: t0 (just before the request) to the first event that carries output
 //     content.

@@ -80,11 +80,11 @@ func TestIngestStoresEnrichedRecords(t *testing.T) {
 			TTFTMs  *float64 `json:"ttft_ms"`
 		} `json:"streams"`
 	}
-	itlmontest.GetJSON(t, m.URL()+"/api/streams?site=test&since=10m&limit=10", &body)
+	itlmontest.GetJSON(t, m.ReadURL()+"/api/streams?site=test&since=10m&limit=10", &body)
 	if body.Count != 3 || body.Streams[0].Country != "DE" || body.Streams[0].TTFTMs == nil {
 		t.Fatalf("/api/streams = %+v, want 3 streams from DE with a TTFT", body)
 	}
-	metrics := itlmontest.GetText(t, m.URL()+"/metrics")
+	metrics := itlmontest.GetText(t, m.ReadURL()+"/metrics")
 	for _, want := range []string{"itlmon_ingest_records_acked_total 3", "itlmon_store_rows_inserted_total 3", "itlmon_ingest_connections 1"} {
 		if !strings.Contains(metrics, want) {
 			t.Errorf("/metrics lacks %q", want)
@@ -189,7 +189,7 @@ func TestRejections(t *testing.T) {
 			t.Errorf("%s: read = %v, want close %d with %q", tt.name, err, tt.code, tt.text)
 		}
 	}
-	metrics := itlmontest.GetText(t, m.URL()+"/metrics")
+	metrics := itlmontest.GetText(t, m.ReadURL()+"/metrics")
 	for _, reason := range []string{"origin", "too_big", "decode_magic", "version"} {
 		want := fmt.Sprintf(`itlmon_ingest_rejected_total{reason=%q} 1`, reason)
 		if !strings.Contains(metrics, want) {

@@ -23,7 +23,7 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/itlmon/itlmon/collector/internal/itlmontest"
-	"github.com/itlmon/itlmon/collector/origin"
+	"github.com/itlmon/itlmon/origin"
 	"github.com/itlmon/itlmon/wasm/beacon"
 )
 
@@ -215,7 +215,7 @@ func TestKillHuntsTheCut(t *testing.T) {
 		t.Fatalf("%d records and %d origin timelines acked: the kills left nothing to check", acked, originsAcked)
 	}
 
-	// Exactly once, read as the README tells users to (no FINAL on
+	// Exactly once, read as docs/reference.md tells users to (no FINAL on
 	// itl_streams, itl_timelines, the ids and the rollups).
 	streams := itlmontest.CountByID(t, conn, "SELECT stream_id, count() FROM itl_streams GROUP BY stream_id")
 	timelines := itlmontest.CountByID(t, conn, "SELECT stream_id, count() FROM itl_timelines GROUP BY stream_id")

@@ -524,7 +524,7 @@ func TestSlowClickHouse(t *testing.T) {
 		t.Fatalf("a batch failed: %v", a.err)
 	}
 	st := w.Stats()
-	if st.RowsSpooled != 0 || st.RowsInserted != 200 {
+	if st.RowsSpooled != 0 || st.InboxRowsInserted != 200 {
 		t.Fatalf("stats %+v: want every record inserted, none spooled", st)
 	}
 	t.Logf("40 batches acked in %v through %d inserts (1.5 s each): the flushes grew", time.Since(began).Round(time.Millisecond), st.Inserts)

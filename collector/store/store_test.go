@@ -72,8 +72,8 @@ func TestWriterRoundTrip(t *testing.T) {
 		t.Fatalf("other site: %d streams, err %v; want none", len(none), err)
 	}
 	st := w.Stats()
-	if got, want := st.RowsInserted, uint64(len(in)); got != want {
-		t.Fatalf("Stats.RowsInserted = %d, want %d", got, want)
+	if got, want := st.InboxRowsInserted, uint64(len(in)); got != want {
+		t.Fatalf("Stats.InboxRowsInserted = %d, want %d", got, want)
 	}
 }
 

@@ -61,18 +61,18 @@ type Stats struct {
 	QueueDepth    int // Submit calls waiting for the writer (gauge)
 	QueueCapacity int
 
-	RowsInserted    uint64 // streams inserted into ClickHouse, replays included
-	RowsSpooled     uint64 // streams appended to the spool
-	RowsReplayed    uint64 // streams moved from the spool to ClickHouse
-	RowsFailed      uint64 // streams whose done got an error (neither inserted nor spooled)
-	RowsQuarantined uint64 // spooled streams ClickHouse refuses, set aside in SpoolDir/quarantine
-	RowsDropped     uint64 // spooled records deleted with the oldest segments to keep the spool within MaxSpoolBytes
-	BytesDropped    uint64 // ... and their bytes
+	InboxRowsInserted uint64 // records of every kind (browser streams, origin and edge timelines) inserted into itl_inbox, replays included
+	RowsSpooled       uint64 // records appended to the spool
+	RowsReplayed      uint64 // records moved from the spool to ClickHouse
+	RowsFailed        uint64 // records whose done got an error (neither inserted nor spooled)
+	RowsQuarantined   uint64 // spooled records ClickHouse refuses, set aside in SpoolDir/quarantine
+	RowsDropped       uint64 // spooled records deleted with the oldest segments to keep the spool within MaxSpoolBytes
+	BytesDropped      uint64 // ... and their bytes
 
 	Inserts       uint64  // successful batch inserts (live and replay)
 	InsertErrors  uint64  // failed batch inserts
 	InsertSeconds float64 // total time of successful inserts
-	LastBatchRows int     // streams in the last flushed batch (gauge)
+	LastBatchRows int     // records in the last flushed batch (gauge)
 
 	SpoolSegments int   // gauge
 	SpoolBytes    int64 // gauge
@@ -259,21 +259,21 @@ func (w *Writer) Shutdown(ctx context.Context) error {
 // Stats returns the current counters.
 func (w *Writer) Stats() Stats {
 	return Stats{
-		QueueDepth:      len(w.queue),
-		QueueCapacity:   cap(w.queue),
-		RowsInserted:    w.st.inserted.Load(),
-		RowsSpooled:     w.st.spooled.Load(),
-		RowsReplayed:    w.st.replayed.Load(),
-		RowsFailed:      w.st.failed.Load(),
-		RowsQuarantined: w.st.quarantined.Load(),
-		RowsDropped:     w.st.dropped.Load(),
-		BytesDropped:    w.st.droppedBytes.Load(),
-		Inserts:         w.st.inserts.Load(),
-		InsertErrors:    w.st.insertErrors.Load(),
-		InsertSeconds:   time.Duration(w.st.insertNanos.Load()).Seconds(),
-		LastBatchRows:   int(w.st.lastBatch.Load()),
-		SpoolSegments:   int(w.st.spoolSegments.Load()),
-		SpoolBytes:      w.st.spoolBytes.Load(),
+		QueueDepth:        len(w.queue),
+		QueueCapacity:     cap(w.queue),
+		InboxRowsInserted: w.st.inserted.Load(),
+		RowsSpooled:       w.st.spooled.Load(),
+		RowsReplayed:      w.st.replayed.Load(),
+		RowsFailed:        w.st.failed.Load(),
+		RowsQuarantined:   w.st.quarantined.Load(),
+		RowsDropped:       w.st.dropped.Load(),
+		BytesDropped:      w.st.droppedBytes.Load(),
+		Inserts:           w.st.inserts.Load(),
+		InsertErrors:      w.st.insertErrors.Load(),
+		InsertSeconds:     time.Duration(w.st.insertNanos.Load()).Seconds(),
+		LastBatchRows:     int(w.st.lastBatch.Load()),
+		SpoolSegments:     int(w.st.spoolSegments.Load()),
+		SpoolBytes:        w.st.spoolBytes.Load(),
 	}
 }
 

@@ -257,7 +257,7 @@ func TestWriterBacksOffWhileClickHouseIsDown(t *testing.T) {
 		if calls := in.snapshot(); len(calls) != 1 {
 			t.Fatalf("%d inserts tried, want 1 (the second batch came during the backoff)", len(calls))
 		}
-		if st := w.Stats(); st.RowsSpooled != 2 || st.InsertErrors != 1 || st.RowsInserted != 0 {
+		if st := w.Stats(); st.RowsSpooled != 2 || st.InsertErrors != 1 || st.InboxRowsInserted != 0 {
 			t.Fatalf("stats %+v: want 2 spooled, 1 insert error, none inserted", st)
 		}
 
@@ -693,7 +693,7 @@ func TestWriterOverlapsInserts(t *testing.T) {
 		if n := overlap(2, 4); n != 2 || most != 2 {
 			t.Fatalf("%d inserts running (at most %d), want 2: WriterOptions.Inserts' default", n, most)
 		}
-		if st := w.Stats(); st.RowsInserted != 10 || st.Inserts != 5 || st.RowsSpooled != 0 {
+		if st := w.Stats(); st.InboxRowsInserted != 10 || st.Inserts != 5 || st.RowsSpooled != 0 {
 			t.Fatalf("stats %+v: want 10 rows in 5 inserts, none spooled", st)
 		}
 

@@ -77,6 +77,11 @@ func (l *Listener) Dial() (net.Conn, error) {
 // http.Transport.DialContext and websocket.Dialer.NetDialContext). Each
 // client end has its own loopback port.
 func (l *Listener) DialContext(ctx context.Context, _, _ string) (net.Conn, error) {
+	select {
+	case <-l.done: // closed: refuse, even with room in the backlog
+		return nil, &net.OpError{Op: "dial", Net: "tcp", Addr: l.addr, Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}
+	default:
+	}
 	client := &net.TCPAddr{IP: l.addr.IP, Port: int(l.port.Add(1))}
 	a, b := newPipe(), newPipe()
 	cc := &conn{in: a, out: b, local: client, remote: l.addr}

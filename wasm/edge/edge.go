@@ -17,7 +17,7 @@
 // spaced and the browser did not.
 //
 // Configuration comes from the Worker's environment (wrangler vars, and a
-// secret for the key): see Config and the README's "Edge Worker" section.
+// secret for the key): see Config and docs/edge.md.
 // The proxy part (this file) is plain Go and is tested as such; main_js.go
 // wires it to the Workers runtime.
 package main
@@ -31,7 +31,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/itlmon/itlmon/collector/origin"
+	"github.com/itlmon/itlmon/origin"
 	"github.com/itlmon/itlmon/wasm/beacon"
 	"github.com/itlmon/itlmon/wasm/meter"
 )

@@ -1,7 +1,7 @@
 // Package meter parses a streamed HTTP response body incrementally, one network
 // read at a time with its arrival time, recognises token events for the common
 // LLM streaming APIs, and computes the stream's timeline and summary exactly as
-// the README's "What it measures" defines them. It is pure Go (no syscall/js) and does not import fmt,
+// docs/measuring.md defines them. It is pure Go (no syscall/js) and does not import fmt,
 // encoding/json, net/http or any reflection-based encoder: it is compiled into
 // the browser module.
 //
@@ -91,7 +91,7 @@
 // # Metrics
 //
 // See Summary and the definitions at the top of summary.go; they are
-// the README's, with these choices made explicit:
+// docs/measuring.md's, with these choices made explicit:
 //
 //   - An event's time is the arrival time of the read that completed it.
 //   - TPOT = (t_last - t_first_content)/(N-1) over content events, never

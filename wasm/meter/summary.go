@@ -6,7 +6,7 @@ import (
 	"github.com/itlmon/itlmon/wasm/hist"
 )
 
-// Metric definitions (the README's "What it measures" states the same):
+// Metric definitions (docs/measuring.md states the same):
 //
 //   - t0 is just before the page issued fetch. TTFB = first body byte (the
 //     first non-empty read), TTFC = first stream event, TTFT = first content

@@ -117,8 +117,8 @@ type Stall struct {
 	NextReadEvents uint32 // how many events (of any kind) the read that ended the stall carried
 }
 
-// Summary is a finished (or current) stream's metrics, as the README's "What
-// it measures" and summary.go define them. Durations are since t0 (just before the page issued fetch);
+// Summary is a finished (or current) stream's metrics, as docs/measuring.md
+// and summary.go define them. Durations are since t0 (just before the page issued fetch);
 // -1 means "did not happen" (no body byte, no event, no content).
 type Summary struct {
 	Format     Format

@@ -44,13 +44,26 @@ func TestDSNStartsWhileClickHouseDown(t *testing.T) {
 	if m.Engine != nil {
 		t.Fatal("an embedded engine started although a DSN was given")
 	}
-	for _, path := range []string{"/readyz", "/api/streams?site=test", "/api/sites", "/api/summary?site=test"} {
-		code, body := itlmontest.GetBody(t, m.URL()+path)
+	for _, path := range []string{"/readyz", "/api/health", "/api/streams?site=test", "/api/sites", "/api/summary?site=test"} {
+		base := m.ReadURL()
+		if path == "/readyz" {
+			base = m.URL()
+		}
+		code, body := itlmontest.GetBody(t, base+path)
 		if code != http.StatusServiceUnavailable {
 			t.Errorf("GET %s with ClickHouse down = %d %s, want 503", path, code, body)
 		}
-		if strings.HasPrefix(path, "/api/") && !strings.Contains(body, "clickhouse unavailable") {
+		if path != "/readyz" && path != "/api/health" && !strings.Contains(body, "clickhouse unavailable") {
 			t.Errorf("GET %s with ClickHouse down: body %s does not say clickhouse unavailable", path, body)
+		}
+		// The public probe says not ready, never why (ClickHouse's error
+		// names the host); the read side says why.
+		host := fmt.Sprintf("127.0.0.1:%d", port)
+		if path == "/readyz" && body != "not ready\n" {
+			t.Errorf("GET /readyz with ClickHouse down: body %q, want \"not ready\" alone", body)
+		}
+		if path == "/api/health" && !strings.Contains(body, host) {
+			t.Errorf("GET /api/health with ClickHouse down: body %q does not say why (%s)", body, host)
 		}
 	}
 
@@ -75,8 +88,8 @@ func TestDSNStartsWhileClickHouseDown(t *testing.T) {
 	}
 	send(5)
 	acks.Wait(t, 5, 60*time.Second)
-	if st := m.Writer.Stats(); st.RowsSpooled != 5*perBatch || st.RowsInserted != 0 {
-		t.Fatalf("with ClickHouse down: spooled %d, inserted %d; want %d spooled, none inserted", st.RowsSpooled, st.RowsInserted, 5*perBatch)
+	if st := m.Writer.Stats(); st.RowsSpooled != 5*perBatch || st.InboxRowsInserted != 0 {
+		t.Fatalf("with ClickHouse down: spooled %d, inserted %d; want %d spooled, none inserted", st.RowsSpooled, st.InboxRowsInserted, 5*perBatch)
 	}
 
 	eng, err := chdb.Start(t.Context(), chdb.Options{LibPath: lib, Dir: t.TempDir(), NativePort: port, HTTPPort: itlmontest.FreePort(t),
@@ -105,8 +118,12 @@ func TestDSNStartsWhileClickHouseDown(t *testing.T) {
 	if st := m.Writer.Stats(); st.RowsReplayed != 5*perBatch {
 		t.Errorf("replayed %d streams from the spool, want %d", st.RowsReplayed, 5*perBatch)
 	}
-	for _, path := range []string{"/readyz", "/api/streams?site=test", "/api/sites", "/api/summary?site=test"} {
-		if code, body := itlmontest.GetBody(t, m.URL()+path); code != http.StatusOK {
+	for _, path := range []string{"/readyz", "/api/health", "/api/streams?site=test", "/api/sites", "/api/summary?site=test"} {
+		base := m.ReadURL()
+		if path == "/readyz" {
+			base = m.URL()
+		}
+		if code, body := itlmontest.GetBody(t, base+path); code != http.StatusOK {
 			t.Errorf("GET %s with ClickHouse up = %d %s, want 200", path, code, body)
 		}
 	}

@@ -50,10 +50,10 @@ func main() {
 // first argument is a flag or absent).
 func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	name := "serve"
-	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+	if len(args) > 0 && (!strings.HasPrefix(args[0], "-") || isHelp(args[0])) {
 		name, args = args[0], args[1:]
 	}
-	if name == "help" || name == "-h" || name == "--help" {
+	if name == "help" || isHelp(name) {
 		usage(stdout)
 		return 0
 	}
@@ -65,6 +65,10 @@ func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	}
 	return cmd.run(ctx, args, stdout, stderr)
 }
+
+// isHelp reports whether arg asks for help: itlmon -h lists the commands
+// (itlmon serve -h prints serve's flags).
+func isHelp(arg string) bool { return arg == "-h" || arg == "-help" || arg == "--help" }
 
 func usage(w io.Writer) {
 	fmt.Fprintln(w, "usage: itlmon <command> [flags]   (itlmon <command> -h for its flags)")

@@ -23,7 +23,7 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	fs.SetOutput(stderr)
 	storageFlags(fs, &c)
 	var replication string
-	fs.StringVar(&replication, "replication", string(store.Replicated), "with --cluster: replicated (Replicated* engines, ON CLUSTER DDL; needs Keeper) or none (plain engines, applied on every node system.clusters lists)")
+	fs.StringVar(&replication, "replication", string(store.Replicated), "`mode` with --cluster: replicated (Replicated* engines, ON CLUSTER DDL; needs Keeper) or none (plain engines, applied on every node system.clusters lists)")
 	if err := parseWithEnv(fs, args, os.Getenv); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0

@@ -156,8 +156,8 @@ func TestReportIngest(t *testing.T) {
 		}
 	}
 	st := m.Writer.Stats()
-	if st.RowsInserted < sent {
-		t.Fatalf("rows inserted = %d, want %d", st.RowsInserted, sent)
+	if st.InboxRowsInserted < sent {
+		t.Fatalf("rows inserted = %d, want %d", st.InboxRowsInserted, sent)
 	}
 	var stored uint64
 	if err := conn.QueryRow(t.Context(), "SELECT count() FROM itl_streams WHERE site = 'test'").Scan(&stored); err != nil || stored != sent {
@@ -217,7 +217,7 @@ func TestReportIngest(t *testing.T) {
 			pl.name, pl.promotedInE2E)
 	}
 	fmt.Fprintf(&b, "writer: %d inserts (%.1f s in them, all rounds), %d rows inserted, %d spooled; promoter: %d windows, %d streams, %d copies\n",
-		st.Inserts, st.InsertSeconds, st.RowsInserted, st.RowsSpooled, ps.Windows, ps.Streams, ps.Copies)
+		st.Inserts, st.InsertSeconds, st.InboxRowsInserted, st.RowsSpooled, ps.Windows, ps.Streams, ps.Copies)
 	// What a record costs on disk, measured from the tables (for sizing).
 	if err := conn.Exec(t.Context(), "OPTIMIZE TABLE itl_streams FINAL"); err != nil {
 		t.Logf("optimize: %v", err)
@@ -480,9 +480,9 @@ func reportIdle(t *testing.T, conns int) {
 	}
 	// Wait until the collector counts them all, then let it idle.
 	deadline := time.Now().Add(60 * time.Second)
-	for metricValue(t, p.URL, "itlmon_ingest_connections") < float64(conns) {
+	for metricValue(t, p.ReadURL, "itlmon_ingest_connections") < float64(conns) {
 		if time.Now().After(deadline) {
-			t.Fatalf("collector counts %v connections, want %d", metricValue(t, p.URL, "itlmon_ingest_connections"), conns)
+			t.Fatalf("collector counts %v connections, want %d", metricValue(t, p.ReadURL, "itlmon_ingest_connections"), conns)
 		}
 		time.Sleep(100 * time.Millisecond) // real time: another process's /metrics
 	}
@@ -595,7 +595,7 @@ func TestReportHalfSentFrames(t *testing.T) {
 	t.Setenv("GOMEMLIMIT", "512MiB") // the collector's: its ingest budget is a quarter
 	raiseFDLimit(t, 2*conns+1000)
 	p := itlmontest.StartProcess(t, itlmontest.ChdbLib(t), t.TempDir())
-	budget := metricValue(t, p.URL, "itlmon_ingest_memory_budget_bytes")
+	budget := metricValue(t, p.ReadURL, "itlmon_ingest_memory_budget_bytes")
 	before := sampleMem(t, p)
 
 	payload := make([]byte, frame-1)
@@ -629,9 +629,9 @@ func TestReportHalfSentFrames(t *testing.T) {
 			c.Close()
 		}
 	})
-	held := metricValue(t, p.URL, "itlmon_ingest_memory_bytes")
+	held := metricValue(t, p.ReadURL, "itlmon_ingest_memory_bytes")
 	during := sampleMem(t, p)
-	shed := metricValue(t, p.URL, `itlmon_ingest_shed_total{cause="memory",transport="ws"}`)
+	shed := metricValue(t, p.ReadURL, `itlmon_ingest_shed_total{cause="memory",transport="ws"}`)
 	if sent > 8*time.Second {
 		t.Logf("sending took %v: the first frames may have timed out (10 s) before the sample", sent)
 	}

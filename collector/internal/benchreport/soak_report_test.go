@@ -144,7 +144,7 @@ func TestReportSoak(t *testing.T) {
 		time.Sleep(sampleEach) // real time: the soak samples a real process over minutes
 		samples = append(samples, sample{
 			at: time.Since(began), rss: procRSS(t, pid), cpu: procCPU(pid), engineCPU: procCPU(engine),
-			sockets: metricValue(t, p.URL, "itlmon_ingest_connections"), acked: float64(acked.Load()),
+			sockets: metricValue(t, p.ReadURL, "itlmon_ingest_connections"), acked: float64(acked.Load()),
 		})
 	}
 	close(stop)

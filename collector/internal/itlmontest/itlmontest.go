@@ -307,10 +307,11 @@ func StoredIDs(t testing.TB, conn driver.Conn, site string) map[[16]byte]int {
 // Proc is the collector running as a real process: the itlmon binary (see
 // Exe), started by StartProcess.
 type Proc struct {
-	Cmd    *exec.Cmd
-	URL    string        // the collector's base URL
-	Native string        // the engine's native address when the collector started
-	Done   chan struct{} // closed when the process has exited
+	Cmd     *exec.Cmd
+	URL     string        // the collector's base URL
+	ReadURL string        // where the read side is served (/metrics, /api/)
+	Native  string        // the engine's native address when the collector started
+	Done    chan struct{} // closed when the process has exited
 
 	restarted atomic.Pointer[string] // the engine's native address after its latest restart
 	freed     chan struct{}          // the binary's line after a SIGUSR1
@@ -360,6 +361,7 @@ func StartProcess(t *testing.T, lib, data string, extra ...string) *Proc {
 				Level   string `json:"level"`
 				Message string `json:"message"`
 				URL     string `json:"url"`
+				ReadURL string `json:"read_url"`
 				Native  string `json:"clickhouse_native"`
 				Engine  string `json:"native"`
 			}
@@ -373,7 +375,7 @@ func StartProcess(t *testing.T, lib, data string, extra ...string) *Proc {
 			}
 			switch line.Message {
 			case "itlmon serving":
-				once.Do(func() { p.URL, p.Native = line.URL, line.Native; close(ready) })
+				once.Do(func() { p.URL, p.ReadURL, p.Native = line.URL, line.ReadURL, line.Native; close(ready) })
 			case "clickhouse engine restarted":
 				p.restarted.Store(&line.Engine)
 			case "itlmontest: memory freed":

@@ -1,11 +1,11 @@
-package config
+package duration
 
 import (
 	"testing"
 	"time"
 )
 
-func TestParseDuration(t *testing.T) {
+func TestParse(t *testing.T) {
 	tests := []struct {
 		in   string
 		want time.Duration
@@ -23,9 +23,9 @@ func TestParseDuration(t *testing.T) {
 		{"ten minutes", 0, false},
 	}
 	for _, tt := range tests {
-		got, err := ParseDuration(tt.in)
+		got, err := Parse(tt.in)
 		if (err == nil) != tt.ok || got != tt.want {
-			t.Errorf("ParseDuration(%q) = %v, %v; want %v, ok=%v", tt.in, got, err, tt.want, tt.ok)
+			t.Errorf("Parse(%q) = %v, %v; want %v, ok=%v", tt.in, got, err, tt.want, tt.ok)
 		}
 	}
 }
