@@ -389,7 +389,7 @@ func StartProcess(t *testing.T, lib, data string, extra ...string) *Proc {
 	select {
 	case <-ready:
 	case <-p.Done:
-		t.Fatalf("collector exited before serving: %v", cmd.ProcessState)
+		t.Fatalf("collector exited before serving: %v\n%s", cmd.ProcessState, strings.Join(p.Warnings(), "\n"))
 	case <-time.After(2 * time.Minute):
 		t.Fatal("collector did not start within 2 minutes")
 	}
