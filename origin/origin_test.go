@@ -6,21 +6,53 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"regexp"
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
+	"github.com/itlmon/itlmon/internal/memnet"
 	"github.com/itlmon/itlmon/wasm/beacon"
 	"github.com/itlmon/itlmon/wasm/meter"
 )
 
+// The tests run in testing/synctest bubbles: the servers are real
+// http.Servers on an in-memory network (memnet), so the reporter's timer
+// and backoff and the handlers' pauses pass on the bubble's fake clock, and
+// the tests check exact times.
+
+// startServer serves h over memnet and returns its URL, a client that
+// reaches it, and a func that stops it (also run at cleanup).
+func startServer(t *testing.T, h http.Handler) (url string, client *http.Client, stop func()) {
+	t.Helper()
+	ln := memnet.Listen()
+	srv := &http.Server{Handler: h}
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		srv.Serve(ln)
+	}()
+	tr := &http.Transport{DialContext: ln.DialContext}
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			srv.Close()
+			<-served
+			tr.CloseIdleConnections()
+		})
+	}
+	t.Cleanup(stop)
+	return "http://origin.test", &http.Client{Transport: tr, Timeout: DefaultTimeout}, stop
+}
+
 // fakeCollector is a real HTTP server decoding what reporters post to
 // /v1/origin. status, when set, answers instead of 204 (for retry tests).
 type fakeCollector struct {
-	srv     *httptest.Server
+	url     string
+	client  *http.Client // reaches the collector
+	stop    func()       // takes the collector down
 	mu      sync.Mutex
 	batches []*beacon.OriginBatch
 	posts   int
@@ -30,7 +62,7 @@ type fakeCollector struct {
 
 func newFakeCollector(t *testing.T, key string) *fakeCollector {
 	c := &fakeCollector{got: make(chan beacon.Origin, 1000)}
-	c.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	c.url, c.client, c.stop = startServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != Path || r.URL.Query().Get("site") != "chat" || r.Header.Get(HeaderKey) != key {
 			http.Error(w, "bad path, site or key", http.StatusForbidden)
 			return
@@ -58,7 +90,6 @@ func newFakeCollector(t *testing.T, key string) *fakeCollector {
 		}
 		w.WriteHeader(http.StatusNoContent)
 	}))
-	t.Cleanup(c.srv.Close)
 	return c
 }
 
@@ -75,7 +106,7 @@ func (c *fakeCollector) next(t *testing.T) beacon.Origin {
 
 func newReporter(t *testing.T, c *fakeCollector, edit func(*Config)) *Reporter {
 	t.Helper()
-	cfg := Config{Collector: c.srv.URL, Site: "chat", Key: "k", FlushInterval: 20 * time.Millisecond, Logf: t.Logf}
+	cfg := Config{Collector: c.url, Client: c.client, Site: "chat", Key: "k", FlushInterval: 20 * time.Millisecond, Logf: t.Logf}
 	if edit != nil {
 		edit(&cfg)
 	}
@@ -91,9 +122,9 @@ func newReporter(t *testing.T, c *fakeCollector, edit func(*Config)) *Reporter {
 // response headers and body.
 func serve(t *testing.T, rp *Reporter, h http.HandlerFunc) (http.Header, string) {
 	t.Helper()
-	srv := httptest.NewServer(rp.Handler(h))
-	defer srv.Close()
-	resp, err := http.Get(srv.URL + "/v1/chat/completions?user=secret")
+	url, client, stop := startServer(t, rp.Handler(h))
+	defer stop()
+	resp, err := client.Get(url + "/v1/chat/completions?user=secret")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -147,53 +178,57 @@ func TestSSEFlushPerToken(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c := newFakeCollector(t, "k")
-			rp := newReporter(t, c, nil)
-			h, body := serve(t, rp, sseHandler(tc.flush))
-			id := h.Get(HeaderStream)
-			if !hexID.MatchString(id) {
-				t.Fatalf("%s = %q, want 32 hex digits", HeaderStream, id)
-			}
-			if got, want := h.Values(HeaderExpose), []string{"X-Trace", HeaderStream}; strings.Join(got, "|") != strings.Join(want, "|") {
-				t.Fatalf("%s = %q, want %q (appended)", HeaderExpose, got, want)
-			}
-			if !strings.HasSuffix(body, "data: [DONE]\n\n") || strings.Count(body, "data:") != tokens+1 {
-				t.Fatalf("body changed by the middleware: %q", body)
-			}
-			o := c.next(t)
-			if o.ID != id {
-				t.Fatalf("record id %q, want the header's %q", o.ID, id)
-			}
-			if got, want := o.Route, "/v1/chat/completions"; got != want {
-				t.Fatalf("Route = %q, want %q (no query)", got, want)
-			}
-			if o.ContentEvents != tokens || o.Events != tokens+1 || o.Flushes != tokens+1 || o.MaxEventsPerFlush != 1 {
-				t.Fatalf("content %d, events %d, flushes %d, max/flush %d; want %d, %d, %d, 1",
-					o.ContentEvents, o.Events, o.Flushes, o.MaxEventsPerFlush, tokens, tokens+1, tokens+1)
-			}
-			if got, want := meter.Format(o.Format), meter.FormatOpenAIChat; got != want {
-				t.Fatalf("Format = %d, want %d", got, want)
-			}
-			if o.Status != uint8(meter.StatusComplete) || o.HTTPStatus != 200 {
-				t.Fatalf("Status, HTTPStatus = %d, %d; want complete, 200", o.Status, o.HTTPStatus)
-			}
-			if len(o.EmitUs) != tokens || o.EmitsDropped != 0 || o.TTFTUs != o.EmitUs[0] {
-				t.Fatalf("EmitUs = %v (dropped %d), TTFT %d", o.EmitUs, o.EmitsDropped, o.TTFTUs)
-			}
-			for k := 1; k < tokens; k++ { // the handler slept `every` between tokens
-				if gap := time.Duration(o.EmitUs[k]-o.EmitUs[k-1]) * time.Microsecond; gap < every {
-					t.Fatalf("emit gap %d = %v, want at least the handler's sleep %v", k, gap, every)
+			synctest.Test(t, func(t *testing.T) {
+				c := newFakeCollector(t, "k")
+				rp := newReporter(t, c, nil)
+				h, body := serve(t, rp, sseHandler(tc.flush))
+				id := h.Get(HeaderStream)
+				if !hexID.MatchString(id) {
+					t.Fatalf("%s = %q, want 32 hex digits", HeaderStream, id)
 				}
-			}
-			if got, want := o.ITL.Count(), uint64(tokens-1); got != want {
-				t.Fatalf("ITL.Count() = %d, want %d", got, want)
-			}
+				if got, want := h.Values(HeaderExpose), []string{"X-Trace", HeaderStream}; strings.Join(got, "|") != strings.Join(want, "|") {
+					t.Fatalf("%s = %q, want %q (appended)", HeaderExpose, got, want)
+				}
+				if !strings.HasSuffix(body, "data: [DONE]\n\n") || strings.Count(body, "data:") != tokens+1 {
+					t.Fatalf("body changed by the middleware: %q", body)
+				}
+				o := c.next(t)
+				if o.ID != id {
+					t.Fatalf("record id %q, want the header's %q", o.ID, id)
+				}
+				if got, want := o.Route, "/v1/chat/completions"; got != want {
+					t.Fatalf("Route = %q, want %q (no query)", got, want)
+				}
+				if o.ContentEvents != tokens || o.Events != tokens+1 || o.Flushes != tokens+1 || o.MaxEventsPerFlush != 1 {
+					t.Fatalf("content %d, events %d, flushes %d, max/flush %d; want %d, %d, %d, 1",
+						o.ContentEvents, o.Events, o.Flushes, o.MaxEventsPerFlush, tokens, tokens+1, tokens+1)
+				}
+				if got, want := meter.Format(o.Format), meter.FormatOpenAIChat; got != want {
+					t.Fatalf("Format = %d, want %d", got, want)
+				}
+				if o.Status != uint8(meter.StatusComplete) || o.HTTPStatus != 200 {
+					t.Fatalf("Status, HTTPStatus = %d, %d; want complete, 200", o.Status, o.HTTPStatus)
+				}
+				if len(o.EmitUs) != tokens || o.EmitsDropped != 0 || o.TTFTUs != o.EmitUs[0] {
+					t.Fatalf("EmitUs = %v (dropped %d), TTFT %d", o.EmitUs, o.EmitsDropped, o.TTFTUs)
+				}
+				for k := 1; k < tokens; k++ { // the handler slept `every` between tokens
+					if gap := time.Duration(o.EmitUs[k]-o.EmitUs[k-1]) * time.Microsecond; gap != every {
+						t.Fatalf("emit gap %d = %v, want the handler's sleep %v", k, gap, every)
+					}
+				}
+				if got, want := o.ITL.Count(), uint64(tokens-1); got != want {
+					t.Fatalf("ITL.Count() = %d, want %d", got, want)
+				}
+			})
 		})
 	}
 }
 
 // A handler that never flushes: each write is an emit at its write time.
-func TestNeverFlushes(t *testing.T) {
+func TestNeverFlushes(t *testing.T) { synctest.Test(t, testNeverFlushes) }
+
+func testNeverFlushes(t *testing.T) {
 	c := newFakeCollector(t, "k")
 	rp := newReporter(t, c, nil)
 	serve(t, rp, func(w http.ResponseWriter, r *http.Request) {
@@ -210,14 +245,16 @@ func TestNeverFlushes(t *testing.T) {
 		t.Fatalf("content %d, flushes %d, emits %v; want 5, 5 (one per write), 5", o.ContentEvents, o.Flushes, o.EmitUs)
 	}
 	for k := 1; k < 5; k++ {
-		if gap := time.Duration(o.EmitUs[k]-o.EmitUs[k-1]) * time.Microsecond; gap < every {
-			t.Fatalf("emit gap %d = %v, want at least %v (write times, not the end)", k, gap, every)
+		if gap := time.Duration(o.EmitUs[k]-o.EmitUs[k-1]) * time.Microsecond; gap != every {
+			t.Fatalf("emit gap %d = %v, want %v (write times, not the end)", k, gap, every)
 		}
 	}
 }
 
 // Writes between flushes are emitted together at the flush.
-func TestEventsPerFlush(t *testing.T) {
+func TestEventsPerFlush(t *testing.T) { synctest.Test(t, testEventsPerFlush) }
+
+func testEventsPerFlush(t *testing.T) {
 	c := newFakeCollector(t, "k")
 	rp := newReporter(t, c, nil)
 	serve(t, rp, func(w http.ResponseWriter, r *http.Request) {
@@ -241,7 +278,9 @@ func TestEventsPerFlush(t *testing.T) {
 	}
 }
 
-func TestReusesRequestID(t *testing.T) {
+func TestReusesRequestID(t *testing.T) { synctest.Test(t, testReusesRequestID) }
+
+func testReusesRequestID(t *testing.T) {
 	c := newFakeCollector(t, "k")
 	rp := newReporter(t, c, nil)
 	h, _ := serve(t, rp, func(w http.ResponseWriter, r *http.Request) {
@@ -296,7 +335,9 @@ func TestValidID(t *testing.T) {
 }
 
 // Responses that are not streams pass through untouched and unreported.
-func TestNotStreaming(t *testing.T) {
+func TestNotStreaming(t *testing.T) { synctest.Test(t, testNotStreaming) }
+
+func testNotStreaming(t *testing.T) {
 	c := newFakeCollector(t, "k")
 	rp := newReporter(t, c, nil)
 	h, body := serve(t, rp, func(w http.ResponseWriter, r *http.Request) {
@@ -315,7 +356,9 @@ func TestNotStreaming(t *testing.T) {
 }
 
 // The wrapper keeps the ResponseWriter's optional interfaces working.
-func TestUnwrapAndHijack(t *testing.T) {
+func TestUnwrapAndHijack(t *testing.T) { synctest.Test(t, testUnwrapAndHijack) }
+
+func testUnwrapAndHijack(t *testing.T) {
 	c := newFakeCollector(t, "k")
 	rp := newReporter(t, c, nil)
 	var deadlineErr, hijackErr error
@@ -345,21 +388,22 @@ func TestUnwrapAndHijack(t *testing.T) {
 	}
 }
 
-func TestClientAbort(t *testing.T) {
+func TestClientAbort(t *testing.T) { synctest.Test(t, testClientAbort) }
+
+func testClientAbort(t *testing.T) {
 	c := newFakeCollector(t, "k")
 	rp := newReporter(t, c, nil)
 	started := make(chan struct{})
-	srv := httptest.NewServer(rp.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	url, client, _ := startServer(t, rp.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/event-stream")
 		io.WriteString(w, chatEvent(0))
 		w.(http.Flusher).Flush()
 		close(started)
 		<-r.Context().Done()
 	})))
-	defer srv.Close()
 	ctx, cancel := context.WithCancel(context.Background())
-	req, _ := http.NewRequestWithContext(ctx, "GET", srv.URL, nil)
-	resp, err := http.DefaultClient.Do(req)
+	req, _ := http.NewRequestWithContext(ctx, "GET", url, nil)
+	resp, err := client.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -381,7 +425,9 @@ func TestNewErrors(t *testing.T) {
 
 // Beyond MaxEmits the emit list stops: no later (stall neighbourhood)
 // stamps that would make a gap between non-adjacent events.
-func TestMaxEmits(t *testing.T) {
+func TestMaxEmits(t *testing.T) { synctest.Test(t, testMaxEmits) }
+
+func testMaxEmits(t *testing.T) {
 	c := newFakeCollector(t, "k")
 	rp := newReporter(t, c, func(cfg *Config) { cfg.MaxEmits = 10 })
 	serve(t, rp, func(w http.ResponseWriter, r *http.Request) {
@@ -421,19 +467,20 @@ func TestRoutePaths(t *testing.T) {
 		{"panicking function", func(string) string { panic("app bug") }, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c := newFakeCollector(t, "k")
-			rp := newReporter(t, c, func(cfg *Config) { cfg.Paths = tc.paths })
-			srv := httptest.NewServer(rp.Handler(sseHandler(func(w http.ResponseWriter) { w.(http.Flusher).Flush() })))
-			defer srv.Close()
-			resp, err := http.Get(srv.URL + path + "?conversation=secret")
-			if err != nil {
-				t.Fatal(err)
-			}
-			io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			if got := c.next(t).Route; got != tc.want {
-				t.Fatalf("Route = %q, want %q", got, tc.want)
-			}
+			synctest.Test(t, func(t *testing.T) {
+				c := newFakeCollector(t, "k")
+				rp := newReporter(t, c, func(cfg *Config) { cfg.Paths = tc.paths })
+				url, client, _ := startServer(t, rp.Handler(sseHandler(func(w http.ResponseWriter) { w.(http.Flusher).Flush() })))
+				resp, err := client.Get(url + path + "?conversation=secret")
+				if err != nil {
+					t.Fatal(err)
+				}
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if got := c.next(t).Route; got != tc.want {
+					t.Fatalf("Route = %q, want %q", got, tc.want)
+				}
+			})
 		})
 	}
 }

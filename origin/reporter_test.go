@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/itlmon/itlmon/wasm/beacon"
@@ -14,7 +15,9 @@ func rec(id string) beacon.Origin {
 }
 
 // Batches go out on size, and on the timer when fewer are queued.
-func TestBatchOnSizeAndTimer(t *testing.T) {
+func TestBatchOnSizeAndTimer(t *testing.T) { synctest.Test(t, testBatchOnSizeAndTimer) }
+
+func testBatchOnSizeAndTimer(t *testing.T) {
 	c := newFakeCollector(t, "k")
 	rp := newReporter(t, c, func(cfg *Config) { cfg.BatchSize = 3; cfg.FlushInterval = time.Hour })
 	for _, id := range []string{"a", "b", "c"} {
@@ -29,16 +32,23 @@ func TestBatchOnSizeAndTimer(t *testing.T) {
 	}
 	c.mu.Unlock()
 
-	rp2 := newReporter(t, c, func(cfg *Config) { cfg.BatchSize = 100; cfg.FlushInterval = 30 * time.Millisecond })
+	const flush = 30 * time.Millisecond
+	rp2 := newReporter(t, c, func(cfg *Config) { cfg.BatchSize = 100; cfg.FlushInterval = flush })
+	start := time.Now()
 	rp2.enqueue(rec("d"))
 	if o := c.next(t); o.ID != "d" {
 		t.Fatalf("got %q, want d (sent by the timer)", o.ID)
+	}
+	if got := time.Since(start); got != flush {
+		t.Fatalf("sent after %v, want the flush interval %v", got, flush)
 	}
 }
 
 // A full queue drops without blocking, counts, and reports the count with
 // the next batch; the counter then starts again.
-func TestDropsCountedAndReported(t *testing.T) {
+func TestDropsCountedAndReported(t *testing.T) { synctest.Test(t, testDropsCountedAndReported) }
+
+func testDropsCountedAndReported(t *testing.T) {
 	c := newFakeCollector(t, "k")
 	rp := newReporter(t, c, func(cfg *Config) { cfg.QueueSize = 2; cfg.BatchSize = 1000; cfg.FlushInterval = time.Hour })
 	// The uploader may take one into its batch; fill well past the queue.
@@ -67,13 +77,20 @@ func TestDropsCountedAndReported(t *testing.T) {
 	}
 }
 
-func TestRetryThenSuccess(t *testing.T) {
+func TestRetryThenSuccess(t *testing.T) { synctest.Test(t, testRetryThenSuccess) }
+
+func testRetryThenSuccess(t *testing.T) {
 	c := newFakeCollector(t, "k")
 	c.status = []int{http.StatusServiceUnavailable, http.StatusTooManyRequests}
 	rp := newReporter(t, c, nil)
+	start := time.Now()
 	rp.enqueue(rec("a"))
 	if o := c.next(t); o.ID != "a" {
 		t.Fatalf("got %q", o.ID)
+	}
+	// The flush interval, then two backoffs: [min/2, min) and [min, 2 min).
+	if got, lo, hi := time.Since(start)-20*time.Millisecond, minBackoff/2+minBackoff, 3*minBackoff; got < lo || got >= hi {
+		t.Fatalf("accepted %v after the flush, want two backoffs, in [%v, %v)", got, lo, hi)
 	}
 	if err := rp.Shutdown(context.Background()); err != nil {
 		t.Fatal(err)
@@ -83,7 +100,9 @@ func TestRetryThenSuccess(t *testing.T) {
 	}
 }
 
-func TestRefusedNotRetried(t *testing.T) {
+func TestRefusedNotRetried(t *testing.T) { synctest.Test(t, testRefusedNotRetried) }
+
+func testRefusedNotRetried(t *testing.T) {
 	c := newFakeCollector(t, "other-key") // our key is refused with 403
 	rp := newReporter(t, c, nil)
 	rp.enqueue(rec("a"))
@@ -97,7 +116,9 @@ func TestRefusedNotRetried(t *testing.T) {
 
 // Shutdown drains the queue; with the collector down it gives up when its
 // ctx ends and counts what was lost.
-func TestShutdown(t *testing.T) {
+func TestShutdown(t *testing.T) { synctest.Test(t, testShutdown) }
+
+func testShutdown(t *testing.T) {
 	c := newFakeCollector(t, "k")
 	rp := newReporter(t, c, func(cfg *Config) { cfg.FlushInterval = time.Hour; cfg.BatchSize = 1000 })
 	for _, id := range []string{"a", "b"} {
@@ -110,13 +131,17 @@ func TestShutdown(t *testing.T) {
 		t.Fatalf("Sent after Shutdown = %d, want 2 (drained)", st.Sent)
 	}
 
-	c.srv.Close() // collector down: uploads fail and are retried
+	c.stop() // collector down: uploads fail and are retried
 	rp2 := newReporter(t, c, func(cfg *Config) { cfg.FlushInterval = time.Millisecond })
 	rp2.enqueue(rec("c"))
+	start := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
 	if err := rp2.Shutdown(ctx); err != context.DeadlineExceeded {
 		t.Fatalf("Shutdown with the collector down = %v, want %v", err, context.DeadlineExceeded)
+	}
+	if got := time.Since(start); got != 300*time.Millisecond {
+		t.Fatalf("Shutdown returned after %v, want its ctx's 300ms", got)
 	}
 	if st := rp2.Stats(); st.Dropped != 1 || st.Sent != 0 {
 		t.Fatalf("Dropped %d, Sent %d; want 1, 0", st.Dropped, st.Sent)

@@ -101,13 +101,19 @@ type Engine struct {
 	done    chan struct{} // closed when the supervisor has returned
 	life    context.Context
 	cancel  context.CancelFunc // ends life: aborts a launch in progress at Close
+
+	// launcher starts a child, waits until it answers and publishes it:
+	// launch, or a fake that tests the supervisor's restart policy on a
+	// fake clock.
+	launcher func(ctx context.Context) (*child, error)
 }
 
 // child is one engine process.
 type child struct {
-	cmd    *exec.Cmd
-	exited chan struct{} // closed after Wait returned
-	err    error         // Wait's result, valid after exited
+	pid    int
+	signal func(os.Signal) error // the process's Signal
+	exited chan struct{}         // closed after Wait returned
+	err    error                 // Wait's result, valid after exited
 }
 
 // Start launches the engine, waits until it answers /ping and supervises it
@@ -116,6 +122,19 @@ func Start(ctx context.Context, opts Options) (*Engine, error) {
 	if err := opts.setDefaults(); err != nil {
 		return nil, err
 	}
+	e := newEngine(opts)
+	e.launcher = e.launch
+	began := time.Now()
+	if err := e.start(ctx); err != nil {
+		return nil, err
+	}
+	e.log.Info().Str("native", e.NativeAddr()).Str("http", e.HTTPAddr()).
+		Dur("took", time.Since(began)).Str("dir", opts.Dir).Msg("clickhouse engine ready")
+	return e, nil
+}
+
+// newEngine is an Engine with no child yet; start runs its supervisor.
+func newEngine(opts Options) *Engine {
 	e := &Engine{
 		opts:    opts,
 		log:     opts.Logger.With().Str("component", "chdb").Logger(),
@@ -127,16 +146,18 @@ func Start(ctx context.Context, opts Options) (*Engine, error) {
 		done:    make(chan struct{}),
 	}
 	e.life, e.cancel = context.WithCancel(context.Background())
-	began := time.Now()
+	return e
+}
+
+// start runs the supervisor and waits for its first launch.
+func (e *Engine) start(ctx context.Context) error {
 	started := make(chan error, 1)
 	go e.supervise(ctx, started)
 	if err := <-started; err != nil {
 		e.cancel()
-		return nil, err
+		return err
 	}
-	e.log.Info().Str("native", e.NativeAddr()).Str("http", e.HTTPAddr()).
-		Dur("took", time.Since(began)).Str("dir", opts.Dir).Msg("clickhouse engine ready")
-	return e, nil
+	return nil
 }
 
 func (o *Options) setDefaults() error {
@@ -196,7 +217,7 @@ func (e *Engine) PID() int {
 	if e.proc == nil {
 		return 0
 	}
-	return e.proc.cmd.Process.Pid
+	return e.proc.pid
 }
 
 // DialContext dials the engine's current native address whatever addr says,
@@ -223,8 +244,9 @@ func (e *Engine) Ready(ctx context.Context) error {
 	}
 }
 
-// Kill sends SIGKILL to the current child, as a crash would. The supervisor
-// restarts it after a backoff.
+// Kill sends SIGKILL to the current child, as a crash would, and returns
+// once it has exited: the engine is down then (Ready waits), and the
+// supervisor restarts it after a backoff.
 func (e *Engine) Kill() error {
 	e.mu.Lock()
 	c := e.proc
@@ -232,7 +254,12 @@ func (e *Engine) Kill() error {
 	if c == nil {
 		return errors.New("chdb: engine not running")
 	}
-	return c.cmd.Process.Kill()
+	if err := c.signal(os.Kill); err != nil {
+		return err
+	}
+	<-c.exited
+	e.clearProc(c)
+	return nil
 }
 
 // Stop takes the engine down (SIGTERM, then SIGKILL after StopTimeout) and
@@ -246,7 +273,11 @@ func (e *Engine) Stop(ctx context.Context) error {
 	e.stopped = true
 	c := e.proc
 	e.mu.Unlock()
-	return e.terminate(ctx, c)
+	err := e.terminate(ctx, c)
+	if c != nil {
+		e.clearProc(c) // down now, not when the supervisor gets to it: a Restart right after waits for the new child
+	}
+	return err
 }
 
 // Restart brings a stopped engine back up (on its old ports when they are
@@ -294,7 +325,7 @@ func (e *Engine) terminate(ctx context.Context, c *child) error {
 	if c == nil {
 		return nil
 	}
-	_ = c.cmd.Process.Signal(syscall.SIGTERM)
+	_ = c.signal(syscall.SIGTERM)
 	t := time.NewTimer(e.opts.StopTimeout)
 	defer t.Stop()
 	select {
@@ -303,8 +334,8 @@ func (e *Engine) terminate(ctx context.Context, c *child) error {
 	case <-t.C:
 	case <-ctx.Done():
 	}
-	e.log.Warn().Int("pid", c.cmd.Process.Pid).Msg("clickhouse engine ignored SIGTERM; killing")
-	_ = c.cmd.Process.Kill()
+	e.log.Warn().Int("pid", c.pid).Msg("clickhouse engine ignored SIGTERM; killing")
+	_ = c.signal(os.Kill)
 	<-c.exited
 	return nil
 }
@@ -318,7 +349,7 @@ func (e *Engine) supervise(ctx context.Context, started chan<- error) {
 	// every launch happens on this one thread, locked for the supervisor's
 	// lifetime.
 	runtime.LockOSThread()
-	c, err := e.launch(ctx)
+	c, err := e.launcher(ctx)
 	started <- err
 	if err != nil {
 		return
@@ -343,7 +374,7 @@ func (e *Engine) supervise(ctx context.Context, started chan<- error) {
 		if !e.waitWanted() {
 			return
 		}
-		if c, err = e.launch(e.life); errors.Is(err, errUnwanted) {
+		if c, err = e.launcher(e.life); errors.Is(err, errUnwanted) {
 			continue // Stop or Close came during the launch
 		} else if err != nil && e.life.Err() != nil {
 			return // Close aborted the launch
@@ -359,8 +390,8 @@ func (e *Engine) supervise(ctx context.Context, started chan<- error) {
 	}
 }
 
-// clearProc marks the engine down after c exited and reports whether the exit
-// was asked for.
+// clearProc marks the engine down after c exited (unless already done) and
+// reports whether the exit was asked for.
 func (e *Engine) clearProc(c *child) (intended bool) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -440,7 +471,7 @@ func (e *Engine) launch(ctx context.Context) (*child, error) {
 			}
 			return c, nil
 		}
-		_ = c.cmd.Process.Kill()
+		_ = c.signal(os.Kill)
 		<-c.exited
 		lastErr = err
 		if !errors.Is(err, errExitedEarly) {
@@ -496,7 +527,7 @@ func (e *Engine) spawn(native, httpPort int) (*child, error) {
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("chdb: start child: %w", err)
 	}
-	c := &child{cmd: cmd, exited: make(chan struct{})}
+	c := &child{pid: cmd.Process.Pid, signal: cmd.Process.Signal, exited: make(chan struct{})}
 	logged := make(chan struct{})
 	go func() {
 		defer close(logged)

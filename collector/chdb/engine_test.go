@@ -3,6 +3,7 @@ package chdb_test
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/ClickHouse/clickhouse-go/v2"
 	"github.com/rs/zerolog"
+	"golang.org/x/sys/unix"
 
 	"github.com/itlmon/itlmon/collector/chdb"
 )
@@ -64,13 +66,29 @@ func TestChildDiesWithParent(t *testing.T) {
 		t.Fatal(err)
 	}
 	parent.Wait()
-	deadline := time.Now().Add(30 * time.Second)
-	for syscall.Kill(pid, 0) == nil {
-		if time.Now().After(deadline) {
+	// The engine is not our child: wait for its exit on a pidfd, which
+	// becomes readable when the process ends.
+	fd, err := unix.PidfdOpen(pid, 0)
+	if errors.Is(err, unix.ESRCH) {
+		return // gone already
+	} else if err != nil {
+		t.Fatalf("pidfd_open(%d): %v", pid, err)
+	}
+	defer unix.Close(fd)
+	fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+	for {
+		n, err := unix.Poll(fds, 30_000)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil {
+			t.Fatalf("poll pidfd: %v", err)
+		}
+		if n == 0 {
 			syscall.Kill(pid, syscall.SIGKILL)
 			t.Fatalf("engine %d still running 30 s after its parent was killed", pid)
 		}
-		time.Sleep(50 * time.Millisecond)
+		return
 	}
 }
 
@@ -111,19 +129,13 @@ func count(t *testing.T, ctx context.Context, conn clickhouse.Conn) uint64 {
 	return n
 }
 
-// waitCount polls until the table answers (the engine may be restarting).
-func waitCount(t *testing.T, ctx context.Context, conn clickhouse.Conn) uint64 {
+// readyCount waits until the engine is up (it may be restarting) and counts.
+func readyCount(t *testing.T, ctx context.Context, e *chdb.Engine, conn clickhouse.Conn) uint64 {
 	t.Helper()
-	var n uint64
-	var err error
-	for ctx.Err() == nil {
-		if err = conn.QueryRow(ctx, "SELECT count() FROM persist_test").Scan(&n); err == nil {
-			return n
-		}
-		time.Sleep(100 * time.Millisecond)
+	if err := e.Ready(ctx); err != nil {
+		t.Fatalf("ready: %v", err)
 	}
-	t.Fatalf("count after restart: %v", err)
-	return 0
+	return count(t, ctx, conn)
 }
 
 func TestEngineLifecycle(t *testing.T) {
@@ -173,19 +185,18 @@ func TestEngineLifecycle(t *testing.T) {
 		t.Fatalf("restart: %v", err)
 	}
 	t.Logf("restarted in %v", time.Since(began))
-	if got, want := waitCount(t, ctx, conn), uint64(1000); got != want {
+	if got, want := readyCount(t, ctx, e, conn), uint64(1000); got != want {
 		t.Fatalf("count after restart = %d, want %d", got, want)
 	}
 
 	// A crash: the supervisor brings it back by itself.
-	if err := e.Kill(); err != nil {
+	if err := e.Kill(); err != nil { // returns with the engine down
 		t.Fatalf("kill: %v", err)
 	}
-	time.Sleep(100 * time.Millisecond)
-	if err := e.Ready(ctx); err != nil {
-		t.Fatalf("ready after kill: %v", err)
+	if pid := e.PID(); pid != 0 {
+		t.Fatalf("PID after Kill = %d, want 0 (down)", pid)
 	}
-	if got, want := waitCount(t, ctx, conn), uint64(1000); got != want {
+	if got, want := readyCount(t, ctx, e, conn), uint64(1000); got != want {
 		t.Fatalf("count after crash = %d, want %d", got, want)
 	}
 
@@ -202,7 +213,7 @@ func TestEngineLifecycle(t *testing.T) {
 		t.Fatalf("start again: %v", err)
 	}
 	defer e2.Close(context.Background())
-	if got, want := waitCount(t, ctx, connect(t, e2)), uint64(1000); got != want {
+	if got, want := readyCount(t, ctx, e2, connect(t, e2)), uint64(1000); got != want {
 		t.Fatalf("count in a new engine = %d, want %d", got, want)
 	}
 }
@@ -277,16 +288,14 @@ func TestDedupGhostRepaired(t *testing.T) {
 	}
 	rows := func() uint64 {
 		t.Helper()
-		var n uint64
-		var err error
-		for ctx.Err() == nil { // the engine may be restarting
-			if err = conn.QueryRow(ctx, "SELECT count() FROM ghost_test").Scan(&n); err == nil {
-				return n
-			}
-			time.Sleep(100 * time.Millisecond)
+		if err := e.Ready(ctx); err != nil { // the engine may be restarting
+			t.Fatalf("ready: %v", err)
 		}
-		t.Fatalf("count: %v", err)
-		return 0
+		var n uint64
+		if err := conn.QueryRow(ctx, "SELECT count() FROM ghost_test").Scan(&n); err != nil {
+			t.Fatalf("count: %v", err)
+		}
+		return n
 	}
 	insert()
 	insert() // a retry of a stored insert: dropped

@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -38,6 +39,10 @@ type Env struct {
 	// OpenClickHouse connects for `gate rum`; nil means clickhouse-go with
 	// the DSN.
 	OpenClickHouse func(ctx context.Context, dsn string) (query.Conn, func() error, error)
+
+	// DialContext connects the probe's requests; nil means the system's
+	// network (tests serve endpoints in memory, on a fake clock).
+	DialContext func(ctx context.Context, network, addr string) (net.Conn, error)
 }
 
 // DefaultModel is the model of the default request body.
@@ -265,6 +270,7 @@ func mainProbe(ctx context.Context, args []string, env Env) int {
 		bar = newProgressBar(env.Stderr)
 		p.Progress = bar.draw
 	}
+	p.Dial = env.DialContext
 	res, err := p.Run(ctx)
 	if bar != nil {
 		bar.clear() // Run calls Progress only while it runs

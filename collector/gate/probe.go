@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -32,6 +33,10 @@ type Probe struct {
 	TokensPerEvent int // known tokens per content event, 0 = from usage or unknown
 
 	Client *http.Client // default: a transport with one connection per worker
+
+	// Dial connects the default transport (nil: the system's network);
+	// tests dial in-memory servers with it.
+	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
 
 	// Progress, when set, is called from one goroutine after every finished
 	// request and on a ticker: done measured requests, total (0 with
@@ -70,6 +75,9 @@ func (p *Probe) Run(ctx context.Context) (*ProbeResult, error) {
 		tr := http.DefaultTransport.(*http.Transport).Clone()
 		tr.MaxIdleConnsPerHost = conc
 		tr.MaxConnsPerHost = conc
+		if p.Dial != nil {
+			tr.DialContext = p.Dial
+		}
 		client = &http.Client{Transport: tr}
 		defer tr.CloseIdleConnections()
 	}

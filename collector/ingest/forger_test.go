@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/gorilla/websocket"
@@ -23,10 +24,10 @@ import (
 // postBeacon posts body to the beacon endpoint as a non-browser client.
 func (f *fixture) postBeacon(t *testing.T, site, origin string, body []byte) *http.Response {
 	t.Helper()
-	req, _ := http.NewRequest("POST", f.srv.URL+"/v1/beacon?site="+site, bytes.NewReader(body))
+	req, _ := http.NewRequest("POST", f.url+"/v1/beacon?site="+site, bytes.NewReader(body))
 	req.Header.Set("Origin", origin)
 	req.Header.Set("User-Agent", "curl/8.0")
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := f.client.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,7 +49,7 @@ func TestForgerAcceptedAndCounted(t *testing.T) {
 	if resp := f.postBeacon(t, "chat", pageOrigin, mustBatch(t, 1, "chat", 3)); resp.StatusCode != http.StatusNoContent {
 		t.Fatalf("forged POST = %d, want 204", resp.StatusCode)
 	}
-	c, _, err := websocket.DefaultDialer.Dial(f.wsURL("chat"), http.Header{"Origin": {pageOrigin}})
+	c, _, err := f.wsDialer().Dial(f.wsURL("chat"), http.Header{"Origin": {pageOrigin}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,7 +77,7 @@ func TestForgerSiteBudget(t *testing.T) {
 		c.Now = func() time.Time { return now }
 	})
 	dial := func(site string) *websocket.Conn {
-		c, _, err := websocket.DefaultDialer.Dial(f.wsURL(site), http.Header{"Origin": {pageOrigin}})
+		c, _, err := f.wsDialer().Dial(f.wsURL(site), http.Header{"Origin": {pageOrigin}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -122,7 +123,9 @@ func TestForgerSiteBudget(t *testing.T) {
 // answered 503 with Retry-After while the budget is spent (the module keeps
 // its batch and comes back): memory held never passes the budget. Once the
 // forger goes, records go through again.
-func TestForgerMemoryBudget(t *testing.T) {
+func TestForgerMemoryBudget(t *testing.T) { synctest.Test(t, testForgerMemoryBudget) }
+
+func testForgerMemoryBudget(t *testing.T) {
 	const budget, frame = 12_050, 4000 // room for three frames, not a batch besides
 	f := newFixture(t, func(c *Config) { c.Memory = budget })
 	var held []*websocket.Conn

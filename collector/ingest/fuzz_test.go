@@ -6,9 +6,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"testing"
+	"testing/synctest"
 	"time"
-
-	"github.com/gorilla/websocket"
 
 	"github.com/itlmon/itlmon/wasm/beacon"
 )
@@ -100,35 +99,39 @@ func FuzzWSFrames(f *testing.F) {
 	f.Add(frame(8, []byte{0x03, 0xe8}, true))                                                 // close
 	f.Add([]byte{0x82})
 	f.Add([]byte{})
-	fx := newFixture(f, func(c *Config) {
-		c.Limits = fuzzLimits
-		c.BodyTimeout = time.Second // a frame the input leaves unfinished ends with the client's close
-	})
 	f.Fuzz(func(t *testing.T, data []byte) {
-		d := websocket.Dialer{HandshakeTimeout: 10 * time.Second}
-		c, _, err := d.Dial(fx.wsURL("chat"), http.Header{"Origin": {pageOrigin}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		nc := c.NetConn()
-		nc.SetDeadline(time.Now().Add(10 * time.Second))
-		if _, err := nc.Write(data); err != nil {
-			if ne, ok := err.(net.Error); ok && ne.Timeout() {
-				t.Fatal("the collector stopped reading without closing the connection")
+		// A collector per input, in a testing/synctest bubble: the body
+		// timeout passes on the fake clock, and the waits for the memory and
+		// the connection to be given back are synctest.Wait.
+		synctest.Test(t, func(t *testing.T) {
+			fx := newFixture(t, func(c *Config) {
+				c.Limits = fuzzLimits
+				c.BodyTimeout = time.Second // a frame the input leaves unfinished ends with the client's close
+			})
+			c, _, err := fx.wsDialer().Dial(fx.wsURL("chat"), http.Header{"Origin": {pageOrigin}})
+			if err != nil {
+				t.Fatal(err)
 			}
-		}
-		nc.(*net.TCPConn).CloseWrite()
-		for {
-			if _, _, err := c.ReadMessage(); err != nil {
+			nc := c.NetConn()
+			nc.SetDeadline(time.Now().Add(10 * time.Second))
+			if _, err := nc.Write(data); err != nil {
 				if ne, ok := err.(net.Error); ok && ne.Timeout() {
-					t.Fatal("the collector did not close the connection within 10s")
+					t.Fatal("the collector stopped reading without closing the connection")
 				}
-				break
 			}
-		}
-		c.Close()
-		fx.waitMemory(t, 0) // everything the connection reserved is given back
-		fx.waitConnections(t, 0)
+			nc.(interface{ CloseWrite() error }).CloseWrite()
+			for {
+				if _, _, err := c.ReadMessage(); err != nil {
+					if ne, ok := err.(net.Error); ok && ne.Timeout() {
+						t.Fatal("the collector did not close the connection within 10s")
+					}
+					break
+				}
+			}
+			c.Close()
+			fx.waitMemory(t, 0) // everything the connection reserved is given back
+			fx.waitConnections(t, 0)
+		})
 	})
 }
 

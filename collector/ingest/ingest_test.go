@@ -6,12 +6,12 @@ import (
 	"errors"
 	mrand "math/rand/v2"
 	"net/http"
-	"net/http/httptest"
 	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/gorilla/websocket"
@@ -22,6 +22,7 @@ import (
 	"github.com/itlmon/itlmon/collector"
 	"github.com/itlmon/itlmon/collector/enrich"
 	"github.com/itlmon/itlmon/internal/benchrec"
+	"github.com/itlmon/itlmon/internal/memnet"
 	"github.com/itlmon/itlmon/wasm/beacon"
 )
 
@@ -84,10 +85,12 @@ func (f *fakeSink) submitted() [][]collector.Stream {
 }
 
 type fixture struct {
-	h    *Handler
-	srv  *httptest.Server
-	sink *fakeSink
-	reg  *prometheus.Registry
+	h      *Handler
+	ln     *memnet.Listener // the handler's server listens here, in memory
+	url    string           // the server's base URL (any host: every dial goes to ln)
+	client *http.Client     // dials ln
+	sink   *fakeSink
+	reg    *prometheus.Registry
 }
 
 func newFixture(t testing.TB, mod func(*Config)) *fixture {
@@ -112,18 +115,54 @@ func newFixture(t testing.TB, mod func(*Config)) *fixture {
 	}
 	mux := http.NewServeMux()
 	f.h.Register(mux)
-	f.srv = httptest.NewServer(mux)
+	// The server and its clients talk over memnet, so a test can run the
+	// handler inside a testing/synctest bubble (fake time); outside one it
+	// runs on the real clock.
+	f.ln = memnet.Listen()
+	f.url = "http://collector.test"
+	srv := &http.Server{Handler: mux}
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		srv.Serve(f.ln)
+	}()
+	tr := &http.Transport{DialContext: f.ln.DialContext}
+	f.client = &http.Client{Transport: tr}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		f.h.Shutdown(ctx)
-		f.srv.Close()
+		tr.CloseIdleConnections()
+		srv.Close()
+		<-served
 	})
 	return f
 }
 
+// post sends a request to the handler's server.
+func (f *fixture) post(t *testing.T, path, origin string, body []byte) *http.Response {
+	t.Helper()
+	req, err := http.NewRequest("POST", f.url+path, bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if origin != "" {
+		req.Header.Set("Origin", origin)
+	}
+	resp, err := f.client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp
+}
+
 func (f *fixture) wsURL(site string) string {
-	return "ws" + strings.TrimPrefix(f.srv.URL, "http") + "/v1/ws?site=" + site
+	return "ws" + strings.TrimPrefix(f.url, "http") + "/v1/ws?site=" + site
+}
+
+// wsDialer dials the handler's server.
+func (f *fixture) wsDialer() *websocket.Dialer {
+	return &websocket.Dialer{NetDialContext: f.ln.DialContext, HandshakeTimeout: 45 * time.Second}
 }
 
 func (f *fixture) dial(t *testing.T, site, origin string) (*websocket.Conn, *http.Response, error) {
@@ -134,7 +173,7 @@ func (f *fixture) dial(t *testing.T, site, origin string) (*websocket.Conn, *htt
 	}
 	h.Set("User-Agent", firefoxUA)
 	h.Set("CF-IPCountry", "DE")
-	c, resp, err := websocket.DefaultDialer.Dial(f.wsURL(site), h)
+	c, resp, err := f.wsDialer().Dial(f.wsURL(site), h)
 	if err == nil {
 		t.Cleanup(func() { c.Close() })
 	}
@@ -178,7 +217,7 @@ func mustBatch(t testing.TB, seq uint64, site string, n int) []byte {
 
 func readAck(t *testing.T, c *websocket.Conn) beacon.Ack {
 	t.Helper()
-	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	c.SetReadDeadline(time.Now().Add(time.Minute)) // a hang fails the test; longer than any timeout under test
 	mt, p, err := c.ReadMessage()
 	if err != nil {
 		t.Fatalf("read ack: %v", err)
@@ -197,7 +236,7 @@ func readAck(t *testing.T, c *websocket.Conn) beacon.Ack {
 // acks that came before it.
 func readClose(t *testing.T, c *websocket.Conn) (*websocket.CloseError, []beacon.Ack) {
 	t.Helper()
-	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	c.SetReadDeadline(time.Now().Add(time.Minute)) // a hang fails the test; longer than any timeout under test
 	var acks []beacon.Ack
 	for {
 		_, p, err := c.ReadMessage()
@@ -256,7 +295,9 @@ func TestAdmission(t *testing.T) {
 // TestAcksReleasedTogether: the acks of many batches made durable at once
 // (one insert) all arrive, each whole, and free their in-flight slots: a
 // connection then sends past maxInFlight more.
-func TestAcksReleasedTogether(t *testing.T) {
+func TestAcksReleasedTogether(t *testing.T) { synctest.Test(t, testAcksReleasedTogether) }
+
+func testAcksReleasedTogether(t *testing.T) {
 	f := newFixture(t, nil)
 	f.sink.hold = true
 	c, _, err := f.dial(t, "chat", pageOrigin)
@@ -269,8 +310,9 @@ func TestAcksReleasedTogether(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	for len(f.sink.submitted()) < n {
-		time.Sleep(5 * time.Millisecond)
+	synctest.Wait() // the connection waits for acks
+	if got := len(f.sink.submitted()); got != n {
+		t.Fatalf("%d batches submitted, want %d", got, n)
 	}
 	f.sink.release()
 	seen := map[uint64]bool{}
@@ -297,6 +339,10 @@ func TestAcksReleasedTogether(t *testing.T) {
 // and every batch is stored and acked.
 func TestHandOverBoundedByCPUs(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(2))
+	synctest.Test(t, testHandOverBoundedByCPUs)
+}
+
+func testHandOverBoundedByCPUs(t *testing.T) {
 	f := newFixture(t, nil)
 	block := make(chan struct{})
 	f.sink.block = block
@@ -312,14 +358,9 @@ func TestHandOverBoundedByCPUs(t *testing.T) {
 		}
 		cs[i] = c
 	}
-	for deadline := time.Now().Add(5 * time.Second); f.sink.in.Load() < 2; time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d batches handed over, want 2", f.sink.in.Load())
-		}
-	}
-	time.Sleep(200 * time.Millisecond) // the other four had time to come in: they must be waiting
-	if got := f.sink.maxIn.Load(); got != 2 {
-		t.Fatalf("%d batches handed over at once, want 2 (GOMAXPROCS)", got)
+	synctest.Wait() // every connection has its batch and waits: in the sink or for its turn
+	if in, most := f.sink.in.Load(), f.sink.maxIn.Load(); in != 2 || most != 2 {
+		t.Fatalf("%d batches being handed over, at most %d at once; want 2 (GOMAXPROCS)", in, most)
 	}
 	close(block)
 	for i, c := range cs {
@@ -332,7 +373,9 @@ func TestHandOverBoundedByCPUs(t *testing.T) {
 	}
 }
 
-func TestAckAfterDurable(t *testing.T) {
+func TestAckAfterDurable(t *testing.T) { synctest.Test(t, testAckAfterDurable) }
+
+func testAckAfterDurable(t *testing.T) {
 	f := newFixture(t, nil)
 	f.sink.hold = true
 	c, _, err := f.dial(t, "chat", pageOrigin)
@@ -342,8 +385,9 @@ func TestAckAfterDurable(t *testing.T) {
 	if err := c.WriteMessage(websocket.BinaryMessage, mustBatch(t, 7, "chat", 3)); err != nil {
 		t.Fatal(err)
 	}
-	for len(f.sink.submitted()) < 1 {
-		time.Sleep(5 * time.Millisecond)
+	synctest.Wait()
+	if got := len(f.sink.submitted()); got != 1 {
+		t.Fatalf("%d batches submitted, want 1", got)
 	}
 	// The sink holds the batch: nothing may be acked yet.
 	if got := value(f.h.m.acked); got != 0 {
@@ -388,7 +432,9 @@ func TestPipelinedAcks(t *testing.T) {
 // TestInFlightBound: a client that pipelines many batches gets every ack,
 // even when the store completes them in one burst, and the reader stops at
 // maxInFlight unacked batches (backpressure per connection).
-func TestInFlightBound(t *testing.T) {
+func TestInFlightBound(t *testing.T) { synctest.Test(t, testInFlightBound) }
+
+func testInFlightBound(t *testing.T) {
 	f := newFixture(t, nil)
 	f.sink.hold = true
 	c, _, err := f.dial(t, "chat", pageOrigin)
@@ -403,10 +449,7 @@ func TestInFlightBound(t *testing.T) {
 			}
 		}
 	}()
-	for len(f.sink.submitted()) < maxInFlight {
-		time.Sleep(5 * time.Millisecond)
-	}
-	time.Sleep(50 * time.Millisecond) // a reader that ignored the bound would submit more now
+	synctest.Wait() // a reader that ignored the bound would have submitted more by now
 	if got := len(f.sink.submitted()); got != maxInFlight {
 		t.Fatalf("submitted %d batches with none acked, want the bound %d", got, maxInFlight)
 	}
@@ -476,7 +519,9 @@ func TestRejectedFrames(t *testing.T) {
 	}
 }
 
-func TestRateLimit(t *testing.T) {
+func TestRateLimit(t *testing.T) { synctest.Test(t, testRateLimit) }
+
+func testRateLimit(t *testing.T) {
 	f := newFixture(t, func(c *Config) {
 		c.ConnRate, c.ConnBurst, c.MaxRateWait = 1, 5, 10*time.Millisecond
 	})
@@ -519,6 +564,10 @@ func TestStoreFailureClosesWithoutAck(t *testing.T) {
 }
 
 func TestShutdownAcksPendingThenCloses(t *testing.T) {
+	synctest.Test(t, testShutdownAcksPendingThenCloses)
+}
+
+func testShutdownAcksPendingThenCloses(t *testing.T) {
 	f := newFixture(t, nil)
 	f.sink.hold = true
 	c, _, err := f.dial(t, "chat", pageOrigin)
@@ -526,8 +575,9 @@ func TestShutdownAcksPendingThenCloses(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.WriteMessage(websocket.BinaryMessage, mustBatch(t, 3, "chat", 1))
-	for len(f.sink.submitted()) < 1 {
-		time.Sleep(5 * time.Millisecond)
+	synctest.Wait()
+	if got := len(f.sink.submitted()); got != 1 {
+		t.Fatalf("%d batches submitted, want 1", got)
 	}
 	done := make(chan error, 1)
 	go func() {
@@ -535,7 +585,12 @@ func TestShutdownAcksPendingThenCloses(t *testing.T) {
 		defer cancel()
 		done <- f.h.Shutdown(ctx)
 	}()
-	time.Sleep(20 * time.Millisecond)
+	synctest.Wait() // Shutdown waits for the pending batch
+	select {
+	case err := <-done:
+		t.Fatalf("Shutdown returned (%v) with a batch pending", err)
+	default:
+	}
 	f.sink.release()
 	if got := readAck(t, c); got != (beacon.Ack{Seq: 3}) {
 		t.Fatalf("ack = %+v, want seq 3 accepted", got)
@@ -557,12 +612,12 @@ func TestShutdownAcksPendingThenCloses(t *testing.T) {
 func TestBeaconPost(t *testing.T) {
 	f := newFixture(t, nil)
 	post := func(site, origin string, body []byte) *http.Response {
-		req, _ := http.NewRequest("POST", f.srv.URL+"/v1/beacon?site="+site, bytes.NewReader(body))
+		req, _ := http.NewRequest("POST", f.url+"/v1/beacon?site="+site, bytes.NewReader(body))
 		if origin != "" {
 			req.Header.Set("Origin", origin)
 		}
 		req.Header.Set("User-Agent", firefoxUA)
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := f.client.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -778,12 +833,7 @@ func TestBadRecordLeftOut(t *testing.T) {
 	if got, want := readAck(t, c), (beacon.Ack{Seq: 9}); got != want {
 		t.Fatalf("ack = %+v, want %+v", got, want)
 	}
-	req, _ := http.NewRequest("POST", f.srv.URL+"/v1/beacon?site=chat", bytes.NewReader(batch(10)))
-	req.Header.Set("Origin", pageOrigin)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
+	resp := f.post(t, "/v1/beacon?site=chat", pageOrigin, batch(10))
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusNoContent {
 		t.Fatalf("beacon status %d, want 204", resp.StatusCode)

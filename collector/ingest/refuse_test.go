@@ -5,10 +5,10 @@ import (
 	"encoding/binary"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/gorilla/websocket"
@@ -81,42 +81,49 @@ func TestOversizedFrameHeader(t *testing.T) {
 // TestBeaconBodyTimeout sends half a POST body, then stalls past the body
 // timeout, or cuts the body off: 408, counted as body_timeout.
 func TestBeaconBodyTimeout(t *testing.T) {
-	const bodyTimeout = 100 * time.Millisecond
-	f := newFixture(t, func(c *Config) { c.BodyTimeout = bodyTimeout })
-	body := mustBatch(t, 3, "chat", 2)
 	for _, tc := range []struct {
 		name string
 		cut  bool // close the write side instead of stalling
 	}{{"stalled", false}, {"cut off", true}} {
 		t.Run(tc.name, func(t *testing.T) {
-			before := f.rejected(ReasonBodyTimeout)
-			nc, err := net.Dial("tcp", f.srv.Listener.Addr().String())
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer nc.Close()
-			fmt.Fprintf(nc, "POST /v1/beacon?site=chat HTTP/1.1\r\nHost: collector\r\nOrigin: %s\r\nUser-Agent: %s\r\n"+
-				"Content-Type: application/octet-stream\r\nContent-Length: %d\r\n\r\n", pageOrigin, firefoxUA, len(body))
-			if _, err := nc.Write(body[:len(body)/2]); err != nil {
-				t.Fatal(err)
-			}
-			if tc.cut {
-				nc.(*net.TCPConn).CloseWrite()
-			}
-			nc.SetReadDeadline(time.Now().Add(10 * time.Second)) // a hang fails, not the test binary
-			resp, err := http.ReadResponse(bufio.NewReader(nc), nil)
-			if err != nil {
-				t.Fatalf("read response: %v", err)
-			}
-			text, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode != http.StatusRequestTimeout || !strings.Contains(string(text), "not received in full") {
-				t.Fatalf("response = %d %q, want 408 naming the body", resp.StatusCode, text)
-			}
-			if got := f.rejected(ReasonBodyTimeout) - before; got != 1 {
-				t.Fatalf("rejected{body_timeout} grew by %v, want 1", got)
-			}
+			synctest.Test(t, func(t *testing.T) { testBeaconBodyTimeout(t, tc.cut) })
 		})
+	}
+}
+
+func testBeaconBodyTimeout(t *testing.T, cut bool) {
+	const bodyTimeout = 3 * time.Second
+	f := newFixture(t, func(c *Config) { c.BodyTimeout = bodyTimeout })
+	body := mustBatch(t, 3, "chat", 2)
+	nc, err := f.ln.Dial()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	start := time.Now()
+	fmt.Fprintf(nc, "POST /v1/beacon?site=chat HTTP/1.1\r\nHost: collector\r\nOrigin: %s\r\nUser-Agent: %s\r\n"+
+		"Content-Type: application/octet-stream\r\nContent-Length: %d\r\n\r\n", pageOrigin, firefoxUA, len(body))
+	if _, err := nc.Write(body[:len(body)/2]); err != nil {
+		t.Fatal(err)
+	}
+	if cut {
+		nc.(interface{ CloseWrite() error }).CloseWrite()
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(nc), nil)
+	if err != nil {
+		t.Fatalf("read response: %v", err)
+	}
+	text, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusRequestTimeout || !strings.Contains(string(text), "not received in full") {
+		t.Fatalf("response = %d %q, want 408 naming the body", resp.StatusCode, text)
+	}
+	// A stalled body is answered at the timeout, a cut one at once.
+	if got, want := time.Since(start), map[bool]time.Duration{false: bodyTimeout, true: 0}[cut]; got != want {
+		t.Fatalf("answered after %v, want %v", got, want)
+	}
+	if got := f.rejected(ReasonBodyTimeout); got != 1 {
+		t.Fatalf("rejected{body_timeout} = %v, want 1", got)
 	}
 	if n := len(f.sink.submitted()); n != 0 {
 		t.Fatalf("submitted = %d, want 0", n)

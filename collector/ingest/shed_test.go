@@ -1,13 +1,13 @@
 package ingest
 
 import (
-	"bytes"
 	"encoding/binary"
 	"net/http"
 	"runtime"
 	"strconv"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/gorilla/websocket"
@@ -27,25 +27,23 @@ func (f *fixture) shed(transport, cause string) float64 {
 	return value(f.h.m.shed.WithLabelValues(transport, cause))
 }
 
+// waitMemory checks, once every goroutine of the bubble waits, that the
+// handler holds want bytes.
 func (f *fixture) waitMemory(t *testing.T, want int64) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for f.h.budget.used.Load() != want {
-		if time.Now().After(deadline) {
-			t.Fatalf("memory held = %d, want %d", f.h.budget.used.Load(), want)
-		}
-		time.Sleep(5 * time.Millisecond)
+	synctest.Wait()
+	if got := f.h.budget.used.Load(); got != want {
+		t.Fatalf("memory held = %d, want %d", got, want)
 	}
 }
 
+// waitConnections checks, once every goroutine of the bubble waits, that
+// the handler has want connections.
 func (f *fixture) waitConnections(t *testing.T, want int) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for f.h.Connections() != want {
-		if time.Now().After(deadline) {
-			t.Fatalf("connections = %d, want %d", f.h.Connections(), want)
-		}
-		time.Sleep(5 * time.Millisecond)
+	synctest.Wait()
+	if got := f.h.Connections(); got != want {
+		t.Fatalf("connections = %d, want %d", got, want)
 	}
 }
 
@@ -53,7 +51,9 @@ func (f *fixture) waitConnections(t *testing.T, want int) {
 // second frame that does not fit next to it is shed with close 1013 and
 // "retry-after=N" before its payload is read, and counted. Once the first
 // connection goes, what it held is released and a batch goes through.
-func TestShedMemory(t *testing.T) {
+func TestShedMemory(t *testing.T) { synctest.Test(t, testShedMemory) }
+
+func testShedMemory(t *testing.T) {
 	const budget = 6000
 	f := newFixture(t, func(c *Config) { c.Memory = budget; c.RetryAfter = 7 * time.Second })
 
@@ -108,7 +108,9 @@ func TestShedMemory(t *testing.T) {
 // TestShedHeldBatches: batches not yet acked hold memory; with the sink
 // holding them, the next frame that does not fit is shed after the acks of
 // what was taken.
-func TestShedHeldBatches(t *testing.T) {
+func TestShedHeldBatches(t *testing.T) { synctest.Test(t, testShedHeldBatches) }
+
+func testShedHeldBatches(t *testing.T) {
 	frame := mustBatch(t, 1, "chat", 3)
 	cost := batchCost(len(frame), 3)
 	f := newFixture(t, func(c *Config) { c.Memory = 2*cost + int64(len(frame))/2 })
@@ -121,14 +123,12 @@ func TestShedHeldBatches(t *testing.T) {
 		if err := c.WriteMessage(websocket.BinaryMessage, mustBatch(t, seq, "chat", 3)); err != nil {
 			t.Fatal(err)
 		}
-		for seq < 3 && len(f.sink.submitted()) < int(seq) {
-			time.Sleep(5 * time.Millisecond)
+		synctest.Wait()
+		if got, want := len(f.sink.submitted()), min(int(seq), 2); got != want {
+			t.Fatalf("after batch %d: %d submitted, want %d", seq, got, want)
 		}
 	}
-	go func() {
-		time.Sleep(100 * time.Millisecond)
-		f.sink.release()
-	}()
+	f.sink.release() // the third waits for room: it is shed after these acks
 	ce, acks := readClose(t, c)
 	if ce.Code != websocket.CloseTryAgainLater || !strings.HasPrefix(ce.Text, "retry-after=15;") {
 		t.Fatalf("close = %d %q, want 1013 retry-after=15", ce.Code, ce.Text)
@@ -143,7 +143,9 @@ func TestShedHeldBatches(t *testing.T) {
 // TestShedQueueFull: a sink whose queue has no room within QueueWait gets
 // the batch shed: an overload ack (the module keeps it) and close 1013; a
 // POST gets 503 with Retry-After.
-func TestShedQueueFull(t *testing.T) {
+func TestShedQueueFull(t *testing.T) { synctest.Test(t, testShedQueueFull) }
+
+func testShedQueueFull(t *testing.T) {
 	f := newFixture(t, func(c *Config) { c.QueueWait = 50 * time.Millisecond; c.RetryAfter = 3 * time.Second })
 	f.sink.block = make(chan struct{}) // never room
 	c, _, err := f.dial(t, "chat", pageOrigin)
@@ -164,12 +166,7 @@ func TestShedQueueFull(t *testing.T) {
 		t.Fatalf("shed{ws,queue} = %v, want 1", got)
 	}
 
-	req, _ := http.NewRequest("POST", f.srv.URL+"/v1/beacon?site=chat", bytes.NewReader(mustBatch(t, 12, "chat", 2)))
-	req.Header.Set("Origin", pageOrigin)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
+	resp := f.post(t, "/v1/beacon?site=chat", pageOrigin, mustBatch(t, 12, "chat", 2))
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") != "3" {
 		t.Fatalf("POST = %d Retry-After %q, want 503 and 3", resp.StatusCode, resp.Header.Get("Retry-After"))
@@ -182,15 +179,12 @@ func TestShedQueueFull(t *testing.T) {
 
 // TestShedPost: a POST whose Content-Length does not fit is answered 503
 // with Retry-After before its body is read.
-func TestShedPost(t *testing.T) {
+func TestShedPost(t *testing.T) { synctest.Test(t, testShedPost) }
+
+func testShedPost(t *testing.T) {
 	body := mustBatch(t, 4, "chat", 5)
 	f := newFixture(t, func(c *Config) { c.Memory = int64(len(body)) - 1 })
-	req, _ := http.NewRequest("POST", f.srv.URL+"/v1/beacon?site=chat", bytes.NewReader(body))
-	req.Header.Set("Origin", pageOrigin)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
+	resp := f.post(t, "/v1/beacon?site=chat", pageOrigin, body)
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") != strconv.Itoa(int(DefaultRetryAfter/time.Second)) {
 		t.Fatalf("POST = %d Retry-After %q, want 503 and %v", resp.StatusCode, resp.Header.Get("Retry-After"), DefaultRetryAfter)
@@ -209,18 +203,24 @@ func TestShedPost(t *testing.T) {
 
 // TestFrameStall: a frame that stops arriving is refused after the body
 // timeout (close 1008, body_timeout) and releases what it held.
-func TestFrameStall(t *testing.T) {
-	f := newFixture(t, func(c *Config) { c.BodyTimeout = 100 * time.Millisecond })
+func TestFrameStall(t *testing.T) { synctest.Test(t, testFrameStall) }
+
+func testFrameStall(t *testing.T) {
+	f := newFixture(t, nil) // the default body timeout: the bubble's clock makes it pass at once
 	c, _, err := f.dial(t, "chat", pageOrigin)
 	if err != nil {
 		t.Fatal(err)
 	}
+	start := time.Now()
 	if _, err := c.NetConn().Write(append(rawFrameHeader(50_000), make([]byte, 1000)...)); err != nil {
 		t.Fatal(err)
 	}
 	ce, _ := readClose(t, c)
 	if ce.Code != websocket.ClosePolicyViolation || !strings.Contains(ce.Text, "not received in full") {
 		t.Fatalf("close = %d %q, want 1008 frame not received in full", ce.Code, ce.Text)
+	}
+	if got := time.Since(start); got != DefaultBodyTimeout {
+		t.Fatalf("refused after %v, want the body timeout %v", got, DefaultBodyTimeout)
 	}
 	if got := f.rejected(ReasonBodyTimeout); got != 1 {
 		t.Fatalf("rejected{body_timeout} = %v, want 1", got)
@@ -230,7 +230,9 @@ func TestFrameStall(t *testing.T) {
 
 // TestIdleConnectionGoroutines: an idle connection, after a batch and its
 // ack, keeps one goroutine (its reader), not a writer too.
-func TestIdleConnectionGoroutines(t *testing.T) {
+func TestIdleConnectionGoroutines(t *testing.T) { synctest.Test(t, testIdleConnectionGoroutines) }
+
+func testIdleConnectionGoroutines(t *testing.T) {
 	const n = 50
 	f := newFixture(t, nil)
 	before := runtime.NumGoroutine()
@@ -246,16 +248,9 @@ func TestIdleConnectionGoroutines(t *testing.T) {
 			t.Fatalf("ack = %+v", ack)
 		}
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		got := runtime.NumGoroutine() - before
-		if got <= n+2 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d idle connections run %d more goroutines, want at most %d", n, got, n+2)
-		}
-		time.Sleep(10 * time.Millisecond)
+	synctest.Wait() // every connection is idle
+	if got := runtime.NumGoroutine() - before; got > n+2 {
+		t.Fatalf("%d idle connections run %d more goroutines, want at most %d", n, got, n+2)
 	}
 }
 

@@ -136,6 +136,7 @@ func (f *fixture) addOrigin(t *testing.T, site string, o ...beacon.Origin) {
 // last insert, a moment after its rows are readable) or 10 s pass.
 func waitStats(t *testing.T, p *join.Promoter, want string, ok func(join.PromoterStats) bool) {
 	t.Helper()
+	// Real time: the promoter runs against the real engine, on its own clock.
 	for deadline := time.Now().Add(10 * time.Second); !ok(p.Stats()); time.Sleep(20 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("promoter stats %+v, want %s", p.Stats(), want)
@@ -148,6 +149,7 @@ func eventually[T comparable](t *testing.T, db *store.DB, query string, want T, 
 	t.Helper()
 	var got T
 	var err error
+	// Real time: the rows are promoted inside the real engine.
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
 		if err = db.Conn().QueryRow(context.Background(), query, args...).Scan(&got); err == nil && got == want {
 			return
@@ -187,11 +189,11 @@ func TestOriginFirst(t *testing.T) {
 func TestClientWaitsForOrigin(t *testing.T) {
 	f := newFixture(t, 2*time.Second)
 	o := pausedOrigin("req-2")
-	go func() {
-		time.Sleep(300 * time.Millisecond)
-		f.addOrigin(t, "chat", o)
-	}()
 	f.submit(t, clientOf(o, "chat"))
+	// The promoter has read the client's record (and holds it) before the
+	// timeline arrives.
+	waitStats(t, f.p, "the client record read", func(st join.PromoterStats) bool { return st.Records >= 1 })
+	f.addOrigin(t, "chat", o)
 	eventually(t, f.db, "SELECT stalls_origin FROM itl_streams WHERE origin_id = 'req-2'", uint32(1))
 	eventually(t, f.db, "SELECT toString((version, in_streams)) FROM itl_origin FINAL WHERE origin_id = 'req-2'", "(1,true)")
 	waitStats(t, f.p, "joined 1, in streams", func(st join.PromoterStats) bool { return st.Joined == 1 && st.JoinedInStreams == 1 })
@@ -295,6 +297,10 @@ func TestOnePromoterLeads(t *testing.T) {
 	for i := range 4 {
 		f := []*fixture{a, b}[i%2]
 		f.submit(t, clientOf(pausedOrigin(fmt.Sprintf("lead-%d", i)), "chat"))
+		// Real time: the records spread over several of the real promoters'
+		// windows (100 ms) while both collectors beat (a variant waiting for
+		// each record to be read saw the leadership move once on a loaded
+		// machine; kept as it was).
 		time.Sleep(700 * time.Millisecond)
 	}
 	eventually(t, db, "SELECT count() FROM itl_streams WHERE origin_id LIKE 'lead-%'", uint64(4))

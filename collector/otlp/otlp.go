@@ -258,7 +258,14 @@ func metricsURL(s string) (string, error) {
 // Run exports every Interval until ctx ends. Failures are logged once per
 // run of failures and retried.
 func (e *Exporter) Run(ctx context.Context) {
-	t := time.NewTicker(e.cfg.Interval)
+	runEvery(ctx, e.cfg.Interval, e.ExportDue, e.cfg.Logger.With().Str("endpoint", e.endpoint).Logger())
+}
+
+// runEvery calls export every interval until ctx ends, logging the first
+// failure of a run of failures and the recovery after it. It is Run's
+// timing apart from ClickHouse and the receiver (tested on a fake clock).
+func runEvery(ctx context.Context, interval time.Duration, export func(context.Context) (int, error), log zerolog.Logger) {
+	t := time.NewTicker(interval)
 	defer t.Stop()
 	failing := false
 	for {
@@ -267,15 +274,15 @@ func (e *Exporter) Run(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		n, err := e.ExportDue(ctx)
+		n, err := export(ctx)
 		switch {
 		case err != nil && ctx.Err() != nil:
 			return
 		case err != nil && !failing:
-			e.cfg.Logger.Warn().Err(err).Str("endpoint", e.endpoint).Msg("otlp export failed; retrying every interval")
+			log.Warn().Err(err).Msg("otlp export failed; retrying every interval")
 			failing = true
 		case err == nil && failing:
-			e.cfg.Logger.Info().Int("minutes", n).Msg("otlp export recovered")
+			log.Info().Int("minutes", n).Msg("otlp export recovered")
 			failing = false
 		}
 	}

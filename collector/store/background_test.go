@@ -71,7 +71,7 @@ func TestMigrateInBackgroundError(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("%d migration attempts in 60 s: %s", db.MigrationAttempts(), logs.String())
 		}
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(50 * time.Millisecond) // real time: the attempts run against the real engine, on their backoff
 	}
 	err = db.SchemaReady()
 	if err == nil || !strings.Contains(err.Error(), "schema_migrations") {
@@ -92,7 +92,7 @@ func TestMigrateInBackgroundError(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("schema not applied after the cause was removed: %v\n%s", db.SchemaReady(), logs.String())
 		}
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(50 * time.Millisecond) // real time: the next attempt comes on the real backoff
 	}
 	var n uint64
 	if err := db.Conn().QueryRow(t.Context(), "SELECT count() FROM itl_streams").Scan(&n); err != nil {

@@ -61,7 +61,7 @@ func waitSpoolEmpty(t *testing.T, w *store.Writer) {
 		if time.Now().After(deadline) {
 			t.Fatalf("spool not replayed: %+v", w.Stats())
 		}
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(50 * time.Millisecond) // real time: the replay inserts into the real engine
 	}
 }
 
@@ -130,7 +130,7 @@ func TestOutageMidIngest(t *testing.T) {
 			}
 		}
 		a.submit(t, w, makeStreams(20, "demo", at.Add(time.Duration(i)*time.Second)))
-		time.Sleep(10 * time.Millisecond)
+		time.Sleep(10 * time.Millisecond) // real time: the batches spread over the real engine's stop and restart
 	}
 	a.wg.Wait()
 	if a.err != nil {
@@ -248,6 +248,9 @@ func TestOutageLogsOnce(t *testing.T) {
 	began := time.Now()
 	for time.Since(began) < 3*time.Second {
 		submit(t, w, makeStreams(2, "demo", time.Now()))
+		// Real time: the real driver's refused connections over several of
+		// the writer's backoffs (the log rate itself is tested on a fake
+		// clock in writer_synctest_test.go).
 		time.Sleep(100 * time.Millisecond)
 	}
 	st := w.Stats()
@@ -292,7 +295,7 @@ func TestReplayKeepsCorruptSegment(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("later segment not replayed: %+v", w.Stats())
 		}
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(20 * time.Millisecond) // real time: the replay inserts into the real engine
 	}
 	if err := w.Shutdown(context.Background()); err != nil {
 		t.Fatalf("shutdown: %v", err)
@@ -344,7 +347,7 @@ func TestReplaySetsAsideRefusedStreams(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("no refusal within a minute: %+v", w.Stats())
 		}
-		time.Sleep(10 * time.Millisecond)
+		time.Sleep(10 * time.Millisecond) // real time: the refusal comes from the real engine
 	}
 	live := makeStreams(5, "demo", at)
 	submit(t, w, live)
@@ -474,8 +477,7 @@ func TestAuthFailureIsNotARefusal(t *testing.T) {
 	at := time.Now().UTC()
 	for range 20 {
 		a.submit(t, w, makeStreams(5, "demo", at))
-		a.wg.Wait()
-		time.Sleep(50 * time.Millisecond)
+		a.wg.Wait() // acked (spooled): the next goes in a flush of its own
 	}
 	if err := w.Shutdown(ctx); err != nil {
 		t.Fatal(err)
@@ -515,7 +517,7 @@ func TestSlowClickHouse(t *testing.T) {
 	began := time.Now()
 	for range 40 {
 		a.submit(t, w, makeStreams(5, "demo", at))
-		time.Sleep(25 * time.Millisecond)
+		time.Sleep(25 * time.Millisecond) // real time: batches keep coming while the real engine's slow insert runs
 	}
 	a.wg.Wait()
 	if a.err != nil {

@@ -20,7 +20,8 @@ import (
 
 // The Writer's timing (batching, backoff, replay, quarantine, log rate) under
 // testing/synctest: inside a bubble time only moves when every goroutine
-// waits, so the tests read exact fake times and sleep no wall-clock time.
+// waits, so the tests read exact fake times and sleep no wall-clock time
+// (every time.Sleep below is inside a bubble: it advances the fake clock).
 // ClickHouse is a fake (store.NewWriterOn); the spool is real, on disk.
 
 // The backoff's bounds (writer.go): after a failure with retry r the next

@@ -7,7 +7,6 @@ import (
 	"strings"
 	"syscall/js"
 	"testing"
-	"time"
 	"unicode/utf8"
 
 	"github.com/itlmon/itlmon/wasm/beacon"
@@ -373,9 +372,16 @@ func TestTimerLongWait(t *testing.T) {
 	tm := newTimer(func() { fired = true })
 	defer tm.release()
 	tm.arm(1e10 * meter.Millisecond)
-	time.Sleep(200 * time.Millisecond) // lets the JS event loop run timers
+	// A second timer, armed after it for 10 ms: the event loop runs timers
+	// in the order they are due, so when this one fires the first has too
+	// if it was armed to run at once.
+	done := make(chan struct{})
+	ref := newTimer(func() { close(done) })
+	defer ref.release()
+	ref.arm(10 * meter.Millisecond)
+	<-done
 	if fired {
-		t.Fatal("a timer armed for 1e10 ms fired within 200 ms")
+		t.Fatal("a timer armed for 1e10 ms fired before one armed for 10 ms")
 	}
 }
 

@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -15,6 +14,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/itlmon/itlmon/collector/chdb"
+	"github.com/itlmon/itlmon/collector/internal/itlmontest"
 	"github.com/itlmon/itlmon/collector/server"
 	"github.com/itlmon/itlmon/wasm/beacon"
 )
@@ -25,8 +25,8 @@ import (
 // real engine listens on that port the schema is applied in the background
 // and every acked record is stored exactly once.
 func TestDSNStartsWhileClickHouseDown(t *testing.T) {
-	lib := chdbLib(t)
-	port := freePort(t)
+	lib := itlmontest.ChdbLib(t)
+	port := itlmontest.FreePort(t)
 	dsn := fmt.Sprintf("clickhouse://127.0.0.1:%d/default?dial_timeout=500ms", port)
 
 	// The one-shot migration command keeps failing fast.
@@ -40,7 +40,7 @@ func TestDSNStartsWhileClickHouseDown(t *testing.T) {
 	}
 	t.Logf("itlmon migrate failed after %v: %s", time.Since(began).Round(time.Millisecond), strings.TrimSpace(stderr.String()))
 
-	m := startMain(t, func(c *server.Config) { c.ClickHouse, c.ChdbLib = server.NewSecretDSN(dsn), "" })
+	m := itlmontest.StartMain(t, func(c *server.Config) { c.ClickHouse, c.ChdbLib = server.NewSecretDSN(dsn), "" })
 	if m.Engine != nil {
 		t.Fatal("an embedded engine started although a DSN was given")
 	}
@@ -49,7 +49,7 @@ func TestDSNStartsWhileClickHouseDown(t *testing.T) {
 		if path == "/readyz" {
 			base = m.URL()
 		}
-		code, body := getBody(t, base+path)
+		code, body := itlmontest.GetBody(t, base+path)
 		if code != http.StatusServiceUnavailable {
 			t.Errorf("GET %s with ClickHouse down = %d %s, want 503", path, code, body)
 		}
@@ -67,11 +67,11 @@ func TestDSNStartsWhileClickHouseDown(t *testing.T) {
 		}
 	}
 
-	c, _, err := dialWS(t, m.URL(), "test", pageOrigin)
+	c, _, err := itlmontest.DialWS(t, m.URL(), "test", itlmontest.PageOrigin)
 	if err != nil {
 		t.Fatal(err)
 	}
-	acks := readAcks(c)
+	acks := itlmontest.ReadAcks(c)
 	const perBatch = 10
 	seq := uint64(0)
 	send := func(n int) {
@@ -79,20 +79,20 @@ func TestDSNStartsWhileClickHouseDown(t *testing.T) {
 			seq++
 			recs := make([]beacon.Record, perBatch)
 			for j := range recs {
-				recs[j] = record(3, uint32(seq*perBatch)+uint32(j))
+				recs[j] = itlmontest.Record(3, uint32(seq*perBatch)+uint32(j))
 			}
-			if err := c.WriteMessage(websocket.BinaryMessage, batchBytes(t, seq, recs)); err != nil {
+			if err := c.WriteMessage(websocket.BinaryMessage, itlmontest.BatchBytes(t, seq, recs)); err != nil {
 				t.Fatal(err)
 			}
 		}
 	}
 	send(5)
-	acks.wait(t, 5, 60*time.Second)
+	acks.Wait(t, 5, 60*time.Second)
 	if st := m.Writer.Stats(); st.RowsSpooled != 5*perBatch || st.InboxRowsInserted != 0 {
 		t.Fatalf("with ClickHouse down: spooled %d, inserted %d; want %d spooled, none inserted", st.RowsSpooled, st.InboxRowsInserted, 5*perBatch)
 	}
 
-	eng, err := chdb.Start(t.Context(), chdb.Options{LibPath: lib, Dir: t.TempDir(), NativePort: port, HTTPPort: freePort(t),
+	eng, err := chdb.Start(t.Context(), chdb.Options{LibPath: lib, Dir: t.TempDir(), NativePort: port, HTTPPort: itlmontest.FreePort(t),
 		Logger: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)})
 	if err != nil {
 		t.Fatalf("start engine: %v", err)
@@ -106,21 +106,15 @@ func TestDSNStartsWhileClickHouseDown(t *testing.T) {
 		t.Fatalf("engine listens on %s, want %s (port taken meanwhile?)", eng.NativeAddr(), want)
 	}
 
-	deadline := time.Now().Add(90 * time.Second)
-	for m.DB.SchemaReady() != nil {
-		if time.Now().After(deadline) {
-			t.Fatalf("schema not applied 90 s after ClickHouse came up: %v", m.DB.SchemaReady())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	itlmontest.WaitSchema(t, m) // applied once ClickHouse came up
 	send(3)
-	got := acks.wait(t, 8, 60*time.Second)
+	got := acks.Wait(t, 8, 60*time.Second)
 	want := len(got) * perBatch
-	rows, uniq, rollup := waitRows(t, m, "test", want, 90*time.Second)
+	rows, uniq, rollup := itlmontest.WaitRows(t, m, "test", want, 90*time.Second)
 	if rows != want || uniq != want || rollup != want {
 		t.Fatalf("rows %d, distinct ids %d, rollup streams %d; want %d each (exactly once)", rows, uniq, rollup, want)
 	}
-	wantStoredOnce(t, storedIDs(t, m.DB.Conn(), "test"), got, 3, perBatch, "")
+	itlmontest.WantStoredOnce(t, itlmontest.StoredIDs(t, m.DB.Conn(), "test"), got, 3, perBatch, "")
 	if st := m.Writer.Stats(); st.RowsReplayed != 5*perBatch {
 		t.Errorf("replayed %d streams from the spool, want %d", st.RowsReplayed, 5*perBatch)
 	}
@@ -129,31 +123,8 @@ func TestDSNStartsWhileClickHouseDown(t *testing.T) {
 		if path == "/readyz" {
 			base = m.URL()
 		}
-		if code, body := getBody(t, base+path); code != http.StatusOK {
+		if code, body := itlmontest.GetBody(t, base+path); code != http.StatusOK {
 			t.Errorf("GET %s with ClickHouse up = %d %s, want 200", path, code, body)
 		}
 	}
-}
-
-// freePort returns a loopback TCP port nothing listens on (now).
-func freePort(t testing.TB) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
-	return port
-}
-
-func getBody(t testing.TB, url string) (int, string) {
-	t.Helper()
-	resp, err := http.Get(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
 }

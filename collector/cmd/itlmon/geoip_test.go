@@ -16,6 +16,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/itlmon/itlmon/collector/enrich"
+	"github.com/itlmon/itlmon/collector/internal/itlmontest"
 	"github.com/itlmon/itlmon/collector/server"
 	"github.com/itlmon/itlmon/wasm/beacon"
 )
@@ -60,7 +61,7 @@ func (l *lockedBuffer) String() string {
 // was built, and stores country and ISO 3166-2 region for the client address
 // a trusted proxy forwards; the address itself is neither stored nor logged.
 func TestServeDefaultGeoIP(t *testing.T) {
-	lib := chdbLib(t)
+	lib := itlmontest.ChdbLib(t)
 	db := realGeoIP(t)
 	cache := t.TempDir()
 	if err := os.MkdirAll(filepath.Join(cache, "itlmon"), 0o755); err != nil {
@@ -73,7 +74,7 @@ func TestServeDefaultGeoIP(t *testing.T) {
 	t.Setenv("ITLMON_GEOIP", "")
 
 	m := server.NewMain()
-	args := []string{"--addr", "127.0.0.1:0", "--data", t.TempDir(), "--chdb-lib", lib, "--site", "test=" + pageOrigin,
+	args := []string{"--addr", "127.0.0.1:0", "--data", t.TempDir(), "--chdb-lib", lib, "--site", "test=" + itlmontest.PageOrigin,
 		"--trust-proxy", "--conn-rate", "0", "--site-rate", "0"}
 	if err := parseServeFlags(&m.Config, io.Discard, args, os.Getenv); err != nil {
 		t.Fatal(err)
@@ -112,11 +113,11 @@ func TestServeDefaultGeoIP(t *testing.T) {
 	}
 
 	const clientIP = "193.0.6.139" // RIPE NCC, Amsterdam: NL, North Holland
-	rec := record(14, 1)
-	req, _ := http.NewRequest("POST", m.URL()+"/v1/beacon?site=test", bytes.NewReader(batchBytes(t, 1, []beacon.Record{rec})))
-	req.Header.Set("Origin", pageOrigin)
+	rec := itlmontest.Record(14, 1)
+	req, _ := http.NewRequest("POST", m.URL()+"/v1/beacon?site=test", bytes.NewReader(itlmontest.BatchBytes(t, 1, []beacon.Record{rec})))
+	req.Header.Set("Origin", itlmontest.PageOrigin)
 	req.Header.Set("Content-Type", "text/plain")
-	req.Header.Set("User-Agent", firefoxUA)
+	req.Header.Set("User-Agent", itlmontest.FirefoxUA)
 	req.Header.Set("X-Forwarded-For", clientIP+", 10.0.0.1")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -126,8 +127,8 @@ func TestServeDefaultGeoIP(t *testing.T) {
 	if resp.StatusCode != http.StatusNoContent {
 		t.Fatalf("POST /v1/beacon = %d, want 204", resp.StatusCode)
 	}
-	waitPromoted(t, m.DB.Conn())
-	streams, err := m.DB.LatestStreams(t.Context(), collectorFilter("test"))
+	itlmontest.WaitPromoted(t, m.DB.Conn())
+	streams, err := m.DB.LatestStreams(t.Context(), itlmontest.CollectorFilter("test"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/ClickHouse/clickhouse-go/v2"
 
+	"github.com/itlmon/itlmon/collector/internal/itlmontest"
 	"github.com/itlmon/itlmon/internal/chtest"
 )
 
@@ -17,7 +18,7 @@ import (
 // local table in itlmon); run again, it applies nothing. --cluster without a
 // DSN and an unknown replication mode are usage errors.
 func TestMigrateClusterCommand(t *testing.T) {
-	chdbLib(t)
+	itlmontest.ChdbLib(t)
 	nodes := chtest.Cluster(t, "itl", 2)
 	dsn := "clickhouse://" + nodes[1].NativeAddr() + "/itlmon"
 	for _, args := range [][]string{

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/itlmon/itlmon/collector/internal/itlmontest"
 	"github.com/itlmon/itlmon/collector/secret"
 	"github.com/itlmon/itlmon/collector/server"
 )
@@ -45,14 +46,14 @@ func TestReadSideAccess(t *testing.T) {
 			t.Errorf("/healthz = %d, want 200", got)
 		}
 		// Ingest answers for itself: an unknown site is 404, not a refusal of the guard.
-		if got := status(t, base+"/v1/ws?site=nope", "Origin", pageOrigin); got != 404 {
+		if got := status(t, base+"/v1/ws?site=nope", "Origin", itlmontest.PageOrigin); got != 404 {
 			t.Errorf("/v1/ws = %d, want 404 from ingest", got)
 		}
 	}
 	reads := []string{"/api/sites", "/metrics", "/dashboard/", "/api/streams?site=test", "/api/health"}
 
 	t.Run("token", func(t *testing.T) {
-		m := startMain(t, func(c *server.Config) { c.ReadToken = secret.New(token) })
+		m := itlmontest.StartMain(t, func(c *server.Config) { c.ReadToken = secret.New(token) })
 		if m.ReadURL() != m.URL() {
 			t.Fatalf("read listener %s started with a token and no --read-addr", m.ReadURL())
 		}
@@ -76,7 +77,7 @@ func TestReadSideAccess(t *testing.T) {
 	// even a loopback peer without forwarding headers (which a proxy's
 	// request is too); the read listener serves local clients.
 	t.Run("default", func(t *testing.T) {
-		m := startMain(t, nil)
+		m := itlmontest.StartMain(t, nil)
 		if m.ReadURL() == m.URL() {
 			t.Fatal("no read listener without a token")
 		}
@@ -95,7 +96,7 @@ func TestReadSideAccess(t *testing.T) {
 	})
 	// The demo's convenience: one port, local clients only.
 	t.Run("demo", func(t *testing.T) {
-		m := startMain(t, func(c *server.Config) { c.Demo = true })
+		m := itlmontest.StartMain(t, func(c *server.Config) { c.Demo = true })
 		if m.ReadURL() != m.URL() {
 			t.Fatalf("the demo started a read listener %s", m.ReadURL())
 		}
@@ -157,8 +158,8 @@ func TestServeOTLP(t *testing.T) {
 	var posts atomic.Int64
 	rc := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { posts.Add(1) }))
 	defer rc.Close()
-	m := startMain(t, func(c *server.Config) { c.OTLPEndpoint, c.OTLPInterval = rc.URL, time.Second })
-	if body := getText(t, m.ReadURL()+"/metrics"); !strings.Contains(body, "itlmon_otlp_exported_minutes_total") {
+	m := itlmontest.StartMain(t, func(c *server.Config) { c.OTLPEndpoint, c.OTLPInterval = rc.URL, time.Second })
+	if body := itlmontest.GetText(t, m.ReadURL()+"/metrics"); !strings.Contains(body, "itlmon_otlp_exported_minutes_total") {
 		t.Error("/metrics has no itlmon_otlp_exported_minutes_total")
 	}
 	if err := m.Close(); err != nil {

@@ -20,6 +20,7 @@ import (
 	"github.com/maxmind/mmdbwriter/mmdbtype"
 
 	"github.com/itlmon/itlmon/collector/demo"
+	"github.com/itlmon/itlmon/collector/internal/itlmontest"
 	"github.com/itlmon/itlmon/collector/secret"
 	"github.com/itlmon/itlmon/collector/server"
 	"github.com/itlmon/itlmon/collector/store"
@@ -31,10 +32,10 @@ import (
 // connections with 1001, drains the writer and exits 0; after a restart
 // every acked record is stored. (A second signal: TestSecondSignalExits.)
 func TestGracefulSIGTERM(t *testing.T) {
-	lib := chdbLib(t)
+	lib := itlmontest.ChdbLib(t)
 	data := t.TempDir()
-	p1 := startProcess(t, lib, data)
-	c, _, err := dialWS(t, p1.url, "test", pageOrigin)
+	p1 := itlmontest.StartProcess(t, lib, data)
+	c, _, err := itlmontest.DialWS(t, p1.URL, "test", itlmontest.PageOrigin)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,7 +44,7 @@ func TestGracefulSIGTERM(t *testing.T) {
 		for s := uint64(1); s <= batches; s++ {
 			recs := make([]beacon.Record, perBatch)
 			for j := range recs {
-				recs[j] = record(5, uint32(s*perBatch)+uint32(j))
+				recs[j] = itlmontest.Record(5, uint32(s*perBatch)+uint32(j))
 			}
 			b := beacon.Batch{Seq: s, Records: recs}
 			frame, _ := b.AppendBinary(nil)
@@ -73,29 +74,29 @@ func TestGracefulSIGTERM(t *testing.T) {
 			acked[a.Seq] = true
 		}
 		if len(acked) == 1 && !signalled {
-			p1.cmd.Process.Signal(syscall.SIGTERM)
+			p1.Cmd.Process.Signal(syscall.SIGTERM)
 			signalled = true
 		}
 	}
 	if !signalled {
-		p1.cmd.Process.Signal(syscall.SIGTERM)
+		p1.Cmd.Process.Signal(syscall.SIGTERM)
 		t.Errorf("connection closed before any ack: %v", closeErr)
 	} else if closeErr.Code != websocket.CloseGoingAway {
 		t.Errorf("close = %d %q, want 1001 going away", closeErr.Code, closeErr.Text)
 	}
 	waitExit(t, p1)
-	if code := p1.cmd.ProcessState.ExitCode(); code != 0 {
+	if code := p1.Cmd.ProcessState.ExitCode(); code != 0 {
 		t.Fatalf("exit status after SIGTERM = %d, want 0", code)
 	}
 	t.Logf("%d of %d batches acked before the close", len(acked), batches)
 
-	p2 := startProcess(t, lib, data)
-	db, err := store.Open(t.Context(), store.Options{Addr: p2.native, Database: "itlmon"})
+	p2 := itlmontest.StartProcess(t, lib, data)
+	db, err := store.Open(t.Context(), store.Options{Addr: p2.Native, Database: "itlmon"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	wantStoredOnce(t, storedIDs(t, db.Conn(), "test"), acked, 5, perBatch, " (nothing left to replay after a graceful stop)")
+	itlmontest.WantStoredOnce(t, itlmontest.StoredIDs(t, db.Conn(), "test"), acked, 5, perBatch, " (nothing left to replay after a graceful stop)")
 
 }
 
@@ -154,7 +155,7 @@ func TestSecondSignalExits(t *testing.T) {
 func TestBeaconPostGeoIP(t *testing.T) {
 	mmdb := writeMMDB(t)
 	const originKey = "0123456789abcdef"
-	m := startMain(t, func(c *server.Config) {
+	m := itlmontest.StartMain(t, func(c *server.Config) {
 		c.GeoIP = mmdb
 		c.OriginKeys = map[string]secret.Token{"test": secret.New(originKey)} // the joiner wraps the writer
 	})
@@ -169,10 +170,10 @@ func TestBeaconPostGeoIP(t *testing.T) {
 	if oresp.StatusCode != http.StatusForbidden {
 		t.Fatalf("POST /v1/origin with a wrong key = %d, want 403", oresp.StatusCode)
 	}
-	rec := record(6, 1)
-	body := batchBytes(t, 9, []beacon.Record{rec})
+	rec := itlmontest.Record(6, 1)
+	body := itlmontest.BatchBytes(t, 9, []beacon.Record{rec})
 	req, _ := http.NewRequest("POST", m.URL()+"/v1/beacon?site=test", bytes.NewReader(body))
-	req.Header.Set("Origin", pageOrigin)
+	req.Header.Set("Origin", itlmontest.PageOrigin)
 	req.Header.Set("Content-Type", "text/plain")
 	req.Header.Set("User-Agent", "Mozilla/5.0 (Linux; Android 14; Pixel 8) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/131.0.0.0 Mobile Safari/537.36")
 	req.Header.Set("Sec-CH-UA", `"Chromium";v="131", "Google Chrome";v="131", "Not_A Brand";v="24"`)
@@ -185,8 +186,8 @@ func TestBeaconPostGeoIP(t *testing.T) {
 	if resp.StatusCode != http.StatusNoContent {
 		t.Fatalf("POST /v1/beacon = %d, want 204", resp.StatusCode)
 	}
-	waitPromoted(t, m.DB.Conn())
-	streams, err := m.DB.LatestStreams(t.Context(), collectorFilter("test"))
+	itlmontest.WaitPromoted(t, m.DB.Conn())
+	streams, err := m.DB.LatestStreams(t.Context(), itlmontest.CollectorFilter("test"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -227,10 +228,10 @@ func writeMMDB(t *testing.T) string {
 	return path
 }
 
-func waitExit(t *testing.T, p *proc) {
+func waitExit(t *testing.T, p *itlmontest.Proc) {
 	t.Helper()
 	select {
-	case <-p.done:
+	case <-p.Done:
 	case <-time.After(2 * time.Minute):
 		t.Fatal("collector did not exit within 2 minutes of the signal")
 	}
@@ -242,26 +243,26 @@ func waitExit(t *testing.T, p *proc) {
 // stream id, and its origin timeline reaches this collector's intake by the
 // time Close returns.
 func TestDemoSite(t *testing.T) {
-	m := startMain(t, func(c *server.Config) { c.Demo = true })
-	if got := getStatus(t, m.URL()+"/demo/"); got != 200 {
+	m := itlmontest.StartMain(t, func(c *server.Config) { c.Demo = true })
+	if got := itlmontest.GetStatus(t, m.URL()+"/demo/"); got != 200 {
 		t.Fatalf("GET /demo/ = %d, want 200", got)
 	}
 	_, port, _ := net.SplitHostPort(m.Addr())
 	for _, origin := range []string{m.URL(), "http://localhost:" + port} {
-		c, _, err := dialWS(t, m.URL(), "demo", origin)
+		c, _, err := itlmontest.DialWS(t, m.URL(), "demo", origin)
 		if err != nil {
 			t.Fatalf("demo site from %s: %v", origin, err)
 		}
-		acks := readAcks(c)
-		c.WriteMessage(websocket.BinaryMessage, batchBytes(t, 1, []beacon.Record{record(7, uint32(len(origin)))}))
-		acks.wait(t, 1, 30*time.Second)
+		acks := itlmontest.ReadAcks(c)
+		c.WriteMessage(websocket.BinaryMessage, itlmontest.BatchBytes(t, 1, []beacon.Record{itlmontest.Record(7, uint32(len(origin)))}))
+		acks.Wait(t, 1, 30*time.Second)
 	}
-	if _, resp, err := dialWS(t, m.URL(), "demo", "https://evil.example.net"); err == nil || resp.StatusCode != 403 {
+	if _, resp, err := itlmontest.DialWS(t, m.URL(), "demo", "https://evil.example.net"); err == nil || resp.StatusCode != 403 {
 		t.Fatalf("demo site from another origin: %v %v, want 403", resp, err)
 	}
 
 	var cfg struct{ Proxy string }
-	getJSON(t, m.URL()+demo.ConfigPath, &cfg)
+	itlmontest.GetJSON(t, m.URL()+demo.ConfigPath, &cfg)
 	if cfg.Proxy == "" || cfg.Proxy == m.URL() {
 		t.Fatalf("demo proxy = %q, want a listener of its own", cfg.Proxy)
 	}

@@ -1,4 +1,4 @@
-package main
+package benchreport
 
 import (
 	"fmt"
@@ -15,6 +15,7 @@ import (
 
 	"github.com/gorilla/websocket"
 
+	"github.com/itlmon/itlmon/collector/internal/itlmontest"
 	"github.com/itlmon/itlmon/wasm/beacon"
 )
 
@@ -47,8 +48,8 @@ func TestReportSoak(t *testing.T) {
 	if lim := raiseFDLimit(t, tabs+1000); lim < tabs+1000 {
 		t.Fatalf("RLIMIT_NOFILE %d: too low for %d tabs", lim, tabs)
 	}
-	p := startProcess(t, chdbLib(t), t.TempDir())
-	pid := p.cmd.Process.Pid
+	p := itlmontest.StartProcess(t, itlmontest.ChdbLib(t), t.TempDir())
+	pid := p.Cmd.Process.Pid
 
 	var acked, sent, everStreamed atomic.Int64
 	var latMu sync.Mutex
@@ -56,8 +57,8 @@ func TestReportSoak(t *testing.T) {
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	h := http.Header{}
-	h.Set("Origin", pageOrigin)
-	h.Set("User-Agent", firefoxUA)
+	h.Set("Origin", itlmontest.PageOrigin)
+	h.Set("User-Agent", itlmontest.FirefoxUA)
 	dialer := websocket.Dialer{HandshakeTimeout: 30 * time.Second, ReadBufferSize: 1024, WriteBufferSize: 1024}
 	for tab := range tabs {
 		if float64(tab) < idleShare*tabs {
@@ -96,7 +97,7 @@ func TestReportSoak(t *testing.T) {
 				}
 				if c == nil {
 					var err error
-					if c, _, err = dialer.Dial(wsURL(p.url, "test"), h); err != nil {
+					if c, _, err = dialer.Dial(itlmontest.WSURL(p.URL, "test"), h); err != nil {
 						t.Errorf("tab %d: dial: %v", tab, err)
 						return
 					}
@@ -106,7 +107,7 @@ func TestReportSoak(t *testing.T) {
 					everStreamed.Add(1)
 				}
 				seq++
-				frame := batchBytes(t, seq, []beacon.Record{benchRecord(7, uint32(tab)<<16|uint32(seq))})
+				frame := itlmontest.BatchBytes(t, seq, []beacon.Record{benchRecord(7, uint32(tab)<<16|uint32(seq))})
 				began := time.Now()
 				sent.Add(1)
 				if err := c.WriteMessage(websocket.BinaryMessage, frame); err != nil {
@@ -140,10 +141,10 @@ func TestReportSoak(t *testing.T) {
 	began := time.Now()
 	engine := childPID(pid)
 	for time.Since(began) < length && !t.Failed() {
-		time.Sleep(sampleEach)
+		time.Sleep(sampleEach) // real time: the soak samples a real process over minutes
 		samples = append(samples, sample{
 			at: time.Since(began), rss: procRSS(t, pid), cpu: procCPU(pid), engineCPU: procCPU(engine),
-			sockets: metricValue(t, p.readURL, "itlmon_ingest_connections"), acked: float64(acked.Load()),
+			sockets: metricValue(t, p.ReadURL, "itlmon_ingest_connections"), acked: float64(acked.Load()),
 		})
 	}
 	close(stop)

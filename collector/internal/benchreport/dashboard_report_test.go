@@ -1,4 +1,4 @@
-package main
+package benchreport
 
 import (
 	"context"
@@ -17,6 +17,7 @@ import (
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
 	"github.com/itlmon/itlmon/collector/ingest"
+	"github.com/itlmon/itlmon/collector/internal/itlmontest"
 	"github.com/itlmon/itlmon/collector/query"
 	"github.com/itlmon/itlmon/collector/server"
 )
@@ -42,9 +43,9 @@ func TestDashboardReport(t *testing.T) {
 	// shared machine.
 	const chunk = 100_000
 
-	m := startMain(t, func(c *server.Config) {
-		c.Sites = []ingest.Site{{Key: "chat", Origins: []string{pageOrigin}}, {Key: "docs", Origins: []string{pageOrigin}},
-			{Key: "support", Origins: []string{pageOrigin}}}
+	m := itlmontest.StartMain(t, func(c *server.Config) {
+		c.Sites = []ingest.Site{{Key: "chat", Origins: []string{itlmontest.PageOrigin}}, {Key: "docs", Origins: []string{itlmontest.PageOrigin}},
+			{Key: "support", Origins: []string{itlmontest.PageOrigin}}}
 	})
 	conn := m.DB.Conn()
 	ctx := context.Background()
@@ -115,7 +116,7 @@ func TestDashboardReport(t *testing.T) {
 			} `json:"itl"`
 		} `json:"report"`
 	}
-	getJSON(t, m.ReadURL()+"/api/summary?site=chat&since=30d", &sum)
+	itlmontest.GetJSON(t, m.ReadURL()+"/api/summary?site=chat&since=30d", &sum)
 	r := sum.Report
 	fmt.Printf("\nsite chat, 30 days: %d streams, %d gaps, TTFT p50 %.0f ms p95 %.0f ms, ITL p50 %.1f ms p99 %.1f ms, %d stalls (share %.4f), tokens/s p50 %.1f\n",
 		r.Streams, r.ITL.Count, r.TTFT.P50, r.TTFT.P95, r.ITL.P50, r.ITL.P99, r.Stalls, r.StallShare, r.TPS)

@@ -1,9 +1,11 @@
-package main
+package scenario
 
 import (
 	"bytes"
 	"fmt"
+	"github.com/itlmon/itlmon/collector/internal/itlmontest"
 	"net/http"
+	"os/exec"
 	"sync"
 	"testing"
 	"time"
@@ -27,7 +29,7 @@ const originKey = "origin-key-0123456789"
 
 // withChat adds site "chat", whose origin reports timelines, to c.
 func withChat(c *server.Config) {
-	c.Sites = append(c.Sites, ingest.Site{Key: "chat", Origins: []string{pageOrigin}})
+	c.Sites = append(c.Sites, ingest.Site{Key: "chat", Origins: []string{itlmontest.PageOrigin}})
 	c.OriginKeys = map[string]secret.Token{"chat": secret.New(originKey)}
 	// The restart case sends the origin timeline seconds after its client
 	// record (a collector restart between them, on a loaded machine up to
@@ -52,11 +54,11 @@ func withChat(c *server.Config) {
 //     stopped is joined with its origin timeline sent to A afterwards, and
 //     the batch resent to the new B process is still stored once.
 func TestStatelessCollectors(t *testing.T) {
-	a := startMain(t, withChat)
+	a := itlmontest.StartMain(t, withChat)
 	dsn := server.NewSecretDSN("clickhouse://" + a.Engine.NativeAddr() + "/itlmon")
 	bData := t.TempDir()
 	startB := func() *server.Main {
-		return startMain(t, func(c *server.Config) {
+		return itlmontest.StartMain(t, func(c *server.Config) {
 			withChat(c)
 			c.ClickHouse, c.ChdbLib, c.Data = dsn, "", bData
 		})
@@ -71,12 +73,14 @@ func TestStatelessCollectors(t *testing.T) {
 // stream's records meet on the shard of their join key whichever collector
 // took them; reads go through the Distributed tables.
 func TestClusterCollectors(t *testing.T) {
-	chdbLib(t)
+	itlmontest.ChdbLib(t)
 	nodes := chtest.Cluster(t, "itl", 2)
 	var stderr bytes.Buffer
-	if code := runMigrate(t.Context(), []string{"--clickhouse", "clickhouse://" + nodes[0].NativeAddr() + "/itlmon",
-		"--cluster", "itl", "--replication", "none", "--log-format", "json"}, &bytes.Buffer{}, &stderr); code != 0 {
-		t.Fatalf("itlmon migrate --cluster exited %d: %s", code, stderr.String())
+	migrate := exec.Command(itlmontest.Exe(t), "migrate", "--clickhouse", "clickhouse://"+nodes[0].NativeAddr()+"/itlmon",
+		"--cluster", "itl", "--replication", "none", "--log-format", "json")
+	migrate.Stderr = &stderr
+	if err := migrate.Run(); err != nil {
+		t.Fatalf("itlmon migrate --cluster: %v: %s", err, stderr.String())
 	}
 	on := func(node int, data string) func(*server.Config) {
 		return func(c *server.Config) {
@@ -85,10 +89,10 @@ func TestClusterCollectors(t *testing.T) {
 			c.ChdbLib, c.Data, c.Cluster = "", data, "itl"
 		}
 	}
-	a := startMain(t, on(0, t.TempDir()))
-	waitSchema(t, a)
+	a := itlmontest.StartMain(t, on(0, t.TempDir()))
+	itlmontest.WaitSchema(t, a)
 	bData := t.TempDir()
-	startB := func() *server.Main { return startMain(t, on(1, bData)) }
+	startB := func() *server.Main { return itlmontest.StartMain(t, on(1, bData)) }
 	var locals []driver.Conn
 	for _, n := range nodes {
 		c, err := clickhouse.Open(&clickhouse.Options{Addr: []string{n.NativeAddr()}, Auth: clickhouse.Auth{Database: "itlmon_local"}})
@@ -108,7 +112,7 @@ func TestClusterCollectors(t *testing.T) {
 	postOrigin(t, a, e)
 	const wantEdge = "('AMS','NL-NH','[(1,true)]')"
 	var gotEdge string
-	settle(t, 30*time.Second, func() bool {
+	itlmontest.Settle(t, 30*time.Second, func() bool {
 		err := a.DB.Conn().QueryRow(t.Context(), `SELECT toString((any(colo), any(region),
 			(SELECT toString(groupArray((version, in_streams))) FROM itl_edge FINAL WHERE origin_id = 'it-edge-1')))
 			FROM itl_streams WHERE origin_id = 'it-edge-1'`).Scan(&gotEdge)
@@ -143,7 +147,7 @@ func TestClusterCollectors(t *testing.T) {
 // until promoted before the final counts.
 func statelessScenario(t *testing.T, a *server.Main, startB func() *server.Main, slow bool, shards []driver.Conn) {
 	b := startB()
-	waitSchema(t, b)
+	itlmontest.WaitSchema(t, b)
 	conn := a.DB.Conn()
 
 	// Joins across collectors, both directions, both orders.
@@ -179,7 +183,7 @@ func statelessScenario(t *testing.T, a *server.Main, startB func() *server.Main,
 	}
 	wg.Wait()
 	for _, ws := range []*peerConn{wsA, wsB} {
-		ws.acks.wait(t, 1+3, 60*time.Second) // the chat record and the three test batches
+		ws.acks.Wait(t, 1+3, 60*time.Second) // the chat record and the three test batches
 	}
 	if slow {
 		if err := conn.Exec(t.Context(), "DROP VIEW itl_test_slow_mv"); err != nil {
@@ -191,27 +195,27 @@ func statelessScenario(t *testing.T, a *server.Main, startB func() *server.Main,
 	// data root; the origin timeline of that record arrives at A.
 	o3 := pausedOrigin("it12-3")
 	wsB.send(t, "chat", 2, joinedRecord(o3, run, 3))
-	wsB.acks.wait(t, 1+3+1, 30*time.Second)
+	wsB.acks.Wait(t, 1+3+1, 30*time.Second)
 	acked := time.Now()
 	if err := b.Close(); err != nil {
 		t.Fatalf("close B: %v", err)
 	}
 	b = startB()
-	waitSchema(t, b)
+	itlmontest.WaitSchema(t, b)
 	postOrigin(t, a, o3)
 	t.Logf("origin timeline of it12-3 stored on A %v after B acked its client record (B restarted in between)",
 		time.Since(acked).Round(time.Millisecond))
 	// The client resends the shared batch to the new B (its ack lost).
 	wsB2 := dialPeer(t, b)
 	wsB2.send(t, "test", 11, shared...)
-	wsB2.acks.wait(t, 1, 30*time.Second)
+	wsB2.acks.Wait(t, 1, 30*time.Second)
 
 	// Joined, whichever collector got which side.
 	ids := []string{"it12-1", "it12-2", "it12-3"}
 	why := []string{"client on A, then origin on B", "origin on A, then client on B", "client acked by B, B restarted, origin on A"}
 	const joined = "(1,1,0,['origin'])"
 	got := make([]string, len(ids))
-	settle(t, 30*time.Second, func() bool {
+	itlmontest.Settle(t, 30*time.Second, func() bool {
 		done := true
 		for i, id := range ids {
 			err := conn.QueryRow(t.Context(), `SELECT toString((count(), any(stalls_origin), any(stalls_unknown), any(stall_cause)))
@@ -233,7 +237,7 @@ func statelessScenario(t *testing.T, a *server.Main, startB func() *server.Main,
 	const want = 5 + 2*4
 	wantCounts := fmt.Sprintf("(%d,%d,%d,%d,%d)", want, want, want, want, want)
 	var counts string
-	settle(t, 30*time.Second, func() bool {
+	itlmontest.Settle(t, 30*time.Second, func() bool {
 		err := conn.QueryRow(t.Context(), `SELECT toString((
 			(SELECT count() FROM itl_streams WHERE site = 'test'),
 			(SELECT uniqExact(stream_id) FROM itl_streams WHERE site = 'test'),
@@ -250,33 +254,13 @@ func statelessScenario(t *testing.T, a *server.Main, startB func() *server.Main,
 			counts, wantCounts)
 	}
 	for _, sh := range shards {
-		waitPromoted(t, sh)
+		itlmontest.WaitPromoted(t, sh)
 	}
-	stored := storedIDs(t, conn, "test")
+	stored := itlmontest.StoredIDs(t, conn, "test")
 	for i := range shared {
 		if n := stored[shared[i].StreamID]; n != 1 {
 			t.Errorf("shared record %d stored %d times in itl_streams, want 1", i, n)
 		}
-	}
-}
-
-// settle polls done until it reports true or timeout passes.
-func settle(t testing.TB, timeout time.Duration, done func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(timeout); !done() && time.Now().Before(deadline); {
-		time.Sleep(200 * time.Millisecond)
-	}
-}
-
-// waitSchema waits until m (on a DSN: migrated in the background) has its schema.
-func waitSchema(t testing.TB, m *server.Main) {
-	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for m.DB.SchemaReady() != nil {
-		if time.Now().After(deadline) {
-			t.Fatalf("schema not ready after 60 s: %v", m.DB.SchemaReady())
-		}
-		time.Sleep(50 * time.Millisecond)
 	}
 }
 
@@ -285,11 +269,11 @@ type peerConn struct {
 	m    *server.Main
 	mu   sync.Mutex
 	c    map[string]*websocket.Conn
-	acks *ackReader // of every site's connection: acks are counted, not told apart
+	acks *itlmontest.AckReader // of every site's connection: acks are counted, not told apart
 }
 
 func dialPeer(t testing.TB, m *server.Main) *peerConn {
-	return &peerConn{m: m, c: map[string]*websocket.Conn{}, acks: &ackReader{seqs: map[uint64]bool{}, more: make(chan struct{}, 1)}}
+	return &peerConn{m: m, c: map[string]*websocket.Conn{}, acks: itlmontest.NewAckReader()}
 }
 
 // send sends one batch of recs on site's connection.
@@ -311,10 +295,10 @@ func (p *peerConn) write(site string, seq uint64, recs []beacon.Record) error {
 	c := p.c[site]
 	if c == nil {
 		h := http.Header{}
-		h.Set("Origin", pageOrigin)
-		h.Set("User-Agent", firefoxUA)
+		h.Set("Origin", itlmontest.PageOrigin)
+		h.Set("User-Agent", itlmontest.FirefoxUA)
 		var err error
-		if c, _, err = websocket.DefaultDialer.Dial(wsURL(p.m.URL(), site), h); err != nil {
+		if c, _, err = websocket.DefaultDialer.Dial(itlmontest.WSURL(p.m.URL(), site), h); err != nil {
 			return err
 		}
 		p.c[site] = c
@@ -338,23 +322,13 @@ func (p *peerConn) readAcks(site string, conn uint64, c *websocket.Conn) {
 		if err == nil {
 			var ack beacon.Ack
 			if ack, err = beacon.DecodeAck(msg); err == nil {
-				a.mu.Lock()
-				a.seqs[conn<<56|ack.Seq] = true
-				a.mu.Unlock()
+				a.Add(conn<<56 | ack.Seq)
 			}
 		}
 		if err != nil {
-			a.mu.Lock()
-			if a.err == nil && !websocket.IsCloseError(err, websocket.CloseNormalClosure, websocket.CloseGoingAway) {
-				a.err = fmt.Errorf("%s: %w", site, err)
+			if !websocket.IsCloseError(err, websocket.CloseNormalClosure, websocket.CloseGoingAway) {
+				a.Fail(fmt.Errorf("%s: %w", site, err))
 			}
-			a.mu.Unlock()
-		}
-		select {
-		case a.more <- struct{}{}:
-		default:
-		}
-		if err != nil {
 			return
 		}
 	}
@@ -405,7 +379,7 @@ func pausedOrigin(id string) beacon.Origin {
 // attributed `unknown` (the page was idle and the read carried one event):
 // joined with o, the stall is the origin's.
 func joinedRecord(o beacon.Origin, run, i uint32) beacon.Record {
-	r := record(run, i)
+	r := itlmontest.Record(run, i)
 	r.OriginID = o.ID
 	r.StartUnixMs = o.StartUnixMs
 	r.Format, r.Status, r.HTTPStatus = 1, 1, 200
@@ -431,7 +405,7 @@ func joinedRecord(o beacon.Origin, run, i uint32) beacon.Record {
 // timedRecord is record(run, i) with its timeline, so it has an
 // itl_timelines row.
 func timedRecord(run, i uint32) beacon.Record {
-	r := record(run, i)
+	r := itlmontest.Record(run, i)
 	for k := range uint32(40) {
 		r.Timeline = append(r.Timeline, beacon.Stamp{AtUs: 20_000 + k*20_000, Read: k, Content: true})
 	}

@@ -1,4 +1,4 @@
-package main
+package benchreport
 
 import (
 	"bufio"
@@ -22,6 +22,7 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/itlmon/itlmon/collector"
+	"github.com/itlmon/itlmon/collector/internal/itlmontest"
 	"github.com/itlmon/itlmon/collector/server"
 	"github.com/itlmon/itlmon/collector/store"
 	"github.com/itlmon/itlmon/internal/benchrec"
@@ -42,7 +43,7 @@ func benchReport(t *testing.T) {
 // benchRecord is a record as the module sends one for a 120-token answer
 // (benchrec.Answer): what sizes the rows.
 func benchRecord(run uint32, i uint32) beacon.Record {
-	r := record(run, i)
+	r := itlmontest.Record(run, i)
 	benchrec.Answer(&r, mrand.New(mrand.NewPCG(uint64(run), uint64(i))))
 	rand.Read(r.StreamID[4:12])
 	return r
@@ -70,14 +71,14 @@ func TestReportIngest(t *testing.T) {
 		totalRecs = clients * batches * perBatch
 		rounds    = 3 // alternating, best of each: the machine is shared
 	)
-	m := startMain(t, nil)
+	m := itlmontest.StartMain(t, nil)
 	conn := m.DB.Conn()
 	if err := conn.Exec(t.Context(), "CREATE TABLE itl_inbox_direct AS itl_inbox"); err != nil {
 		t.Fatal(err)
 	}
 	conns := make([]*websocket.Conn, clients)
 	for i := range conns {
-		c, _, err := dialWS(t, m.URL(), "test", pageOrigin)
+		c, _, err := itlmontest.DialWS(t, m.URL(), "test", itlmontest.PageOrigin)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -130,7 +131,7 @@ func TestReportIngest(t *testing.T) {
 			pl.promotedInE2E += m.Promoter.Stats().Records - promoted0
 			sent += totalRecs
 			want := sent
-			settle(t, 2*time.Minute, func() bool {
+			itlmontest.Settle(t, 2*time.Minute, func() bool {
 				var n uint64
 				return conn.QueryRow(t.Context(), "SELECT count() FROM itl_streams WHERE site = 'test'").Scan(&n) == nil && n >= want
 			})
@@ -353,7 +354,7 @@ func ingestRound(t *testing.T, round uint32, clients, batches, perBatch int) ([]
 				rand.Read(s.StreamID[:]) // distinct rows for the baseline
 				streams = append(streams, s)
 			}
-			frames[c] = append(frames[c], batchBytes(t, uint64(b+1), recs))
+			frames[c] = append(frames[c], itlmontest.BatchBytes(t, uint64(b+1), recs))
 		}
 	}
 	return frames, streams
@@ -439,15 +440,14 @@ func reportIdle(t *testing.T, conns int) {
 		t.Logf("RLIMIT_NOFILE hard limit %d: measuring %d connections instead of %d", lim, lim-1000, conns)
 		conns = int(lim) - 1000
 	}
-	p := startProcess(t, chdbLib(t), t.TempDir())
-	pid := p.cmd.Process.Pid
+	p := itlmontest.StartProcess(t, itlmontest.ChdbLib(t), t.TempDir())
 
-	before := sampleMem(t, p.readURL, pid)
+	before := sampleMem(t, p)
 
 	dialer := websocket.Dialer{HandshakeTimeout: 30 * time.Second, ReadBufferSize: 256, WriteBufferSize: 256}
 	h := http.Header{}
-	h.Set("Origin", pageOrigin)
-	h.Set("User-Agent", firefoxUA)
+	h.Set("Origin", itlmontest.PageOrigin)
+	h.Set("User-Agent", itlmontest.FirefoxUA)
 	var mu sync.Mutex
 	var open []*websocket.Conn
 	var wg sync.WaitGroup
@@ -459,7 +459,7 @@ func reportIdle(t *testing.T, conns int) {
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			c, _, err := dialer.Dial(wsURL(p.url, "test"), h)
+			c, _, err := dialer.Dial(itlmontest.WSURL(p.URL, "test"), h)
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
@@ -480,14 +480,14 @@ func reportIdle(t *testing.T, conns int) {
 	}
 	// Wait until the collector counts them all, then let it idle.
 	deadline := time.Now().Add(60 * time.Second)
-	for metricValue(t, p.readURL, "itlmon_ingest_connections") < float64(conns) {
+	for metricValue(t, p.ReadURL, "itlmon_ingest_connections") < float64(conns) {
 		if time.Now().After(deadline) {
-			t.Fatalf("collector counts %v connections, want %d", metricValue(t, p.readURL, "itlmon_ingest_connections"), conns)
+			t.Fatalf("collector counts %v connections, want %d", metricValue(t, p.ReadURL, "itlmon_ingest_connections"), conns)
 		}
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(100 * time.Millisecond) // real time: another process's /metrics
 	}
-	time.Sleep(2 * time.Second)
-	after := sampleMem(t, p.readURL, pid)
+	time.Sleep(2 * time.Second) // real time: the report measures connections that have idled
+	after := sampleMem(t, p)
 
 	var b strings.Builder
 	fmt.Fprintf(&b, "\nmemory of the collector process at %d idle WebSocket connections\n", conns)
@@ -506,13 +506,10 @@ func reportIdle(t *testing.T, conns int) {
 
 type memSample struct{ rss, heap, heapSys, stack, goroutines float64 }
 
-func sampleMem(t *testing.T, base string, pid int) memSample {
+func sampleMem(t *testing.T, p *itlmontest.Proc) memSample {
 	t.Helper()
-	// Collect garbage in the collector first (main_test.go's SIGUSR1 hook).
-	if err := syscall.Kill(pid, syscall.SIGUSR1); err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(time.Second)
+	p.FreeOSMemory(t) // collect garbage in the collector first
+	base, pid := p.URL, p.Cmd.Process.Pid
 	return memSample{
 		rss:        procRSS(t, pid),
 		heap:       metricValue(t, base, "go_memstats_heap_inuse_bytes"),
@@ -546,7 +543,7 @@ func procRSS(t *testing.T, pid int) float64 {
 // metricValue reads one unlabelled sample from /metrics.
 func metricValue(t *testing.T, base, name string) float64 {
 	t.Helper()
-	for _, line := range strings.Split(getText(t, base+"/metrics"), "\n") {
+	for _, line := range strings.Split(itlmontest.GetText(t, base+"/metrics"), "\n") {
 		if rest, ok := strings.CutPrefix(line, name+" "); ok {
 			v, err := strconv.ParseFloat(strings.TrimSpace(rest), 64)
 			if err != nil {
@@ -597,10 +594,9 @@ func TestReportHalfSentFrames(t *testing.T) {
 	)
 	t.Setenv("GOMEMLIMIT", "512MiB") // the collector's: its ingest budget is a quarter
 	raiseFDLimit(t, 2*conns+1000)
-	p := startProcess(t, chdbLib(t), t.TempDir())
-	pid := p.cmd.Process.Pid
-	budget := metricValue(t, p.readURL, "itlmon_ingest_memory_budget_bytes")
-	before := sampleMem(t, p.readURL, pid)
+	p := itlmontest.StartProcess(t, itlmontest.ChdbLib(t), t.TempDir())
+	budget := metricValue(t, p.ReadURL, "itlmon_ingest_memory_budget_bytes")
+	before := sampleMem(t, p)
 
 	payload := make([]byte, frame-1)
 	hdr := []byte{0x82, 0x80 | 127} // FIN + binary, masked, 64-bit length
@@ -614,7 +610,7 @@ func TestReportHalfSentFrames(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			c, _, err := dialWS(t, p.url, "test", pageOrigin)
+			c, _, err := itlmontest.DialWS(t, p.URL, "test", itlmontest.PageOrigin)
 			if err != nil {
 				t.Error(err)
 				return
@@ -633,9 +629,9 @@ func TestReportHalfSentFrames(t *testing.T) {
 			c.Close()
 		}
 	})
-	held := metricValue(t, p.readURL, "itlmon_ingest_memory_bytes")
-	during := sampleMem(t, p.readURL, pid)
-	shed := metricValue(t, p.readURL, `itlmon_ingest_shed_total{cause="memory",transport="ws"}`)
+	held := metricValue(t, p.ReadURL, "itlmon_ingest_memory_bytes")
+	during := sampleMem(t, p)
+	shed := metricValue(t, p.ReadURL, `itlmon_ingest_shed_total{cause="memory",transport="ws"}`)
 	if sent > 8*time.Second {
 		t.Logf("sending took %v: the first frames may have timed out (10 s) before the sample", sent)
 	}

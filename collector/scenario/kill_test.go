@@ -1,4 +1,4 @@
-package main
+package scenario
 
 import (
 	"bytes"
@@ -22,6 +22,7 @@ import (
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 	"github.com/gorilla/websocket"
 
+	"github.com/itlmon/itlmon/collector/internal/itlmontest"
 	"github.com/itlmon/itlmon/origin"
 	"github.com/itlmon/itlmon/wasm/beacon"
 )
@@ -56,7 +57,7 @@ var promoterTables = []string{"itl_streams", "itl_timelines", "itl_origin", "itl
 // itl_rollup_1h_dim over itl_streams, itl_origin_1m over itl_origin FINAL,
 // version 1). The figures are logged.
 func TestKillHuntsTheCut(t *testing.T) {
-	lib := chdbLib(t)
+	lib := itlmontest.ChdbLib(t)
 	rounds := defaultKillRounds
 	if v := os.Getenv(killRoundsEnv); v != "" {
 		n, err := strconv.Atoi(v)
@@ -66,13 +67,13 @@ func TestKillHuntsTheCut(t *testing.T) {
 		rounds = n
 	}
 	data := t.TempDir()
-	serve := func() *proc {
-		return startProcess(t, lib, data, "--site", "chat="+pageOrigin, "--origin-key", "chat="+originKey)
+	serve := func() *itlmontest.Proc {
+		return itlmontest.StartProcess(t, lib, data, "--site", "chat="+itlmontest.PageOrigin, "--origin-key", "chat="+originKey)
 	}
-	var cur atomic.Pointer[proc]
-	procs := []*proc{serve()}
+	var cur atomic.Pointer[itlmontest.Proc]
+	procs := []*itlmontest.Proc{serve()}
 	cur.Store(procs[0])
-	stopMerges(t, procs[0].native)
+	stopMerges(t, procs[0].Native)
 
 	// The pages: site test (records with and without a timeline) and site
 	// chat (records whose origin timeline an origin reporter sends).
@@ -98,6 +99,8 @@ func TestKillHuntsTheCut(t *testing.T) {
 	// The hunt.
 	var kills []killEvent
 	for round := range rounds {
+		// Real time, random on purpose: the kill lands at a moment of the
+		// real process and engine the test does not choose.
 		time.Sleep(time.Duration(200+rand.IntN(800)) * time.Millisecond) // let the pages stream
 		p := cur.Load()
 		k := killEvent{engine: round%2 == 1, hunted: [...]string{"inbox", "inbox", "promoter", "promoter"}[round%4]}
@@ -107,13 +110,13 @@ func TestKillHuntsTheCut(t *testing.T) {
 		}
 		engine := 0
 		if k.engine {
-			engine = enginePID(t, p.cmd.Process.Pid)
+			engine = itlmontest.EnginePID(t, p.Cmd.Process.Pid)
 		}
-		k.hit = huntInsert(t, p.engineAddr(), tables, 20*time.Second)
+		k.hit = huntInsert(t, p.EngineAddr(), tables, 20*time.Second)
 		if round%3 != 0 && k.hit != "" {
 			// Into the insert, not only at its start: its part commit,
 			// its views' parts and the next table's insert come later.
-			time.Sleep(time.Duration(rand.IntN(15_000)) * time.Microsecond)
+			time.Sleep(time.Duration(rand.IntN(15_000)) * time.Microsecond) // real time, random on purpose
 		}
 		k.at = time.Now()
 		if k.engine {
@@ -122,7 +125,7 @@ func TestKillHuntsTheCut(t *testing.T) {
 			}
 			waitEngine(t, p, engine)
 		} else {
-			p.kill(t)
+			p.Kill(t)
 			procs = append(procs, serve())
 			cur.Store(procs[len(procs)-1])
 		}
@@ -139,7 +142,7 @@ func TestKillHuntsTheCut(t *testing.T) {
 		t.Fatal("pages did not get their last batches acked within 3 minutes of the last kill")
 	}
 	p := cur.Load()
-	conn, err := clickhouse.Open(&clickhouse.Options{Addr: []string{p.engineAddr()}, Auth: clickhouse.Auth{Database: "itlmon"}})
+	conn, err := clickhouse.Open(&clickhouse.Options{Addr: []string{p.EngineAddr()}, Auth: clickhouse.Auth{Database: "itlmon"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -159,9 +162,9 @@ func TestKillHuntsTheCut(t *testing.T) {
 		}
 	}
 	waitInbox(t, conn, want, 2*time.Minute)
-	waitPromoted(t, conn)
+	itlmontest.WaitPromoted(t, conn)
 	var merged string
-	queryRow(t, conn, "SELECT toString(groupArray(table)) FROM system.parts WHERE database = 'itlmon' AND active AND min_block_number < max_block_number AND table IN ("+noMerges+")", &merged)
+	itlmontest.QueryRow(t, conn, "SELECT toString(groupArray(table)) FROM system.parts WHERE database = 'itlmon' AND active AND min_block_number < max_block_number AND table IN ("+noMerges+")", &merged)
 	if merged != "[]" {
 		t.Fatalf("parts of %s were merged with others: a merge may have hidden a doubled row", merged)
 	}
@@ -214,9 +217,9 @@ func TestKillHuntsTheCut(t *testing.T) {
 
 	// Exactly once, read as docs/reference.md tells users to (no FINAL on
 	// itl_streams, itl_timelines, the ids and the rollups).
-	streams := countByID(t, conn, "SELECT stream_id, count() FROM itl_streams GROUP BY stream_id")
-	timelines := countByID(t, conn, "SELECT stream_id, count() FROM itl_timelines GROUP BY stream_id")
-	ids := countByID(t, conn, "SELECT stream_id, count() FROM itl_promoted_ids WHERE kind = 'client' GROUP BY stream_id")
+	streams := itlmontest.CountByID(t, conn, "SELECT stream_id, count() FROM itl_streams GROUP BY stream_id")
+	timelines := itlmontest.CountByID(t, conn, "SELECT stream_id, count() FROM itl_timelines GROUP BY stream_id")
+	ids := itlmontest.CountByID(t, conn, "SELECT stream_id, count() FROM itl_promoted_ids WHERE kind = 'client' GROUP BY stream_id")
 	for name, m := range map[string]map[string]int{"itl_streams": streams, "itl_timelines": timelines, "itl_promoted_ids (client)": ids} {
 		for id, n := range m {
 			if n > 1 {
@@ -255,7 +258,7 @@ func TestKillHuntsTheCut(t *testing.T) {
 	}
 	if len(noTimeline) > 0 {
 		var byWindow string
-		queryRow(t, conn, `SELECT toString(groupArray((w, n, (SELECT count() FROM itl_promoted_ids WHERE kind = 'client' AND promoted_window = w))))
+		itlmontest.QueryRow(t, conn, `SELECT toString(groupArray((w, n, (SELECT count() FROM itl_promoted_ids WHERE kind = 'client' AND promoted_window = w))))
 			FROM (SELECT promoted_window AS w, count() AS n FROM itl_promoted_ids WHERE kind = 'client' AND hex(stream_id) IN (`+
 			strings.Join(noTimeline[:min(len(noTimeline), 3000)], ",")+`) GROUP BY w ORDER BY w)`, &byWindow)
 		t.Logf("acked records missing from itl_timelines, by the window that promoted them (window, missing, records the window promoted): %s", byWindow)
@@ -269,7 +272,7 @@ func TestKillHuntsTheCut(t *testing.T) {
 		}
 		t.Logf("kills: %s", strings.Join(kills2str(kills), "; "))
 		for i, p := range procs {
-			for _, l := range p.warnings() {
+			for _, l := range p.Warnings() {
 				t.Logf("collector %d: %s", i+1, l)
 			}
 		}
@@ -277,14 +280,14 @@ func TestKillHuntsTheCut(t *testing.T) {
 
 	// Origin timelines: once per version (the join adds version 1), each
 	// acked pair joined.
-	originVersions := countByID(t, conn, "SELECT concat(origin_id, '/', toString(version)), count() FROM itl_origin GROUP BY origin_id, version")
+	originVersions := itlmontest.CountByID(t, conn, "SELECT concat(origin_id, '/', toString(version)), count() FROM itl_origin GROUP BY origin_id, version")
 	for k, n := range originVersions {
 		if n > 1 {
 			t.Errorf("itl_origin: %s stored %d times", k, n)
 		}
 	}
-	originIDs := countByID(t, conn, "SELECT stream_id, count() FROM itl_promoted_ids WHERE kind = 'origin' GROUP BY stream_id")
-	final := countByID(t, conn, "SELECT concat(origin_id, '/', toString(version)), count() FROM itl_origin FINAL GROUP BY origin_id, version")
+	originIDs := itlmontest.CountByID(t, conn, "SELECT stream_id, count() FROM itl_promoted_ids WHERE kind = 'origin' GROUP BY stream_id")
+	final := itlmontest.CountByID(t, conn, "SELECT concat(origin_id, '/', toString(version)), count() FROM itl_origin FINAL GROUP BY origin_id, version")
 	var notOnce, notJoined int
 	for _, r := range reporters {
 		for id := range r.acked {
@@ -316,13 +319,13 @@ func TestKillHuntsTheCut(t *testing.T) {
 		return fmt.Sprintf(causes, count, sum, sum, sum, sum, sum, sum, sum, sum, sum, sum)
 	}
 	var raw string
-	queryRow(t, conn, "SELECT toString(tuple("+sums("toUInt64(count())", "sum")+
+	itlmontest.QueryRow(t, conn, "SELECT toString(tuple("+sums("toUInt64(count())", "sum")+
 		", countIf(ttft_cause = 'unknown'), countIf(ttft_cause = 'network'), countIf(ttft_cause = 'page'), countIf(ttft_cause = 'origin'))) FROM itl_streams", &raw)
 	// The minute rollup, the hourly one, and the per-dimension one (every
 	// stream is under dim '' once; 010's views, one fed by the other).
 	for _, from := range []string{"itl_rollup_1m", "itl_rollup_1h", "itl_rollup_1h_dim WHERE dim = ''"} {
 		var rollup string
-		queryRow(t, conn, "SELECT toString(tuple("+sums("sum(streams)", "sum")+
+		itlmontest.QueryRow(t, conn, "SELECT toString(tuple("+sums("sum(streams)", "sum")+
 			", sum(ttft_unknown), sum(ttft_network), sum(ttft_page), sum(ttft_origin))) FROM "+from, &rollup)
 		t.Logf("%s (streams, stalls, stalled_us, stalls and stalled_us by cause, ttft by cause) = %s", from, rollup)
 		if rollup != raw {
@@ -335,24 +338,24 @@ func TestKillHuntsTheCut(t *testing.T) {
 		return fmt.Sprintf(originCauses, count, sum, sum, sum, sum, sum, sum, sum, sum)
 	}
 	var orollup, oraw string
-	queryRow(t, conn, "SELECT toString(tuple("+osums("sum(streams)", "sum")+")) FROM itl_origin_1m", &orollup)
-	queryRow(t, conn, "SELECT toString(tuple("+osums("toUInt64(count())", "sum")+")) FROM itl_origin FINAL WHERE version = 1", &oraw)
+	itlmontest.QueryRow(t, conn, "SELECT toString(tuple("+osums("sum(streams)", "sum")+")) FROM itl_origin_1m", &orollup)
+	itlmontest.QueryRow(t, conn, "SELECT toString(tuple("+osums("toUInt64(count())", "sum")+")) FROM itl_origin FINAL WHERE version = 1", &oraw)
 	t.Logf("itl_origin_1m (streams, stalls and stalled_us by cause) = %s", orollup)
 	if orollup != oraw {
 		t.Errorf("itl_origin_1m = %s, want %s (the same sums over itl_origin FINAL, version 1)", orollup, oraw)
 	}
 	var joined, refined, inboxCopies uint64
 	var lateMs string
-	queryRow(t, conn, "SELECT count(), countIf(in_streams) FROM itl_origin FINAL WHERE version = 1", &joined, &refined)
-	queryRow(t, conn, `SELECT toString(quantiles(0.5, 0.9, 0.99)(dateDiff('millisecond', c.at, o.at)))
+	itlmontest.QueryRow(t, conn, "SELECT count(), countIf(in_streams) FROM itl_origin FINAL WHERE version = 1", &joined, &refined)
+	itlmontest.QueryRow(t, conn, `SELECT toString(quantiles(0.5, 0.9, 0.99)(dateDiff('millisecond', c.at, o.at)))
 		FROM (SELECT origin_id, min(ingested_at) AS at FROM itl_inbox WHERE kind = 'client' GROUP BY origin_id) AS c
 		JOIN (SELECT origin_id, min(ingested_at) AS at FROM itl_inbox WHERE kind = 'origin' GROUP BY origin_id) AS o USING origin_id`, &lateMs)
-	queryRow(t, conn, "SELECT toUInt64(count() - uniqExact(kind, site, stream_id)) FROM itl_inbox", &inboxCopies)
+	itlmontest.QueryRow(t, conn, "SELECT toUInt64(count() - uniqExact(kind, site, stream_id)) FROM itl_inbox", &inboxCopies)
 	t.Logf("joined %d, %d of them refined in itl_streams (origin timeline within the hold of its client record; its delay after the client record p50/p90/p99 ms: %s)",
 		joined, refined, lateMs)
 	var windows, inboxWindows, copies uint64
-	queryRow(t, conn, "SELECT uniqExact(promoted_window), toUInt64(sum(copies)) FROM itl_promoted", &windows, &copies)
-	queryRow(t, conn, "SELECT uniqExact(toDateTime(ingested_at)) FROM itl_inbox", &inboxWindows)
+	itlmontest.QueryRow(t, conn, "SELECT uniqExact(promoted_window), toUInt64(sum(copies)) FROM itl_promoted", &windows, &copies)
+	itlmontest.QueryRow(t, conn, "SELECT uniqExact(toDateTime(ingested_at)) FROM itl_inbox", &inboxWindows)
 	if windows != inboxWindows {
 		t.Errorf("%d windows promoted, %d windows hold inbox rows", windows, inboxWindows)
 	}
@@ -396,7 +399,7 @@ func dedupGhosts(t *testing.T, conn driver.Conn) (ghosts []string, repaired, ent
 	for _, quoted := range strings.Split(noMerges, ", ") {
 		table := strings.Trim(quoted, "'")
 		var paths []string
-		queryRow(t, conn, "SELECT data_paths FROM system.tables WHERE database = 'itlmon' AND name = "+quoted, &paths)
+		itlmontest.QueryRow(t, conn, "SELECT data_paths FROM system.tables WHERE database = 'itlmon' AND name = "+quoted, &paths)
 		parts := map[string]bool{} // partition_min_max of every part, any level
 		rows, err := conn.Query(t.Context(), "SELECT name FROM system.parts WHERE database = 'itlmon' AND table = ?", table)
 		if err != nil {
@@ -482,7 +485,7 @@ func waitInbox(t *testing.T, conn driver.Conn, want map[inboxKey]bool, timeout t
 		if time.Now().After(deadline) {
 			t.Fatalf("%d acked records not in itl_inbox %v after the last kill", missing, timeout)
 		}
-		time.Sleep(500 * time.Millisecond)
+		time.Sleep(500 * time.Millisecond) // real time: polls the real engine after the collector's restart
 	}
 }
 
@@ -541,7 +544,7 @@ func kills2str(ks []killEvent) []string {
 type killPage struct {
 	id      uint32
 	site    string
-	cur     *atomic.Pointer[proc]
+	cur     *atomic.Pointer[itlmontest.Proc]
 	origins *originReporter // site chat: each record's origin timeline goes there
 
 	n       uint32
@@ -573,7 +576,7 @@ func (pg *killPage) run(run uint32, stop <-chan struct{}) {
 				}
 			default:
 			}
-			time.Sleep(100 * time.Millisecond)
+			time.Sleep(100 * time.Millisecond) // real time: the page redials a collector being restarted, as a browser does
 			continue
 		}
 		dead, quit := make(chan struct{}), make(chan struct{})
@@ -646,10 +649,10 @@ func (pg *killPage) run(run uint32, stop <-chan struct{}) {
 
 func (pg *killPage) dial() *websocket.Conn {
 	h := http.Header{}
-	h.Set("Origin", pageOrigin)
-	h.Set("User-Agent", firefoxUA)
+	h.Set("Origin", itlmontest.PageOrigin)
+	h.Set("User-Agent", itlmontest.FirefoxUA)
 	d := websocket.Dialer{HandshakeTimeout: 5 * time.Second}
-	c, _, err := d.Dial(wsURL(pg.cur.Load().url, pg.site), h)
+	c, _, err := d.Dial(itlmontest.WSURL(pg.cur.Load().URL, pg.site), h)
 	if err != nil {
 		return nil
 	}
@@ -672,7 +675,7 @@ func (pg *killPage) next(run uint32) []byte {
 		case rand.IntN(2) == 0:
 			recs[i] = timedRecord(run, i32)
 		default:
-			recs[i] = record(run, i32)
+			recs[i] = itlmontest.Record(run, i32)
 		}
 		pg.sent[recs[i].StreamID] = recs[i]
 	}
@@ -713,7 +716,7 @@ func (pg *killPage) ack(a beacon.Ack) bool {
 // queued to it (up to 200 a POST) every 100 ms to the current collector,
 // and POSTs a batch again until it gets a 204.
 type originReporter struct {
-	cur *atomic.Pointer[proc]
+	cur *atomic.Pointer[itlmontest.Proc]
 
 	mu      sync.Mutex
 	queue   []beacon.Origin
@@ -762,7 +765,7 @@ func (r *originReporter) run(stop <-chan struct{}) {
 			if err != nil {
 				panic("BUG: encode origin batch: " + err.Error())
 			}
-			req, _ := http.NewRequest("POST", r.cur.Load().url+origin.Path+"?site=chat", bytes.NewReader(body))
+			req, _ := http.NewRequest("POST", r.cur.Load().URL+origin.Path+"?site=chat", bytes.NewReader(body))
 			req.Header.Set(origin.HeaderKey, originKey)
 			resp, err := client.Do(req)
 			if err == nil {
@@ -772,7 +775,7 @@ func (r *originReporter) run(stop <-chan struct{}) {
 				}
 			}
 			r.retries++
-			time.Sleep(100 * time.Millisecond)
+			time.Sleep(100 * time.Millisecond) // real time: retries a collector being killed and restarted, as the origin reporter does
 		}
 		r.mu.Lock()
 		for _, o := range batch {
@@ -836,62 +839,19 @@ func insertTable(query string, tables []string) string {
 	return ""
 }
 
-// enginePID returns the pid of the engine child of the collector process pid.
-func enginePID(t *testing.T, pid int) int {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		if c := engineChild(pid); c > 0 {
-			return c
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no engine child of collector %d after 30 s", pid)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
-// engineChild finds, in /proc, a child of pid whose environment marks it as
-// the engine (chdb.MaybeRunChild's ITLMON_CHDB_CHILD=1); 0 if none.
-func engineChild(pid int) int {
-	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
-	for _, st := range stats {
-		b, err := os.ReadFile(st)
-		if err != nil {
-			continue
-		}
-		// pid (comm) state ppid ...: comm may hold spaces and parentheses.
-		rest := b[bytes.LastIndexByte(b, ')')+1:]
-		f := strings.Fields(string(rest))
-		if len(f) < 2 || f[1] != strconv.Itoa(pid) {
-			continue
-		}
-		dir := filepath.Dir(st)
-		env, err := os.ReadFile(filepath.Join(dir, "environ"))
-		if err != nil || !bytes.Contains(env, []byte("\x00ITLMON_CHDB_CHILD=1\x00")) && !bytes.HasPrefix(env, []byte("ITLMON_CHDB_CHILD=1\x00")) {
-			continue
-		}
-		child, err := strconv.Atoi(filepath.Base(dir))
-		if err == nil {
-			return child
-		}
-	}
-	return 0
-}
-
 // waitEngine waits until the collector p replaced its killed engine (pid
 // old) with a new one that answers.
-func waitEngine(t *testing.T, p *proc, old int) {
+func waitEngine(t *testing.T, p *itlmontest.Proc, old int) {
 	t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
-	for ; ; time.Sleep(50 * time.Millisecond) {
+	for ; ; time.Sleep(50 * time.Millisecond) { // real time: another process restarts its engine
 		if time.Now().After(deadline) {
-			t.Fatalf("collector %d did not restart its engine within 60 s", p.cmd.Process.Pid)
+			t.Fatalf("collector %d did not restart its engine within 60 s", p.Cmd.Process.Pid)
 		}
-		if c := engineChild(p.cmd.Process.Pid); c == 0 || c == old {
+		if c := itlmontest.EngineChild(p.Cmd.Process.Pid); c == 0 || c == old {
 			continue
 		}
-		conn, err := clickhouse.Open(&clickhouse.Options{Addr: []string{p.engineAddr()}, DialTimeout: time.Second})
+		conn, err := clickhouse.Open(&clickhouse.Options{Addr: []string{p.EngineAddr()}, DialTimeout: time.Second})
 		if err != nil {
 			continue
 		}
@@ -900,36 +860,5 @@ func waitEngine(t *testing.T, p *proc, old int) {
 		if err == nil {
 			return
 		}
-	}
-}
-
-// countByID runs q, which returns (key, count) rows, into a map.
-func countByID(t *testing.T, conn driver.Conn, q string) map[string]int {
-	t.Helper()
-	rows, err := conn.Query(t.Context(), q)
-	if err != nil {
-		t.Fatalf("%s: %v", q, err)
-	}
-	defer rows.Close()
-	out := map[string]int{}
-	for rows.Next() {
-		var k string
-		var n uint64
-		if err := rows.Scan(&k, &n); err != nil {
-			t.Fatal(err)
-		}
-		out[k] = int(n)
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
-	return out
-}
-
-// query scans q's single row into dest.
-func queryRow(t *testing.T, conn driver.Conn, q string, dest ...any) {
-	t.Helper()
-	if err := conn.QueryRow(t.Context(), q).Scan(dest...); err != nil {
-		t.Fatalf("%s: %v", q, err)
 	}
 }

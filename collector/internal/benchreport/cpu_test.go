@@ -1,4 +1,4 @@
-package main
+package benchreport
 
 import (
 	"context"
@@ -11,6 +11,8 @@ import (
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 	"golang.org/x/sys/unix"
+
+	"github.com/itlmon/itlmon/collector/internal/itlmontest"
 )
 
 // cpuTimes is the CPU time spent so far by this test process (the
@@ -36,7 +38,7 @@ func (c cpuTimes) add(d cpuTimes) cpuTimes { return cpuTimes{c.self + d.self, c.
 // paying for the previous phase's parts.
 func quiesce(t testing.TB, conn driver.Conn) {
 	t.Helper()
-	settle(t, time.Minute, func() bool {
+	itlmontest.Settle(t, time.Minute, func() bool {
 		var n uint64
 		return conn.QueryRow(context.Background(), "SELECT (SELECT count() FROM system.merges) + (SELECT count() FROM system.mutations WHERE NOT is_done)").Scan(&n) == nil && n == 0
 	})

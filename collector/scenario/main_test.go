@@ -1,0 +1,10 @@
+package scenario
+
+import (
+	"os"
+	"testing"
+
+	"github.com/itlmon/itlmon/collector/internal/itlmontest"
+)
+
+func TestMain(m *testing.M) { os.Exit(itlmontest.Main(m)) }
