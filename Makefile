@@ -261,7 +261,7 @@ bench: deps wasm edge
 	ITLMON_BENCH_REPORT=1 ITLMON_REQUIRE_REAL=1 $(GO) test -count=1 -timeout 180m -v -run '^TestDashboardReport$$' ./collector/cmd/itlmon 2>&1 | grep -v -e '^=== RUN' | tee -a /tmp/itlmon-bench.txt
 	@echo "GeoIP: the default database's open time, memory, lookup time and ISO 3166-2 region coverage"
 	ITLMON_BENCH_REPORT=1 ITLMON_REQUIRE_REAL=1 $(GO) test -count=1 -v -run '^TestReportGeoIP$$' ./collector/enrich 2>&1 | grep 'geoip report:' | tee -a /tmp/itlmon-bench.txt
-	$(GO) test -run '^$$' -bench . -benchmem -count=1 ./collector/origin ./collector/join ./e2e/jitterproxy | tee -a /tmp/itlmon-bench.txt
+	$(GO) test -run '^$$' -bench . -benchmem -count=1 ./origin ./collector/join ./e2e/jitterproxy | tee -a /tmp/itlmon-bench.txt
 	@echo "attribution scenarios (where a stall came from): injected vs measured"
 	ITLMON_REQUIRE_REAL=1 $(GO) test -count=1 -run '^TestAttribution' -v ./e2e 2>&1 | sed -n '/attribution scenario table/,/^[^ ]/p' | tee -a /tmp/itlmon-bench.txt
 	@echo "browser module: itl.wasm sizes, time to ready and added cost per chunk, in Chromium"

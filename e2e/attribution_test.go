@@ -1,7 +1,7 @@
 package e2e
 
 // The attribution scenarios: where did the stutter come from. Each streams
-// a known cadence from an origin wrapped in collector/origin's middleware,
+// a known cadence from an origin wrapped in the origin middleware (package origin),
 // through what the scenario puts in between (nothing, Debian nginx with
 // buffering and gzip, nginx told not to buffer, the jitter proxy, an origin
 // that pauses), and checks what the client measured, what the origin
@@ -38,7 +38,7 @@ import (
 	"github.com/itlmon/itlmon/collector/httpapi"
 	"github.com/itlmon/itlmon/collector/ingest"
 	"github.com/itlmon/itlmon/collector/join"
-	"github.com/itlmon/itlmon/collector/origin"
+	"github.com/itlmon/itlmon/origin"
 	"github.com/itlmon/itlmon/collector/store"
 	"github.com/itlmon/itlmon/e2e/jitterproxy"
 	"github.com/itlmon/itlmon/e2e/nginx"

@@ -33,6 +33,13 @@
 //
 // Writes follow an absolute schedule from the request's start (no drift), and
 // stop when the request context ends. Comments apply to SSE formats only.
+//
+// `itlmon serve --demo` runs the endpoints as a user's origin would run
+// them: inside the origin middleware (Options.Origin), reporting their own
+// timelines to the same collector, so a stall or a burst the origin made is
+// stored as the origin's. In front of them it runs Proxy, a buffering proxy
+// on a port of its own that passes the origin's bytes on in full buffers:
+// what the page then sees re-chunked is the path's doing.
 package demo
 
 import (
@@ -40,6 +47,7 @@ import (
 	"errors"
 	"io"
 	"io/fs"
+	"net"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -101,13 +109,45 @@ type Write struct {
 	Data []byte
 }
 
-// Handler serves /demo/ (the chat page) and the streaming endpoints (see the
-// package doc). Mount it at "/demo/".
-func Handler() http.Handler {
+// Options configures Handler.
+type Options struct {
+	// Origin wraps every streaming endpoint, as a user's own origin server
+	// runs the origin middleware (origin.Reporter.Handler) around
+	// its handlers. nil: the endpoints alone.
+	Origin func(http.Handler) http.Handler
+	// ProxyPort is the port of the demo's buffering proxy (Proxy), on the
+	// host the page was loaded from; 0: there is none.
+	ProxyPort int
+}
+
+// ConfigPath is where Handler serves the page's configuration: JSON
+// {"proxy": URL} with the buffering proxy's base URL, "" when there is none.
+const ConfigPath = "/demo/config.json"
+
+// Handler serves /demo/ (the chat page), its configuration (ConfigPath) and
+// the streaming endpoints (see the package doc). Mount it at "/demo/".
+func Handler(opts Options) http.Handler {
 	mux := http.NewServeMux()
 	for a := range API(len(apiPaths)) {
-		mux.Handle("/demo"+a.Path(), Endpoint(a))
+		h := Endpoint(a)
+		if opts.Origin != nil {
+			h = opts.Origin(h)
+		}
+		mux.Handle("/demo"+a.Path(), h)
 	}
+	mux.HandleFunc("GET "+ConfigPath, func(w http.ResponseWriter, r *http.Request) {
+		proxy := ""
+		if opts.ProxyPort > 0 {
+			host, _, err := net.SplitHostPort(r.Host)
+			if err != nil {
+				host = strings.Trim(r.Host, "[]")
+			}
+			proxy = "http://" + net.JoinHostPort(host, strconv.Itoa(opts.ProxyPort))
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Cache-Control", "no-store")
+		w.Write([]byte(`{"proxy":` + jsonString(proxy) + "}\n"))
+	})
 	page, err := fs.Sub(web.Static(), "demo")
 	if err != nil {
 		panic("BUG: web/static/demo missing: " + err.Error())

@@ -131,7 +131,7 @@ func TestWritesFraming(t *testing.T) {
 }
 
 func TestHandlerStreams(t *testing.T) {
-	srv := httptest.NewServer(Handler())
+	srv := httptest.NewServer(Handler(Options{}))
 	defer srv.Close()
 	resp, err := http.Post(srv.URL+"/demo/v1/chat/completions?interval_ms=1", "application/json",
 		strings.NewReader(`{"model":"x","tokens":6,"stream":true}`))
@@ -253,7 +253,7 @@ func TestAPIsMetered(t *testing.T) {
 
 // TestTail: the body ends tail_ms after the write with the terminal event.
 func TestTail(t *testing.T) {
-	srv := httptest.NewServer(Handler())
+	srv := httptest.NewServer(Handler(Options{}))
 	defer srv.Close()
 	start := time.Now()
 	resp, err := http.Get(srv.URL + "/demo/api/chat?tokens=2&interval_ms=1&tail_ms=300")

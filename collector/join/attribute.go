@@ -1,6 +1,6 @@
 // Package join puts the two vantage points of one stream together: the
 // browser's record (what the user saw) and the origin middleware's timeline
-// (what the server emitted, collector/origin), matched by the stream id the
+// (what the server emitted, package origin), matched by the stream id the
 // response carried. From the pair it computes the origin's own TTFT and ITL,
 // what the path added (client minus origin), and refines each client stall's
 // cause to `origin` when the origin's emit times show the same gap. The edge

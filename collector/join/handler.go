@@ -9,7 +9,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/itlmon/itlmon/collector/origin"
+	"github.com/itlmon/itlmon/origin"
 	"github.com/itlmon/itlmon/wasm/beacon"
 )
 
@@ -21,7 +21,7 @@ const MaxOriginBody = 4 << 20
 type Keys func(site string) (key string, ok bool)
 
 // Handler serves POST /v1/origin?site=KEY: a beacon KindOrigin message from
-// an origin reporter (collector/origin) or an edge Worker (wasm/edge; its
+// an origin reporter (package origin) or an edge Worker (wasm/edge; its
 // timelines carry beacon.VantageEdge and are stored as such), authenticated
 // by the site's shared key in the X-Itlmon-Key header (server to server; no
 // CORS). 204 once the timelines are durable; 400 for a malformed body (not

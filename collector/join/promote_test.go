@@ -14,8 +14,8 @@ import (
 
 	"github.com/itlmon/itlmon/collector"
 	"github.com/itlmon/itlmon/collector/join"
-	"github.com/itlmon/itlmon/collector/origin"
 	"github.com/itlmon/itlmon/collector/store"
+	"github.com/itlmon/itlmon/origin"
 	"github.com/itlmon/itlmon/wasm/beacon"
 	"github.com/itlmon/itlmon/wasm/meter"
 )

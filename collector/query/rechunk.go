@@ -99,7 +99,19 @@ const (
 	PatternPage    = "page"     // backlogs read at once while the page was busy (page stalls): not the path
 	PatternHeld    = "held"     // backlogs after the path held the bytes (network stalls): a congested or stalling hop
 	PatternBursty  = "bursty"   // backlogs without stalls: something on the path batches events on its own schedule
+	PatternOrigin  = "origin"   // the origin's own timelines show the batching: it emitted several events per flush
 )
+
+// OriginBurstShare: an origin timeline (the origin middleware's) shows
+// batching when at least this share of its content gaps are zero-length:
+// the event was emitted in the same flush as the one before it. A smooth
+// origin has none (one event per flush).
+const OriginBurstShare = CoalescedShare
+
+// originSlack bounds the origin timelines a re-chunking query reads around
+// its range: a timeline reaches the collector within the join's TTL (2
+// minutes by default) of its client record.
+const originSlack = 5 * time.Minute
 
 // Diagnoses per pattern: what the read pattern says and its usual fix. The
 // nginx behaviour they name is nginx 1.22's, as measured in Chromium and
@@ -121,11 +133,21 @@ var Diagnoses = map[string]string{
 	PatternHeld: "Now and then the path holds the bytes, then delivers the backlog in one read (the stalls are the network's " +
 		"while the origin was on time): a congested link or a proxy that stalls. Fix: find the hop (the origin's and edge's " +
 		"times tell which side); check the proxy's buffers and upstream keep-alive, and the client's network.",
+	PatternOrigin: "The origin itself sends several events at once: its own timelines (the origin middleware's) show the " +
+		"events emitted in batches, several per flush, and the page reads them as they were sent. Nothing on the path " +
+		"re-chunks. Fix: in the origin, write and flush each event as the model produces it (no batching of tokens, no " +
+		"buffered writer left unflushed). When the origin relays a model server, its timelines show what it passed on: " +
+		"batches the model server sent arrive batched there too.",
 	PatternBursty: "Events arrive in uneven bursts without stalls while the origin sends them one by one: something on the path " +
 		"batches them on its own schedule (a proxy or a compression encoder that flushes by size or time, not per event). " +
 		"Fix: find the hop (the origin's and edge's times tell which side) and make it pass each event on: no buffering for " +
 		"the route, and no compression of `text/event-stream` unless the encoder is flushed per event.",
 }
+
+// PathConfirmed is added to the diagnosis of a path's pattern when the
+// origin's own timelines show it sent the events one by one.
+const PathConfirmed = " The origin's own timelines (the origin middleware's) show it emitted the events one by one: " +
+	"the re-chunking happened after the origin, on the path."
 
 // Rechunk is the re-chunking picture of one value of a dimension.
 type Rechunk struct {
@@ -153,6 +175,12 @@ type Rechunk struct {
 	// a stall attributed to the page, to the network.
 	PageStallShare    float64 `json:"page_stall_share"`
 	NetworkStallShare float64 `json:"network_stall_share"`
+	// OriginBurstShare and OriginSmoothShare: shares of those streams
+	// joined with an origin timeline (the origin middleware's) whose origin
+	// emitted its content in batches (OriginBurstShare of its gaps or more
+	// zero-length), or one event per flush.
+	OriginBurstShare  float64 `json:"origin_burst_share"`
+	OriginSmoothShare float64 `json:"origin_smooth_share"`
 	// Flagged: the segment coalesces (EventsPerRead, SubFloorShare or
 	// CoalescedTTFTShare beyond its threshold).
 	Flagged   bool   `json:"flagged"`
@@ -172,6 +200,17 @@ func RechunkBy(ctx context.Context, conn Conn, f Filter, dim string) ([]Rechunk,
 	}
 	where, args := f.rawWhere()
 	const multi = "content_events >= 3"
+	// The origin side of each joined stream (itl_origin's version 1 rows
+	// carry the browser's stream id): did the origin batch its events?
+	// GLOBAL: on a cluster the joined table is read once, not per shard.
+	until := f.Until
+	if until.IsZero() {
+		until = time.Now()
+	}
+	originJoin := "GLOBAL LEFT JOIN (SELECT stream_id, 1 AS o_joined, " +
+		"max(content_events >= 3 AND itl_zero >= " + ftoa(OriginBurstShare) + " * (content_events - 1)) AS o_burst " +
+		"FROM itl_origin WHERE site = ? AND version = 1 AND received_at >= ? AND received_at < ? GROUP BY stream_id) AS o USING (stream_id)"
+	args = append([]any{f.Site, f.Since.Add(-originSlack).UTC(), until.Add(originSlack).UTC()}, args...)
 	q := "SELECT toString(" + col + ") AS key, count(), " +
 		"toFloat64(sum(events)), toFloat64(sum(reads)), toFloat64(sum(bytes)), " +
 		"sumIf(toFloat64(sub_floor_share) * (content_events - 1), content_events >= 2), toFloat64(sumIf(content_events - 1, content_events >= 2)), " +
@@ -180,8 +219,9 @@ func RechunkBy(ctx context.Context, conn Conn, f Filter, dim string) ([]Rechunk,
 		"countIf(" + multi + " AND max_events_per_read >= content_events), " +
 		"countIf(" + multi + " AND max_events_per_read < content_events AND events_per_read >= " + ftoa(CoalescedEventsPerRead) + " AND max_events_per_read <= 2 * events_per_read), " +
 		"countIf(" + multi + " AND max_events_per_read < content_events AND max_events_per_read >= 3 AND max_events_per_read > 2 * events_per_read), " +
-		"countIf(" + multi + " AND stalls_page > 0), countIf(" + multi + " AND stalls_network > 0) " +
-		"FROM " + streamsTable + " WHERE " + where + " GROUP BY key ORDER BY count() DESC, key LIMIT " + strconv.Itoa(MaxGroups)
+		"countIf(" + multi + " AND stalls_page > 0), countIf(" + multi + " AND stalls_network > 0), " +
+		"countIf(" + multi + " AND o_burst = 1), countIf(" + multi + " AND o_joined = 1 AND o_burst = 0) " +
+		"FROM " + streamsTable + " " + originJoin + " WHERE " + where + " GROUP BY key ORDER BY count() DESC, key LIMIT " + strconv.Itoa(MaxGroups)
 	rows, err := conn.Query(ctx, q, args...)
 	if err != nil {
 		return nil, fmt.Errorf("query rechunk by %s: %w", dim, err)
@@ -194,9 +234,10 @@ func RechunkBy(ctx context.Context, conn Conn, f Filter, dim string) ([]Rechunk,
 			n                                           uint64
 			content, reads, bytes, subW, gaps           float64
 			ttftNet, withTTFT, multiN, one, stdy, burst uint64
-			page, net                                   uint64
+			page, net, oBurst, oSmooth                  uint64
 		)
-		if err := rows.Scan(&r.Key, &n, &content, &reads, &bytes, &subW, &gaps, &ttftNet, &withTTFT, &multiN, &one, &stdy, &burst, &page, &net); err != nil {
+		if err := rows.Scan(&r.Key, &n, &content, &reads, &bytes, &subW, &gaps, &ttftNet, &withTTFT, &multiN, &one, &stdy, &burst, &page, &net,
+			&oBurst, &oSmooth); err != nil {
 			return nil, fmt.Errorf("scan rechunk by %s: %w", dim, err)
 		}
 		r.Streams = int64(n)
@@ -209,6 +250,8 @@ func RechunkBy(ctx context.Context, conn Conn, f Filter, dim string) ([]Rechunk,
 		r.BurstyShare = ratio(float64(burst), float64(multiN))
 		r.PageStallShare = ratio(float64(page), float64(multiN))
 		r.NetworkStallShare = ratio(float64(net), float64(multiN))
+		r.OriginBurstShare = ratio(float64(oBurst), float64(multiN))
+		r.OriginSmoothShare = ratio(float64(oSmooth), float64(multiN))
 		r.classify()
 		out = append(out, r)
 	}
@@ -220,9 +263,12 @@ func RechunkBy(ctx context.Context, conn Conn, f Filter, dim string) ([]Rechunk,
 
 // classify sets Flagged, Pattern and Diagnosis from the shares. A pattern
 // names the segment when PatternShare of its streams show it (bursts only
-// when the segment's reads coalesce too); backlogs are told apart by the
-// stalls beside them (the page's or the network's), as the stall
-// attribution does for single gaps.
+// when the segment's reads coalesce too). The origin's own timelines come
+// first: when they show the batching, the origin sent the events as the
+// page read them, whatever the reads look like. Otherwise backlogs are told
+// apart by the stalls beside them (the page's or the network's), as the
+// stall attribution does for single gaps, and a pattern of the path says so
+// when the origin's timelines show it emitted one event at a time.
 func (r *Rechunk) classify() {
 	r.Flagged = r.EventsPerRead >= CoalescedEventsPerRead || r.SubFloorShare >= CoalescedShare || r.CoalescedTTFTShare >= CoalescedShare
 	backlogs := r.SteadyShare+r.BurstyShare >= PatternShare || r.SubFloorShare >= CoalescedShare
@@ -232,6 +278,8 @@ func (r *Rechunk) classify() {
 	// reads of up to 39, 9-13 % of gaps below the floor).
 	coalesced := r.EventsPerRead >= CoalescedEventsPerRead || r.SubFloorShare >= CoalescedShare
 	switch {
+	case r.OriginBurstShare >= PatternShare:
+		r.Pattern = PatternOrigin
 	case r.OneReadShare >= PatternShare:
 		r.Pattern = PatternOneRead
 	case r.SteadyShare >= PatternShare:
@@ -249,6 +297,12 @@ func (r *Rechunk) classify() {
 		r.Flagged = true
 	}
 	r.Diagnosis = Diagnoses[r.Pattern]
+	switch r.Pattern {
+	case PatternOneRead, PatternSteady, PatternHeld, PatternBursty:
+		if r.OriginSmoothShare >= PatternShare {
+			r.Diagnosis += PathConfirmed
+		}
+	}
 }
 
 func ratio(a, b float64) float64 {

@@ -26,6 +26,19 @@ func TestRechunkClassify(t *testing.T) {
 		{"nginx buffering + gzip, long answer", Rechunk{EventsPerRead: 1500, SubFloorShare: 1, CoalescedTTFTShare: 1, SteadyShare: 1, NetworkStallShare: 1}, PatternSteady, true},
 		{"fast stream flushed per event (nginx, brotli, unbuffered)", Rechunk{EventsPerRead: 1.09, SubFloorShare: 0.09, BurstyShare: 1}, PatternNone, false},
 		{"jitter proxy", Rechunk{EventsPerRead: 1.83, SubFloorShare: 0.46, BurstyShare: 1, NetworkStallShare: 1}, PatternHeld, true},
+		// The origin's timelines (the origin middleware joined) decide who
+		// batched: an origin writing 8 events per flush every 240 ms reads
+		// like a buffer passed on when full; with its timelines it is the
+		// origin's.
+		{"origin bursts, no origin timelines", Rechunk{EventsPerRead: 7.6, SubFloorShare: 0.9, SteadyShare: 1, NetworkStallShare: 1}, PatternSteady, true},
+		{"origin bursts", Rechunk{EventsPerRead: 7.6, SubFloorShare: 0.9, SteadyShare: 1, OriginBurstShare: 1}, PatternOrigin, true},
+		{"origin bursts beside a smooth stream", Rechunk{EventsPerRead: 2.5, SubFloorShare: 0.5, SteadyShare: 0.5, OriginBurstShare: 0.5, OriginSmoothShare: 0.5}, PatternOrigin, true},
+		{"origin bursts in one flush", Rechunk{EventsPerRead: 40, OneReadShare: 1, CoalescedTTFTShare: 1, OriginBurstShare: 1}, PatternOrigin, true},
+		{"a few origins batch", Rechunk{EventsPerRead: 6, SteadyShare: 0.8, OriginBurstShare: 0.2, OriginSmoothShare: 0.8}, PatternSteady, true},
+		{"proxy buffers, origin smooth", Rechunk{EventsPerRead: 12, SubFloorShare: 0.9, CoalescedTTFTShare: 1, SteadyShare: 1, NetworkStallShare: 1, OriginSmoothShare: 1}, PatternSteady, true},
+		{"held path, origin smooth", Rechunk{EventsPerRead: 1.8, SubFloorShare: 0.4, BurstyShare: 1, NetworkStallShare: 1, OriginSmoothShare: 1}, PatternHeld, true},
+		{"busy page, origin smooth", Rechunk{EventsPerRead: 1.3, BurstyShare: 0.6, SubFloorShare: 0.3, PageStallShare: 0.6, OriginSmoothShare: 1}, PatternPage, true},
+		{"unbuffered, origin smooth", Rechunk{EventsPerRead: 1.02, OriginSmoothShare: 1}, PatternNone, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := tc.r
@@ -35,6 +48,16 @@ func TestRechunkClassify(t *testing.T) {
 			}
 			if (r.Diagnosis != "") != (tc.pattern != "") {
 				t.Errorf("diagnosis %q for pattern %q", r.Diagnosis, r.Pattern)
+			}
+			// A pattern of the path says so when the origin's timelines
+			// show it emitted one event at a time.
+			path := tc.pattern == PatternOneRead || tc.pattern == PatternSteady || tc.pattern == PatternHeld || tc.pattern == PatternBursty
+			want := Diagnoses[tc.pattern]
+			if path && tc.r.OriginSmoothShare >= PatternShare {
+				want += PathConfirmed
+			}
+			if r.Diagnosis != want {
+				t.Errorf("diagnosis = %q, want %q", r.Diagnosis, want)
 			}
 		})
 	}

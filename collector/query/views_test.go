@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"net/http"
@@ -18,6 +19,7 @@ import (
 	"github.com/itlmon/itlmon/collector/query"
 	"github.com/itlmon/itlmon/collector/store"
 	"github.com/itlmon/itlmon/wasm/beacon"
+	"github.com/itlmon/itlmon/wasm/hist"
 	"github.com/itlmon/itlmon/wasm/meter"
 )
 
@@ -163,13 +165,55 @@ func writeViewsFixture(t *testing.T) *viewsFixture {
 			t.Fatalf("insert origin: %v", err)
 		}
 	}
+	// originRow stores a joined origin timeline of client record r: the
+	// origin emitted its content events per flush of perFlush events, 25 ms
+	// apart (gaps within a flush zero-length).
+	originRow := func(r beacon.Record, id string, perFlush int) {
+		var itl hist.Histogram
+		for i := 1; i < int(r.ContentEvents); i++ {
+			if i%perFlush == 0 {
+				itl.Record(25000)
+			} else {
+				itl.Record(0)
+			}
+		}
+		err := db.Conn().Exec(context.Background(), `INSERT INTO itl_origin (received_at, site, origin_id, version, started_at, route, duration_us,
+			events, content_events, flushes, itl_zero, stream_id, client_received_at, region, browser)
+			VALUES (?, 'v', ?, 1, ?, '/v1/chat/completions', 1000000, ?, ?, ?, ?, ?, ?, 'DE-BE', 'Chrome')`,
+			now.Add(-4*time.Minute), id, now.Add(-4*time.Minute), r.ContentEvents, r.ContentEvents, (int(r.ContentEvents)+perFlush-1)/perFlush,
+			itl.ZeroCount(), string(r.StreamID[:]), now.Add(-4*time.Minute))
+		if err != nil {
+			t.Fatalf("insert origin: %v", err)
+		}
+	}
 	// A buffering proxy in front of another API origin: every answer in one
-	// read at the end.
-	for range 6 {
+	// read at the end, while the origin (its timelines joined for four of
+	// six) emitted one event per flush.
+	for i := range 6 {
 		s := synth{ttft: 300 * time.Millisecond, gaps: steady(39, 25*time.Millisecond)}
 		r := oneRead(t, s)
 		r.Timeline = nil
+		if i < 4 {
+			r.OriginID = fmt.Sprintf("buffered-%d", i)
+			originRow(r, r.OriginID, 1)
+		}
 		add(r, synth{}, now.Add(-4*time.Minute), "DE-BE", "r3", "https://buffered.example")
+	}
+	// An origin that sends 8 events per flush, 180 ms apart: the page reads
+	// them as sent, and the origin's timelines show it.
+	for i := range 4 {
+		m := meter.New(meter.Options{ContentType: "text/event-stream"})
+		ev := `data: {"choices":[{"index":0,"delta":{"content":"tok "}}]}` + "\n\n"
+		at := 300 * meter.Millisecond
+		for range 5 {
+			m.Feed([]byte(strings.Repeat(ev, 8)), at)
+			at += 180 * meter.Millisecond
+		}
+		m.End(at, meter.StatusComplete, 200)
+		r := recordOf(m.Summary())
+		r.OriginID = fmt.Sprintf("batched-%d", i)
+		originRow(r, r.OriginID, 8)
+		add(r, synth{}, now.Add(-4*time.Minute), "DE-BE", "r3", "https://batched.example")
 	}
 	if err := store.InsertDirect(context.Background(), db.Conn(), streams); err != nil {
 		t.Fatalf("insert: %v", err)
@@ -294,6 +338,14 @@ func TestDashboardViews(t *testing.T) {
 		}
 		if direct.Flagged || direct.Pattern != query.PatternNone || direct.EventsPerRead > 1.2 {
 			t.Errorf("direct origin = %+v, want not flagged, ~1 event per read", direct)
+		}
+		// The origins' own timelines: smooth behind the buffering proxy (the
+		// diagnosis says the path re-chunked), batched at the other.
+		if buf.OriginSmoothShare != 4.0/6 || buf.OriginBurstShare != 0 || buf.Diagnosis != query.Diagnoses[query.PatternOneRead]+query.PathConfirmed {
+			t.Errorf("buffered origin: origin smooth %v, bursts %v, diagnosis %q; want 4/6, 0, the path's confirmed", buf.OriginSmoothShare, buf.OriginBurstShare, buf.Diagnosis)
+		}
+		if b := got["https://batched.example"]; b.Pattern != query.PatternOrigin || b.OriginBurstShare != 1 || b.Diagnosis != query.Diagnoses[query.PatternOrigin] || !b.Flagged {
+			t.Errorf("batching origin = %+v, want flagged pattern origin (all its origins batched)", b)
 		}
 		for _, by := range []string{"http_proto", "region", "browser"} {
 			var r struct {

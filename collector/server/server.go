@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -30,6 +31,7 @@ import (
 	"github.com/itlmon/itlmon/collector/ingest"
 	"github.com/itlmon/itlmon/collector/join"
 	"github.com/itlmon/itlmon/collector/store"
+	"github.com/itlmon/itlmon/origin"
 	"github.com/itlmon/itlmon/web"
 )
 
@@ -52,6 +54,9 @@ type Main struct {
 	Registry *prometheus.Registry
 
 	enricher    *enrich.Enricher
+	demoOrigin  *origin.Reporter // the demo endpoints' origin middleware (--demo)
+	demoProxyLn net.Listener     // the demo's buffering proxy (--demo)
+	demoProxy   *http.Server
 	stopMigrate func() // ends DB.MigrateInBackground (DSN only)
 	stopPromote func() // ends Promoter.Run
 	stopOTLP    func() // ends the OTLP exporter (--otlp-endpoint)
@@ -177,7 +182,22 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	promoted := make(chan struct{})
 	go func() { defer close(promoted); m.Promoter.Run(pctx) }()
 	m.stopPromote = func() { stop(); <-promoted }
-	if len(c.OriginKeys) > 0 {
+	originKeys := c.OriginKeys
+	var demoKey string
+	if c.Demo {
+		// The demo endpoints report their origin timelines as a user's origin
+		// does: to POST /v1/origin with site demo's key (--origin-key demo=...,
+		// else one made up for this run).
+		if demoKey = c.OriginKeys["demo"]; demoKey == "" {
+			demoKey = origin.NewID()
+		}
+		originKeys = maps.Clone(c.OriginKeys)
+		if originKeys == nil {
+			originKeys = map[string]string{}
+		}
+		originKeys["demo"] = demoKey
+	}
+	if len(originKeys) > 0 {
 		m.Intake = join.NewIntake(m.Writer, log)
 		if err := m.Intake.RegisterMetrics(m.Registry); err != nil {
 			return fmt.Errorf("join metrics: %w", err)
@@ -200,7 +220,9 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	}
 	var demoHandler http.Handler
 	if c.Demo {
-		demoHandler = demo.Handler()
+		if demoHandler, err = m.startDemo(sites, demoKey); err != nil {
+			return err
+		}
 	}
 	mux, err := httpapi.New(httpapi.Config{
 		Streams:   m.DB,
@@ -220,7 +242,7 @@ func (m *Main) Run(ctx context.Context) (err error) {
 		HasSite: m.Ingest.HasSite, Logger: log.With().Str("component", "dashboard").Logger()})
 	m.Ingest.Register(mux)
 	if m.Intake != nil {
-		m.Intake.Register(mux, join.StaticKeys(c.OriginKeys))
+		m.Intake.Register(mux, join.StaticKeys(originKeys))
 	}
 
 	handler, err := m.guardReadSide(mux)
@@ -236,8 +258,11 @@ func (m *Main) Run(ctx context.Context) (err error) {
 		IdleTimeout: 2 * time.Minute,
 		ErrorLog:    newStdLogger(log.With().Str("component", "http").Logger()),
 	}
-	m.serveErr = make(chan error, 2)
+	m.serveErr = make(chan error, 3)
 	go func() { m.serveErr <- m.server.Serve(m.ln) }()
+	if m.demoProxy != nil {
+		go func() { m.serveErr <- m.demoProxy.Serve(m.demoProxyLn) }()
+	}
 	if m.readLn != nil {
 		// Loopback-bound: the listener is the guard.
 		m.readServer = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second,
@@ -262,9 +287,53 @@ func (m *Main) Run(ctx context.Context) (err error) {
 		if m.readLn != nil {
 			read = m.ReadURL()
 		}
-		log.Info().Msgf("demo chat: %s/demo/  dashboard: %s/dashboard/", m.URL(), read)
+		log.Info().Msgf("demo chat: %s/demo/  dashboard: %s/dashboard/  buffering proxy: http://%s", m.URL(), read, m.demoProxyLn.Addr())
 	}
 	return nil
+}
+
+// startDemo returns the demo's handler: its endpoints inside the origin
+// middleware, whose reporter posts to this collector with site demo's origin
+// key, and starts listening for the demo's buffering proxy (on the main
+// listener's host, a port of its own, so its streams are an API origin of
+// their own). sites are the configured sites, site demo among them.
+func (m *Main) startDemo(sites []ingest.Site, key string) (http.Handler, error) {
+	log := m.Logger.With().Str("component", "demo").Logger()
+	self := loopbackURL(m.ln.Addr().(*net.TCPAddr))
+	// Uploads every 100 ms rather than every second: the timelines reach
+	// the inbox well within the join's hold of the page's records, even on a
+	// busy machine, and the demo sends few.
+	rep, err := origin.New(origin.Config{Collector: self, Site: "demo", Key: key, FlushInterval: 100 * time.Millisecond,
+		Logf: func(format string, args ...any) { log.Warn().Msgf(format, args...) }})
+	if err != nil {
+		return nil, fmt.Errorf("demo origin middleware: %w", err)
+	}
+	m.demoOrigin = rep
+	host, _, _ := net.SplitHostPort(m.Config.Addr)
+	if m.demoProxyLn, err = net.Listen("tcp", net.JoinHostPort(host, "0")); err != nil {
+		return nil, fmt.Errorf("listen for the demo proxy: %w", err)
+	}
+	var origins []string
+	if i := slices.IndexFunc(sites, func(s ingest.Site) bool { return s.Key == "demo" }); i >= 0 {
+		origins = sites[i].Origins
+	}
+	m.demoProxy = &http.Server{
+		Handler:           demo.Proxy(demo.ProxyConfig{Upstream: self, Origins: origins}),
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          newStdLogger(log),
+	}
+	return demo.Handler(demo.Options{Origin: rep.Handler, ProxyPort: m.demoProxyLn.Addr().(*net.TCPAddr).Port}), nil
+}
+
+// loopbackURL is the base URL this process reaches a listener on a at.
+func loopbackURL(a *net.TCPAddr) string {
+	ip := a.IP
+	if ip.IsUnspecified() {
+		ip = net.IPv4(127, 0, 0, 1)
+	}
+	return "http://" + net.JoinHostPort(ip.String(), strconv.Itoa(a.Port))
 }
 
 // OpenStorage connects to the DSN, or starts the embedded engine and
@@ -385,6 +454,18 @@ func (m *Main) Close() error {
 	defer cancel()
 	began := time.Now()
 	var errs []error
+	// The demo's proxy cuts its streams off (they are a demo's); the demo
+	// origin's last timelines go to this server's /v1/origin, so before it
+	// stops (the timelines of demo streams still running are dropped).
+	if m.demoProxy != nil {
+		m.demoProxy.Close()
+	}
+	if m.demoProxyLn != nil { // not yet served when Run failed
+		m.demoProxyLn.Close()
+	}
+	if m.demoOrigin != nil {
+		errs = append(errs, wrapErr("demo origin timelines", m.demoOrigin.Shutdown(ctx)))
+	}
 	if m.server != nil {
 		// Both stop accepting at once; WebSocket connections are hijacked,
 		// so http.Server.Shutdown does not wait for them: ingest does.

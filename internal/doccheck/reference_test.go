@@ -20,7 +20,7 @@ import (
 	"testing"
 
 	"github.com/itlmon/itlmon/collector/chdb"
-	"github.com/itlmon/itlmon/collector/origin"
+	"github.com/itlmon/itlmon/origin"
 	"github.com/itlmon/itlmon/collector/store"
 	"github.com/itlmon/itlmon/internal/chtest"
 )

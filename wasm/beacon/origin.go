@@ -8,7 +8,7 @@ import (
 )
 
 // OriginBatch is a KindOrigin message: the timelines an origin server's
-// middleware (collector/origin) or a CDN edge Worker (wasm/edge) observed,
+// middleware (origin/) or a CDN edge Worker (wasm/edge) observed,
 // sent server-to-server to the collector's /v1/origin. The site's shared key
 // travels in a header, not here.
 type OriginBatch struct {
@@ -67,7 +67,7 @@ type Origin struct {
 type Vantage uint8
 
 const (
-	VantageOrigin Vantage = iota // the origin server's middleware (collector/origin)
+	VantageOrigin Vantage = iota // the origin server's middleware (origin/)
 	VantageEdge                  // a CDN edge in front of the origin (wasm/edge)
 
 	numVantages

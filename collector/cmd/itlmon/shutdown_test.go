@@ -4,11 +4,13 @@ import (
 	"bufio"
 	"bytes"
 	"errors"
+	"io"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -17,8 +19,10 @@ import (
 	"github.com/maxmind/mmdbwriter"
 	"github.com/maxmind/mmdbwriter/mmdbtype"
 
+	"github.com/itlmon/itlmon/collector/demo"
 	"github.com/itlmon/itlmon/collector/server"
 	"github.com/itlmon/itlmon/collector/store"
+	"github.com/itlmon/itlmon/origin"
 	"github.com/itlmon/itlmon/wasm/beacon"
 )
 
@@ -232,7 +236,10 @@ func waitExit(t *testing.T, p *proc) {
 }
 
 // TestDemoSite: --demo serves the demo page and accepts site "demo" from the
-// collector's own origin only.
+// collector's own origin only. Its endpoints run inside the origin
+// middleware, straight and through its buffering proxy: each stream gets a
+// stream id, and its origin timeline reaches this collector's intake by the
+// time Close returns.
 func TestDemoSite(t *testing.T) {
 	m := startMain(t, func(c *server.Config) { c.Demo = true })
 	if got := getStatus(t, m.URL()+"/demo/"); got != 200 {
@@ -250,5 +257,33 @@ func TestDemoSite(t *testing.T) {
 	}
 	if _, resp, err := dialWS(t, m.URL(), "demo", "https://evil.example.net"); err == nil || resp.StatusCode != 403 {
 		t.Fatalf("demo site from another origin: %v %v, want 403", resp, err)
+	}
+
+	var cfg struct{ Proxy string }
+	getJSON(t, m.URL()+demo.ConfigPath, &cfg)
+	if cfg.Proxy == "" || cfg.Proxy == m.URL() {
+		t.Fatalf("demo proxy = %q, want a listener of its own", cfg.Proxy)
+	}
+	for _, base := range []string{m.URL(), cfg.Proxy} {
+		req, _ := http.NewRequest("POST", base+"/demo/v1/chat/completions?buffer=100", strings.NewReader(`{"tokens":5,"interval_ms":1}`))
+		req.Header.Set("Origin", m.URL())
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || resp.Header.Get(origin.HeaderStream) == "" || !bytes.Contains(body, []byte("[DONE]")) {
+			t.Errorf("%s: %s, stream id %q, %d bytes; want a measured stream", base, resp.Status, resp.Header.Get(origin.HeaderStream), len(body))
+		}
+		if base == cfg.Proxy && resp.Header.Get("Access-Control-Allow-Origin") != m.URL() {
+			t.Errorf("proxy: Access-Control-Allow-Origin %q, want the demo page's origin", resp.Header.Get("Access-Control-Allow-Origin"))
+		}
+	}
+	if err := m.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if st := m.Intake.Stats(); st.Origins != 2 || st.Failed != 0 {
+		t.Errorf("origin intake %+v, want the 2 demo streams' timelines", st)
 	}
 }

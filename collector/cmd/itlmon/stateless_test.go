@@ -14,9 +14,9 @@ import (
 
 	"github.com/itlmon/itlmon/collector/ingest"
 	"github.com/itlmon/itlmon/collector/join"
-	"github.com/itlmon/itlmon/collector/origin"
 	"github.com/itlmon/itlmon/collector/server"
 	"github.com/itlmon/itlmon/internal/chtest"
+	"github.com/itlmon/itlmon/origin"
 	"github.com/itlmon/itlmon/wasm/beacon"
 	"github.com/itlmon/itlmon/wasm/meter"
 )

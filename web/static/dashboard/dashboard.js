@@ -357,7 +357,7 @@
   }
 
   // ---------- re-chunking ----------
-  const PATTERN = { one_read: "one read at the end", steady: "steady full reads", page: "page busy", held: "held by the path", bursty: "bursts" };
+  const PATTERN = { one_read: "one read at the end", steady: "steady full reads", page: "page busy", held: "held by the path", bursty: "bursts", origin: "sent in bursts by the origin" };
   async function viewRechunk(seq) {
     const d = await getJSON("/api/rechunk", params({ by: state.rby }));
     if (seq !== state.seq) return;
