@@ -271,7 +271,7 @@ bench: deps wasm edge
 	@echo "browser module's WebSocket: one handshake per burst (time, bytes), open sockets vs open tabs with and without the idle close"
 	ITLMON_BENCH_REPORT=1 ITLMON_REQUIRE_REAL=1 $(GO) test -count=1 -run '^TestSocketReport$$' -v ./e2e 2>&1 | sed -n '/WebSocket per burst report/,/^$$/p' | tee -a /tmp/itlmon-bench.txt
 
-## fuzz: FUZZTIME per target (default 30s)
+## fuzz: FUZZTIME per target (default 30s); `make test` runs every target on its seeds (f.Add and testdata/fuzz)
 FUZZTIME ?= 30s
 fuzz:
 	$(GO) test ./wasm/beacon -run '^$$' -fuzz '^FuzzDecodeBatch$$' -fuzztime $(FUZZTIME)
@@ -283,6 +283,10 @@ fuzz:
 	$(GO) test ./wasm/meter -run '^$$' -fuzz '^FuzzScanJSON$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./wasm/meter -run '^$$' -fuzz '^FuzzScanJSONResume$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./wasm/meter -run '^$$' -fuzz '^FuzzResumeAgrees$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./collector/ingest -run '^$$' -fuzz '^FuzzServeBeacon$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./collector/ingest -run '^$$' -fuzz '^FuzzWSFrames$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./collector/ingest -run '^$$' -fuzz '^FuzzMeteredConn$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./collector/join -run '^$$' -fuzz '^FuzzOriginHandler$$' -fuzztime $(FUZZTIME)
 
 clean:
 	rm -rf bin $(WASM_OUT)/itl.wasm* $(WASM_OUT)/wasm_exec.js

@@ -38,10 +38,11 @@ import (
 	"github.com/itlmon/itlmon/collector/httpapi"
 	"github.com/itlmon/itlmon/collector/ingest"
 	"github.com/itlmon/itlmon/collector/join"
-	"github.com/itlmon/itlmon/origin"
+	"github.com/itlmon/itlmon/collector/secret"
 	"github.com/itlmon/itlmon/collector/store"
 	"github.com/itlmon/itlmon/e2e/jitterproxy"
 	"github.com/itlmon/itlmon/e2e/nginx"
+	"github.com/itlmon/itlmon/origin"
 	"github.com/itlmon/itlmon/wasm/beacon"
 	"github.com/itlmon/itlmon/wasm/meter"
 	"github.com/itlmon/itlmon/web"
@@ -523,7 +524,7 @@ func startAttrCollector(t *testing.T) *attrCollector {
 	if err != nil {
 		t.Fatal(err)
 	}
-	keys := join.StaticKeys(map[string]string{attrSite: attrKey})
+	keys := join.StaticKeys(map[string]secret.Token{attrSite: secret.New(attrKey)})
 	p, err := join.NewPromoter([]join.Shard{{Conn: db.Conn()}}, join.PromoterConfig{Hold: 3 * time.Second, Interval: 50 * time.Millisecond, Logger: log})
 	if err != nil {
 		t.Fatal(err)

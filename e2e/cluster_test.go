@@ -18,9 +18,9 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/itlmon/itlmon/collector/chdb"
-	"github.com/itlmon/itlmon/origin"
 	"github.com/itlmon/itlmon/e2e/nginx"
 	"github.com/itlmon/itlmon/internal/chtest"
+	"github.com/itlmon/itlmon/origin"
 )
 
 // The many-collectors scenario: stateless collectors behind a load

@@ -26,7 +26,12 @@ type Collector struct {
 	URL  string
 	Addr string
 	Data string
-	args []string
+	// ReadURL and Token are where and how Streams reads: by default URL
+	// (the collector runs with --demo, which serves the read side there to
+	// local clients) and no token.
+	ReadURL string
+	Token   string
+	args    []string
 
 	mu     sync.Mutex
 	cmd    *exec.Cmd
@@ -202,7 +207,18 @@ type StoredStream struct {
 // Streams returns the site's stored streams, newest first.
 func (c *Collector) Streams(t testing.TB, site string) ([]StoredStream, error) {
 	t.Helper()
-	resp, err := http.Get(c.URL + "/api/streams?" + url.Values{"site": {site}, "since": {"1h"}, "limit": {"1000"}}.Encode())
+	base := c.URL
+	if c.ReadURL != "" {
+		base = c.ReadURL
+	}
+	req, err := http.NewRequest("GET", base+"/api/streams?"+url.Values{"site": {site}, "since": {"1h"}, "limit": {"1000"}}.Encode(), nil)
+	if err != nil {
+		return nil, err
+	}
+	if c.Token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.Token)
+	}
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return nil, err
 	}

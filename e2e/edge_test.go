@@ -23,8 +23,8 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/itlmon/itlmon/collector/demo"
-	"github.com/itlmon/itlmon/origin"
 	"github.com/itlmon/itlmon/internal/freeport"
+	"github.com/itlmon/itlmon/origin"
 	"github.com/itlmon/itlmon/wasm/beacon"
 	"github.com/itlmon/itlmon/wasm/meter"
 )

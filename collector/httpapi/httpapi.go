@@ -6,7 +6,8 @@
 //
 //	GET /api/streams?site=KEY&since=10m&limit=100  latest stream records, JSON
 //	GET /healthz                                    the process is up
-//	GET /readyz                                     storage reachable, migrated, spool ok
+//	GET /readyz                                     ready or not, no more (public)
+//	GET /api/health                                 ready or not, and why not (read side)
 //	GET /metrics                                    Prometheus
 //	GET /itl.js, /wasm_exec.js, /itl.wasm           the browser module (Access-Control-Allow-Origin: *)
 //	GET /demo/...                                   the demo chat (only with --demo)
@@ -66,21 +67,11 @@ func New(cfg Config) (*http.ServeMux, error) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		w.Write([]byte("ok\n"))
 	})
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		w.Header().Set("Cache-Control", "no-store")
-		if cfg.Ready == nil {
-			w.Write([]byte("ready\n"))
-			return
-		}
-		ctx, cancel := context.WithTimeout(r.Context(), readyTimeout)
-		defer cancel()
-		if err := cfg.Ready(ctx); err != nil {
-			http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
-			return
-		}
-		w.Write([]byte("ready\n"))
-	})
+	// /readyz is public (a load balancer's probe): it says ready or not and
+	// nothing more, since the reason (ClickHouse's error) names internal
+	// hosts. /api/health, on the read side, says why.
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) { serveReady(w, r, cfg.Ready, false) })
+	mux.HandleFunc("GET /api/health", func(w http.ResponseWriter, r *http.Request) { serveReady(w, r, cfg.Ready, true) })
 	if cfg.Gatherer != nil {
 		mux.Handle("GET /metrics", promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{
 			ErrorLog: promLogger{cfg.Logger}, EnableOpenMetrics: true}))
@@ -97,6 +88,28 @@ func New(cfg Config) (*http.ServeMux, error) {
 		mux.Handle("/", getOnly(noSniff(http.FileServerFS(cfg.Static))))
 	}
 	return mux, nil
+}
+
+// serveReady answers 200 "ready", or 503 "not ready" with the reason when
+// detail is set.
+func serveReady(w http.ResponseWriter, r *http.Request, ready func(context.Context) error, detail bool) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	if ready == nil {
+		w.Write([]byte("ready\n"))
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), readyTimeout)
+	defer cancel()
+	if err := ready(ctx); err != nil {
+		text := "not ready"
+		if detail {
+			text += ": " + err.Error()
+		}
+		http.Error(w, text, http.StatusServiceUnavailable)
+		return
+	}
+	w.Write([]byte("ready\n"))
 }
 
 func getOnly(h http.Handler) http.Handler {

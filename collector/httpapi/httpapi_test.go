@@ -170,10 +170,19 @@ func TestHealthReady(t *testing.T) {
 	if got := get(t, h, "/readyz").Code; got != 200 {
 		t.Fatalf("readyz = %d", got)
 	}
-	readyErr = errors.New("clickhouse: dial tcp: refused")
+	if got := get(t, h, "/api/health").Code; got != 200 {
+		t.Fatalf("/api/health = %d", got)
+	}
+	readyErr = errors.New("clickhouse: dial tcp 10.1.2.3:9000: refused")
+	// Public: ready or not, never the reason (it names internal hosts).
 	rec := get(t, h, "/readyz")
-	if rec.Code != 503 || !strings.Contains(rec.Body.String(), "clickhouse") {
-		t.Fatalf("readyz = %d %q, want 503 with the cause", rec.Code, rec.Body)
+	if rec.Code != 503 || rec.Body.String() != "not ready\n" {
+		t.Fatalf("readyz = %d %q, want 503 \"not ready\" alone", rec.Code, rec.Body)
+	}
+	// The read side says why.
+	rec = get(t, h, "/api/health")
+	if rec.Code != 503 || !strings.Contains(rec.Body.String(), "10.1.2.3:9000") {
+		t.Fatalf("/api/health = %d %q, want 503 with the cause", rec.Code, rec.Body)
 	}
 }
 

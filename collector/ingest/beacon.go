@@ -142,6 +142,7 @@ func (h *Handler) ServeBeacon(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h.m.accepted.Add(float64(n))
+	s.records.Add(float64(n))
 	if err := <-done; err != nil {
 		h.reject(ReasonStore, err.Error())
 		http.Error(w, "storage failed, batch not stored: resend it", http.StatusServiceUnavailable)

@@ -67,16 +67,24 @@ func batchCost(frameLen, n int) int64 { return int64(frameLen) + int64(n)*stream
 // does not fit in the budget: the connection is shed (close 1013).
 var errShed = errors.New("ingest memory budget spent")
 
+// errFrameTooBig is returned by meteredConn.Read once a data frame's header
+// has declared more than the message limit: the message cannot fit, so it
+// is refused at once (close 1009) rather than waited for.
+var errFrameTooBig = errors.New("frame declares more than the message limit")
+
 // meteredConn is the network connection under gorilla's reader. It follows
 // the client's frame headers (RFC 6455 section 5.2) as their bytes pass and
-// reserves each data frame's declared payload length (at most the message
-// limit plus one byte: a longer one is refused as too big after that much)
-// on the budget before any byte of that payload is handed up. Only the
-// connection's reader goroutine calls Read.
+// reserves each data frame's declared payload length on the budget before
+// any byte of that payload is handed up. A data frame that declares more
+// than the message limit reserves nothing: the bytes of the read that
+// carried its header are handed up (the start of a batch, whose sequence
+// number the refusal acks), and the next Read fails with errFrameTooBig
+// without waiting for the network. Only the connection's reader goroutine
+// calls Read.
 type meteredConn struct {
 	net.Conn
 	b     *budget
-	limit int64 // largest reservation for one frame
+	limit int64 // the message limit plus one: the largest reservation for one frame
 
 	hdr       [14]byte // the frame header being parsed
 	hn        int      // bytes of it seen
@@ -86,6 +94,7 @@ type meteredConn struct {
 	declared int64 // the reservation of the last data frame whose header passed
 	refused  int64 // the declared length that did not fit, when Read failed with errShed
 	shed     bool
+	tooBig   bool // a data frame declared more than the limit: Read fails with errFrameTooBig
 
 	// Writes: between cork and uncork (the writer, sending the acks one
 	// insert released at once) gorilla's frames are gathered and go out in
@@ -134,6 +143,9 @@ func (m *meteredConn) Read(p []byte) (int, error) {
 	if m.shed {
 		return 0, errShed
 	}
+	if m.tooBig {
+		return 0, errFrameTooBig
+	}
 	n, err := m.Conn.Read(p)
 	for i := 0; i < n; {
 		if m.remaining > 0 {
@@ -158,7 +170,13 @@ func (m *meteredConn) Read(p []byte) (int, error) {
 		if op := m.hdr[0] & 0x0f; op >= 8 {
 			continue // control frame: at most 125 bytes, read into gorilla's buffer
 		}
-		r := min(length, m.limit)
+		if length >= m.limit {
+			// Nothing after this read is taken; what it holds past the
+			// header (at most len(p)) is the start of the frame.
+			m.tooBig, m.declared = true, 0
+			return n, nil
+		}
+		r := length
 		if !m.b.reserve(r) {
 			m.refused, m.shed = r, true
 			// The bytes before this header were taken; the rest of this

@@ -163,6 +163,8 @@ type site struct {
 	any     bool
 	origins map[string]bool
 	bucket  *bucket
+	// The site's counters (its label values of siteRecords and siteLimited).
+	records, limitedSite, limitedConn prometheus.Counter
 }
 
 // New returns a Handler.
@@ -236,7 +238,10 @@ func New(cfg Config) (*Handler, error) {
 		if _, dup := h.sites[s.Key]; dup {
 			return nil, fmt.Errorf("ingest: site %s configured twice", s.Key)
 		}
-		st := &site{key: s.Key, origins: map[string]bool{}, bucket: newBucket(cfg.SiteRate, cfg.SiteBurst)}
+		st := &site{key: s.Key, origins: map[string]bool{}, bucket: newBucket(cfg.SiteRate, cfg.SiteBurst),
+			records:     h.m.siteRecords.WithLabelValues(s.Key),
+			limitedSite: h.m.siteLimited.WithLabelValues(s.Key, BudgetSite),
+			limitedConn: h.m.siteLimited.WithLabelValues(s.Key, BudgetConnection)}
 		for _, o := range s.Origins {
 			if o == "*" {
 				st.any = true
@@ -434,11 +439,13 @@ func (h *Handler) batch(out *collector.Batch, b *beacon.Batch, wire []beacon.Wir
 func (h *Handler) rateLimit(s *site, cb *bucket, n int, now time.Time) (time.Duration, bool, string) {
 	w1, ok := s.bucket.reserve(now, n, h.maxWait)
 	if !ok {
+		s.limitedSite.Add(float64(n))
 		return 0, false, fmt.Sprintf("rate limit: site %s is over %.0f records/s", s.key, s.bucket.rate)
 	}
 	w2, ok := cb.reserve(now, n, h.maxWait)
 	if !ok {
 		s.bucket.refund(n)
+		s.limitedConn.Add(float64(n))
 		return 0, false, fmt.Sprintf("rate limit: connection is over %.0f records/s", cb.rate)
 	}
 	return max(w1, w2), true, ""

@@ -90,7 +90,7 @@ type fixture struct {
 	reg  *prometheus.Registry
 }
 
-func newFixture(t *testing.T, mod func(*Config)) *fixture {
+func newFixture(t testing.TB, mod func(*Config)) *fixture {
 	t.Helper()
 	e, err := enrich.New(enrich.Options{TrustProxy: true})
 	if err != nil {

@@ -18,7 +18,15 @@ type metrics struct {
 	ackLatency       prometheus.Histogram
 	shed             *prometheus.CounterVec // transport, cause
 	shedBytes        prometheus.Counter
+	siteRecords      *prometheus.CounterVec // site: records handed to the store
+	siteLimited      *prometheus.CounterVec // site, budget: records refused by a rate budget
 }
+
+// Rate budgets: the label values of itlmon_ingest_site_rate_limited_records_total{budget}.
+const (
+	BudgetSite       = "site"       // the site's records/s, all connections and POSTs together (--site-rate)
+	BudgetConnection = "connection" // one WebSocket connection's records/s (--conn-rate)
+)
 
 // Shed causes: the label values of itlmon_ingest_shed_total{cause}.
 const (
@@ -75,6 +83,14 @@ func newMetrics(reg prometheus.Registerer, b *budget) *metrics {
 			Help: "Bytes refused by shedding: the declared length of the frame or body that did not fit, or the frame whose batch the queue had no room for.",
 		}),
 	}
+	m.siteRecords = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "itlmon_ingest_site_records_total",
+		Help: "Stream records decoded, enriched and handed to the store, by site (configured sites only).",
+	}, []string{"site"})
+	m.siteLimited = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "itlmon_ingest_site_rate_limited_records_total",
+		Help: "Stream records refused by a rate budget (WebSocket close 1013, HTTP 429; the module resends them later), by site and budget (site, connection).",
+	}, []string{"site", "budget"})
 	memory := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "itlmon_ingest_memory_bytes",
 		Help: "Bytes ingest holds against its budget: frames being read (their declared length), bodies, batches not yet acked.",
@@ -84,7 +100,7 @@ func newMetrics(reg prometheus.Registerer, b *budget) *metrics {
 		Help: "The ingest memory budget (--ingest-memory).",
 	}, func() float64 { return float64(b.limit) })
 	reg.MustRegister(m.connections, m.connectionsTotal, m.batches, m.accepted, m.acked,
-		m.rejected, m.clientDropped, m.batchRecords, m.ackLatency, m.shed, m.shedBytes, memory, limit)
+		m.rejected, m.clientDropped, m.batchRecords, m.ackLatency, m.shed, m.shedBytes, m.siteRecords, m.siteLimited, memory, limit)
 	for _, tr := range []string{"ws", "beacon"} {
 		for _, cause := range []string{ShedMemory, ShedQueue} {
 			m.shed.WithLabelValues(tr, cause)

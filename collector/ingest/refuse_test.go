@@ -17,14 +17,20 @@ import (
 )
 
 // TestOversizedFrameHeader writes raw frame headers through a real gorilla
-// client's connection: a frame that declares far more than the limit, and
-// one whose declared length overflows int64 (gorilla's ErrReadLimit). Both
-// are refused with close 1009 naming the limit, and counted as too_big.
+// client's connection: frames that declare more than the limit (by one
+// byte, by far, and past int64: gorilla's ErrReadLimit), with the start of
+// a batch after the header or nothing at all. Each is refused at once with
+// close 1009 naming the limit (a RejectLimit ack first when the batch's
+// sequence number arrived), and counted as too_big. At once: the client
+// sends nothing after what is listed and the body timeout is an hour, so a
+// collector that waited for the declared payload would not close before
+// readClose's deadline.
 func TestOversizedFrameHeader(t *testing.T) {
 	const maxBytes = 4096
 	f := newFixture(t, func(c *Config) {
 		c.Limits = beacon.DefaultLimits
 		c.Limits.MaxBytes = maxBytes
+		c.BodyTimeout = time.Hour
 	})
 	batch := mustBatch(t, 9, "chat", 1)
 	for _, tc := range []struct {
@@ -33,7 +39,9 @@ func TestOversizedFrameHeader(t *testing.T) {
 		payload  []byte // sent after the header
 		ack      bool   // a RejectLimit ack for seq 9 precedes the close
 	}{
-		{"declares 1 TiB", 1 << 40, append(batch, make([]byte, maxBytes+1-len(batch))...), true},
+		{"declares 1 TiB, sends a batch's start", 1 << 40, batch, true},
+		{"declares 1 TiB, sends the header alone", 1 << 40, nil, false},
+		{"declares the limit plus one", maxBytes + 1, batch, true},
 		{"declares 2^63", 1 << 63, nil, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

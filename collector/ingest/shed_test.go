@@ -38,6 +38,17 @@ func (f *fixture) waitMemory(t *testing.T, want int64) {
 	}
 }
 
+func (f *fixture) waitConnections(t *testing.T, want int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for f.h.Connections() != want {
+		if time.Now().After(deadline) {
+			t.Fatalf("connections = %d, want %d", f.h.Connections(), want)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
 // TestShedMemory: a frame still arriving holds its declared length; a
 // second frame that does not fit next to it is shed with close 1013 and
 // "retry-after=N" before its payload is read, and counted. Once the first

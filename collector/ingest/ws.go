@@ -223,11 +223,13 @@ func (c *conn) isStopped() bool {
 func (c *conn) readLoop() {
 	h := c.h
 	// No gorilla read limit: it refuses a frame by its declared length with
-	// a close 1009 of its own, without a reason. readFrame reads at most
-	// Limits.MaxBytes+1 bytes of any message, whatever its frames declare,
-	// and refuses the rest with a reason and a count. Gorilla still fails
-	// a declared length that overflows int64 with ErrReadLimit: the same
-	// refusal.
+	// a close 1009 of its own, without a reason. The meteredConn under
+	// gorilla fails the read after a frame header that declares more than
+	// Limits.MaxBytes (errFrameTooBig), and readFrame reads at most
+	// Limits.MaxBytes+1 bytes of any message, however it is fragmented:
+	// either is refused at once with 1009, a reason and a count. Gorilla
+	// still fails a declared length that overflows int64 with
+	// ErrReadLimit: the same refusal.
 	c.ws.SetReadLimit(0)
 	c.extendReadDeadline()
 	c.ws.SetPongHandler(func(string) error {
@@ -238,7 +240,7 @@ func (c *conn) readLoop() {
 	})
 	for {
 		mt, r, err := c.ws.NextReader()
-		if errors.Is(err, websocket.ErrReadLimit) {
+		if errors.Is(err, websocket.ErrReadLimit) || errors.Is(err, errFrameTooBig) {
 			c.refuseTooBig(nil)
 			break
 		}
@@ -304,7 +306,7 @@ func (c *conn) readFrame(r io.Reader) bool {
 	}()
 	// What was read is held here now, not by the frames' reservation.
 	held := c.mc.take(int64(len(buf)))
-	if errors.Is(err, errTooBig) || errors.Is(err, websocket.ErrReadLimit) {
+	if errors.Is(err, errTooBig) || errors.Is(err, errFrameTooBig) || errors.Is(err, websocket.ErrReadLimit) {
 		h.budget.release(held)
 		c.refuseTooBig(buf)
 		return false
@@ -464,7 +466,7 @@ func (c *conn) handleFrame(frame []byte, held int64) bool {
 	ctx, cancel := context.WithTimeout(h.base, h.queueWait)
 	// Counted once handed over: when Submit returns, or when done runs
 	// first (from the store's goroutine, before the ack goes out).
-	accepted := sync.OnceFunc(func() { h.m.accepted.Add(float64(n)) })
+	accepted := sync.OnceFunc(func() { h.m.accepted.Add(float64(n)); c.site.records.Add(float64(n)) })
 	err = h.handOver(ctx, func() error {
 		batch := h.batch(&sc.out, b, wire, c.site, c.hdr, c.remote, now)
 		return h.sink.Submit(ctx, batch, func(err error) {

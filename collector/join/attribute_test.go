@@ -1,11 +1,13 @@
 package join
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
+	"github.com/itlmon/itlmon/collector/secret"
 	"github.com/itlmon/itlmon/wasm/beacon"
 	"github.com/itlmon/itlmon/wasm/meter"
 )
@@ -244,15 +246,20 @@ func TestParseOriginKey(t *testing.T) {
 		{"chat=short", "", "", false},
 		{"=0123456789abcdef", "", "", false},
 		{"chat", "", "", false},
+		{"0123456789abcdef0123", "", "", false}, // a key without its site
 	} {
 		site, key, err := ParseOriginKey(tc.in)
-		if (err == nil) != tc.ok || site != tc.site || key != tc.key {
-			t.Fatalf("ParseOriginKey(%q) = %q, %q, %v; want %q, %q, ok %v", tc.in, site, key, err, tc.site, tc.key, tc.ok)
+		if (err == nil) != tc.ok || site != tc.site || key.Reveal() != tc.key {
+			t.Fatalf("ParseOriginKey(%q) = %q, %q, %v; want %q, %q, ok %v", tc.in, site, key.Reveal(), err, tc.site, tc.key, tc.ok)
+		}
+		// The error names the site at most, never the value.
+		if err != nil && len(tc.in) > 4 && strings.Contains(err.Error(), tc.in[len(tc.in)-5:]) {
+			t.Errorf("ParseOriginKey(%q): the error quotes the key: %v", tc.in, err)
 		}
 	}
-	keys := StaticKeys(map[string]string{"a": "k", "b": ""})
-	if k, ok := keys("a"); !ok || k != "k" {
-		t.Fatalf("keys(a) = %q, %v", k, ok)
+	keys := StaticKeys(map[string]secret.Token{"a": secret.New("k"), "b": {}})
+	if k, ok := keys("a"); !ok || k.Reveal() != "k" {
+		t.Fatalf("keys(a) = %q, %v", k.Reveal(), ok)
 	}
 	for _, s := range []string{"b", "c"} {
 		if _, ok := keys(s); ok {

@@ -1,7 +1,6 @@
 package join
 
 import (
-	"crypto/subtle"
 	"errors"
 	"fmt"
 	"io"
@@ -9,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/itlmon/itlmon/collector/secret"
 	"github.com/itlmon/itlmon/origin"
 	"github.com/itlmon/itlmon/wasm/beacon"
 )
@@ -18,7 +18,7 @@ const MaxOriginBody = 4 << 20
 
 // Keys returns the shared origin key of a site, false when the site is
 // unknown or has none (then its origin reports are refused).
-type Keys func(site string) (key string, ok bool)
+type Keys func(site string) (key secret.Token, ok bool)
 
 // Handler serves POST /v1/origin?site=KEY: a beacon KindOrigin message from
 // an origin reporter (package origin) or an edge Worker (wasm/edge; its
@@ -36,11 +36,11 @@ func (j *Intake) Handler(keys Keys) http.Handler {
 		}
 		site := r.URL.Query().Get("site")
 		want, ok := keys(site)
-		if !ok || want == "" {
+		if !ok || want.IsZero() {
 			http.Error(w, "origin: unknown site or no origin key configured for it", http.StatusForbidden)
 			return
 		}
-		if got := r.Header.Get(origin.HeaderKey); subtle.ConstantTimeCompare([]byte(got), []byte(want)) != 1 {
+		if !want.Equal(r.Header.Get(origin.HeaderKey)) {
 			http.Error(w, "origin: wrong or missing "+origin.HeaderKey, http.StatusForbidden)
 			return
 		}
@@ -77,25 +77,26 @@ func (j *Intake) Register(mux *http.ServeMux, keys Keys) {
 }
 
 // StaticKeys serves Keys from a map of site -> shared origin key.
-func StaticKeys(m map[string]string) Keys {
-	return func(site string) (string, bool) {
+func StaticKeys(m map[string]secret.Token) Keys {
+	return func(site string) (secret.Token, bool) {
 		k, ok := m[site]
-		return k, ok && k != ""
+		return k, ok && !k.IsZero()
 	}
 }
 
 // ParseOriginKey parses a "SITE=KEY" flag value (`--origin-key chat=s3cret`).
 // Keys shorter than 16 bytes are refused: the key is all that authenticates
-// an origin server's reports.
-func ParseOriginKey(s string) (site, key string, err error) {
-	site, key, ok := strings.Cut(s, "=")
+// an origin server's reports. An error never quotes the value (it may be a
+// key without its "SITE=").
+func ParseOriginKey(s string) (site string, key secret.Token, err error) {
+	site, k, ok := strings.Cut(s, "=")
 	switch {
 	case !ok || site == "":
-		return "", "", fmt.Errorf("origin key %q: want SITE=KEY", s)
-	case len(key) < MinKeyLen:
-		return "", "", fmt.Errorf("origin key for site %s: %d bytes, want at least %d", site, len(key), MinKeyLen)
+		return "", secret.Token{}, errors.New("origin key: want SITE=KEY")
+	case len(k) < MinKeyLen:
+		return "", secret.Token{}, fmt.Errorf("origin key for site %s: %d bytes, want at least %d", site, len(k), MinKeyLen)
 	}
-	return site, key, nil
+	return site, secret.New(k), nil
 }
 
 // MinKeyLen is the shortest shared origin key ParseOriginKey accepts.

@@ -14,6 +14,7 @@ import (
 
 	"github.com/itlmon/itlmon/collector"
 	"github.com/itlmon/itlmon/collector/join"
+	"github.com/itlmon/itlmon/collector/secret"
 	"github.com/itlmon/itlmon/collector/store"
 	"github.com/itlmon/itlmon/origin"
 	"github.com/itlmon/itlmon/wasm/beacon"
@@ -220,8 +221,8 @@ func TestLateOrigin(t *testing.T) {
 
 func TestHandler(t *testing.T) {
 	f := newFixture(t, 0)
-	srv := httptest.NewServer(f.in.Handler(func(site string) (string, bool) {
-		return "s3cret", site == "chat"
+	srv := httptest.NewServer(f.in.Handler(func(site string) (secret.Token, bool) {
+		return secret.New("s3cret"), site == "chat"
 	}))
 	defer srv.Close()
 	body, err := (&beacon.OriginBatch{Seq: 1, Site: "chat", Dropped: 3, Records: []beacon.Origin{pausedOrigin("req-4")}}).AppendBinary(nil)

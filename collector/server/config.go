@@ -15,6 +15,7 @@ import (
 	"github.com/itlmon/itlmon/collector/ingest"
 	"github.com/itlmon/itlmon/collector/join"
 	"github.com/itlmon/itlmon/collector/otlp"
+	"github.com/itlmon/itlmon/collector/secret"
 	"github.com/itlmon/itlmon/collector/store"
 )
 
@@ -27,7 +28,7 @@ type Config struct {
 	ChdbLib         string        // libchdb.so for the embedded engine
 	Sites           []ingest.Site // from --site and --sites-file
 	SitesFile       string
-	OriginKeys      map[string]string // site -> shared key of its origin reporter (--origin-key)
+	OriginKeys      map[string]secret.Token // site -> shared key of its origin reporter (--origin-key)
 	TrustProxy      bool
 	GeoIP           string // .mmdb files or directories, comma-separated; "" or "none": no GeoIP lookups (see GeoIPPath)
 	TTL             time.Duration
@@ -37,8 +38,8 @@ type Config struct {
 	ConnRate        float64 // records/s per connection, 0 = unlimited
 	SiteRate        float64 // records/s per site, 0 = unlimited
 	ShutdownTimeout time.Duration
-	ReadToken       string        // credential of the read side (/api/, /metrics, /dashboard/); "" = loopback only
-	ReadAddr        string        // loopback listener of the read side; "" = 127.0.0.1:<port+1> when needed
+	ReadToken       secret.Token  // credential of the read side (/api/, /metrics, /dashboard/) on any listener
+	ReadAddr        string        // the read side's own loopback listener; "" = 127.0.0.1:<port+1> without a token (see Main.guardReadSide)
 	JoinHold        time.Duration // how long after a client record its origin timeline still refines it
 	Cluster         string        // the cluster of a cluster layout (itlmon migrate --cluster); needs ClickHouse
 	SpoolMax        int64         // bytes the spool may hold on disk; the oldest records go beyond (-1: unbounded)
@@ -128,7 +129,7 @@ func (c *Config) Validate() error {
 	if c.ShutdownTimeout <= 0 {
 		return errors.New("shutdown timeout must be > 0")
 	}
-	if c.ReadToken != "" && len(c.ReadToken) < 16 {
+	if !c.ReadToken.IsZero() && c.ReadToken.Len() < 16 {
 		return errors.New("read token must be at least 16 bytes")
 	}
 	if c.SpoolMax == 0 || c.SpoolMax > 0 && c.SpoolMax < 1<<20 {

@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/rs/zerolog"
+
+	"github.com/itlmon/itlmon/collector/secret"
 )
 
 func TestRedactDSN(t *testing.T) {
@@ -77,6 +79,28 @@ func TestSecretDSNOpaque(t *testing.T) {
 		}
 		if !strings.Contains(s, "db:9000") && !strings.Contains(s, "64623a39303030") {
 			t.Errorf("redacted form lost the host: %q", s)
+		}
+	}
+}
+
+// TestConfigSecretsOpaque: a whole Config, printed or encoded every way,
+// shows none of its secrets: the DSN's password, the read token, the
+// origin keys.
+func TestConfigSecretsOpaque(t *testing.T) {
+	c := DefaultConfig()
+	c.ClickHouse = NewSecretDSN("clickhouse://u:hunter2-dsn@db:9000/x")
+	c.ReadToken = secret.New("hunter2-read-token")
+	c.OriginKeys = map[string]secret.Token{"chat": secret.New("hunter2-origin-key")}
+	js, err := json.Marshal(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var log strings.Builder
+	l := zerolog.New(&log)
+	l.Info().Interface("config", c).Interface("ptr", &c).Msgf("%v", c)
+	for _, s := range []string{fmt.Sprintf("%v|%+v|%#v", c, c, c), fmt.Sprintf("%v %+v", &c, &c), string(js), log.String()} {
+		if strings.Contains(s, "hunter2") {
+			t.Errorf("a secret shows in %q", s)
 		}
 	}
 }

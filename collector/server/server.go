@@ -30,6 +30,7 @@ import (
 	"github.com/itlmon/itlmon/collector/httpapi"
 	"github.com/itlmon/itlmon/collector/ingest"
 	"github.com/itlmon/itlmon/collector/join"
+	"github.com/itlmon/itlmon/collector/secret"
 	"github.com/itlmon/itlmon/collector/store"
 	"github.com/itlmon/itlmon/origin"
 	"github.com/itlmon/itlmon/web"
@@ -63,6 +64,7 @@ type Main struct {
 	ln          net.Listener
 	server      *http.Server
 	readLn      net.Listener // the read side's own loopback listener, or nil
+	readHandler http.Handler // what readLn serves
 	readServer  *http.Server
 	serveErr    chan error
 	closeMu     sync.Mutex
@@ -77,11 +79,13 @@ func NewMain() *Main {
 // URL is the collector's base URL, valid after Run.
 func (m *Main) URL() string { return "http://" + m.ln.Addr().String() }
 
-// ReadURL is the base URL of the read side's own loopback listener, or ""
-// when the read side is served on the main listener; valid after Run.
+// ReadURL is the base URL to read from (the dashboard, /api/, /metrics):
+// the read side's own loopback listener when there is one, else the main
+// listener (which then wants the read token, or serves local clients in
+// the demo); valid after Run.
 func (m *Main) ReadURL() string {
 	if m.readLn == nil {
-		return ""
+		return m.URL()
 	}
 	return "http://" + m.readLn.Addr().String()
 }
@@ -183,17 +187,17 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	go func() { defer close(promoted); m.Promoter.Run(pctx) }()
 	m.stopPromote = func() { stop(); <-promoted }
 	originKeys := c.OriginKeys
-	var demoKey string
+	var demoKey secret.Token
 	if c.Demo {
 		// The demo endpoints report their origin timelines as a user's origin
 		// does: to POST /v1/origin with site demo's key (--origin-key demo=...,
 		// else one made up for this run).
-		if demoKey = c.OriginKeys["demo"]; demoKey == "" {
-			demoKey = origin.NewID()
+		if demoKey = c.OriginKeys["demo"]; demoKey.IsZero() {
+			demoKey = secret.New(origin.NewID())
 		}
 		originKeys = maps.Clone(c.OriginKeys)
 		if originKeys == nil {
-			originKeys = map[string]string{}
+			originKeys = map[string]secret.Token{}
 		}
 		originKeys["demo"] = demoKey
 	}
@@ -220,7 +224,7 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	}
 	var demoHandler http.Handler
 	if c.Demo {
-		if demoHandler, err = m.startDemo(sites, demoKey); err != nil {
+		if demoHandler, err = m.startDemo(sites, demoKey.Reveal()); err != nil {
 			return err
 		}
 	}
@@ -264,13 +268,12 @@ func (m *Main) Run(ctx context.Context) (err error) {
 		go func() { m.serveErr <- m.demoProxy.Serve(m.demoProxyLn) }()
 	}
 	if m.readLn != nil {
-		// Loopback-bound: the listener is the guard.
-		m.readServer = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second,
+		m.readServer = &http.Server{Handler: m.readHandler, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second,
 			IdleTimeout: 2 * time.Minute, ErrorLog: m.server.ErrorLog}
 		go func() { m.serveErr <- m.readServer.Serve(m.readLn) }()
 	}
 
-	ev := log.Info().Str("url", m.URL()).Int("sites", len(sites)).Bool("demo", c.Demo).Str("data", c.Data)
+	ev := log.Info().Str("url", m.URL()).Str("read_url", m.ReadURL()).Int("sites", len(sites)).Bool("demo", c.Demo).Str("data", c.Data)
 	if m.Engine != nil {
 		ev = ev.Str("clickhouse_native", m.Engine.NativeAddr()).Str("clickhouse_http", m.Engine.HTTPAddr())
 	} else {
@@ -283,11 +286,7 @@ func (m *Main) Run(ctx context.Context) (err error) {
 		}
 	}
 	if c.Demo {
-		read := m.URL()
-		if m.readLn != nil {
-			read = m.ReadURL()
-		}
-		log.Info().Msgf("demo chat: %s/demo/  dashboard: %s/dashboard/  buffering proxy: http://%s", m.URL(), read, m.demoProxyLn.Addr())
+		log.Info().Msgf("demo chat: %s/demo/  dashboard: %s/dashboard/  buffering proxy: http://%s", m.URL(), m.ReadURL(), m.demoProxyLn.Addr())
 	}
 	return nil
 }
@@ -363,53 +362,58 @@ func OpenStorage(ctx context.Context, c *Config, lazy bool, log zerolog.Logger) 
 
 // guardReadSide decides who may use the read side (/api/*, /metrics,
 // /dashboard/) and returns the main listener's handler; it starts the read
-// side's own loopback listener when one is needed or asked for, and says so
-// in one log line:
-//   - with a read token: on the main listener, to requests carrying it;
-//   - without, on a loopback main listener: to local clients only;
-//   - without, elsewhere: only on a loopback listener (--read-addr,
-//     default 127.0.0.1:<port+1>).
+// side's own loopback listener when one is needed or asked for, and says
+// where the read side is in one log line:
+//   - the read listener (--read-addr; without a token by default
+//     127.0.0.1:<port+1>) serves local requests (see httpapi.ReadPolicy),
+//     and requests carrying the token when one is set;
+//   - the main listener (ingest) serves the read side only to requests
+//     carrying --read-token: being proxied from this host looks local
+//     (nginx's default proxy_pass adds no header and sends the upstream's
+//     own Host), so "the peer is loopback" proves nothing there;
+//   - except the demo's convenience: --demo on a loopback --addr, without a
+//     token or --read-addr, also serves local requests on the main
+//     listener, with a warning, so `itlmon serve --demo` opens the
+//     dashboard on its one port.
 //
-// Ingest, the module's assets, the landing and demo pages stay public.
+// Ingest, the module's assets, the landing and demo pages, /healthz and
+// /readyz stay public.
 func (m *Main) guardReadSide(mux http.Handler) (http.Handler, error) {
 	c := &m.Config
 	mainAddr := m.ln.Addr().(*net.TCPAddr)
-	access := httpapi.ReadToken
-	switch {
-	case c.ReadToken != "":
-	case mainAddr.IP.IsLoopback():
-		access = httpapi.ReadLoopback
-	default:
-		access = httpapi.ReadNowhere
-	}
+	main := httpapi.ReadPolicy{Token: c.ReadToken}
+	demoLocal := c.Demo && c.ReadToken.IsZero() && c.ReadAddr == "" && mainAddr.IP.IsLoopback()
+	main.Local = demoLocal
 	readAddr := c.ReadAddr
-	if readAddr == "" && access == httpapi.ReadNowhere {
+	if readAddr == "" && c.ReadToken.IsZero() && !demoLocal {
 		port := 0
 		if mainAddr.Port != 0 && mainAddr.Port < 65535 {
 			port = mainAddr.Port + 1
 		}
-		readAddr = net.JoinHostPort("127.0.0.1", fmt.Sprint(port))
+		readAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 	}
 	if readAddr != "" {
 		ln, err := net.Listen("tcp", readAddr)
 		if err != nil {
-			return nil, fmt.Errorf("listen for the read side (--read-addr): %w", err)
+			return nil, fmt.Errorf("listen for the read side on %s (--read-addr): %w", readAddr, err)
 		}
 		m.readLn = ln
+		m.readHandler = httpapi.ReadGuard(mux, httpapi.ReadPolicy{Token: c.ReadToken, Local: true})
 	}
 	ev := m.Logger.Info().Str("paths", "/api/*, /metrics, /dashboard/")
 	if m.readLn != nil {
 		ev = ev.Str("read_url", m.ReadURL())
 	}
-	switch access {
-	case httpapi.ReadToken:
-		ev.Str("url", m.URL()).Msg("read side needs the read token (Bearer, or basic auth password)")
-	case httpapi.ReadLoopback:
-		ev.Str("url", m.URL()).Msg("read side served to loopback clients only: no --read-token")
+	switch {
+	case demoLocal:
+		m.Logger.Warn().Str("url", m.URL()).Msg("demo: the read side is served on the main listener to local clients, without a token; " +
+			"a reverse proxy on this host would publish it: not for a deployment (set --read-token, or run without --demo)")
+	case !c.ReadToken.IsZero():
+		ev.Str("url", m.URL()).Msg("read side served to requests carrying the read token (Bearer, or basic auth password)")
 	default:
-		ev.Msg("read side served on its loopback listener only: no --read-token and --addr is not loopback")
+		ev.Msg("read side served on its loopback listener only (no --read-token): not on the main listener")
 	}
-	return httpapi.ReadGuard(mux, access, c.ReadToken, m.ReadURL()), nil
+	return httpapi.ReadGuard(mux, main), nil
 }
 
 // ownOrigins are the origins a browser uses for pages this collector serves.

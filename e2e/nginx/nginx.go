@@ -56,6 +56,14 @@ type Options struct {
 	// application/x-ndjson. A client that accepts br gets it instead of gzip.
 	Brotli bool
 	Extra  string // extra directives inside `location /`
+	// Default makes `location /` a bare `proxy_pass` with nginx's defaults,
+	// what a quick deployment writes: HTTP/1.0 to the upstream, Host the
+	// upstream's own (127.0.0.1:PORT), Connection: close, and no
+	// X-Forwarded-For, X-Real-IP or Forwarded: every request reaches the
+	// upstream from loopback looking local. Buffering, Gzip, Brotli and
+	// Extra are ignored; /v1/ws keeps its upgrading location (the WebSocket
+	// needs it).
+	Default bool
 	// TLS, when set, makes the listener HTTPS with HTTP/2 (`listen ... ssl
 	// http2`, the form nginx 1.22 accepts; `http2 on` came in 1.25.1),
 	// HTTP/1.1 still offered by ALPN. The upstream stays plain HTTP/1.1.
@@ -214,6 +222,11 @@ http {
 {{- else}}
 		listen {{.Addr}};
 {{- end}}
+{{- if .Default}}
+		location / {
+			proxy_pass http://{{.Pass}};
+		}
+{{- else}}
 		# proxy_set_header is inherited only by a location that sets none:
 		# each location sets Host itself.
 		proxy_http_version 1.1;
@@ -235,9 +248,11 @@ http {
 			{{.Extra}}
 {{- end}}
 		}
+{{- end}}
 		# The ingest WebSocket: upgraded, idle for as long as a page is.
 		location = /v1/ws {
 			proxy_pass http://{{.Pass}};
+			proxy_http_version 1.1;
 			proxy_set_header Host $http_host;
 			proxy_set_header Upgrade $http_upgrade;
 			proxy_set_header Connection $connection_upgrade;

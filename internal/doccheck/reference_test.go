@@ -20,9 +20,9 @@ import (
 	"testing"
 
 	"github.com/itlmon/itlmon/collector/chdb"
-	"github.com/itlmon/itlmon/origin"
 	"github.com/itlmon/itlmon/collector/store"
 	"github.com/itlmon/itlmon/internal/chtest"
+	"github.com/itlmon/itlmon/origin"
 )
 
 func TestMain(m *testing.M) {

@@ -100,7 +100,7 @@ func TestParseFlags(t *testing.T) {
 			}
 		}},
 		{"origin key", []string{"--chdb-lib", lib, "--site", "chat=https://a.example.com", "--origin-key", "chat=0123456789abcdef"}, nil, "", func(t *testing.T, c server.Config) {
-			if c.OriginKeys["chat"] != "0123456789abcdef" {
+			if c.OriginKeys["chat"].Reveal() != "0123456789abcdef" {
 				t.Errorf("origin keys = %v", c.OriginKeys)
 			}
 		}},

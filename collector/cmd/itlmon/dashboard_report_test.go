@@ -115,7 +115,7 @@ func TestDashboardReport(t *testing.T) {
 			} `json:"itl"`
 		} `json:"report"`
 	}
-	getJSON(t, m.URL()+"/api/summary?site=chat&since=30d", &sum)
+	getJSON(t, m.ReadURL()+"/api/summary?site=chat&since=30d", &sum)
 	r := sum.Report
 	fmt.Printf("\nsite chat, 30 days: %d streams, %d gaps, TTFT p50 %.0f ms p95 %.0f ms, ITL p50 %.1f ms p99 %.1f ms, %d stalls (share %.4f), tokens/s p50 %.1f\n",
 		r.Streams, r.ITL.Count, r.TTFT.P50, r.TTFT.P95, r.ITL.P50, r.ITL.P99, r.Stalls, r.StallShare, r.TPS)
@@ -134,7 +134,7 @@ func TestDashboardReport(t *testing.T) {
 		d    time.Duration
 	}{{"1d", 24 * time.Hour}, {"7d", 7 * 24 * time.Hour}, {"30d", 30 * 24 * time.Hour}} {
 		for _, e := range dashEndpoints(rng.name, id) {
-			api := timeIt(t, reps, func() error { return getOK(m.URL() + e.path) })
+			api := timeIt(t, reps, func() error { return getOK(m.ReadURL() + e.path) })
 			line := fmt.Sprintf("%-12s %-5s %10.1f %10.1f", e.name, rng.name, msOf(quantileDur(api, 0.5)), msOf(quantileDur(api, 0.95)))
 			if e.raw == nil {
 				fmt.Println(line + fmt.Sprintf(" %12s %12s %8s", "(reads raw)", "", ""))

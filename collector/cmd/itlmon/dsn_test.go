@@ -44,13 +44,26 @@ func TestDSNStartsWhileClickHouseDown(t *testing.T) {
 	if m.Engine != nil {
 		t.Fatal("an embedded engine started although a DSN was given")
 	}
-	for _, path := range []string{"/readyz", "/api/streams?site=test", "/api/sites", "/api/summary?site=test"} {
-		code, body := getBody(t, m.URL()+path)
+	for _, path := range []string{"/readyz", "/api/health", "/api/streams?site=test", "/api/sites", "/api/summary?site=test"} {
+		base := m.ReadURL()
+		if path == "/readyz" {
+			base = m.URL()
+		}
+		code, body := getBody(t, base+path)
 		if code != http.StatusServiceUnavailable {
 			t.Errorf("GET %s with ClickHouse down = %d %s, want 503", path, code, body)
 		}
-		if strings.HasPrefix(path, "/api/") && !strings.Contains(body, "clickhouse unavailable") {
+		if path != "/readyz" && path != "/api/health" && !strings.Contains(body, "clickhouse unavailable") {
 			t.Errorf("GET %s with ClickHouse down: body %s does not say clickhouse unavailable", path, body)
+		}
+		// The public probe says not ready, never why (ClickHouse's error
+		// names the host); the read side says why.
+		host := fmt.Sprintf("127.0.0.1:%d", port)
+		if path == "/readyz" && body != "not ready\n" {
+			t.Errorf("GET /readyz with ClickHouse down: body %q, want \"not ready\" alone", body)
+		}
+		if path == "/api/health" && !strings.Contains(body, host) {
+			t.Errorf("GET /api/health with ClickHouse down: body %q does not say why (%s)", body, host)
 		}
 	}
 
@@ -111,8 +124,12 @@ func TestDSNStartsWhileClickHouseDown(t *testing.T) {
 	if st := m.Writer.Stats(); st.RowsReplayed != 5*perBatch {
 		t.Errorf("replayed %d streams from the spool, want %d", st.RowsReplayed, 5*perBatch)
 	}
-	for _, path := range []string{"/readyz", "/api/streams?site=test", "/api/sites", "/api/summary?site=test"} {
-		if code, body := getBody(t, m.URL()+path); code != http.StatusOK {
+	for _, path := range []string{"/readyz", "/api/health", "/api/streams?site=test", "/api/sites", "/api/summary?site=test"} {
+		base := m.ReadURL()
+		if path == "/readyz" {
+			base = m.URL()
+		}
+		if code, body := getBody(t, base+path); code != http.StatusOK {
 			t.Errorf("GET %s with ClickHouse up = %d %s, want 200", path, code, body)
 		}
 	}

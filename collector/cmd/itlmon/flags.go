@@ -10,6 +10,7 @@ import (
 	"github.com/itlmon/itlmon/collector/duration"
 	"github.com/itlmon/itlmon/collector/ingest"
 	"github.com/itlmon/itlmon/collector/join"
+	"github.com/itlmon/itlmon/collector/secret"
 	"github.com/itlmon/itlmon/collector/server"
 )
 
@@ -36,8 +37,13 @@ func (s siteFlags) Set(v string) error {
 	return nil
 }
 
-// originKeyFlags collects repeatable --origin-key SITE=KEY values.
-type originKeyFlags struct{ keys *map[string]string }
+// originKeyFlags collects repeatable --origin-key SITE=KEY values. An
+// invalid value is kept in *err, not returned: the flag package would quote
+// the value, the key with it, in its error.
+type originKeyFlags struct {
+	keys *map[string]secret.Token
+	err  *error
+}
 
 func (f originKeyFlags) String() string {
 	if f.keys == nil {
@@ -53,26 +59,17 @@ func (f originKeyFlags) String() string {
 func (f originKeyFlags) Set(v string) error {
 	site, key, err := join.ParseOriginKey(v)
 	if err != nil {
-		return err
+		if *f.err == nil {
+			*f.err = err
+		}
+		return nil
 	}
 	if *f.keys == nil {
-		*f.keys = map[string]string{}
+		*f.keys = map[string]secret.Token{}
 	}
 	(*f.keys)[site] = key
 	return nil
 }
-
-// secretFlag is a string flag whose value never shows in usage text.
-type secretFlag struct{ s *string }
-
-func (f secretFlag) String() string {
-	if f.s == nil || *f.s == "" {
-		return ""
-	}
-	return "***"
-}
-
-func (f secretFlag) Set(v string) error { *f.s = v; return nil }
 
 // durationFlag accepts Go durations and whole days ("90d").
 type durationFlag struct{ d *time.Duration }
@@ -150,26 +147,34 @@ func storageFlags(fs *flag.FlagSet, c *server.Config) {
 	fs.StringVar(&c.Cluster, "cluster", c.Cluster, "`name` of the cluster (in remote_servers) of a cluster layout: migrate creates the layout (per-shard tables in DB_local, Distributed tables in DB, the DSN's database); serve inserts through it, promotes every shard and runs no DDL")
 }
 
-// serveFlags registers the flags of serve.
-func serveFlags(fs *flag.FlagSet, c *server.Config) {
+// serveFlags registers the flags of serve. After parsing, check reports a
+// value that was refused without being quoted (an invalid origin key).
+func serveFlags(fs *flag.FlagSet, c *server.Config) (check func() error) {
+	var keyErr error
 	fs.StringVar(&c.Addr, "addr", c.Addr, "listen `address` (host:port)")
 	storageFlags(fs, c)
 	fs.Var(siteFlags{&c.Sites}, "site", "a site key and the page origins allowed to send for it, `KEY=ORIGIN[,ORIGIN...]` (repeatable; env ITLMON_SITES separates sites with ';')")
 	fs.StringVar(&c.SitesFile, "sites-file", c.SitesFile, "`file` with one KEY=ORIGIN[,ORIGIN...] per line")
-	fs.Var(originKeyFlags{&c.OriginKeys}, "origin-key", "`SITE=KEY`: accept origin timelines for SITE on POST /v1/origin with this shared key (repeatable, at least 16 bytes; env ITLMON_ORIGIN_KEYS separates them with ';')")
+	fs.Var(originKeyFlags{&c.OriginKeys, &keyErr}, "origin-key", "`SITE=KEY`: accept origin timelines for SITE on POST /v1/origin with this shared key (repeatable, at least 16 bytes; env ITLMON_ORIGIN_KEYS separates them with ';')")
 	fs.BoolVar(&c.TrustProxy, "trust-proxy", c.TrustProxy, "trust CDN country headers (CF-IPCountry, CloudFront-Viewer-Country, X-Vercel-IP-Country) and X-Forwarded-For")
 	fs.StringVar(&c.GeoIP, "geoip", c.GeoIP, "country and region database: MaxMind-format .mmdb `files` or directories of them, comma-separated (MaxMind GeoIP2/GeoLite2, ip-location-db); default ~/.cache/itlmon/geoip when make deps-geoip installed it; none: off")
 	fs.BoolVar(&c.Demo, "demo", c.Demo, "serve the demo chat at /demo/ and accept site \"demo\" from the collector's own origin")
 	fs.Float64Var(&c.ConnRate, "conn-rate", c.ConnRate, "`records/s` allowed per WebSocket connection (0: unlimited)")
 	fs.Float64Var(&c.SiteRate, "site-rate", c.SiteRate, "`records/s` allowed per site, all connections together (0: unlimited)")
-	fs.Var(secretFlag{&c.ReadToken}, "read-token", "`token` of the read side (/api/*, /metrics, /dashboard/): Bearer token, or the password of basic auth (at least 16 bytes; prefer env ITLMON_READ_TOKEN). Without it the read side is served to loopback clients only")
-	fs.StringVar(&c.ReadAddr, "read-addr", c.ReadAddr, "loopback `address` of a separate listener for the read side; default 127.0.0.1:<port+1> when --addr is not loopback and no --read-token is set")
+	fs.Var(&c.ReadToken, "read-token", "`token` of the read side (/api/*, /metrics, /dashboard/): Bearer token, or the password of basic auth (at least 16 bytes; prefer env ITLMON_READ_TOKEN). With it the read side is served on --addr to requests carrying it; without it, only on the loopback --read-addr")
+	fs.StringVar(&c.ReadAddr, "read-addr", c.ReadAddr, "loopback `address` of the read side's own listener, which serves local clients without the token; default 127.0.0.1:<port of --addr + 1> when no --read-token is set (--demo on a loopback --addr serves the read side on --addr instead, unless --read-addr is given)")
 	fs.Var(bytesFlag{&c.IngestMemory}, "ingest-memory", "`bytes` ingest may hold at once (frames still arriving, batches not yet stored); beyond, clients are shed (WebSocket close 1013, HTTP 503, both with a retry delay the module honours). Default: a quarter of GOMEMLIMIT, else 256MiB")
 	fs.Var(bytesFlag{&c.SpoolMax}, "spool-max", "`bytes` the local spool may hold on disk while ClickHouse is away (e.g. 10GiB); beyond, the oldest spooled records are deleted, counted (itlmon_store_spool_dropped_rows_total) and logged; -1: unbounded")
 	fs.DurationVar(&c.JoinHold, "join-hold", c.JoinHold, "an origin timeline reaching the inbox up to this long after its client record refines the record's stall causes; records become readable about this much later (the same on every collector of a deployment)")
 	fs.StringVar(&c.OTLPEndpoint, "otlp-endpoint", c.OTLPEndpoint, "export the rollup's closed minutes as OTLP metrics over HTTP/protobuf to this `URL` (http(s)://host:4318; /v1/metrics is added to a bare host); every collector may: each minute is sent by the one that claims it")
 	fs.DurationVar(&c.OTLPInterval, "otlp-interval", c.OTLPInterval, "how often the OTLP exporter sends the minutes closed since its last export")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", c.ShutdownTimeout, "how long a graceful shutdown may take to drain connections, queue and spool writes")
+	return func() error {
+		if keyErr != nil {
+			return fmt.Errorf("--origin-key: %w", keyErr)
+		}
+		return nil
+	}
 }
 
 // envName is the environment variable of a flag: --log-level is ITLMON_LOG_LEVEL.

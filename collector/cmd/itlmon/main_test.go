@@ -318,11 +318,11 @@ func TestIngestStoresEnrichedRecords(t *testing.T) {
 			TTFTMs  *float64 `json:"ttft_ms"`
 		} `json:"streams"`
 	}
-	getJSON(t, m.URL()+"/api/streams?site=test&since=10m&limit=10", &body)
+	getJSON(t, m.ReadURL()+"/api/streams?site=test&since=10m&limit=10", &body)
 	if body.Count != 3 || body.Streams[0].Country != "DE" || body.Streams[0].TTFTMs == nil {
 		t.Fatalf("/api/streams = %+v, want 3 streams from DE with a TTFT", body)
 	}
-	metrics := getText(t, m.URL()+"/metrics")
+	metrics := getText(t, m.ReadURL()+"/metrics")
 	for _, want := range []string{"itlmon_ingest_records_acked_total 3", "itlmon_store_rows_inserted_total 3", "itlmon_ingest_connections 1"} {
 		if !strings.Contains(metrics, want) {
 			t.Errorf("/metrics lacks %q", want)
@@ -452,7 +452,7 @@ func TestRejections(t *testing.T) {
 			t.Errorf("%s: read = %v, want close %d with %q", tt.name, err, tt.code, tt.text)
 		}
 	}
-	metrics := getText(t, m.URL()+"/metrics")
+	metrics := getText(t, m.ReadURL()+"/metrics")
 	for _, reason := range []string{"origin", "too_big", "decode_magic", "version"} {
 		want := fmt.Sprintf(`itlmon_ingest_rejected_total{reason=%q} 1`, reason)
 		if !strings.Contains(metrics, want) {
@@ -565,10 +565,11 @@ func storedIDs(t testing.TB, conn driver.Conn, site string) map[[16]byte]int {
 
 // proc is the collector running as a real process (this test binary re-executed).
 type proc struct {
-	cmd    *exec.Cmd
-	url    string
-	native string // the engine's native address when the collector started
-	done   chan struct{}
+	cmd     *exec.Cmd
+	url     string
+	readURL string // where the read side is served (/metrics, /api/)
+	native  string // the engine's native address when the collector started
+	done    chan struct{}
 
 	restarted atomic.Pointer[string] // the engine's native address after its latest restart
 
@@ -622,6 +623,7 @@ func startProcess(t *testing.T, lib, data string, extra ...string) *proc {
 				Level   string `json:"level"`
 				Message string `json:"message"`
 				URL     string `json:"url"`
+				ReadURL string `json:"read_url"`
 				Native  string `json:"clickhouse_native"`
 				Engine  string `json:"native"`
 			}
@@ -635,7 +637,7 @@ func startProcess(t *testing.T, lib, data string, extra ...string) *proc {
 			}
 			switch line.Message {
 			case "itlmon serving":
-				once.Do(func() { p.url, p.native = line.URL, line.Native; close(ready) })
+				once.Do(func() { p.url, p.readURL, p.native = line.URL, line.ReadURL, line.Native; close(ready) })
 			case "clickhouse engine restarted":
 				p.restarted.Store(&line.Engine)
 			}

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/itlmon/itlmon/collector/secret"
 	"github.com/itlmon/itlmon/collector/server"
 )
 
@@ -21,6 +22,10 @@ func TestReadSideAccess(t *testing.T) {
 		t.Helper()
 		req, _ := http.NewRequest("GET", url, nil)
 		for i := 0; i+1 < len(hdr); i += 2 {
+			if hdr[i] == "Host" {
+				req.Host = hdr[i+1]
+				continue
+			}
 			req.Header.Set(hdr[i], hdr[i+1])
 		}
 		resp, err := http.DefaultClient.Do(req)
@@ -44,12 +49,12 @@ func TestReadSideAccess(t *testing.T) {
 			t.Errorf("/v1/ws = %d, want 404 from ingest", got)
 		}
 	}
-	reads := []string{"/api/sites", "/metrics", "/dashboard/", "/api/streams?site=test"}
+	reads := []string{"/api/sites", "/metrics", "/dashboard/", "/api/streams?site=test", "/api/health"}
 
 	t.Run("token", func(t *testing.T) {
-		m := startMain(t, func(c *server.Config) { c.ReadToken = token })
-		if m.ReadURL() != "" {
-			t.Fatalf("read listener %s started with a token", m.ReadURL())
+		m := startMain(t, func(c *server.Config) { c.ReadToken = secret.New(token) })
+		if m.ReadURL() != m.URL() {
+			t.Fatalf("read listener %s started with a token and no --read-addr", m.ReadURL())
 		}
 		public(t, m.URL())
 		for _, p := range reads {
@@ -66,8 +71,34 @@ func TestReadSideAccess(t *testing.T) {
 			}
 		}
 	})
-	t.Run("loopback", func(t *testing.T) {
+	// No token, a loopback --addr: what a reverse proxy on the same host
+	// forwards to. The main listener serves no read path to anyone, not
+	// even a loopback peer without forwarding headers (which a proxy's
+	// request is too); the read listener serves local clients.
+	t.Run("default", func(t *testing.T) {
 		m := startMain(t, nil)
+		if m.ReadURL() == m.URL() {
+			t.Fatal("no read listener without a token")
+		}
+		public(t, m.URL())
+		for _, p := range reads {
+			if got := status(t, m.URL()+p); got != 403 {
+				t.Errorf("%s on the main listener from loopback = %d, want 403", p, got)
+			}
+			if got := status(t, m.ReadURL()+p); got != 200 {
+				t.Errorf("%s on the read listener = %d, want 200", p, got)
+			}
+			if got := status(t, m.ReadURL()+p, "X-Forwarded-For", "203.0.113.9"); got != 403 {
+				t.Errorf("%s forwarded to the read listener = %d, want 403", p, got)
+			}
+		}
+	})
+	// The demo's convenience: one port, local clients only.
+	t.Run("demo", func(t *testing.T) {
+		m := startMain(t, func(c *server.Config) { c.Demo = true })
+		if m.ReadURL() != m.URL() {
+			t.Fatalf("the demo started a read listener %s", m.ReadURL())
+		}
 		public(t, m.URL())
 		for _, p := range reads {
 			if got := status(t, m.URL()+p); got != 200 {
@@ -76,11 +107,13 @@ func TestReadSideAccess(t *testing.T) {
 			if got := status(t, m.URL()+p, "X-Forwarded-For", "203.0.113.9"); got != 403 {
 				t.Errorf("%s forwarded by a proxy = %d, want 403", p, got)
 			}
+			if got := status(t, m.URL()+p, "Host", "rum.example.com"); got != 403 {
+				t.Errorf("%s with a public Host = %d, want 403", p, got)
+			}
 		}
 	})
-	// A main listener that is not loopback (the read side then only on its
-	// own loopback listener) is not started here: tests listen on loopback
-	// only. httpapi's guard table covers ReadNowhere.
+	// A main listener that is not loopback is not started here: tests
+	// listen on loopback only. httpapi's guard table covers its policy.
 }
 
 func TestReadSideConfig(t *testing.T) {
@@ -111,8 +144,8 @@ func TestReadSideConfig(t *testing.T) {
 	if strings.Contains(usage.String(), "secret-token") || !strings.Contains(usage.String(), "read-token") {
 		t.Errorf("usage shows the token or lacks the flag:\n%s", usage.String())
 	}
-	if c.ReadToken != "secret-token-0123456789" {
-		t.Errorf("ITLMON_READ_TOKEN not read: %q", c.ReadToken)
+	if c.ReadToken.Reveal() != "secret-token-0123456789" {
+		t.Errorf("ITLMON_READ_TOKEN not read")
 	}
 }
 
@@ -125,7 +158,7 @@ func TestServeOTLP(t *testing.T) {
 	rc := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { posts.Add(1) }))
 	defer rc.Close()
 	m := startMain(t, func(c *server.Config) { c.OTLPEndpoint, c.OTLPInterval = rc.URL, time.Second })
-	if body := getText(t, m.URL()+"/metrics"); !strings.Contains(body, "itlmon_otlp_exported_minutes_total") {
+	if body := getText(t, m.ReadURL()+"/metrics"); !strings.Contains(body, "itlmon_otlp_exported_minutes_total") {
 		t.Error("/metrics has no itlmon_otlp_exported_minutes_total")
 	}
 	if err := m.Close(); err != nil {

@@ -442,7 +442,7 @@ func reportIdle(t *testing.T, conns int) {
 	p := startProcess(t, chdbLib(t), t.TempDir())
 	pid := p.cmd.Process.Pid
 
-	before := sampleMem(t, p.url, pid)
+	before := sampleMem(t, p.readURL, pid)
 
 	dialer := websocket.Dialer{HandshakeTimeout: 30 * time.Second, ReadBufferSize: 256, WriteBufferSize: 256}
 	h := http.Header{}
@@ -480,14 +480,14 @@ func reportIdle(t *testing.T, conns int) {
 	}
 	// Wait until the collector counts them all, then let it idle.
 	deadline := time.Now().Add(60 * time.Second)
-	for metricValue(t, p.url, "itlmon_ingest_connections") < float64(conns) {
+	for metricValue(t, p.readURL, "itlmon_ingest_connections") < float64(conns) {
 		if time.Now().After(deadline) {
-			t.Fatalf("collector counts %v connections, want %d", metricValue(t, p.url, "itlmon_ingest_connections"), conns)
+			t.Fatalf("collector counts %v connections, want %d", metricValue(t, p.readURL, "itlmon_ingest_connections"), conns)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
 	time.Sleep(2 * time.Second)
-	after := sampleMem(t, p.url, pid)
+	after := sampleMem(t, p.readURL, pid)
 
 	var b strings.Builder
 	fmt.Fprintf(&b, "\nmemory of the collector process at %d idle WebSocket connections\n", conns)
@@ -599,8 +599,8 @@ func TestReportHalfSentFrames(t *testing.T) {
 	raiseFDLimit(t, 2*conns+1000)
 	p := startProcess(t, chdbLib(t), t.TempDir())
 	pid := p.cmd.Process.Pid
-	budget := metricValue(t, p.url, "itlmon_ingest_memory_budget_bytes")
-	before := sampleMem(t, p.url, pid)
+	budget := metricValue(t, p.readURL, "itlmon_ingest_memory_budget_bytes")
+	before := sampleMem(t, p.readURL, pid)
 
 	payload := make([]byte, frame-1)
 	hdr := []byte{0x82, 0x80 | 127} // FIN + binary, masked, 64-bit length
@@ -633,9 +633,9 @@ func TestReportHalfSentFrames(t *testing.T) {
 			c.Close()
 		}
 	})
-	held := metricValue(t, p.url, "itlmon_ingest_memory_bytes")
-	during := sampleMem(t, p.url, pid)
-	shed := metricValue(t, p.url, `itlmon_ingest_shed_total{cause="memory",transport="ws"}`)
+	held := metricValue(t, p.readURL, "itlmon_ingest_memory_bytes")
+	during := sampleMem(t, p.readURL, pid)
+	shed := metricValue(t, p.readURL, `itlmon_ingest_shed_total{cause="memory",transport="ws"}`)
 	if sent > 8*time.Second {
 		t.Logf("sending took %v: the first frames may have timed out (10 s) before the sample", sent)
 	}

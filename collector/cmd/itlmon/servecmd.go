@@ -48,8 +48,11 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 func parseServeFlags(c *server.Config, stderr io.Writer, args []string, getenv func(string) string) error {
 	fs := flag.NewFlagSet("itlmon serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	serveFlags(fs, c)
+	check := serveFlags(fs, c)
 	if err := parseWithEnv(fs, args, getenv); err != nil {
+		return err
+	}
+	if err := check(); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {

@@ -20,6 +20,7 @@ import (
 	"github.com/maxmind/mmdbwriter/mmdbtype"
 
 	"github.com/itlmon/itlmon/collector/demo"
+	"github.com/itlmon/itlmon/collector/secret"
 	"github.com/itlmon/itlmon/collector/server"
 	"github.com/itlmon/itlmon/collector/store"
 	"github.com/itlmon/itlmon/origin"
@@ -155,7 +156,7 @@ func TestBeaconPostGeoIP(t *testing.T) {
 	const originKey = "0123456789abcdef"
 	m := startMain(t, func(c *server.Config) {
 		c.GeoIP = mmdb
-		c.OriginKeys = map[string]string{"test": originKey} // the joiner wraps the writer
+		c.OriginKeys = map[string]secret.Token{"test": secret.New(originKey)} // the joiner wraps the writer
 	})
 	// The origin endpoint is mounted and checks the key.
 	oreq, _ := http.NewRequest("POST", m.URL()+"/v1/origin?site=test", bytes.NewReader([]byte("x")))

@@ -143,7 +143,7 @@ func TestReportSoak(t *testing.T) {
 		time.Sleep(sampleEach)
 		samples = append(samples, sample{
 			at: time.Since(began), rss: procRSS(t, pid), cpu: procCPU(pid), engineCPU: procCPU(engine),
-			sockets: metricValue(t, p.url, "itlmon_ingest_connections"), acked: float64(acked.Load()),
+			sockets: metricValue(t, p.readURL, "itlmon_ingest_connections"), acked: float64(acked.Load()),
 		})
 	}
 	close(stop)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/itlmon/itlmon/collector/ingest"
 	"github.com/itlmon/itlmon/collector/join"
+	"github.com/itlmon/itlmon/collector/secret"
 	"github.com/itlmon/itlmon/collector/server"
 	"github.com/itlmon/itlmon/internal/chtest"
 	"github.com/itlmon/itlmon/origin"
@@ -27,7 +28,7 @@ const originKey = "origin-key-0123456789"
 // withChat adds site "chat", whose origin reports timelines, to c.
 func withChat(c *server.Config) {
 	c.Sites = append(c.Sites, ingest.Site{Key: "chat", Origins: []string{pageOrigin}})
-	c.OriginKeys = map[string]string{"chat": originKey}
+	c.OriginKeys = map[string]secret.Token{"chat": secret.New(originKey)}
 	// The restart case sends the origin timeline seconds after its client
 	// record (a collector restart between them, on a loaded machine up to
 	// ~5 s): within this hold it still refines itl_streams.
