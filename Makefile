@@ -15,7 +15,8 @@ CHDB_LIB_PATH ?= $(CHDB_DIR)/node_modules/@chdb/lib-linux-x64-gnu/libchdb.so
 export CHDB_LIB_PATH
 # The real browser SDKs the e2e matrix streams through in Chromium (e2e/sdk_matrix_test.go):
 # e2e/sdkjs/package.json pins them exactly (openai 7.59.0, @anthropic-ai/sdk 1.15.0, ai 7.0.173,
-# ollama 0.6.4) with esbuild 0.28.2 (its binary ships as an npm package), its package-lock.json
+# ollama 0.6.4, cohere-ai 8.1.0, @google/genai 3.3.0, @mistralai/mistralai 2.7.0, groq-sdk 1.6.0,
+# @huggingface/inference 4.13.30) with esbuild 0.28.2 (its binary ships as an npm package), its package-lock.json
 # pins everything they pull in; `npm ci` installs them into a directory named by the lock's
 # hash, and esbuild bundles each entry (e2e/sdkjs/*.mjs) for the browser as one ESM file.
 SDK_JS_SRC  := e2e/sdkjs
@@ -95,7 +96,7 @@ $(SDK_JS_ROOT)/.installed:
 	cd $(SDK_JS_ROOT) && npm ci --no-audit --no-fund --loglevel=error
 	@touch $@
 
-# Rebundled when an entry changes (esbuild takes about a second for all four).
+# Rebundled when an entry changes (esbuild takes a few seconds for all of them).
 $(SDK_JS_DIR)/versions.json: $(SDK_JS_ROOT)/.installed $(SDK_JS_ENTRIES)
 	@mkdir -p $(SDK_JS_DIR) $(SDK_JS_ROOT)/entry
 	@# The entries are copied beside node_modules, where their imports resolve.
@@ -104,7 +105,7 @@ $(SDK_JS_DIR)/versions.json: $(SDK_JS_ROOT)/.installed $(SDK_JS_ENTRIES)
 		--platform=browser --target=es2022 --log-level=warning --outdir=$(SDK_JS_DIR) --out-extension:.js=.mjs
 	@# versions.json: what was bundled, for the tests' logs.
 	cd $(SDK_JS_ROOT) && node -p 'JSON.stringify(Object.fromEntries(process.argv.slice(1).map(p => [p, JSON.parse(require("fs").readFileSync("node_modules/" + p + "/package.json")).version])))' \
-		openai @anthropic-ai/sdk ai ollama esbuild > $@.tmp
+		openai @anthropic-ai/sdk ai ollama cohere-ai @google/genai @mistralai/mistralai groq-sdk @huggingface/inference esbuild > $@.tmp
 	@mv $@.tmp $@
 
 deps-ts: $(TSC)

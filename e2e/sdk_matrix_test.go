@@ -321,9 +321,12 @@ type sdkSummary struct {
 }
 
 type sdkRun struct {
-	Out       sdkOut                 `json:"out"`
-	Page      struct{ LongGaps int } `json:"page"`
-	Summaries []sdkSummary           `json:"summaries"`
+	Out  sdkOut `json:"out"`
+	Page struct {
+		LongGaps    int
+		FirstTextMs float64 // the providers' drivers (sdk_providers_test.go)
+	} `json:"page"`
+	Summaries []sdkSummary `json:"summaries"`
 }
 
 // TestSDKMatrix: every SDK x scenario (see the file comment) gives the page
@@ -339,7 +342,7 @@ func TestSDKMatrix(t *testing.T) {
 	}
 	Browser(t)
 	o := StartOrigin(t)
-	c := StartCollector(t, "e2e="+o.URL)
+	c := StartCollectorArgs(t, []string{"--origin-key", "e2e=" + sdkOriginKey, "--log-level", "info"}, "e2e="+o.URL)
 	o.SetCollector(c.URL, "e2e")
 	files := http.StripPrefix("/sdk-js/", http.FileServer(http.Dir(dir)))
 	o.Handle("/sdk-js/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -361,115 +364,120 @@ func TestSDKMatrix(t *testing.T) {
 		}
 	}))
 
-	type check struct {
-		name string
-		c    sdkCase
-		s    sdkScenario
-		id   string
-	}
-	var checks []check
-	// run runs one SDK x scenario on the page without itlmon and on one with
-	// it, at the same time, and keeps the stream to check in the store.
-	run := func(name string, without, with context.Context, sc sdkCase, s sdkScenario) {
-		opts := map[string]any{"model": sdkModel, "cadence": s.cadence, "abortAt": s.abortAt, "abortText": demo.Text(s.abortAt), "early": s.early}
-		js, _ := json.Marshal(opts)
-		expr := `e2e.run(` + strconv.Quote(sc.call) + `, ` + string(js) + `)`
-		for attempt := 1; ; attempt++ {
-			ref, got := bothRuns(t, without, with, expr)
-			if ref.Out != got.Out {
-				t.Errorf("%s: the SDK gave the page\n%+v with itlmon,\n%+v without", name, got.Out, ref.Out)
-			}
-			if want := demo.Text(s.content); ref.Out.Text != want {
-				t.Errorf("%s: the SDK's text without itlmon = %q (err %q), want %q", name, ref.Out.Text, ref.Out.Err, want)
-			}
-			if len(got.Summaries) != 1 {
-				t.Errorf("%s: %d itlmon.onStream summaries, want 1 (the stream was not measured)", name, len(got.Summaries))
+	// The clients (openai, @anthropic-ai/sdk, ai, ollama) against the demo's
+	// endpoints, each scenario; then the providers (sdk_providers_test.go).
+	t.Run("clients", func(t *testing.T) {
+		type check struct {
+			name string
+			c    sdkCase
+			s    sdkScenario
+			id   string
+		}
+		var checks []check
+		// run runs one SDK x scenario on the page without itlmon and on one with
+		// it, at the same time, and keeps the stream to check in the store.
+		run := func(name string, without, with context.Context, sc sdkCase, s sdkScenario) {
+			opts := map[string]any{"model": sdkModel, "cadence": s.cadence, "abortAt": s.abortAt, "abortText": demo.Text(s.abortAt), "early": s.early}
+			js, _ := json.Marshal(opts)
+			expr := `e2e.run(` + strconv.Quote(sc.call) + `, ` + string(js) + `)`
+			for attempt := 1; ; attempt++ {
+				ref, got := bothRuns(t, without, with, expr)
+				if ref.Out != got.Out {
+					t.Errorf("%s: the SDK gave the page\n%+v with itlmon,\n%+v without", name, got.Out, ref.Out)
+				}
+				if want := demo.Text(s.content); ref.Out.Text != want {
+					t.Errorf("%s: the SDK's text without itlmon = %q (err %q), want %q", name, ref.Out.Text, ref.Out.Err, want)
+				}
+				if len(got.Summaries) != 1 {
+					t.Errorf("%s: %d itlmon.onStream summaries, want 1 (the stream was not measured)", name, len(got.Summaries))
+					return
+				}
+				sum := got.Summaries[0]
+				// A page that itself saw another number of long gaps between
+				// content items than the cadence has was starved (2 busy
+				// cores): run again, at most three times.
+				if sum.Stalls != s.stalls && got.Page.LongGaps != s.stalls && attempt < 3 {
+					t.Logf("%s run %d: %d stalls measured, the page itself saw %d long gaps: starved, running again", name, attempt, sum.Stalls, got.Page.LongGaps)
+					continue
+				}
+				if sum.Status != s.status || sum.ContentEvents != s.content || sum.Stalls != s.stalls ||
+					!slices.Contains(wantEnds(sc, s), sum.End) {
+					t.Errorf("%s: itlmon.onStream summary: status %s, end %q, %d content events, %d stalls; want %s, %s, %d, %d",
+						name, sum.Status, sum.End, sum.ContentEvents, sum.Stalls, s.status, strings.Join(wantEnds(sc, s), " or "), s.content, s.stalls)
+				}
+				checks = append(checks, check{name, sc, s, sum.ID})
 				return
 			}
-			sum := got.Summaries[0]
-			// A page that itself saw another number of long gaps between
-			// content items than the cadence has was starved (2 busy
-			// cores): run again, at most three times.
-			if sum.Stalls != s.stalls && got.Page.LongGaps != s.stalls && attempt < 3 {
-				t.Logf("%s run %d: %d stalls measured, the page itself saw %d long gaps: starved, running again", name, attempt, sum.Stalls, got.Page.LongGaps)
-				continue
-			}
-			if sum.Status != s.status || sum.ContentEvents != s.content || sum.Stalls != s.stalls ||
-				!slices.Contains(wantEnds(sc, s), sum.End) {
-				t.Errorf("%s: itlmon.onStream summary: status %s, end %q, %d content events, %d stalls; want %s, %s, %d, %d",
-					name, sum.Status, sum.End, sum.ContentEvents, sum.Stalls, s.status, strings.Join(wantEnds(sc, s), " or "), s.content, s.stalls)
-			}
-			checks = append(checks, check{name, sc, s, sum.ID})
-			return
 		}
-	}
-	// openWith opens the bundle's page with itlmon (the module in its Worker,
-	// or on the main thread) and checks that the early client came first.
-	openWith := func(bundle, query string) context.Context {
-		ctx := NewTab(t)
-		if !OpenPage(t, ctx, o.URL+"/sdk-page?sdk="+bundle+query) {
-			t.Fatalf("%s: itlmon did not become ready: %s", bundle, Eval[string](t, ctx, `itlmon.timing.error`))
-		}
-		if !Eval[bool](t, ctx, `e2e.earlyBeforeReady`) {
-			t.Fatalf("%s: the early client was made after the module was ready", bundle)
-		}
-		return ctx
-	}
-	start := time.Now()
-	for _, bundle := range []string{"openai", "anthropic", "ai", "ollama"} {
-		without := NewTab(t)
-		if OpenPage(t, without, o.URL+"/sdk-page?sdk="+bundle+"&nomodule=1") {
-			t.Fatalf("%s: itlmon ready on the page without it", bundle)
-		}
-		Eval[bool](t, without, `(async () => { while (!window.e2e || !e2e.early) await new Promise(r => setTimeout(r, 5)); return true; })()`)
-		with := openWith(bundle, "")
-		// The module on the main thread (a CSP without blob: workers): the
-		// scenarios whose end or start differ there.
-		main := openWith(bundle, "&init="+url.QueryEscape(`{"worker":false}`))
-		for _, sc := range sdkCases {
-			if sc.bundle != bundle {
-				continue
+		// openWith opens the bundle's page with itlmon (the module in its Worker,
+		// or on the main thread) and checks that the early client came first.
+		openWith := func(bundle, query string) context.Context {
+			ctx := NewTab(t)
+			if !OpenPage(t, ctx, o.URL+"/sdk-page?sdk="+bundle+query) {
+				t.Fatalf("%s: itlmon did not become ready: %s", bundle, Eval[string](t, ctx, `itlmon.timing.error`))
 			}
-			for _, s := range sdkScenarios() {
-				run(sc.name+"/"+s.name, without, with, sc, s)
+			if !Eval[bool](t, ctx, `e2e.earlyBeforeReady`) {
+				t.Fatalf("%s: the early client was made after the module was ready", bundle)
 			}
-			for _, s := range sdkScenarios() {
-				if s.abortAt > 0 || s.early || s.cadence["tail_ms"] != nil {
-					run(sc.name+"/main/"+s.name, without, main, sc, s)
+			return ctx
+		}
+		start := time.Now()
+		for _, bundle := range []string{"openai", "anthropic", "ai", "ollama"} {
+			without := NewTab(t)
+			if OpenPage(t, without, o.URL+"/sdk-page?sdk="+bundle+"&nomodule=1") {
+				t.Fatalf("%s: itlmon ready on the page without it", bundle)
+			}
+			Eval[bool](t, without, `(async () => { while (!window.e2e || !e2e.early) await new Promise(r => setTimeout(r, 5)); return true; })()`)
+			with := openWith(bundle, "")
+			// The module on the main thread (a CSP without blob: workers): the
+			// scenarios whose end or start differ there.
+			main := openWith(bundle, "&init="+url.QueryEscape(`{"worker":false}`))
+			for _, sc := range sdkCases {
+				if sc.bundle != bundle {
+					continue
+				}
+				for _, s := range sdkScenarios() {
+					run(sc.name+"/"+s.name, without, with, sc, s)
+				}
+				for _, s := range sdkScenarios() {
+					if s.abortAt > 0 || s.early || s.cadence["tail_ms"] != nil {
+						run(sc.name+"/main/"+s.name, without, main, sc, s)
+					}
 				}
 			}
 		}
-	}
-	t.Logf("matrix: %d runs in %v", 2*len(checks), time.Since(start).Round(time.Millisecond))
+		t.Logf("matrix: %d runs in %v", 2*len(checks), time.Since(start).Round(time.Millisecond))
 
-	ids := make([]string, len(checks))
-	for i, ck := range checks {
-		ids[i] = ck.id
-	}
-	rows := waitSDKRows(t, c, "e2e", ids)
-	for _, ck := range checks {
-		row, ok := rows[ck.id]
-		if !ok {
-			t.Errorf("%s: stream %s not stored", ck.name, ck.id)
-			continue
+		ids := make([]string, len(checks))
+		for i, ck := range checks {
+			ids[i] = ck.id
 		}
-		s := ck.s
-		wantTokens := uint32(s.content)
-		if ck.c.usage && s.reported {
-			wantTokens = sdkUsage
+		rows := waitSDKRows(t, c, "e2e", ids)
+		for _, ck := range checks {
+			row, ok := rows[ck.id]
+			if !ok {
+				t.Errorf("%s: stream %s not stored", ck.name, ck.id)
+				continue
+			}
+			s := ck.s
+			wantTokens := uint32(s.content)
+			if ck.c.usage && s.reported {
+				wantTokens = sdkUsage
+			}
+			got := fmt.Sprintf("format %s, status %s, content events %d, tokens %d, stalls %d, model %q",
+				row.Format, row.Status, row.ContentEvents, row.Tokens, row.Stalls, row.Model)
+			want := fmt.Sprintf("format %s, status %s, content events %d, tokens %d, stalls %d, model %q",
+				ck.c.format, s.status, s.content, wantTokens, s.stalls, sdkModel)
+			t.Logf("%-28s stored %s, end %q", ck.name, got, row.End)
+			if got != want {
+				t.Errorf("%s: stored %s;\n%*s want %s", ck.name, got, len(ck.name)+1, "", want)
+			}
+			if ends := wantEnds(ck.c, s); !slices.Contains(ends, row.End) {
+				t.Errorf("%s: stored end %s, want %s", ck.name, row.End, strings.Join(ends, " or "))
+			}
 		}
-		got := fmt.Sprintf("format %s, status %s, content events %d, tokens %d, stalls %d, model %q",
-			row.Format, row.Status, row.ContentEvents, row.Tokens, row.Stalls, row.Model)
-		want := fmt.Sprintf("format %s, status %s, content events %d, tokens %d, stalls %d, model %q",
-			ck.c.format, s.status, s.content, wantTokens, s.stalls, sdkModel)
-		t.Logf("%-28s stored %s, end %q", ck.name, got, row.End)
-		if got != want {
-			t.Errorf("%s: stored %s;\n%*s want %s", ck.name, got, len(ck.name)+1, "", want)
-		}
-		if ends := wantEnds(ck.c, s); !slices.Contains(ends, row.End) {
-			t.Errorf("%s: stored end %s, want %s", ck.name, row.End, strings.Join(ends, " or "))
-		}
-	}
+	})
+	t.Run("providers", func(t *testing.T) { sdkProviders(t, o, c) })
 }
 
 // wantEnds returns how the body may have ended (meter.EndNames): through the
@@ -499,6 +507,10 @@ type sdkRow struct {
 	ContentEvents uint32 `json:"content_events"`
 	Tokens        uint32 `json:"tokens"`
 	Stalls        uint32 `json:"stalls"`
+	// For the providers (sdk_providers_test.go).
+	TokensReported bool     `json:"tokens_reported"`
+	TTFTMs         *float64 `json:"ttft_ms"`
+	OriginID       string   `json:"origin_id"`
 }
 
 // waitSDKRows polls /api/streams until the site's streams with these ids are

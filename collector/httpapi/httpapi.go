@@ -85,7 +85,7 @@ func New(cfg Config) (*http.ServeMux, error) {
 	}
 	if cfg.Static != nil {
 		// "/" without a method: "GET /" would conflict with "/demo/".
-		mux.Handle("/", getOnly(noSniff(http.FileServerFS(cfg.Static))))
+		mux.Handle("/", getOnly(noSniff(pageHeaders(http.FileServerFS(cfg.Static)))))
 	}
 	return mux, nil
 }
@@ -138,6 +138,8 @@ func (l promLogger) Println(v ...any) { l.log.Error().Msgf("metrics: %v", v) }
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.Header().Set("Content-Security-Policy", apiCSP)
 	w.WriteHeader(status)
 	enc := json.NewEncoder(w)
 	enc.SetEscapeHTML(false)

@@ -101,7 +101,9 @@ func TestMigrateNames(t *testing.T) {
 				t.Fatalf("%s: %v", when, err)
 			}
 			code := uint8(i)
-			want := fmt.Sprintln(meter.Name(meter.FormatNames[:], code), meter.Name(meter.StatusNames[:], code),
+			// 006 names the codes known then (formats 0..8; later formats
+			// were only ever stored by name).
+			want := fmt.Sprintln(meter.Name(meter.FormatNames[:9], code), meter.Name(meter.StatusNames[:], code),
 				meter.Name(meter.CauseNames[:], code), []string{meter.Name(meter.CauseNames[:], code)}, "", nil)
 			if got := fmt.Sprintln(format, status, ttftCause, stallCause, end, headers); got != want {
 				t.Errorf("%s: old row %d = %s, want %s", when, i, got, want)

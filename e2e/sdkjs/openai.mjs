@@ -1,2 +1,3 @@
-// The OpenAI JS SDK for the browser (bundled by `make deps-sdk-js`).
-export { default, OpenAI } from 'openai';
+// The OpenAI JS SDK for the browser (bundled by `make deps-sdk-js`), and its
+// Azure OpenAI client.
+export { default, OpenAI, AzureOpenAI } from 'openai';

@@ -20,6 +20,7 @@ import (
 	"testing"
 
 	"github.com/itlmon/itlmon/collector/chdb"
+	"github.com/itlmon/itlmon/collector/demo"
 	"github.com/itlmon/itlmon/collector/store"
 	"github.com/itlmon/itlmon/internal/chtest"
 	"github.com/itlmon/itlmon/origin"
@@ -276,6 +277,8 @@ var dynamic = map[string]func(path string) []string{
 	"assets.go: m.name": func(path string) []string { return literalStrings(path, "moduleAssets") },
 	// the demo's streaming endpoints: apiPaths
 	"demo.go: a.Path()": func(path string) []string { return literalStrings(path, "apiPaths") },
+	// the demo page's configuration
+	"demo.go: ConfigPath": func(string) []string { return []string{demo.ConfigPath} },
 }
 
 // literalStrings returns the first string literal of each element of the

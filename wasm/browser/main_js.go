@@ -22,8 +22,10 @@
 //	                                           error, 4 the page cancelled the body, 5 the page went
 //	                                           away; status and end follow meter.Outcome
 //	pagehide(), pageshow()                  // bfcache: close the socket + sendBeacon; allow reconnect
-//	mirror(now?)                            -> Uint8Array | null: what pagehide would send now, for
-//	                                           a module in a Worker (no sendBeacon there; see itl.js)
+//	mirror(now?)                            -> [held, open] | null: what pagehide would send now, for
+//	                                           a module in a Worker (no sendBeacon there; see
+//	                                           itl-module.js): two beacon batches (or nulls), the
+//	                                           records held and the streams still open
 //	stats()                                 -> counters, for tests
 //	_crash(mode)                            test hook, only with configure({testHooks: true})
 //

@@ -226,10 +226,13 @@ func TestMirrorOpen(t *testing.T) {
 	a.start(startArgs(3, "m", "", "", 0, -1))
 	a.dirty = true // the export wrapper sets it on every call
 	wire := a.mirror([]js.Value{js.ValueOf(1300.0)})
-	if v, ok := wire.(js.Value); !ok || v.Type() != js.TypeObject {
-		t.Fatalf("mirror() = %v", wire)
+	if v, ok := wire.(js.Value); !ok || v.Type() != js.TypeObject || v.Length() != 2 {
+		t.Fatalf("mirror() = %v, want [held, open]", wire)
 	}
-	u := wire.(js.Value)
+	if h := wire.(js.Value).Index(0); !h.IsNull() {
+		t.Fatalf("mirror()[0] = %v, want null: nothing ended, nothing held", h)
+	}
+	u := wire.(js.Value).Index(1)
 	buf := make([]byte, u.Length())
 	js.CopyBytesToGo(buf, u)
 	b, err := beacon.DecodeBatch(buf, beacon.Limits{})
@@ -373,5 +376,44 @@ func TestTimerLongWait(t *testing.T) {
 	time.Sleep(200 * time.Millisecond) // lets the JS event loop run timers
 	if fired {
 		t.Fatal("a timer armed for 1e10 ms fired within 200 ms")
+	}
+}
+
+// TestConfigureBeaconOnly: the module the page starts at pagehide to replay
+// what its Worker had not answered (itl-module.js) opens no socket: its
+// records wait for the beacon, and the mirror splits what it holds from the
+// streams still open.
+func TestConfigureBeaconOnly(t *testing.T) {
+	app = newModule()
+	a := app
+	c := js.Global().Get("Object").New()
+	c.Set("site", "pk_test")
+	c.Set("wsURL", "ws://127.0.0.1:1/v1/ws")
+	c.Set("beaconOnly", true)
+	if got := a.configure([]js.Value{c}); got != true {
+		t.Fatalf("configure = %v", got)
+	}
+	t.Cleanup(func() { a.send.close() })
+	id, _ := a.start(startArgs(1, "m", "text/event-stream", "", 200, 1004.0)).(int)
+	feedOne(a, id, 1020, chatSSE+"data: [DONE]\n\n")
+	endStream(t, a, id, 1030, 1)
+	open, _ := a.start(startArgs(2, "m", "text/event-stream", "", 200, 1004.0)).(int)
+	feedOne(a, open, 1040, chatSSE)
+	if s := a.send; s.connects != 0 || !s.ws.IsNull() || len(s.pending) != 1 {
+		t.Fatalf("sender: %d connects, socket %v, %d pending; want no socket and the record waiting", s.connects, s.ws, len(s.pending))
+	}
+	a.dirty = true
+	m := a.mirror(nil).(js.Value)
+	for i, want := range []byte{1, 2} {
+		u := m.Index(i)
+		buf := make([]byte, u.Length())
+		js.CopyBytesToGo(buf, u)
+		b, err := beacon.DecodeBatch(buf, beacon.Limits{})
+		if err != nil {
+			t.Fatalf("mirror()[%d]: %v", i, err)
+		}
+		if len(b.Records) != 1 || b.Records[0].StreamID[0] != want {
+			t.Fatalf("mirror()[%d] holds %d records, want stream %d alone", i, len(b.Records), want)
+		}
 	}
 }

@@ -528,12 +528,9 @@ func (s *sender) pagehide() {
 
 // beaconWire encodes one beacon batch: the records held (unacknowledged
 // batches first, then pending) followed by extra, under the beacon size
-// limit; the oldest are left out, and counted as dropped, to fit. It returns
-// nil when there is nothing to send or the collector refused the site.
+// limit (see wireOf). It returns nil when there is nothing to send or the
+// collector refused the site.
 func (s *sender) beaconWire(extra []beacon.Record) []byte {
-	if s.refused {
-		return nil
-	}
 	var recs []beacon.Record
 	dropped := s.dropped
 	for _, b := range s.unacked {
@@ -541,11 +538,18 @@ func (s *sender) beaconWire(extra []beacon.Record) []byte {
 		dropped += b.dropped
 	}
 	recs = append(recs, s.pending...)
-	recs = append(recs, extra...)
-	if len(recs) == 0 && dropped == 0 {
+	return s.wireOf(append(recs, extra...), dropped)
+}
+
+// wireOf encodes recs as one beacon batch with its own batch number (never
+// a WebSocket batch's), under the beacon size limit: the oldest are left
+// out, and counted as dropped, to fit. Nil when there is nothing to send or
+// the collector refused the site.
+func (s *sender) wireOf(recs []beacon.Record, dropped uint32) []byte {
+	if s.refused || len(recs) == 0 && dropped == 0 {
 		return nil
 	}
-	s.seq++ // a batch number of its own: never the same as a WebSocket batch's
+	s.seq++
 	for {
 		w, kept, d := s.encode(s.seq, recs, dropped)
 		if w == nil {

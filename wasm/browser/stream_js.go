@@ -102,6 +102,11 @@ func (a *module) configure(args []js.Value) any {
 	}
 	a.send.flushEvery = durationMs(propFloat(c, "flushMs"), defaultFlushEvery)
 	a.send.idle = durationMs(propFloat(c, "socketIdleMs"), defaultIdle)
+	if propBool(c, "beaconOnly") {
+		// A module the page starts at pagehide to send what its Worker
+		// could not (itl-module.js): no socket, only the beacon.
+		a.send.hidden = true
+	}
 	if f := c.Get("fetch"); f.Type() == js.TypeFunction {
 		a.send.fetch = f // the page's own, not the shim
 	}
@@ -305,15 +310,18 @@ func (a *module) markBusy(start, end float64) {
 	}
 }
 
-// mirror(now?) -> Uint8Array, or null when nothing changed since the last
+// mirror(now?) -> [held, open], or null when nothing changed since the last
 // call. A module running in a Worker (itl.js) has no navigator.sendBeacon and
-// gets no pagehide in time, so the page keeps the latest mirror and sends it
-// on pagehide: what pagehide would send now, the records held and the
-// streams still open, these ended as end(kind 5) would end them at their
-// last read: complete (closed after end) when the terminal event had
-// arrived, else aborted. A stream still waiting for its headers ends at now
-// (the page's performance.now(), when given), so the time waited is stored.
-// Empty: nothing to send.
+// gets no pagehide in time, so the page keeps the latest mirror for
+// pagehide. held is the beacon batch of the records the sender holds (null:
+// none); open is a beacon batch of its own with the streams still open,
+// these ended as end(kind 5) would end them at their last read: complete
+// (closed after end) when the terminal event had arrived, else aborted. A
+// stream still waiting for its headers ends at now (the page's
+// performance.now(), when given), so the time waited is stored. The two are
+// apart because the page sends open only when it cannot replay those
+// streams itself (see itl-module.js): they may have been read further, or
+// have ended, since.
 func (a *module) mirror(args []js.Value) any {
 	if a.send == nil || !a.dirty && !a.send.changed {
 		return nil
@@ -338,10 +346,17 @@ func (a *module) mirror(args []js.Value) any {
 		r.HeadersUs = s.headersUs(&sum)
 		open = append(open, r)
 	}
-	wire := a.send.beaconWire(open)
-	u8 := global.Get("Uint8Array").New(len(wire))
-	js.CopyBytesToJS(u8, wire)
-	return u8
+	out := global.Get("Array").New(2)
+	for i, wire := range [2][]byte{a.send.beaconWire(nil), a.send.wireOf(open, 0)} {
+		if wire == nil {
+			out.SetIndex(i, js.Null())
+			continue
+		}
+		u8 := global.Get("Uint8Array").New(len(wire))
+		js.CopyBytesToJS(u8, wire)
+		out.SetIndex(i, u8)
+	}
+	return out
 }
 
 func (a *module) pagehide([]js.Value) any {

@@ -43,6 +43,9 @@ func BenchmarkFeed(b *testing.B) {
 		{"openai-chat-1-event-per-read", func() ([][]byte, int) { return chatStream(500, 1) }, "text/event-stream"},
 		{"anthropic", func() ([][]byte, int) { return fixtureReads(b, "anthropic.sse", 60) }, "text/event-stream"},
 		{"ollama", func() ([][]byte, int) { return fixtureReads(b, "ollama_chat.ndjson", 60) }, "application/x-ndjson"},
+		{"cohere", func() ([][]byte, int) { return fixtureReads(b, "cohere.sse", 60) }, "text/event-stream"},
+		{"gemini", func() ([][]byte, int) { return fixtureReads(b, "gemini.sse", 60) }, "text/event-stream"},
+		{"sse-typed", func() ([][]byte, int) { return fixtureReads(b, "generic_typed.sse", 60) }, "text/event-stream"},
 	} {
 		b.Run(f.name, func(b *testing.B) {
 			reads, events := f.reads()

@@ -49,13 +49,32 @@
 //
 // The format is recognised from the first event that says anything (a blank
 // or "[DONE]" event does not): its SSE event type or its JSON "type",
-// "choices" or "object" field; for NDJSON, Ollama's "done" plus "message" or
-// "response". Content events per format:
+// "choices", "object", "candidates" (Gemini) or "token" with
+// "generated_text" (TGI) field; for NDJSON, Ollama's "done" plus "message"
+// or "response". Content events per format:
 //
-//   - OpenAI Chat Completions: a choice whose delta has a non-empty content,
-//     reasoning, reasoning_content or refusal, or a non-empty tool_calls array.
-//     A role-only first chunk, empty deltas, the usage chunk and [DONE] are
-//     not content. Tokens: usage.completion_tokens.
+//   - OpenAI Chat Completions, and the APIs that send its chunks (Groq,
+//     Mistral, DeepSeek, OpenRouter, xAI, Together, Fireworks, Azure OpenAI,
+//     TGI's /v1/chat/completions): a choice whose delta has a non-empty
+//     content (a string, or Mistral's array of chunks), reasoning,
+//     reasoning_content or refusal, or a non-empty tool_calls array. A
+//     role-only first chunk, empty deltas, Azure's prompt_filter_results chunk
+//     (no choices), the usage chunk and [DONE] are not content; SSE comments
+//     (OpenRouter's ": OPENROUTER PROCESSING", DeepSeek's ": keep-alive") are
+//     not events. Tokens: usage.completion_tokens, else Groq's
+//     x_groq.usage.completion_tokens.
+//   - Cohere v2 chat: content-delta with non-empty text or thinking,
+//     tool-plan-delta with a non-empty tool_plan, tool-call-start and
+//     tool-call-delta with a function name or arguments. message-start,
+//     content-start, content-end, tool-call-end, citation-start/end and
+//     message-end are not content. Tokens: message-end's
+//     delta.usage.tokens.output_tokens (else billed_units.output_tokens).
+//   - Gemini streamGenerateContent (alt=sse): a candidate part with non-empty
+//     text (thought summaries too) or a functionCall. Tokens:
+//     usageMetadata.candidatesTokenCount.
+//   - Hugging Face TGI /generate_stream: a token with non-empty text that is
+//     not special. Tokens: the last event's details.generated_tokens (when
+//     the request asked for details).
 //   - OpenAI Responses: any response.*.delta event with a non-empty delta
 //     (output_text, reasoning, function_call_arguments, refusal...). Tokens:
 //     response.completed's response.usage.output_tokens.
@@ -67,7 +86,14 @@
 //   - Ollama: non-empty message.content / message.thinking / message.tool_calls
 //     (/api/chat) or response / thinking (/api/generate). Tokens: eval_count of
 //     the "done" line.
-//   - Any other SSE: a data event with non-empty data other than [DONE].
+//   - Any other SSE: a data event with non-empty data other than [DONE],
+//     until an event carries a type (an SSE event type other than "message",
+//     or a top-level JSON "type"). From then on the stream is typed and an
+//     event is content only when it carries text: data that is not JSON, a
+//     JSON string, or a non-empty string under a text-like key (text, delta,
+//     content, token, ...) at any depth. So a typed stream's opening, ping,
+//     metadata and closing events are not content, and TTFT is the first
+//     event with text.
 //     Any other NDJSON: a line holding valid JSON. Text: every read.
 //
 // # How a stream ended
@@ -77,7 +103,8 @@
 // Responses response.completed, response.incomplete or response.failed (by
 // its "type", or its SSE event type when the event was cut at MaxEventBytes);
 // Anthropic message_stop; the Vercel UI stream's "finish" part or [DONE];
-// Ollama a line with "done": true; any other SSE [DONE]. It is noted in the
+// Ollama a line with "done": true; Cohere message-end; Gemini a chunk with a
+// finishReason; TGI the event with generated_text; any other SSE [DONE]. It is noted in the
 // same pass that classifies the event, from fields the classifier reads
 // anyway. EndBy applies Outcome's rule: a stop after the terminal event
 // (the page cancelling the body, as the OpenAI JS SDK 7.x does after

@@ -46,8 +46,12 @@ type jnode struct {
 	key    string // the member's key (compared after unescaping)
 	elems  bool   // instead of key: every element of the parent array
 	parent int8   // index of the parent node; -1: a member of the root object
-	want   byte   // '"': hit when a non-empty string; '[': when a non-empty array
+	want   byte   // '"': hit when a non-empty string; '[': when a non-empty array; wantStringOrArray: either
 }
+
+// wantStringOrArray is a jnode's want for a value that is output either as a
+// string or as an array of parts (Mistral's delta content).
+const wantStringOrArray = 'a'
 
 // newJPath indexes nodes (a parent before its children, at most maxJNodes).
 func newJPath(nodes []jnode) *jpath {
@@ -147,6 +151,10 @@ func (r *jscan) replay(p *jpath, b []byte) {
 			}
 		case '[':
 			if jnonEmptyArray(b[e.start:e.end]) {
+				r.hits |= 1 << e.n
+			}
+		case wantStringOrArray:
+			if v := b[e.start:e.end]; jnonEmptyString(v) || jnonEmptyArray(v) {
 				r.hits |= 1 << e.n
 			}
 		}

@@ -119,6 +119,7 @@ type Meter struct {
 	httpStatus int
 	endAt      Duration
 	terminal   bool // the format's terminal event arrived (Terminal)
+	typed      bool // generic SSE: an event carried a type (genericSSE)
 
 	// Framing state.
 	bom      int8 // bytes of a leading UTF-8 BOM matched so far; -1 once past it
@@ -336,8 +337,9 @@ func (m *Meter) MarkBusy(start, end Duration) {
 // whoever closes the body afterwards. Per format: OpenAI Chat "data: [DONE]";
 // OpenAI Responses response.completed, response.incomplete or
 // response.failed; Anthropic message_stop; the Vercel AI UI message stream's
-// "finish" part or "[DONE]"; Ollama a line with "done": true; any other SSE
-// "[DONE]". Generic NDJSON and plain text have none: only the end of the
+// "finish" part or "[DONE]"; Ollama a line with "done": true; Cohere
+// message-end; Gemini a chunk with a finishReason; TGI the event carrying
+// generated_text; any other SSE "[DONE]". Generic NDJSON and plain text have none: only the end of the
 // body ends them.
 func (m *Meter) Terminal() bool { return m.terminal }
 

@@ -95,6 +95,9 @@ var formatNames = [...]string{
 	FormatSSE:             "sse",
 	FormatNDJSON:          "ndjson",
 	FormatText:            "text",
+	FormatCohere:          "cohere",
+	FormatGemini:          "gemini",
+	FormatTGI:             "tgi",
 }
 
 // String returns the format's short name ("openai-chat", "anthropic", ...).

@@ -21,6 +21,18 @@ var terminalMarks = map[string]string{
 	"generic.sse":               "[DONE]",
 	"generic.ndjson":            "",
 	"plain.txt":                 "",
+	"cohere.sse":                `"type":"message-end"`,
+	"cohere_tools.sse":          `"type":"message-end"`,
+	"gemini.sse":                `"finishReason"`,
+	"gemini_tools.sse":          `"finishReason"`,
+	"groq.sse":                  "[DONE]",
+	"mistral.sse":               "[DONE]",
+	"openrouter.sse":            "[DONE]",
+	"deepseek.sse":              "[DONE]",
+	"azure_openai.sse":          "[DONE]",
+	"tgi.sse":                   `"generated_text":"`,
+	"tgi_chat.sse":              "[DONE]",
+	"generic_typed.sse":         "",
 }
 
 // terminalAt feeds f one byte at a time and returns the index of the event

@@ -17,6 +17,9 @@ const (
 	FormatSSE                    // any other SSE: one data event = one token event
 	FormatNDJSON                 // any other NDJSON: one line = one token event
 	FormatText                   // plain chunked text: one read = one event
+	FormatCohere                 // Cohere v2 chat SSE (content-delta, message-end)
+	FormatGemini                 // Google Gemini streamGenerateContent SSE (candidates[].content.parts[])
+	FormatTGI                    // Hugging Face TGI's native SSE (token, generated_text)
 )
 
 // Status is how a stream ended.
@@ -82,7 +85,7 @@ func (d Duration) Seconds() float64 {
 // code past the end (a newer sender) has no name here: see Name.
 var (
 	FormatNames = [...]string{"unknown", "openai_chat", "openai_responses", "anthropic", "vercel_ai", "ollama",
-		"sse", "ndjson", "text"}
+		"sse", "ndjson", "text", "cohere", "gemini", "tgi"}
 	StatusNames = [...]string{"open", "complete", "aborted", "error", "http_error"}
 	CauseNames  = [...]string{"none", "unknown", "network", "page", "origin"}
 	EndNames    = [...]string{"", "body_end", "closed_after_end", "abort", "error"}

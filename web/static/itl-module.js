@@ -18,9 +18,29 @@
  *   pagehide(), pageshow(), settled() -> Promise, query('stats' | 'crash', arg) -> Promise
  *   mode, flushMs, flushBytes      'worker' | 'main'; a batch leaves after this long, or this many bytes
  *
- * With the module in a Worker, the page keeps a mirror of what a beacon
- * would carry and sends it with navigator.sendBeacon on pagehide (a Worker
- * has no sendBeacon and hears of pagehide too late).
+ * With the module in a Worker, what the module holds must still leave with
+ * navigator.sendBeacon on pagehide, from the page: a Worker has no
+ * sendBeacon, hears of pagehide too late, and the page cannot wait for its
+ * answer there. So the page keeps two things (see workerAPI):
+ *   - the Worker's mirror: the records its module holds, and the streams
+ *     it has open, as beacon batches, with how many of the page's stream
+ *     messages they reflect;
+ *   - a copy of every stream the latest mirror does not show ended: its
+ *     start, its reads (bytes and stamps) and its end, as the page handed
+ *     them over.
+ * On pagehide it sends the mirror's records, and the streams the mirror
+ * does not show ended (open ones, ended by the page at pagehide, and ones
+ * whose last read or end the Worker had not answered yet: behind a
+ * buffering proxy a whole answer arrives in one read, and the reader may
+ * leave in that read's own task) are measured again by a module started on
+ * the page there and then, from the compiled module the page already holds
+ * and the copies (the same meter on the same stamps gives the same record),
+ * and leave with a beacon of their own. That costs one module start on the
+ * main thread during pagehide (measured: ~35 ms in Chromium, ~10-20 ms in
+ * Firefox, 100-400 ms in WebKitGTK; several times that on a starved
+ * machine), and only when such a stream exists; otherwise pagehide costs
+ * nothing more. A module kept started for it would move that cost to every
+ * page's load, and keep its memory (~3 MB) for the page's life.
  */
 (function () {
   'use strict';
@@ -106,8 +126,15 @@
         if (!w) return reject(e);
         w.onmessage = null;
         w.onerror = null;
-        if (e) { w.terminate(); reject(e); } else resolve(workerAPI(w, env));
+        if (e) { w.terminate(); reject(e); return; }
+        // What a pagehide replay needs on the page: wasm_exec.js's Go, and
+        // the compiled module (without either, the Worker's mirror is sent
+        // as it is).
+        loadScript(col + '/wasm_exec.js', env.nonce).catch(function () {});
+        resolve(workerAPI(w, env, compiled));
       };
+      /** @type {WebAssembly.Module | null} */
+      var compiled = null;
       try { w = new Worker(url, { name: 'itlmon' }); } catch (e) { return done(e); }
       var wk = w;
       // Compiling here (off the main thread: V8 compiles in the background)
@@ -123,6 +150,7 @@
         }
         return WebAssembly.compileStreaming ? WebAssembly.compileStreaming(r) : null;
       }).then(function (mod) {
+        compiled = mod;
         wk.postMessage(['module', mod]);
       }, function (e) {
         if (e && e.final) done(e);
@@ -142,12 +170,19 @@
     });
   }
 
+  // KEEP_BYTES bounds the bytes of the streams' copies the page keeps for a
+  // pagehide replay (see workerAPI); MAX_BUSY the busy intervals kept.
+  var KEEP_BYTES = 8 << 20;
+  var MAX_BUSY = 256;
+
   // workerAPI is the module's API over messages to its Worker (the protocol
   // is in itl-worker.js). Ids are the page's; summaries and query results
-  // come back as messages. The last mirror leaves by sendBeacon on pagehide,
-  // and for the collector configured before, when configure changes it.
-  /** @param {Worker} w @param {ItlmonHostEnv} env @returns {ItlmonHostAPI} */
-  function workerAPI(w, env) {
+  // come back as messages. On pagehide the Worker's last mirror leaves by
+  // sendBeacon, with the streams it does not show ended measured again on
+  // the page (replay); the mirror also leaves for the collector configured
+  // before, when configure changes it.
+  /** @param {Worker} w @param {ItlmonHostEnv} env @param {WebAssembly.Module | null} mod @returns {ItlmonHostAPI} */
+  function workerAPI(w, env, mod) {
     /** @type {Map<number, (f: Float64Array) => void>} */
     var ends = new Map();
     /** @type {Array<() => void>} */
@@ -155,22 +190,44 @@
     /** @type {Map<number, (v: any) => void>} */
     var queries = new Map();
     var nq = 0;
+    // The Worker's latest mirror (beacon batches: the records its module
+    // holds, and its open streams as pagehide would end them), reflecting
+    // the first `seen` of the `posted` stream messages (s, f, e).
     /** @type {Uint8Array | null} */
-    var mirror = null;
+    var held = null;
+    /** @type {Uint8Array | null} */
+    var open = null;
+    var posted = 0, seen = 0;
+    // kept: a copy of each stream the mirror does not show ended, by page
+    // id; keptBytes: their reads' bytes; busy: recent busy intervals
+    // (start, end pairs); facts: the configuration the Worker's module got.
+    /** @type {Map<number, ItlmonKept>} */
+    var kept = new Map();
+    var keptBytes = 0;
+    /** @type {number[]} */
+    var busy = [];
+    /** @type {object | null} */
+    var facts = null;
     var beaconURL = '';
     /** @type {Array<(r: true | string) => void>} */
     var configs = [];
     /** @type {Array<[Uint8Array, Float64Array]>} */
     var spares = []; // staging buffers the Worker has given back: no allocation per batch
+    /** @param {ItlmonKept} k */
+    var forget = function (k) {
+      for (var i = 0; i < k.reads.length; i++) keptBytes -= k.reads[i].byteLength;
+      k.reads = [];
+      k.at = [];
+    };
     var settle = function () {
       if (ends.size) return;
       var ws = waiting;
       waiting = [];
       ws.forEach(function (r) { r(); });
     };
-    /** @param {string} url */
-    var beacon = function (url) {
-      try { if (mirror && url && navigator.sendBeacon) navigator.sendBeacon(url, /** @type {BufferSource} */ (mirror)); } catch (_) { /* page going away */ }
+    /** @param {string} url @param {Uint8Array | null} wire */
+    var beacon = function (url, wire) {
+      try { if (wire && url && navigator.sendBeacon) navigator.sendBeacon(url, /** @type {BufferSource} */ (wire)); } catch (_) { /* page going away */ }
     };
     w.onmessage = function (ev) {
       var m = ev.data, f;
@@ -181,7 +238,13 @@
           if (f && m[2]) { try { f(m[2]); } catch (e) { env.fail('shim failed', e); } }
           settle();
           break;
-        case 'm': mirror = m[1].byteLength ? m[1] : null; break;
+        case 'm':
+          held = m[1];
+          open = m[2];
+          seen = m[3];
+          // A stream the mirror shows ended is in held (or was sent): its copy goes.
+          kept.forEach(function (k, pid) { if (k.end && k.msg <= seen) { forget(k); kept.delete(pid); } });
+          break;
         case 'b': if (spares.length < 2) spares.push([new Uint8Array(m[1]), new Float64Array(m[2])]); break;
         case 'c': (configs.shift() || function () {})(m[1]); break;
         case 'q': f = queries.get(m[1]); queries.delete(m[1]); if (f) f(m[2]); break;
@@ -212,12 +275,33 @@
       flushBytes: 256 << 10,
       configure: function (c) {
         var cf = /** @type {any} */ (c);
-        if (beaconURL && cf.beaconURL !== beaconURL) beacon(beaconURL); // what it held leaves for it
+        if (beaconURL && cf.beaconURL !== beaconURL) { beacon(beaconURL, held); beacon(beaconURL, open); } // what it held leaves for it
         beaconURL = cf.beaconURL;
-        return new Promise(function (resolve) { configs.push(resolve); w.postMessage(['c', browserFacts(cf)]); });
+        facts = browserFacts(cf);
+        var f = facts;
+        return new Promise(function (resolve) { configs.push(resolve); w.postMessage(['c', f]); });
       },
-      start: function (pid, args) { w.postMessage(/** @type {unknown[]} */ (['s', pid]).concat(args)); },
+      start: function (pid, args) {
+        kept.set(pid, { args: args, reads: [], at: [], msg: ++posted, end: null, lost: false });
+        w.postMessage(/** @type {unknown[]} */ (['s', pid]).concat(args));
+      },
       feed: function (stage, nb, ops, n) {
+        var msg = ++posted;
+        for (var i = 0, off = 0; i < 4 * n; i += 4) {
+          var len = ops[i + 1];
+          if (ops[i] < 0) {
+            busy.push(ops[i + 2], ops[i + 3]);
+            if (busy.length > 2 * MAX_BUSY) busy.splice(0, 2);
+            continue;
+          }
+          var k = kept.get(ops[i]);
+          if (k) {
+            k.msg = msg;
+            if (!k.lost && keptBytes + len > KEEP_BYTES) { k.lost = true; forget(k); }
+            if (!k.lost) { k.reads.push(stage.slice(off, off + len)); k.at.push(ops[i + 2]); keptBytes += len; }
+          }
+          off += len;
+        }
         var next = spares.pop() || [new Uint8Array(stage.length), new Float64Array(ops.length)];
         // ArrayBuffers, not their views: Chromium posts a view several
         // times slower (measured: 95 vs 14 µs for 72 KB).
@@ -225,10 +309,26 @@
         return next;
       },
       end: function (pid, at, kind, status, proto, done) {
+        var k = kept.get(pid);
+        if (k) { k.end = [at, kind, status, proto]; k.msg = ++posted; } else posted++;
         ends.set(pid, done);
         w.postMessage(['e', pid, at, kind, status, proto]);
       },
-      pagehide: function () { beacon(beaconURL); w.postMessage(['h']); },
+      pagehide: function () {
+        // The streams the mirror does not show ended (itl.js has ended
+        // every stream by now): measured again here and sent, or, when
+        // they cannot be (a copy past KEEP_BYTES, no compiled module or Go
+        // on the page, the module fails), the mirror's open streams as the
+        // Worker last saw them. The fresh ones first: the browser bounds
+        // the bytes of beacons in flight.
+        /** @type {ItlmonKept[]} */
+        var left = [];
+        var whole = true;
+        kept.forEach(function (k) { if (k.msg > seen) { left.push(k); whole = whole && !k.lost; } });
+        if (left.length && !(whole && replay(env, mod, facts, left, busy))) beacon(beaconURL, open);
+        beacon(beaconURL, held);
+        w.postMessage(['h']);
+      },
       pageshow: function () { w.postMessage(['p']); },
       settled: function () {
         return new Promise(function (r) { waiting.push(r); settle(); });
@@ -238,6 +338,67 @@
         return new Promise(function (r) { queries.set(q, r); w.postMessage(['q', q, what, arg]); });
       },
     };
+  }
+
+  // replay measures the streams left (copies the page kept, see workerAPI)
+  // again in a module started here and now on the page's main thread, from
+  // the module compiled for the Worker (instantiating it synchronously is
+  // allowed at its size in every engine; Go's main runs to its select{} and
+  // hands over its API before go.run returns), and sends their records with
+  // its own beacon: no socket (beaconOnly). The same meter on the same bytes
+  // and stamps gives the records the Worker would have sent. False when it
+  // could not.
+  /** @param {ItlmonHostEnv} env @param {WebAssembly.Module | null} mod @param {object | null} facts @param {ItlmonKept[]} left @param {number[]} busy */
+  function replay(env, mod, facts, left, busy) {
+    var Go = g.__itlmon_wasm_exec && g.__itlmon_wasm_exec.Go;
+    if (!mod || !facts || typeof Go !== 'function') return false;
+    /** @type {ItlmonGo | null} */
+    var m = null;
+    try {
+      g.__itlmon_ready = function (/** @type {ItlmonGo} */ a) { m = a; };
+      var go = new Go();
+      go.run(new WebAssembly.Instance(mod, go.importObject)).catch(function () {});
+    } catch (_) {
+      return false;
+    } finally {
+      delete g.__itlmon_ready;
+      delete g.__itlmon_go; // its API stays private to this call
+    }
+    if (!m) return false;
+    var a = /** @type {ItlmonGo} */ (m);
+    try {
+      if (a.configure(Object.assign({}, facts, { beaconOnly: true })) !== true) return false;
+      var ids = [], nb = 0, n = busy.length / 2, i, j;
+      for (i = 0; i < left.length; i++) {
+        var id = a.start.apply(a, left[i].args);
+        ids.push(typeof id === 'number' && id >= 0 ? id : UNMEASURED);
+        for (j = 0; j < left[i].reads.length; j++) { nb += left[i].reads[j].byteLength; n++; }
+      }
+      // One batch: every read, then the busy intervals (each marks the
+      // streams open at its end).
+      var bytes = new Uint8Array(nb), ops = new Float64Array(4 * n), off = 0, o = 0;
+      for (i = 0; i < left.length; i++) {
+        var k = left[i];
+        for (j = 0; j < k.reads.length; j++) {
+          bytes.set(k.reads[j], off);
+          off += k.reads[j].byteLength;
+          ops[o] = ids[i]; ops[o + 1] = k.reads[j].byteLength; ops[o + 2] = k.at[j];
+          o += 4;
+        }
+      }
+      for (i = 0; i < busy.length; i += 2) { ops[o] = -1; ops[o + 2] = busy[i]; ops[o + 3] = busy[i + 1]; o += 4; }
+      if (n) a.feed(bytes, new Uint8Array(ops.buffer), n);
+      var out = new Uint8Array(8 * env.summaryFields);
+      for (i = 0; i < left.length; i++) {
+        var e = left[i].end || [performance.now(), 5, 0, ''];
+        if (ids[i] !== UNMEASURED) a.end(ids[i], e[0], e[1], e[2], e[3], out);
+      }
+      a.pagehide();
+      env.timing.replayed = left.length;
+      return true;
+    } catch (_) {
+      return false;
+    }
   }
 
   // ---- on the main thread ----

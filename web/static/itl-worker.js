@@ -10,7 +10,9 @@
  *     ['e', pid, at, kind, status, proto] end, ['h'] pagehide, ['p'] pageshow,
  *     ['q', qid, 'stats' | 'crash', arg]
  *   worker -> page: ['r'] ready, ['c', result], ['e', pid, summary | null],
- *     ['m', mirror] what a beacon would carry now (sent on pagehide),
+ *     ['m', held, open, seen] what a beacon would carry now (the module's
+ *     mirror: two beacon batches or nulls, see itl-module.js), having
+ *     handled the page's first seen stream messages (s, f and e),
  *     ['q', qid, result], ['w', text] a console warning, ['x', why] stopped,
  *     ['b', stage, ops] a batch's buffers back, for reuse
  * The page numbers its streams; ids maps them to the module's (-1: not
@@ -30,6 +32,7 @@ function itlmonWorker(col, nSummary) {
   /** @type {Map<number, number>} */
   var ids = new Map();
   var out = new Uint8Array(8 * nSummary), mirrorTimer = 0;
+  var seen = 0; // stream messages (s, f, e) handled, in the page's order
   var watch = 0, idle = 0; // the 1 s watch for acknowledgements, and its ticks without news
   var UNMEASURED = 2147483647; // a stream id the module never gives
   /** @param {unknown[]} m @param {Transferable[]} [transfer] */
@@ -38,14 +41,26 @@ function itlmonWorker(col, nSummary) {
   var stop = function (e) { post(['x', String(e && e.message || e || 'module exited')]); };
   // The module's warnings belong on the page's console.
   console.warn = function () { post(['w', Array.prototype.join.call(arguments, ' ')]); };
+  // postMirror sends the module's mirror m (when it changed) with the
+  // count of stream messages it reflects.
+  /** @param {[Uint8Array | null, Uint8Array | null] | null} m */
+  var postMirror = function (m) {
+    if (!m) return false;
+    /** @type {Transferable[]} */
+    var tr = [];
+    if (m[0]) tr.push(m[0].buffer);
+    if (m[1]) tr.push(m[1].buffer);
+    post(['m', m[0], m[1], seen], tr);
+    return true;
+  };
   var mirror = function () {
     mirrorTimer = 0;
-    var m = api && api.mirror();
-    if (m) post(['m', m], [m.buffer]);
+    if (api) postMirror(api.mirror());
   };
   /** @param {ItlmonGo} a @param {any[]} m */
   var handle = function (a, m) {
     var i, id;
+    if (m[0] === 's' || m[0] === 'f' || m[0] === 'e') seen++;
     switch (m[0]) {
       case 'c': post(['c', a.configure(m[1])]); break;
       case 's':
@@ -81,8 +96,7 @@ function itlmonWorker(col, nSummary) {
     if (!watch) {
       watch = setInterval(function () {
         if (mirrorTimer || !api) return;
-        var m = api.mirror();
-        if (m) { idle = 0; post(['m', m], [m.buffer]); } else if (++idle >= 30) { clearInterval(watch); watch = 0; }
+        if (postMirror(api.mirror())) idle = 0; else if (++idle >= 30) { clearInterval(watch); watch = 0; }
       }, 1000);
     }
   };

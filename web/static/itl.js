@@ -26,8 +26,11 @@
  * headers, url, redirected, type and errors the page sees are the original
  * ones. Any error in the module or the shim turns measuring off and the page
  * keeps its own fetch.
- * Privacy: no body text leaves the page; the request body is scanned only for
- * its top-level "model" and "stream" fields; URLs lose their query and fragment.
+ * Privacy: no body text leaves the page; the request body (a string init.body,
+ * or the first 256 KiB of a clone of a Request's JSON body) is scanned only for
+ * its top-level "model" and "stream" fields; the model may also come from the
+ * path (Gemini's models/NAME:..., Azure's deployments/NAME/); URLs lose their
+ * query and fragment.
  */
 (function () {
   'use strict';
@@ -157,9 +160,11 @@
   // 'main'; workerError: why the Worker did not start; feedMs: the main
   // thread's time handing batches to the module; collected: bodies reported
   // collected; unmeasured: streams let through unmeasured (no slot, or past
-  // the queue's bound while the module loaded).
+  // the queue's bound while the module loaded); pagehideMs: the last
+  // pagehide's work; replayed: streams it measured again on the page (a
+  // module in a Worker, see itl-module.js).
   var timing = { loaderStart: loaderStart, loaderMs: 0, loadAt: -1, readyAt: -1, error: '', mode: '',
-    workerError: '', feedMs: 0, feedOps: 0, feedCalls: 0, collected: 0, unmeasured: 0 };
+    workerError: '', feedMs: 0, feedOps: 0, feedCalls: 0, collected: 0, unmeasured: 0, pagehideMs: 0, replayed: 0 };
 
   /** @param {string} msg @param {unknown} [e] */
   function warn(msg, e) {
@@ -263,6 +268,51 @@
     return false;
   }
 
+  // The model named in the path, for the APIs that put it there: Gemini
+  // (.../models/NAME:streamGenerateContent, Vertex AI's
+  // .../publishers/google/models/NAME:...) and Azure OpenAI
+  // (/openai/deployments/NAME/...).
+  var PATH_MODEL = /\/(?:models|tunedModels)\/([^/:]+):[A-Za-z]+$|\/openai\/deployments\/([^/]+)\//;
+
+  /** @param {string} pathname */
+  function pathModel(pathname) {
+    var m = PATH_MODEL.exec(pathname);
+    if (!m) return '';
+    try { return decodeURIComponent(m[1] || m[2]); } catch (_) { return ''; }
+  }
+
+  // MODEL_BYTES bounds what is read of a Request's body (a clone) for its model.
+  var MODEL_BYTES = 256 << 10;
+
+  // requestModel reads the model of a Request given without an init body
+  // (fetch(new Request(url, init)), as the Mistral client calls it) from a
+  // clone of its body: the page's own body is neither read nor delayed (the
+  // clone is taken before the page's fetch, and read while that runs), and
+  // only its first MODEL_BYTES are scanned. A JSON body only (by its
+  // Content-Type); one whose Content-Length says it is larger is skipped. facts.model is set when found:
+  // in a few microtasks, long before the response headers (when the stream
+  // starts with it).
+  /** @param {Request} req @param {ItlmonFacts} facts */
+  function requestModel(req, facts) {
+    var ct = req.headers.get('content-type') || '';
+    var len = +(req.headers.get('content-length') || 0);
+    // The page's Request is only cloned (its body is not touched here).
+    if (req.bodyUsed || ct.indexOf('json') < 0 || len > MODEL_BYTES) return;
+    var body = req.clone().body;
+    if (!body) return;
+    var rd = body.getReader(), dec = new TextDecoder(), text = '';
+    /** @param {ReadableStreamReadResult<Uint8Array>} r @returns {any} */
+    var next = function (r) {
+      if (!r.done) text += dec.decode(r.value, { stream: true });
+      if (!r.done && text.length < MODEL_BYTES) return rd.read().then(next);
+      if (!r.done) rd.cancel().catch(function () {});
+      var model = topLevel(text, cfg.modelField).model;
+      text = '';
+      if (model) facts.model = String(model).slice(0, 128); // the body's model before the path's
+    };
+    rd.read().then(next).catch(function () { /* no model: the page's fetch is not concerned */ });
+  }
+
   /** @param {any} input @param {any} init @returns {ItlmonFacts | null} */
   function requestFacts(input, init) {
     var href = typeof input === 'string' ? input : input instanceof URL ? input.href : input && input.url;
@@ -273,16 +323,22 @@
     var top = typeof body === 'string' && body.length <= (1 << 20) ? topLevel(body, cfg.modelField) : { model: '', stream: null };
     var urlMatch = urlMatches(u.href);
     var path = redactPath(u.pathname); // never the query or fragment
-    return {
+    /** @type {ItlmonFacts} */
+    var facts = {
       href: u.origin + path,
       full: u.href.split('#')[0], // only to look up resource timing in this page; never sent
       method: method,
-      model: String(top.model).slice(0, 128),
+      model: String(top.model || pathModel(u.pathname)).slice(0, 128),
       signal: (init && init.signal) || (input && input.signal) || null,
       urlMatch: urlMatch,
       eager: urlMatch || top.stream === true || (top.stream === null && method === 'POST' && endpointMatches(u.pathname)),
       sampled: cfg.sampleRate >= 1 || Math.random() < cfg.sampleRate,
     };
+    if (facts.sampled && !top.model && body == null && typeof Request === 'function' && input instanceof Request &&
+        method !== 'GET' && method !== 'HEAD') {
+      try { requestModel(input, facts); } catch (_) { /* a body that cannot be cloned: no model from it */ }
+    }
+    return facts;
   }
 
   var ID_SEGMENT = /^(?:[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}|\d{3,}|(?=[\w-]*\d)[\w-]{16,})$/i;
@@ -966,6 +1022,7 @@
         // they leave with the beacon (those whose bodies were collected, at
         // their last read).
         var now = performance.now();
+        timing.replayed = 0;
         protoWait.forEach(function (send) { send(true); });
         measured.forEach(function (rec) {
           if (rec.failedAt >= 0) endStream(rec, PAGEHIDE, rec.failedAt); // failed by the page's teardown
@@ -973,6 +1030,7 @@
           else endStream(rec, PAGEHIDE, now);
         });
         try { if (api && !broken) api.pagehide(); } catch (e) { fail('module failed', e); }
+        timing.pagehideMs = performance.now() - now;
       });
       addEventListener('pageshow', function (e) {
         try { if (e.persisted && api && !broken) api.pageshow(); } catch (x) { fail('module failed', x); }

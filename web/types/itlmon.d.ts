@@ -58,7 +58,7 @@ interface ItlmonHostEnv {
   summaryFields: number;
   fetch: typeof fetch; // the page's original fetch
   fail(msg: string, e?: unknown): void; // turns measuring off for good
-  timing: { workerError: string };
+  timing: { workerError: string; replayed: number };
   nonce: string; // the tag's CSP nonce, for the scripts the host adds
 }
 
@@ -97,6 +97,16 @@ interface ItlmonHostAPI {
   query(what: string, arg?: unknown): Promise<any>;
 }
 
+/** A copy of one stream the page keeps for a pagehide replay (itl-module.js workerAPI). */
+interface ItlmonKept {
+  args: unknown[]; // the module's start arguments
+  reads: Uint8Array[]; // each read's bytes
+  at: number[]; // and its performance.now() stamp
+  msg: number; // the number of its last stream message to the Worker
+  end: [number, number, number, string] | null; // at, kind, status, proto
+  lost: boolean; // its reads passed the bound: it cannot be replayed
+}
+
 /** globalThis.__itlmon_go: the Go module's exports (wasm/browser). */
 interface ItlmonGo {
   configure(c: object): true | string;
@@ -105,7 +115,7 @@ interface ItlmonGo {
   end(id: number, at: number, kind: number, status: number, proto: string, out: Uint8Array): boolean;
   pagehide(): void;
   pageshow(): void;
-  mirror(): Uint8Array | null;
+  mirror(now?: number): [Uint8Array | null, Uint8Array | null] | null;
   stats(): Record<string, number>;
   _crash(mode: unknown): unknown;
 }

@@ -1,0 +1,202 @@
+package e2e
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/itlmon/itlmon/e2e/browsers"
+	"github.com/itlmon/itlmon/e2e/nginx"
+)
+
+// leaveTokens is the answer's length in the leave matrix (TestLeaveAfterLastRead).
+const leaveTokens = 20
+
+// leaveAnswer is the matrix's answer: a role chunk, leaveTokens content
+// chunks 2 ms apart (each flushed: without the proxy they would be reads of
+// their own), and [DONE].
+func leaveAnswer(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-cache")
+	rc := http.NewResponseController(w)
+	for i, chunk := range leaveChunks() {
+		if i > 1 {
+			select {
+			case <-time.After(2 * time.Millisecond):
+			case <-r.Context().Done():
+				return
+			}
+		}
+		io.WriteString(w, chunk)
+		rc.Flush()
+	}
+}
+
+func leaveChunks() []string {
+	out := []string{"data: {\"choices\":[{\"delta\":{\"role\":\"assistant\"}}]}\n\n"}
+	for i := range leaveTokens {
+		out = append(out, fmt.Sprintf("data: {\"choices\":[{\"delta\":{\"content\":\"word%d \"}}]}\n\n", i))
+	}
+	return append(out, "data: [DONE]\n\n")
+}
+
+// leaveDelays are the matrix's times from the answer's last read to the
+// page leaving, ms.
+var leaveDelays = []int{0, 5, 20, 100}
+
+// leaveJS runs the matrix's cases (an array of {init, model, delay}) in
+// iframes of the top page: it loads the test page in one iframe per case
+// (itlmon in its Worker, or on the main thread) and waits for their modules,
+// then runs the cases one after the other. Each, in its
+// iframe's own realm, fetches the answer through the buffering proxy, reads
+// it to its end and removes its own iframe delay ms after that last read: at
+// once in the read's own task for 0, else from the iframe's setTimeout.
+// Removing an iframe unloads its document there and then (pagehide,
+// synchronously), so the time from the last read to pagehide is the delay
+// itself, not a navigation's network round trip. A case resolves from the
+// page's pagehide listener (it runs after itlmon's) with what the page saw:
+// the module's mode, the body's bytes and reads, the time from the last read
+// to pagehide, how long itlmon's pagehide took and how many streams it
+// measured again on the page (itlmon.timing).
+const leaveJS = `async (cases) => {
+  const load = async (c) => {
+    const f = document.createElement('iframe');
+    f.src = '/?init=' + encodeURIComponent(JSON.stringify(c.init));
+    const loaded = new Promise(r => { f.onload = r; });
+    document.body.appendChild(f);
+    await loaded;
+    const w = f.contentWindow;
+    while (!w.itlmon && w.e2e.loaded !== 'error') await new Promise(r => setTimeout(r, 5));
+    if (!w.itlmon || !(await w.itlmon.ready)) throw new Error(c.model + ': itlmon not ready: ' + (w.itlmon && w.itlmon.timing.error));
+    return w;
+  };
+  const frames = [];
+  for (const c of cases) frames.push(await load(c)); // one at a time: a Worker's start is bounded (10 s)
+  const results = [];
+  for (let i = 0; i < cases.length; i++) {
+    const w = frames[i], c = cases[i], mode = w.itlmon.timing.mode;
+    const out = await new Promise((resolve, reject) => w.eval('(' + (async (model, delay, resolve) => {
+      const out = { bytes: 0, reads: 0, lastRead: 0, pagehide: -1, itlmonMs: -1, replayed: 0 };
+      addEventListener('pagehide', () => {
+        const t = itlmon.timing;
+        out.itlmonMs = t.pagehideMs;
+        out.replayed = t.replayed;
+        out.pagehide = performance.now() - t.pagehideMs - out.lastRead;
+        resolve(out);
+      });
+      const resp = await fetch('/v1/leave', { method: 'POST', headers: { 'Content-Type': 'application/json' },
+        body: JSON.stringify({ model: model, stream: true }) });
+      const rd = resp.body.getReader();
+      for (;;) {
+        const x = await rd.read();
+        out.lastRead = performance.now();
+        if (x.done) break;
+        out.bytes += x.value.byteLength;
+        out.reads++;
+      }
+      const leave = () => { frameElement.remove(); };
+      if (delay === 0) leave(); else setTimeout(leave, delay);
+    }) + ')')(c.model, c.delay, resolve).catch(reject));
+    results.push(Object.assign(out, { mode }));
+  }
+  return results;
+}`
+
+// leaveResult is what one case of the matrix saw in the page.
+type leaveResult struct {
+	Mode       string  `json:"mode"`
+	Bytes      int     `json:"bytes"`
+	Reads      int     `json:"reads"`
+	PagehideMs float64 `json:"pagehide"` // from the last read to pagehide
+	ItlmonMs   float64 `json:"itlmonMs"` // itlmon's pagehide listener
+	Replayed   int     `json:"replayed"` // streams it measured again on the page
+}
+
+// TestLeaveAfterLastRead: behind a buffering proxy (nginx, proxy_buffering
+// on, gzip on text/event-stream) the whole answer arrives in one read at
+// its end, and the reader may leave right after it. Whatever the module
+// holds then leaves with the pagehide beacon: the answer, read to its end,
+// is stored as complete with every content event and byte, whether the page
+// leaves 0, 5, 20 or 100 ms after that read, with the module in its Worker
+// or on the main thread, in every engine. One browser per engine, one
+// collector and proxy for all; each case is an iframe of one top page, which
+// removes itself a known time after its last read (the page's own timer:
+// the test waits for nothing but the pages and the rows).
+func TestLeaveAfterLastRead(t *testing.T) {
+	nginx.RequireReal(t)
+	Browser(t)
+	o := StartOrigin(t)
+	o.Handle("/v1/leave", http.HandlerFunc(leaveAnswer))
+	px := nginx.Start(t, nginx.Options{Upstream: o.URL, Buffering: true, Gzip: true})
+	front := px.URL()
+	c := StartCollector(t, "e2e="+front)
+	o.SetCollector(c.URL, "e2e")
+	wantBytes := len(strings.Join(leaveChunks(), ""))
+	forEachEngine(t, func(t *testing.T, e browsers.Engine) {
+		p := NewPage(t, e)
+		NavigateIn(t, p, front+"/?nomodule=1")
+		type leaveCase struct {
+			Init  map[string]any `json:"init"`
+			Model string         `json:"model"`
+			Delay int            `json:"delay"`
+			mode  string
+			got   leaveResult
+		}
+		var cases []leaveCase
+		for _, mode := range []string{"worker", "main"} {
+			init := map[string]any{}
+			if mode == "main" {
+				init["worker"] = false
+			}
+			for _, d := range leaveDelays {
+				cases = append(cases, leaveCase{Init: init, Model: "leave-" + e.Name() + "-" + mode + "-" + strconv.Itoa(d), Delay: d, mode: mode})
+			}
+		}
+		arg, _ := json.Marshal(cases)
+		got := evalFor[[]leaveResult](t, p, 2*time.Minute, `(`+leaveJS+`)(`+string(arg)+`)`)
+		if len(got) != len(cases) {
+			t.Fatalf("%d results for %d cases", len(got), len(cases))
+		}
+		for i := range cases {
+			k := &cases[i]
+			k.got = got[i]
+			if k.got.Mode != k.mode || k.got.Bytes != wantBytes {
+				t.Fatalf("%s: the page ran the module in mode %q and read %d bytes; want %q and %d", k.Model, k.got.Mode, k.got.Bytes, k.mode, wantBytes)
+			}
+			t.Logf("%s: %d bytes in %d reads, pagehide %.1f ms after the last read; itlmon's pagehide took %.1f ms, %d streams measured again",
+				k.Model, k.got.Bytes, k.got.Reads, k.got.PagehideMs, k.got.ItlmonMs, k.got.Replayed)
+		}
+		// The rows: each case's stream once, found by its model.
+		byModel := map[string]StoredStream{}
+		for deadline := time.Now().Add(45 * time.Second); ; {
+			rows, err := c.Streams(t, "e2e")
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, r := range rows {
+				if strings.HasPrefix(r.Model, "leave-"+e.Name()+"-") {
+					byModel[r.Model] = r
+				}
+			}
+			if len(byModel) == len(cases) || time.Now().After(deadline) {
+				break
+			}
+			<-time.After(100 * time.Millisecond)
+		}
+		for _, k := range cases {
+			r, ok := byModel[k.Model]
+			switch {
+			case !ok:
+				t.Errorf("%s: not stored (pagehide %.1f ms after the last read)", k.Model, k.got.PagehideMs)
+			case r.Status != statusComplete || r.End != "body_end" || r.ContentEvents != leaveTokens || r.Bytes != uint64(wantBytes):
+				t.Errorf("%s: stored %s/%s with %d content events and %d bytes; want %s/body_end with %d and %d (pagehide %.1f ms after the last read)",
+					k.Model, r.Status, r.End, r.ContentEvents, r.Bytes, statusComplete, leaveTokens, wantBytes, k.got.PagehideMs)
+			}
+		}
+	})
+}

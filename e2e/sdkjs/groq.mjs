@@ -1,0 +1,2 @@
+// Groq's JS SDK for the browser (bundled by `make deps-sdk-js`).
+export { default, Groq } from 'groq-sdk';

@@ -1,0 +1,2 @@
+// Hugging Face's inference client for the browser (bundled by `make deps-sdk-js`).
+export { InferenceClient } from '@huggingface/inference';
