@@ -21,6 +21,7 @@ import (
 	cdpruntime "github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
 
+	"github.com/itlmon/itlmon/collector/dimension"
 	"github.com/itlmon/itlmon/collector/httpapi"
 	"github.com/itlmon/itlmon/origin"
 	"github.com/itlmon/itlmon/wasm/beacon"
@@ -295,7 +296,41 @@ func TestDashboardStoredScript(t *testing.T) {
 		t.Errorf("streams tile = %s, want 24", streams)
 	}
 	clean("overview-model")
-	open(url.Values{"by": {"release"}})
+
+	// The tabs and the compare list are built from GET /api/dimensions:
+	// the registry's rollup dimensions for the breakdown and the causes,
+	// every dimension (those only itl_streams has first) for re-chunking
+	// and compare. A tab built so is a working tab: release is picked by a
+	// click.
+	var tabs struct{ By, Cause, Rechunk, Compare []string }
+	wait("dimension tabs", `(() => {
+		const l = s => [...document.querySelectorAll(s)].map(e => (e.dataset.by || e.value) + ":" + e.textContent);
+		const t = { By: l("#tabs button"), Cause: l("#cause-tabs button"), Rechunk: l("#rechunk-tabs button"), Compare: l("#cmp-dim option") };
+		return t.By.length ? t : null })()`, &tabs)
+	var wantRollup, wantRaw, wantAll []string
+	for _, d := range dimension.All() {
+		wantAll = append(wantAll, d.Key+":"+d.Label)
+		if d.Rollup {
+			wantRollup = append(wantRollup, d.Key+":"+d.Label)
+		} else {
+			wantRaw = append(wantRaw, d.Key+":"+d.Label)
+		}
+	}
+	for _, c := range []struct {
+		what      string
+		got, want []string
+	}{
+		{"breakdown tabs", tabs.By, wantRollup}, {"cause tabs", tabs.Cause, wantRollup},
+		{"re-chunking tabs", tabs.Rechunk, append(wantRaw, wantRollup...)}, {"compare list", tabs.Compare, wantAll},
+	} {
+		if !slices.Equal(c.got, c.want) {
+			t.Errorf("%s = %q, want the registry's %q", c.what, c.got, c.want)
+		}
+	}
+	step("click the release tab", chromedp.Click(chromedp.CSS(`#tabs button[data-by="release"]`)))
+	var by string
+	wait("release tab picked", `(() => { const b = document.querySelector('#tabs button[aria-selected="true"]');
+		return b && b.dataset.by === "release" && new URLSearchParams(location.search).get("by") === "release" ? b.dataset.by : null })()`, &by)
 	wantKeys("overview by release", keys("overview by release", "#breakdown"), releases)
 	clean("overview-release")
 

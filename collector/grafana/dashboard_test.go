@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/itlmon/itlmon/collector/dimension"
 )
 
 var update = flag.Bool("update", false, "rewrite itlmon-dashboard.json from the panels defined here")
@@ -21,13 +23,46 @@ const dashboardFile = "itlmon-dashboard.json"
 // Grafana's interval, at least the panels' "1m": the rollup's resolution).
 
 // filter is the WHERE clause of every panel: the time range, one site, and
-// the region, browser and model picked ("All" drops the condition:
-// $__conditionalAll).
-const filter = `$__timeFilter(minute)
-  AND site = ${site:singlequote}
-  AND $__conditionalAll(region IN (${region:singlequote}), $region)
-  AND $__conditionalAll(browser IN (${browser:singlequote}), $browser)
-  AND $__conditionalAll(model IN (${model:singlequote}), $model)`
+// the values picked of each dimension with a variable (collector/dimension's
+// Grafana ones: region, browser and model; "All" drops the condition:
+// $__conditionalAll). Panels read itl_rollup_1m and itl_origin_1m: such a
+// dimension must be a column of both.
+var filter = func() string {
+	var b strings.Builder
+	b.WriteString("$__timeFilter(minute)\n  AND site = ${site:singlequote}")
+	for _, d := range grafanaDims() {
+		fmt.Fprintf(&b, "\n  AND $__conditionalAll(%[1]s IN (${%[2]s:singlequote}), $%[2]s)", d.Column, d.Key)
+	}
+	return b.String()
+}()
+
+// grafanaDims are the dimensions with a variable, in the registry's order.
+func grafanaDims() []dimension.Dimension {
+	var out []dimension.Dimension
+	for _, d := range dimension.All() {
+		if d.Grafana {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+// groupByOptions are the breakdown's choices: every rollup dimension, those
+// with a variable first, the first of all the default.
+func groupByOptions() []varOption {
+	var first, rest []varOption
+	for _, d := range dimension.Rollup() {
+		o := varOption{Text: d.Column, Value: d.Column}
+		if d.Grafana {
+			first = append(first, o)
+		} else {
+			rest = append(rest, o)
+		}
+	}
+	opts := append(first, rest...)
+	opts[0].Selected = true
+	return opts
+}
 
 // repFactor is hist.BucketValue's factor: a bucket (L, U] with U = L·2^(1/32)
 // is represented by 2LU/(L+U) = L·repFactor.
@@ -311,16 +346,20 @@ func buildDashboard() dashboard {
 		{Name: "datasource", Label: "Data source", Type: "datasource", Query: "grafana-clickhouse-datasource",
 			Current: map[string]any{"selected": true, "text": "itlmon ClickHouse", "value": "itlmon-clickhouse"}, Options: []varOption{}},
 		queryVar("site", "Site", siteVarSQL, false),
-		queryVar("region", "Region", dimVarSQL("region"), true),
-		queryVar("browser", "Browser", dimVarSQL("browser"), true),
-		queryVar("model", "Model", dimVarSQL("model"), true),
-		{Name: "group_by", Label: "Breakdown by", Type: "custom", Query: "region,browser,model,country,os,device,release,colo",
-			Current: map[string]any{"selected": true, "text": "region", "value": "region"},
-			Options: []varOption{{true, "region", "region"}, {false, "browser", "browser"}, {false, "model", "model"},
-				{false, "country", "country"}, {false, "os", "os"}, {false, "device", "device"}, {false, "release", "release"},
-				{false, "colo", "colo"}},
-			Description: "the dimension of the breakdown table"},
 	}
+	for _, dim := range grafanaDims() {
+		d.Templating.List = append(d.Templating.List, queryVar(dim.Key, dim.Label, dimVarSQL(dim.Column), true))
+	}
+	opts := groupByOptions()
+	values := make([]string, len(opts))
+	for i, o := range opts {
+		values[i] = o.Value
+	}
+	d.Templating.List = append(d.Templating.List, variable{Name: "group_by", Label: "Breakdown by", Type: "custom",
+		Query:       strings.Join(values, ","),
+		Current:     map[string]any{"selected": true, "text": opts[0].Text, "value": opts[0].Value},
+		Options:     opts,
+		Description: "the dimension of the breakdown table"})
 	d.Panels = []panel{
 		{ID: 1, Type: "stat", Title: "Streams", Description: "Streams measured in the range (every status).",
 			GridPos: gridPos{H: 4, W: 4, X: 0, Y: 0}, Datasource: ds,

@@ -10,6 +10,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/itlmon/itlmon/collector/dimension"
 	"github.com/itlmon/itlmon/collector/duration"
 	"github.com/itlmon/itlmon/collector/query"
 )
@@ -27,6 +28,8 @@ type DashboardConfig struct {
 // RegisterDashboard mounts the dashboard's read API (the page itself is
 // web/static/dashboard, served with the other static files at /dashboard/):
 //
+//	GET /api/dimensions                                       the dimensions (collector/dimension), in the dashboard's order
+//	    {"dimensions": [{"key", "label", "title", "column", "rollup", "otlp", "grafana"}]}
 //	GET /api/sites?since=30d                                  site keys with data
 //	GET /api/summary?site=KEY&since=1h[&until=5m][&by=browser][&where=country=DE...]
 //	    {"report": Report, "by": "browser", "rows": [{"key": "Chrome", "report": Report}]}
@@ -59,6 +62,7 @@ func RegisterDashboard(mux *http.ServeMux, cfg DashboardConfig) {
 		cfg.Now = time.Now
 	}
 	d := &dashboard{cfg: cfg}
+	mux.HandleFunc("GET /api/dimensions", d.dimensions)
 	mux.HandleFunc("GET /api/sites", d.sites)
 	mux.HandleFunc("GET /api/summary", d.summary)
 	mux.HandleFunc("GET /api/timeseries", d.timeseries)
@@ -148,6 +152,12 @@ func (d *dashboard) fail(w http.ResponseWriter, r *http.Request, what string, er
 	}
 	d.cfg.Logger.Error().Err(err).Str("path", r.URL.Path).Msg(what)
 	writeError(w, http.StatusServiceUnavailable, what+": clickhouse unavailable")
+}
+
+// dimensions answers the registry: it needs no database, so the dashboard
+// can build its tabs before ClickHouse answers.
+func (d *dashboard) dimensions(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]any{"dimensions": dimension.All()})
 }
 
 func (d *dashboard) sites(w http.ResponseWriter, r *http.Request) {

@@ -5,7 +5,9 @@
 // # What is sent
 //
 // Every closed minute of the rollup itl_rollup_1m (schema/003_rollup.sql),
-// per site, region, browser and model, as delta-temporality points whose
+// per site and per value of each exported dimension (region, browser and
+// model: the dimensions with an OTLP attribute in collector/dimension), as
+// delta-temporality points whose
 // start and end are the minute's bounds:
 //
 //   - gen_ai.client.operation.time_to_first_chunk and
@@ -21,8 +23,10 @@
 //     content events per network read in that minute; above 1 means the
 //     stream was re-chunked on its way).
 //
-// Attributes: gen_ai.operation.name = "chat", gen_ai.request.model (when
-// known), user_agent.name (the browser family), itlmon.site, itlmon.region.
+// Attributes: gen_ai.operation.name = "chat", itlmon.site, and one per
+// exported dimension when its value is known (not empty):
+// gen_ai.request.model, user_agent.name (the browser family),
+// itlmon.region.
 // The resource has service.name = "itlmon".
 //
 // # Histograms
@@ -96,6 +100,7 @@ import (
 	metricspb "go.opentelemetry.io/proto/otlp/metrics/v1"
 	resourcepb "go.opentelemetry.io/proto/otlp/resource/v1"
 
+	"github.com/itlmon/itlmon/collector/dimension"
 	"github.com/itlmon/itlmon/wasm/hist"
 )
 
@@ -121,13 +126,10 @@ const (
 	MetricEventsPerRead = "itlmon.stream.events_per_read"
 )
 
-// Attribute keys.
+// Attribute keys; the dimensions' are collector/dimension's (Dimension.OTLP).
 const (
 	AttrOperation = "gen_ai.operation.name"
-	AttrModel     = "gen_ai.request.model"
-	AttrBrowser   = "user_agent.name"
 	AttrSite      = "itlmon.site"
-	AttrRegion    = "itlmon.region"
 	AttrStatus    = "itlmon.stream.status"
 	AttrCause     = "itlmon.stall.cause"
 )
@@ -451,28 +453,42 @@ func (e *Exporter) send(ctx context.Context, body []byte) error {
 	return nil
 }
 
-// row is one (minute, site, region, browser, model) of the rollup.
+// row is one (minute, site, exported dimensions) of the rollup.
 type row struct {
-	minute                       time.Time
-	site, region, browser, model string
-	streams, completed           uint64
-	aborted, failed              uint64
-	stalls                       [4]uint64 // by cause, in causes order
-	stalledUs                    [4]uint64
-	contentEvents, reads         uint64
-	maxGapUs                     uint32
-	itlIdx                       []int32
-	itlCnt                       []uint64
-	itlZero                      uint64
-	ttftIdx                      []int32
-	ttftCnt                      []uint64
-	ttftZero                     uint64
+	minute               time.Time
+	site                 string
+	dims                 []string // the values of exported, in its order
+	streams, completed   uint64
+	aborted, failed      uint64
+	stalls               [4]uint64 // by cause, in causes order
+	stalledUs            [4]uint64
+	contentEvents, reads uint64
+	maxGapUs             uint32
+	itlIdx               []int32
+	itlCnt               []uint64
+	itlZero              uint64
+	ttftIdx              []int32
+	ttftCnt              []uint64
+	ttftZero             uint64
 }
 
 // causes are the stall causes the rollup counts, as wasm/meter names them.
 var causes = [4]string{"origin", "network", "page", "unknown"}
 
-const rollupQuery = `SELECT minute, toString(site), toString(region), toString(browser), toString(model),
+// exported are the dimensions the export groups by and names in attributes.
+var exported = dimension.OTLP()
+
+// rollupQuery reads the closed minutes per site and exported dimension.
+var rollupQuery = func() string {
+	var sel, by strings.Builder
+	for _, d := range exported {
+		sel.WriteString(", toString(" + d.Column + ")")
+		by.WriteString(", " + d.Column)
+	}
+	return strings.NewReplacer("{sel}", sel.String(), "{by}", by.String()).Replace(rollupQueryTemplate)
+}()
+
+const rollupQueryTemplate = `SELECT minute, toString(site){sel},
 	sum(streams), sum(completed), sum(aborted), sum(failed),
 	sum(stalls_origin), sum(stalls_network), sum(stalls_page), sum(stalls_unknown),
 	sum(stalled_us_origin), sum(stalled_us_network), sum(stalled_us_page), sum(stalled_us_unknown),
@@ -481,8 +497,8 @@ const rollupQuery = `SELECT minute, toString(site), toString(region), toString(b
 	tupleElement(sumMap(ttft), 1), tupleElement(sumMap(ttft), 2), sum(ttft_zero)
 FROM itl_rollup_1m
 WHERE minute >= ? AND minute < ?
-GROUP BY minute, site, region, browser, model
-ORDER BY minute, site, region, browser, model`
+GROUP BY minute, site{by}
+ORDER BY minute, site{by}`
 
 func readRollup(ctx context.Context, conn Conn, from, to time.Time) ([]row, error) {
 	rs, err := conn.Query(ctx, rollupQuery, from, to)
@@ -492,13 +508,16 @@ func readRollup(ctx context.Context, conn Conn, from, to time.Time) ([]row, erro
 	defer rs.Close()
 	var out []row
 	for rs.Next() {
-		var r row
-		if err := rs.Scan(&r.minute, &r.site, &r.region, &r.browser, &r.model,
-			&r.streams, &r.completed, &r.aborted, &r.failed,
+		r := row{dims: make([]string, len(exported))}
+		dest := []any{&r.minute, &r.site}
+		for i := range r.dims {
+			dest = append(dest, &r.dims[i])
+		}
+		if err := rs.Scan(append(dest, &r.streams, &r.completed, &r.aborted, &r.failed,
 			&r.stalls[0], &r.stalls[1], &r.stalls[2], &r.stalls[3],
 			&r.stalledUs[0], &r.stalledUs[1], &r.stalledUs[2], &r.stalledUs[3],
 			&r.contentEvents, &r.reads, &r.maxGapUs,
-			&r.itlIdx, &r.itlCnt, &r.itlZero, &r.ttftIdx, &r.ttftCnt, &r.ttftZero); err != nil {
+			&r.itlIdx, &r.itlCnt, &r.itlZero, &r.ttftIdx, &r.ttftCnt, &r.ttftZero)...); err != nil {
 			return nil, fmt.Errorf("scan rollup: %w", err)
 		}
 		out = append(out, r)
@@ -546,11 +565,12 @@ func str(k, v string) *commonpb.KeyValue {
 }
 
 func attrs(r *row, extra ...*commonpb.KeyValue) []*commonpb.KeyValue {
-	a := []*commonpb.KeyValue{str(AttrOperation, "chat")}
-	if r.model != "" {
-		a = append(a, str(AttrModel, r.model))
+	a := []*commonpb.KeyValue{str(AttrOperation, "chat"), str(AttrSite, r.site)}
+	for i, v := range r.dims {
+		if v != "" {
+			a = append(a, str(exported[i].OTLP, v))
+		}
 	}
-	a = append(a, str(AttrBrowser, r.browser), str(AttrSite, r.site), str(AttrRegion, r.region))
 	return append(a, extra...)
 }
 

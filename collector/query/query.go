@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/itlmon/itlmon/collector/dimension"
 	"github.com/itlmon/itlmon/wasm/hist"
 )
 
@@ -20,18 +21,16 @@ const (
 	colMinute   = "minute"
 )
 
-// dimColumn maps a dimension key to its rollup column. Only these names ever
-// enter SQL text; values are always query arguments.
-var dimColumn = map[string]string{
-	"country": "country",
-	"region":  "region",
-	"browser": "browser",
-	"os":      "os",
-	"device":  "device",
-	"model":   "model",
-	"release": "release",
-	"colo":    "colo", // the edge data centre (schema/009_edge.sql); '' without an edge
-}
+// dimColumn maps a rollup dimension's key to its column (the registry's
+// Rollup dimensions). Only these names ever enter SQL text; values are
+// always query arguments.
+var dimColumn = func() map[string]string {
+	m := map[string]string{}
+	for _, d := range dimension.Rollup() {
+		m[d.Key] = d.Column
+	}
+	return m
+}()
 
 // MaxGroups bounds a Breakdown (largest groups by streams first).
 const MaxGroups = 200

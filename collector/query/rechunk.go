@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/itlmon/itlmon/collector/dimension"
 )
 
 // The raw table. Re-chunking per API origin and HTTP protocol, the worst
@@ -15,13 +17,13 @@ import (
 // bounded by site and time, which lead its ORDER BY key.
 const streamsTable = "itl_streams"
 
-// rawDimColumn maps the dimensions of the raw-row views to itl_streams
-// columns: the rollup's (Dimensions) plus the fetched URL's origin (the API
-// origin) and the HTTP protocol.
+// rawDimColumn maps every dimension of the registry to its itl_streams
+// column: the rollup's (Dimensions) plus those only the raw rows have, like
+// the fetched URL's origin (the API origin) and the HTTP protocol.
 var rawDimColumn = func() map[string]string {
-	m := map[string]string{"api_origin": "url_origin", "http_proto": "http_proto"}
-	for k, v := range dimColumn {
-		m[k] = v
+	m := map[string]string{}
+	for _, d := range dimension.All() {
+		m[d.Key] = d.Column
 	}
 	return m
 }()

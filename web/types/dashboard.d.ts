@@ -33,6 +33,16 @@ interface DashReport {
   smooth_share: number;
   verdict: string;
 }
+/** GET /api/dimensions: one dimension (collector/dimension), in the dashboard's order. */
+interface DashDimension {
+  key: string;
+  label: string;
+  title?: string;
+  column: string;
+  rollup: boolean;
+  otlp?: string;
+  grafana?: boolean;
+}
 interface DashGroup { key: string; report: DashReport; }
 interface DashSummary { report?: DashReport; rows?: DashGroup[]; }
 

@@ -230,6 +230,34 @@
     }
   }
 
+  // ---------- dimensions (GET /api/dimensions: the collector's one list) ----------
+  /** tabButton is a dimension's tab. @param {DashDimension} d */
+  function tabButton(d) {
+    const b = h("button", { data: { by: d.key }, title: d.title }, d.label);
+    b.setAttribute("type", "button");
+    b.setAttribute("role", "tab");
+    return b;
+  }
+  /**
+   * loadDimensions builds, once, the breakdown and cause tabs (the rollup
+   * dimensions), the re-chunking tabs (every dimension, those only the raw
+   * rows have first) and the compare list (every dimension).
+   */
+  async function loadDimensions() {
+    try {
+      /** @type {{ dimensions?: DashDimension[] }} */
+      const d = await getJSON("/api/dimensions", new URLSearchParams());
+      const all = d.dimensions || [];
+      const rollup = all.filter(x => x.rollup);
+      fill($("#tabs"), rollup.map(tabButton));
+      fill($("#cause-tabs"), rollup.map(tabButton));
+      fill($("#rechunk-tabs"), all.filter(x => !x.rollup).concat(rollup).map(tabButton));
+      select("#cmp-dim").replaceChildren(...all.map(x => new Option(x.label, x.key)));
+    } catch (e) {
+      banner("Cannot list dimensions: " + errText(e), true);
+    }
+  }
+
   // ---------- charts (uPlot) ----------
   /** @typedef {{ u: uPlot, time: boolean, ready: boolean }} Chart */
   /** @type {Map<string, Chart>} */
@@ -811,8 +839,15 @@
   const closest = (ev, s) => ev.target instanceof Element ? /** @type {HTMLElement | null} */ (ev.target.closest(s)) : null;
   /** @param {string} s @param {(v: string) => Partial<UrlState>} change */
   const onSelect = (s, change) => { const el = select(s); el.onchange = () => go(change(el.value)); };
-  /** @param {string} s @param {(b: HTMLElement) => Partial<UrlState>} change */
-  const onTab = (s, change) => $$(s).forEach(b => b.onclick = () => go(change(b)));
+  /**
+   * onTab follows a click on a button of the tab list s (its buttons may be
+   * built later: loadDimensions).
+   * @param {string} s @param {(b: HTMLElement) => Partial<UrlState>} change
+   */
+  const onTab = (s, change) => $(s).addEventListener("click", ev => {
+    const b = closest(ev, "button");
+    if (b) go(change(b));
+  });
   function init() {
     readURL();
     select("#range").value = state.since;
@@ -826,10 +861,10 @@
       go({ view: a.dataset.view });
     });
     $("#stream-back").onclick = ev => { ev.preventDefault(); go({ view: "worst" }); };
-    onTab("#tabs button", b => ({ by: b.dataset.by }));
-    onTab("#cause-tabs button", b => ({ cby: b.dataset.by }));
-    onTab("#rechunk-tabs button", b => ({ rby: b.dataset.by }));
-    onTab("#worst-tabs button", b => ({ order: b.dataset.order }));
+    onTab("#tabs", b => ({ by: b.dataset.by }));
+    onTab("#cause-tabs", b => ({ cby: b.dataset.by }));
+    onTab("#rechunk-tabs", b => ({ rby: b.dataset.by }));
+    onTab("#worst-tabs", b => ({ order: b.dataset.order }));
     onSelect("#cmp-dim", v => ({ dim: v, a: "", b: "" }));
     onSelect("#cmp-a", v => ({ a: v }));
     onSelect("#cmp-b", v => ({ b: v }));
@@ -857,7 +892,7 @@
     addEventListener("popstate", () => { readURL(); render(); });
     let rt = 0;
     addEventListener("resize", () => { clearTimeout(rt); rt = setTimeout(resizeCharts, 150); });
-    loadSites().then(render);
+    Promise.all([loadDimensions(), loadSites()]).then(render);
     schedule();
   }
   init();
