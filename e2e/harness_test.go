@@ -89,6 +89,10 @@ func TestMain(m *testing.M) {
 			browserErr = errSkipShort
 			return m.Run()
 		}
+		if os.Getenv("ITLMON_NO_BROWSERS") == "1" {
+			browserErr = errNoBrowsers
+			return m.Run()
+		}
 		if _, err := os.Stat(chromiumPath); err != nil {
 			browserErr = errors.New("chromium not installed at " + chromiumPath)
 			return m.Run()
@@ -152,13 +156,16 @@ func requireReal(t testing.TB, what string, err error) {
 	t.Skipf("%s: %v", what, err)
 }
 
-var errSkipShort = errors.New("end-to-end tests do not run with -short")
+var (
+	errSkipShort  = errors.New("end-to-end tests do not run with -short")
+	errNoBrowsers = errors.New("browser tests skipped: ITLMON_NO_BROWSERS=1 (make check)")
+)
 
 // Browser returns the package's shared browser context.
 func Browser(t testing.TB) context.Context {
 	t.Helper()
-	if errors.Is(browserErr, errSkipShort) {
-		t.Skip(errSkipShort.Error())
+	if errors.Is(browserErr, errSkipShort) || errors.Is(browserErr, errNoBrowsers) {
+		t.Skip(browserErr.Error())
 	}
 	if browserCtx == nil {
 		requireReal(t, "browser", browserErr)
