@@ -34,6 +34,10 @@ type Collector struct {
 	logs   *syncBuf
 }
 
+// testJoinHold is the --join-hold StartCollector gives a collector unless
+// its args say otherwise.
+const testJoinHold = 200 * time.Millisecond
+
 // StartCollector starts `itlmon serve --demo` with the given --site values
 // (KEY=ORIGIN[,ORIGIN...]) and waits until /readyz answers. It skips (or
 // fails under ITLMON_REQUIRE_REAL=1) without the ClickHouse engine library.
@@ -45,7 +49,8 @@ func StartCollector(t *testing.T, sites ...string) *Collector {
 // StartCollectorArgs is StartCollector with more `itlmon serve` flags after
 // the defaults (a later flag wins): --clickhouse DSN (a second collector on
 // the ClickHouse of a first one: see ClickHouseDSN), --origin-key SITE=KEY,
-// --log-level info.
+// --log-level info, --join-hold 3s (the default is testJoinHold: pass the
+// hold a test of the origin or edge join needs).
 func StartCollectorArgs(t *testing.T, args []string, sites ...string) *Collector {
 	t.Helper()
 	if testing.Short() {
@@ -65,8 +70,12 @@ func StartCollectorArgs(t *testing.T, args []string, sites ...string) *Collector
 			t.Fatal(err)
 		}
 		c.URL, c.Addr = "http://"+addr, addr
+		// --join-hold: what a test stores is readable about this long after
+		// its window (1 s) ends. The default (3 s) gives origin timelines
+		// time to join; tests that send none need not wait for them, and
+		// tests that do pass their own hold.
 		c.args = []string{"serve", "--addr", addr, "--data", c.Data, "--demo", "--log-level", "warn", "--log-format", "json",
-			"--shutdown-timeout", "10s"}
+			"--shutdown-timeout", "10s", "--join-hold", testJoinHold.String()}
 		for _, s := range sites {
 			c.args = append(c.args, "--site", s)
 		}
@@ -129,7 +138,7 @@ func (c *Collector) start(t *testing.T) error {
 			c.cmd = nil
 			c.mu.Unlock()
 			return fmt.Errorf("collector exited during start-up:\n%s", c.logs.String()[mark:])
-		case <-time.After(100 * time.Millisecond):
+		case <-time.After(50 * time.Millisecond): // look at /readyz again
 		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("collector not ready within 90s (last: %v):\n%s", err, c.logs.String()[mark:])
@@ -223,17 +232,15 @@ func (c *Collector) Streams(t testing.TB, site string) ([]StoredStream, error) {
 // streams (deadline 45 s) and returns them, newest first.
 func WaitStreams(t testing.TB, c *Collector, site string, n int) []StoredStream {
 	t.Helper()
-	deadline := time.Now().Add(45 * time.Second)
-	for {
-		got, err := c.Streams(t, site)
-		if err == nil && len(got) >= n {
-			return got
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("stored streams for site %q = %d (err %v), want >= %d within 45s", site, len(got), err, n)
-		}
-		time.Sleep(200 * time.Millisecond)
+	var got []StoredStream
+	var err error
+	if !Eventually(45*time.Second, 50*time.Millisecond, func() bool {
+		got, err = c.Streams(t, site)
+		return err == nil && len(got) >= n
+	}) {
+		t.Fatalf("stored streams for site %q = %d (err %v), want >= %d within 45s", site, len(got), err, n)
 	}
+	return got
 }
 
 // StreamByID returns the stored stream with the page-side id (itlmon.onStream's summary.id).

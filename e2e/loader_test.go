@@ -608,7 +608,7 @@ func TestBeforeHeadersBufferingProxy(t *testing.T) {
 		WaitMs        float64 `json:"before_headers_wait_ms"`
 	}
 	var rep report
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+	Eventually(10*time.Second, 50*time.Millisecond, func() bool {
 		resp, err := http.Get(c.URL + "/api/summary?site=e2e&since=1h")
 		if err != nil {
 			t.Fatal(err)
@@ -624,10 +624,9 @@ func TestBeforeHeadersBufferingProxy(t *testing.T) {
 		if err := json.Unmarshal(b, &sum); err != nil {
 			t.Fatalf("/api/summary: %v", err)
 		}
-		if rep = sum.Report; rep.Streams > 0 || time.Now().After(deadline) {
-			break
-		}
-	}
+		rep = sum.Report
+		return rep.Streams > 0
+	})
 	if rep.Streams != 1 || rep.Aborted != 1 || rep.BeforeHeaders != 1 || rep.WaitMs < 799 {
 		t.Fatalf("/api/summary report %+v; want 1 stream, aborted before the headers after >= 800 ms", rep)
 	}
@@ -653,7 +652,7 @@ func TestBodyNetworkError(t *testing.T) {
 		for i := range 3 {
 			fmt.Fprintf(w, "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":%q}}]}\n\n", demo.Token(i))
 			w.(http.Flusher).Flush()
-			time.Sleep(20 * time.Millisecond)
+			time.Sleep(20 * time.Millisecond) // the stream's cadence (the origin's side of the scenario), not a wait
 		}
 		if c, _, err := w.(http.Hijacker).Hijack(); err == nil {
 			c.Close() // mid-body: the chunked encoding never ends
@@ -714,7 +713,7 @@ func TestCancelAfterDone(t *testing.T) {
 			}
 			w.Write([]byte(ev))
 			f.Flush()
-			time.Sleep(5 * time.Millisecond)
+			time.Sleep(5 * time.Millisecond) // the stream's cadence (the origin's side of the scenario), not a wait
 		}
 		select {
 		case <-time.After(3 * time.Second):
@@ -793,15 +792,18 @@ func TestCollectedBodies(t *testing.T) {
 	if open != 3 {
 		t.Fatalf("%v streams open before the collection, want 3", open)
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for Eval[int](t, ctx, `itlmon.timing.collected`) < 3 {
+	// A collection, then a look whether the module was told (its
+	// FinalizationRegistry callbacks run some time after the collection).
+	if !Eventually(20*time.Second, 100*time.Millisecond, func() bool {
+		if Eval[int](t, ctx, `itlmon.timing.collected`) >= 3 {
+			return true
+		}
 		if _, err := chromedp.Call(ctx, heapprofiler.CollectGarbage, cdp.Empty{}); err != nil {
 			t.Fatalf("collect garbage: %v", err)
 		}
-		time.Sleep(200 * time.Millisecond)
-		if time.Now().After(deadline) {
-			t.Fatalf("%d bodies reported collected 20 s after they were dropped, want 3", Eval[int](t, ctx, `itlmon.timing.collected`))
-		}
+		return false
+	}) {
+		t.Fatalf("%d bodies reported collected 20 s after they were dropped, want 3", Eval[int](t, ctx, `itlmon.timing.collected`))
 	}
 	if n := Eval[float64](t, ctx, `itlmon._stats().then(s => s.open)`); n != 3 {
 		t.Fatalf("%v streams open after their bodies were collected, want 3: a collected body only marks its stream", n)

@@ -188,19 +188,18 @@ func TestRefusedSite(t *testing.T) {
 		if page.Error != "" || page.Bytes != wantN || page.SHA256 != wantSum {
 			t.Fatalf("%s: the page read %d bytes sha %s err %q, want %d %s", tc.site, page.Bytes, page.SHA256, page.Error, wantN, wantSum)
 		}
-		deadline := time.Now().Add(20 * time.Second)
-		for stats()["refused"] != 1 {
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: not refused after 20 s: stats %v", tc.site, stats())
-			}
-			time.Sleep(100 * time.Millisecond)
+		if !Eventually(20*time.Second, 50*time.Millisecond, func() bool { return stats()["refused"] == 1 }) {
+			t.Fatalf("%s: not refused after 20 s: stats %v", tc.site, stats())
 		}
 		st := stats()
 		if st["connects"] < 3 || st["connects"] > 5 {
 			t.Errorf("%s: %v connection attempts before giving up, want 3 to 5", tc.site, st["connects"])
 		}
 		RunStream(t, ctx, StreamOpts{Query: q})
-		time.Sleep(3 * time.Second) // longer than the backoff so far: a retry would show
+		// Nothing to wait for: the assertion is that nothing happens. 3 s is
+		// longer than the module's backoff before its last attempt, so a
+		// retry it still had scheduled would show in connects.
+		time.Sleep(3 * time.Second)
 		st2 := stats()
 		if st2["connects"] != st["connects"] {
 			t.Errorf("%s: connects went from %v to %v after the refusal", tc.site, st["connects"], st2["connects"])
@@ -415,15 +414,13 @@ func TestBFCache(t *testing.T) {
 	if err := chromedp.Do(sctx, chromedp.Navigate(o.URL+"/plain"), chromedp.Evaluate[chromedp.Void](`history.back()`)); err != nil {
 		t.Fatalf("away and back: %v", err)
 	}
-	for {
-		back, err := chromedp.Run(sctx, chromedp.Evaluate[bool](`location.pathname === '/' && document.readyState === 'complete' && !!window.e2e`))
-		if err == nil && back {
-			break
-		}
-		if sctx.Err() != nil {
-			t.Fatalf("not back on the page: %v", err)
-		}
-		time.Sleep(50 * time.Millisecond)
+	var err error
+	if !Eventually(30*time.Second, 20*time.Millisecond, func() bool {
+		var back bool
+		back, err = chromedp.Run(sctx, chromedp.Evaluate[bool](`location.pathname === '/' && document.readyState === 'complete' && !!window.e2e`))
+		return err == nil && back
+	}) {
+		t.Fatalf("not back on the page: %v", err)
 	}
 	if n := Eval[int](t, ctx, `e2e.summaries.length`); n != 1 {
 		t.Fatalf("after going back the page has %d summaries, want 1 (restored from the back/forward cache, not reloaded)", n)
