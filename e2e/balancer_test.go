@@ -175,6 +175,7 @@ func (c *Collector) metric(t testing.TB, name string) float64 {
 // once resumed (delivered to both); a beacon through a mirroring nginx
 // reaches both; every record is stored once, the rollup included.
 func TestBalancedCollectors(t *testing.T) {
+	t.Parallel()
 	nginx.RequireReal(t)
 	const site, page = "lb", "https://page.example.com"
 	a := StartCollectorArgs(t, []string{"--log-level", "info"}, site+"="+page)

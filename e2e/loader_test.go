@@ -155,6 +155,7 @@ const sdkOpts = `{ apiKey: 'sk-test', baseURL: location.origin + '/v1', dangerou
 // before the module is ready, is stamped and queued, and measured in full
 // once the module has loaded.
 func TestClientBeforeModule(t *testing.T) {
+	t.Parallel()
 	o := StartOrigin(t)
 	serveOpenAI(t, o)
 	a := StartAssets(t)
@@ -201,6 +202,7 @@ func TestClientBeforeModule(t *testing.T) {
 // that kept the page's fetch is not, and in debug mode the page gets one
 // console hint naming the fix.
 func TestLateTagClientFetch(t *testing.T) {
+	t.Parallel()
 	o := StartOrigin(t)
 	serveOpenAI(t, o)
 	a := StartAssets(t)
@@ -253,6 +255,7 @@ func TestLateTagClientFetch(t *testing.T) {
 // collector before the load event ends, and the module follows when the
 // page is idle.
 func TestModuleAfterLoad(t *testing.T) {
+	t.Parallel()
 	o := StartOrigin(t)
 	a := StartAssets(t)
 	pageURL := servePage(t, o, "/idle", loaderPage{Src: a.URL + "/itl.js", Head: true})
@@ -320,6 +323,7 @@ func holdModule(t *testing.T, a *Assets) (release func()) {
 // interleaved, and cut into batches where a third stream ended) and a
 // stream after it are measured once the module is ready, every byte.
 func TestQueueBound(t *testing.T) {
+	t.Parallel()
 	o := StartOrigin(t)
 	a := StartAssets(t)
 	release := holdModule(t, a)
@@ -407,6 +411,7 @@ func TestQueueBound(t *testing.T) {
 // are queued for it, the queue is dropped, the page gets its own fetch back,
 // and a stream in flight reads to its end with its bytes intact.
 func TestModuleFailsWhileQueued(t *testing.T) {
+	t.Parallel()
 	o := StartOrigin(t)
 	a := StartAssets(t, "itl-module.js")
 	release := holdModule(t, a)
@@ -447,6 +452,7 @@ func TestModuleFailsWhileQueued(t *testing.T) {
 // wasm_exec.js for the main-thread fallback: a blob: Worker is refused
 // there) carry the tag's nonce, and streams are measured.
 func TestNonceCSP(t *testing.T) {
+	t.Parallel()
 	o := StartOrigin(t)
 	a := StartAssets(t)
 	pageURL := servePage(t, o, "/nonce", loaderPage{Src: a.URL + "/itl.js", Head: true, Nonce: "e2e-nonce-1"})
@@ -509,6 +515,7 @@ func slowHeaders(wait time.Duration, hangUp bool) http.Handler {
 // while a buffering proxy held the answer), or a network error, with the
 // time waited and no headers.
 func TestBeforeHeaders(t *testing.T) {
+	t.Parallel()
 	Browser(t)
 	o := StartOrigin(t)
 	o.Handle("/slow/v1/chat/completions", slowHeaders(30*time.Second, false))
@@ -581,6 +588,7 @@ func TestBeforeHeaders(t *testing.T) {
 // (no headers, HTTP status 0) with the time waited, and counted by the read
 // side the dashboard and `gate rum` share (/api/summary: before_headers).
 func TestBeforeHeadersBufferingProxy(t *testing.T) {
+	t.Parallel()
 	nginx.RequireReal(t)
 	Browser(t)
 	o := StartOrigin(t)
@@ -644,6 +652,7 @@ func deref64(p *float64) any {
 // error once its grace has passed without a pagehide (see endOnError in
 // itl.js), and settled() waits for it.
 func TestBodyNetworkError(t *testing.T) {
+	t.Parallel()
 	Browser(t)
 	o := StartOrigin(t)
 	o.Handle("/drop/v1/chat/completions", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -693,6 +702,7 @@ func TestBodyNetworkError(t *testing.T) {
 // origin has not ended the body yet) completed its answer: the stream is
 // complete, closed after its end, not aborted.
 func TestCancelAfterDone(t *testing.T) {
+	t.Parallel()
 	o := StartOrigin(t)
 	serveOpenAI(t, o)
 	if v := sdkVersion(t); !strings.HasPrefix(v, "7.") {
@@ -752,6 +762,7 @@ func TestCancelAfterDone(t *testing.T) {
 // when their slot is needed, at pagehide, or after a long silence (_sweep
 // runs that check at once here).
 func TestCollectedBodies(t *testing.T) {
+	t.Parallel()
 	o := StartOrigin(t)
 	a := StartAssets(t)
 	o.SetCollector(a.URL, "e2e")

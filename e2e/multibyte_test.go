@@ -14,6 +14,7 @@ import (
 // Latin-1 bytes) with a multibyte character across the cut are stored, cut
 // before that character, and do not cost the records sent with them.
 func TestStoredMultibyte(t *testing.T) {
+	t.Parallel()
 	o, c, ctx := collectorPage(t, nil)
 	completions := demo.Completions()
 	// X-Request-Id: 127 ASCII bytes and the Latin-1 byte 0xE9, which the

@@ -108,6 +108,7 @@ func wantStoredOnce(t *testing.T, c *Collector, sums []Summary) {
 // acknowledged (the collector then holds no connection for the tab), and
 // opens a new one for the next burst; every stream is stored once.
 func TestSocketIdleClose(t *testing.T) {
+	t.Parallel()
 	Browser(t)
 	o := StartOrigin(t)
 	c := StartCollector(t, "e2e="+o.URL)
@@ -177,6 +178,7 @@ func stallFrame(t *testing.T, c *Collector, origin string, n uint64) {
 // no socket for N s (plus jitter), then delivers: stored once. The stalled
 // frames time out meanwhile and give their memory back.
 func TestSocketShed(t *testing.T) {
+	t.Parallel()
 	Browser(t)
 	o := StartOrigin(t)
 	c := StartCollector(t, "e2e="+o.URL)
@@ -233,6 +235,7 @@ func TestSocketShed(t *testing.T) {
 // the Worker (back/forward cache) before it reads it; the socket then stays
 // open in the frozen Worker (seen in 1 of 4 runs, before the idle close too).
 func TestSocketClosedOnLeave(t *testing.T) {
+	t.Parallel()
 	Browser(t)
 	o := StartOrigin(t)
 	c := StartCollector(t, "e2e="+o.URL)

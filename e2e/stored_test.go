@@ -111,6 +111,7 @@ func TestStoredStall(t *testing.T) {
 // TestStoredAbort: an AbortController abort mid-stream reaches the page as
 // AbortError and is stored as aborted.
 func TestStoredAbort(t *testing.T) {
+	t.Parallel()
 	_, c, ctx := collectorPage(t, nil)
 	page := RunStream(t, ctx, StreamOpts{Query: "tokens=200&interval_ms=20", AbortAfterMs: 600})
 	if page.ErrorName != "AbortError" {
@@ -128,6 +129,7 @@ func TestStoredAbort(t *testing.T) {
 // TestCollectorDown: with the collector stopped while the page streams, the
 // page is unaffected, and the records arrive once the collector is back.
 func TestCollectorDown(t *testing.T) {
+	t.Parallel()
 	o, c, ctx := collectorPage(t, map[string]any{"flushMs": 200})
 	_ = o
 	c.Stop(t)
@@ -167,6 +169,7 @@ func TestCollectorDown(t *testing.T) {
 // console, stops connecting and counts every record as dropped. The page
 // reads its streams as without the module.
 func TestRefusedSite(t *testing.T) {
+	t.Parallel()
 	Browser(t)
 	o := StartOrigin(t)
 	c := StartCollector(t, "e2e=http://allowed.example")
@@ -241,6 +244,7 @@ func heldRecordPage(t *testing.T, mainThread bool) (*Origin, *Collector, context
 // Worker, the beacon is the page's copy of what the Worker holds (its mirror);
 // on the main thread, the module sends it itself.
 func TestPagehideBeacon(t *testing.T) {
+	t.Parallel()
 	for _, mode := range []string{"worker", "main"} {
 		t.Run(mode, func(t *testing.T) { testPagehideBeacon(t, mode == "main") })
 	}
@@ -275,6 +279,7 @@ func testPagehideBeacon(t *testing.T, mainThread bool) {
 // and the common script-src allowlist that does not list blob: (so a
 // blob: Worker falls under it).
 func TestWorkerBlocked(t *testing.T) {
+	t.Parallel()
 	Browser(t)
 	o := StartOrigin(t)
 	c := StartCollector(t, "e2e="+o.URL)
@@ -309,6 +314,7 @@ func TestWorkerBlocked(t *testing.T) {
 // TestReinitKeepsRecords: itlmon.init called again (new options, same
 // collector and site) keeps the records the module holds: none is lost.
 func TestReinitKeepsRecords(t *testing.T) {
+	t.Parallel()
 	o, c, ctx := heldRecordPage(t, false)
 	const q = "tokens=10&interval_ms=5"
 	Eval[bool](t, ctx, `itlmon.init({ release: 'r2', flushMs: 60000 }).then(ok => ok)`)
@@ -327,6 +333,7 @@ func TestReinitKeepsRecords(t *testing.T) {
 // demo APIs and shows the numbers itlmon measured for it; the collector
 // stores each stream with its API's format.
 func TestDemoPage(t *testing.T) {
+	t.Parallel()
 	Browser(t)
 	c := StartCollector(t)
 	ctx := NewTab(t)
@@ -383,6 +390,7 @@ func TestDemoPage(t *testing.T) {
 // would also evict the socket itself), and after coming back it measures and
 // sends again over a new socket.
 func TestBFCache(t *testing.T) {
+	t.Parallel()
 	o, c, ctx := collectorPage(t, nil)
 	RunStream(t, ctx, StreamOpts{Query: "tokens=5&interval_ms=5"})
 	WaitStreams(t, c, "e2e", 1)
@@ -434,6 +442,7 @@ func TestBFCache(t *testing.T) {
 // API paths (conversation and thread ids) are stored as ":id" by default;
 // never a query.
 func TestStoredPaths(t *testing.T) {
+	t.Parallel()
 	o, c, ctx := collectorPage(t, nil)
 	o.Handle("/api/threads/", demo.Completions())
 	Eval[bool](t, ctx, `(history.pushState({}, '', '/c/6a1f2b3c-1111-2222-3333-444455556666?q=secret'), true)`)
