@@ -21,6 +21,9 @@
 //	                                 loopback port and a t.TempDir() data root; Stop/Start/Restart
 //	                                 keep port and data (collector_test.go). Its Main lives in
 //	                                 package main, so it runs as the built binary (engineExe).
+//	SharedCollector(t) (c, site)     the package's one collector (started at first use) and a site key of
+//	                                 the test's own on it, any page origin allowed: for tests that only
+//	                                 store and read back (sharedCollectorPage: collectorPage on it)
 //	c.Streams / StreamByID           read back through /api/streams
 //	OpenPage(t, ctx, url)            navigate and wait until itlmon is ready (or definitely off)
 //	RunStream(t, ctx, StreamOpts)    make the page fetch and read a stream; what the page saw
@@ -85,6 +88,7 @@ func TestMain(m *testing.M) {
 	code := func() int {
 		flag.Parse()
 		defer closeEngines() // Firefox and WebKit, launched by the first test that asks (engine_test.go)
+		defer stopShared()   // the shared collector (SharedCollector), started by the first test that asks
 		if testing.Short() {
 			browserErr = errSkipShort
 			return m.Run()

@@ -487,6 +487,19 @@ func storedPage(t *testing.T, o *Origin, front string) (*Collector, context.Cont
 	return c, ctx
 }
 
+// sharedStoredPage is storedPage on the shared collector (SharedCollector):
+// it returns the test's site key too.
+func sharedStoredPage(t *testing.T, o *Origin, front string) (*Collector, context.Context, string) {
+	t.Helper()
+	c, site := SharedCollector(t)
+	o.SetCollector(c.URL, site)
+	ctx := NewTab(t)
+	if !OpenPage(t, ctx, strings.Replace(o.PageURL(map[string]any{"flushMs": 200}, false), o.URL, front, 1)) {
+		t.Fatalf("itlmon did not become ready: %s", Eval[string](t, ctx, `itlmon.timing.error`))
+	}
+	return c, ctx, site
+}
+
 // slowHeaders answers a streamed completion only after wait (or never, when
 // the client leaves first); with hangUp, it closes the connection without
 // an answer instead.
@@ -521,7 +534,7 @@ func TestBeforeHeaders(t *testing.T) {
 	o.Handle("/slow/v1/chat/completions", slowHeaders(30*time.Second, false))
 	o.Handle("/slow/v1/other", slowHeaders(30*time.Second, false))
 	o.Handle("/hangup/api/chat", slowHeaders(300*time.Millisecond, true))
-	c, ctx := storedPage(t, o, o.URL)
+	c, ctx, site := sharedStoredPage(t, o, o.URL)
 	type result struct {
 		Err     string        `json:"err"`
 		Summary []pageSummary `json:"summary"`
@@ -570,7 +583,7 @@ func TestBeforeHeaders(t *testing.T) {
 		t.Fatalf("an aborted GET gave %d summaries, want 0", n)
 	}
 
-	rows := WaitStreams(t, c, "e2e", 2)
+	rows := WaitStreams(t, c, site, 2)
 	r := StreamByID(t, rows, ab.Summary[0].ID)
 	if r.Status != statusAborted || r.HTTPStatus != 0 || r.ContentEvents != 0 || r.TTFBMs != nil || r.DurationMs == nil || *r.DurationMs < 399 {
 		t.Fatalf("stored abort before headers: %+v; want aborted, HTTP status 0, no bytes, >= 400 ms", r)
@@ -594,13 +607,13 @@ func TestBeforeHeadersBufferingProxy(t *testing.T) {
 	o := StartOrigin(t)
 	o.Handle("/v1/attr", http.HandlerFunc(attrStreamHandler)) // no X-Accel-Buffering (the demo sends it)
 	px := nginx.Start(t, nginx.Options{Upstream: o.URL, Buffering: true, Gzip: true})
-	c, ctx := storedPage(t, o, px.URL())
+	c, ctx, site := sharedStoredPage(t, o, px.URL())
 	// 100 tokens at attrCadence: the proxy answers after ~2 s; the page gives up at 800 ms.
 	read := RunStream(t, ctx, StreamOpts{Path: "/v1/attr", Query: "tokens=100", AbortAfterMs: 800})
 	if read.ErrorName != "AbortError" || read.Status != 0 || read.Bytes != 0 {
 		t.Fatalf("page: status %d, %d bytes, error %q (%s); want an AbortError before the headers", read.Status, read.Bytes, read.ErrorName, read.Error)
 	}
-	rows := WaitStreams(t, c, "e2e", 1)
+	rows := WaitStreams(t, c, site, 1)
 	r := rows[0]
 	if r.Status != statusAborted || r.End != "abort" || !r.BeforeHeaders || r.HeadersMs != nil || r.HTTPStatus != 0 ||
 		r.TTFBMs != nil || r.Bytes != 0 || r.DurationMs == nil || *r.DurationMs < 799 || *r.DurationMs > 1900 {
@@ -617,7 +630,7 @@ func TestBeforeHeadersBufferingProxy(t *testing.T) {
 	}
 	var rep report
 	Eventually(10*time.Second, 50*time.Millisecond, func() bool {
-		resp, err := http.Get(c.URL + "/api/summary?site=e2e&since=1h")
+		resp, err := http.Get(c.URL + "/api/summary?site=" + site + "&since=1h")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -667,7 +680,7 @@ func TestBodyNetworkError(t *testing.T) {
 			c.Close() // mid-body: the chunked encoding never ends
 		}
 	}))
-	c, ctx := storedPage(t, o, o.URL)
+	c, ctx, site := sharedStoredPage(t, o, o.URL)
 	type result struct {
 		Err     string        `json:"err"`
 		Bytes   int           `json:"bytes"`
@@ -691,7 +704,7 @@ func TestBodyNetworkError(t *testing.T) {
 	if s.Status != "error" || s.End != "error" || s.ContentEvents != 3 || s.HeadersMs < 0 {
 		t.Fatalf("summary %+v; want error/error with 3 content events and headers", s)
 	}
-	r := StreamByID(t, WaitStreams(t, c, "e2e", 1), s.ID)
+	r := StreamByID(t, WaitStreams(t, c, site, 1), s.ID)
 	if r.Status != "error" || r.ContentEvents != 3 || r.HTTPStatus != 200 {
 		t.Fatalf("stored %+v; want error, 3 content events, HTTP 200", r)
 	}

@@ -339,8 +339,8 @@ func TestSDKMatrix(t *testing.T) {
 	}
 	Browser(t)
 	o := StartOrigin(t)
-	c := StartCollector(t, "e2e="+o.URL)
-	o.SetCollector(c.URL, "e2e")
+	c, site := SharedCollector(t)
+	o.SetCollector(c.URL, site)
 	files := http.StripPrefix("/sdk-js/", http.FileServer(http.Dir(dir)))
 	o.Handle("/sdk-js/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/javascript; charset=utf-8")
@@ -446,7 +446,7 @@ func TestSDKMatrix(t *testing.T) {
 	for i, ck := range checks {
 		ids[i] = ck.id
 	}
-	rows := waitSDKRows(t, c, "e2e", ids)
+	rows := waitSDKRows(t, c, site, ids)
 	for _, ck := range checks {
 		row, ok := rows[ck.id]
 		if !ok {
