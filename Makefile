@@ -61,6 +61,9 @@ APT_PKGS    := chromium chromium-driver nginx libnginx-mod-http-brotli-filter br
 SUDO        := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 WASM_OUT    := web/dist
 TEST_TIMEOUT ?= 25m
+# Tests of one package that call t.Parallel run this many at a time: the e2e ones that assert no timing wait on
+# streams, collectors and pages far more than they compute.
+TEST_PARALLEL ?= 4
 
 .PHONY: vendor-uplot build run check test unit bench fuzz vet depscheck wasm edge deps deps-apt deps-chdb deps-geoip deps-go deps-openai-js deps-sdk-js deps-ts deps-workerd subdivisions clean
 
@@ -254,11 +257,11 @@ CHECK_PKGS   = $(filter-out ./e2e,$(SLOW_PKGS)) $(shell $(GO) list ./... | grep 
 
 ## check: vet, depscheck, unit and the real-engine integration tests, no browsers (about 3 minutes)
 check: deps-chdb deps-geoip deps-ts vet depscheck wasm
-	ITLMON_REQUIRE_REAL=1 ITLMON_NO_BROWSERS=1 $(GO) test -count=1 -p 2 -timeout $(TEST_TIMEOUT) $(CHECK_PKGS)
+	ITLMON_REQUIRE_REAL=1 ITLMON_NO_BROWSERS=1 $(GO) test -count=1 -p 2 -parallel $(TEST_PARALLEL) -timeout $(TEST_TIMEOUT) $(CHECK_PKGS)
 
 ## test: everything: vet, depscheck, unit, integration (real ClickHouse engine), e2e (real Chromium, nginx, workerd)
 test: deps vet depscheck wasm edge
-	ITLMON_REQUIRE_REAL=1 $(GO) test -count=1 -p 2 -timeout $(TEST_TIMEOUT) $(SLOW_PKGS) ./...
+	ITLMON_REQUIRE_REAL=1 $(GO) test -count=1 -p 2 -parallel $(TEST_PARALLEL) -timeout $(TEST_TIMEOUT) $(SLOW_PKGS) ./...
 
 ## bench: benchmarks and the size/cost reports
 bench: deps wasm edge
