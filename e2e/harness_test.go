@@ -28,6 +28,8 @@
 //	OpenPage(t, ctx, url)            navigate and wait until itlmon is ready (or definitely off)
 //	RunStream(t, ctx, StreamOpts)    make the page fetch and read a stream; what the page saw
 //	WaitStreams(t, c, site, n)       poll /api/streams until n streams are stored, with a deadline
+//	Eventually(within, every, cond)  wait on a condition another process knows; changes.Wait on one the
+//	                                 test's own servers record (wait_test.go): never a fixed wait
 //	PageSummaries(t, ctx)            what itlmon.onStream gave the page
 //	startWorkerd(t, origin, sink)    the real workerd running the edge Worker (bin/edge, make edge), the same
 //	                                 Worker measuring nothing, and a JS pass-through Worker (edge_test.go);
