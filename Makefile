@@ -62,8 +62,11 @@ APT_PKGS    := chromium chromium-driver nginx libnginx-mod-http-brotli-filter br
 SUDO        := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 WASM_OUT    := web/dist
 TEST_TIMEOUT ?= 25m
+# Tests of one package that call t.Parallel run this many at a time: the e2e ones that assert no timing wait on
+# streams, collectors and pages far more than they compute.
+TEST_PARALLEL ?= 4
 
-.PHONY: vendor-uplot build run test unit bench fuzz vet depscheck wasm edge deps deps-apt deps-chdb deps-geoip deps-go deps-openai-js deps-sdk-js deps-ts deps-workerd subdivisions clean
+.PHONY: vendor-uplot build run check test unit bench fuzz vet depscheck wasm edge deps deps-apt deps-chdb deps-geoip deps-go deps-openai-js deps-sdk-js deps-ts deps-workerd subdivisions clean
 
 ## deps: install what is missing (apt packages, the pinned ClickHouse engine and GeoIP database from npm, Go modules)
 deps: deps-apt deps-chdb deps-geoip deps-go deps-sdk-js deps-ts deps-workerd
@@ -244,9 +247,22 @@ depscheck:
 unit: wasm
 	$(GO) test -count=1 -short ./...
 
+# The packages in the order `go test -p 2` starts them: it runs them in the order given (the rest of
+# ./... after these, deduplicated), so the longest start first and the short ones fill the other
+# slot; the suite ends when its longest chain does. docs/development.md has the times per package.
+SLOW_PKGS   := ./e2e ./collector/cmd/itlmon ./collector/join ./collector/store ./collector/query \
+	./collector/grafana ./collector/otlp ./collector/chdb
+# make check: every package but the browser end-to-end ones (e2e, e2e/browsers); ITLMON_NO_BROWSERS=1
+# skips the few browser tests elsewhere (the dashboard page in collector/query).
+CHECK_PKGS   = $(filter-out ./e2e,$(SLOW_PKGS)) $(shell $(GO) list ./... | grep -v -e '/e2e$$' -e '/e2e/browsers$$')
+
+## check: vet, depscheck, unit and the real-engine integration tests, no browsers (about 3 minutes)
+check: deps-chdb deps-geoip deps-ts vet depscheck wasm
+	ITLMON_REQUIRE_REAL=1 ITLMON_NO_BROWSERS=1 $(GO) test -count=1 -p 2 -parallel $(TEST_PARALLEL) -timeout $(TEST_TIMEOUT) $(CHECK_PKGS)
+
 ## test: everything: vet, depscheck, unit, integration (real ClickHouse engine), e2e (real Chromium, nginx, workerd)
 test: deps vet depscheck wasm edge
-	ITLMON_REQUIRE_REAL=1 $(GO) test -count=1 -p 2 -timeout $(TEST_TIMEOUT) ./...
+	ITLMON_REQUIRE_REAL=1 $(GO) test -count=1 -p 2 -parallel $(TEST_PARALLEL) -timeout $(TEST_TIMEOUT) $(SLOW_PKGS) ./...
 
 ## bench: benchmarks and the size/cost reports
 bench: deps wasm edge

@@ -158,7 +158,12 @@ func startOriginSink(t *testing.T) *originSink {
 func (s *originSink) wait(t *testing.T, id string) beacon.Origin {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
-	go func() { time.Sleep(10 * time.Second); s.cond.Broadcast() }()
+	wake := time.AfterFunc(10*time.Second, func() { // the deadline: s.cond.Wait returns
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		s.cond.Broadcast()
+	})
+	defer wake.Stop()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for {
@@ -588,27 +593,25 @@ func (c *attrCollector) waitStored(t *testing.T, id string) attrStored {
 	ctx := context.Background()
 	var s attrStored
 	var err error
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("collector: stream %s and its join not stored within 30s (last: %+v, %v)", id, s, err)
-		}
+	if !Eventually(30*time.Second, 50*time.Millisecond, func() bool {
 		err = c.DB.Conn().QueryRow(ctx, `SELECT origin_id, http_proto, ttft_us, gap_p50_us, gap_p99_us, gap_max_us, events_per_read, max_events_per_read, bytes_per_read, reads, stalls, sub_floor_share,
 			stalls_unknown, stalls_network, stalls_page, stalls_origin, ttft_cause, content_events
 			FROM itl_streams FINAL WHERE site = ? AND origin_id = ?`, attrSite, id).Scan(
 			&s.OriginID, &s.HTTPProto, &s.TTFTUs, &s.GapP50, &s.GapP99, &s.GapMax, &s.EventsPerRead, &s.MaxEventsPerRead, &s.BytesPerRead, &s.Reads, &s.Stalls, &s.SubFloor,
 			&s.ByCause[1], &s.ByCause[2], &s.ByCause[3], &s.ByCause[4], &s.TTFTCause, &s.ContentEvents)
 		if err != nil || s.OriginID == "" {
-			continue
+			return false
 		}
 		err = c.DB.Conn().QueryRow(ctx, `SELECT version, ttft_us, gap_p50_us, stalls, events_per_flush, added_ttft_us, added_p50_us,
 			stalls_unknown, stalls_network, stalls_page, stalls_origin, ttft_cause, content_events
 			FROM itl_origin FINAL WHERE site = ? AND origin_id = ?`, attrSite, s.OriginID).Scan(
 			&s.Version, &s.OriginTTFTUs, &s.OriginP50, &s.OriginStalls, &s.EventsPerFlush, &s.AddedTTFT, &s.AddedP50,
 			&s.JoinedByCause[1], &s.JoinedByCause[2], &s.JoinedByCause[3], &s.JoinedByCause[4], &s.JoinedTTFTCause, &s.OriginEvts)
-		if err == nil && s.Version == 1 {
-			return s
-		}
+		return err == nil && s.Version == 1
+	}) {
+		t.Fatalf("collector: stream %s and its join not stored within 30s (last: %+v, %v)", id, s, err)
 	}
+	return s
 }
 
 // causeOf is the meter.Cause of a stored cause name.

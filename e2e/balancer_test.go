@@ -175,6 +175,7 @@ func (c *Collector) metric(t testing.TB, name string) float64 {
 // once resumed (delivered to both); a beacon through a mirroring nginx
 // reaches both; every record is stored once, the rollup included.
 func TestBalancedCollectors(t *testing.T) {
+	t.Parallel()
 	nginx.RequireReal(t)
 	const site, page = "lb", "https://page.example.com"
 	a := StartCollectorArgs(t, []string{"--log-level", "info"}, site+"="+page)
@@ -253,13 +254,9 @@ func TestBalancedCollectors(t *testing.T) {
 		t.Fatalf("collector a acked %v records, want %d: its WebSocket batch and both beacons", got, 3+2*2)
 	}
 	b.Resume(t)
-	deadline := time.Now().Add(30 * time.Second)
-	for b.metric(t, "itlmon_ingest_records_accepted_total") != 3+2 {
-		if time.Now().After(deadline) {
-			t.Fatalf("resumed collector b accepted %v records, want %d: its WebSocket batch and the beacon nginx retried on a",
-				b.metric(t, "itlmon_ingest_records_accepted_total"), 3+2)
-		}
-		time.Sleep(100 * time.Millisecond)
+	if !Eventually(30*time.Second, 50*time.Millisecond, func() bool { return b.metric(t, "itlmon_ingest_records_accepted_total") == 3+2 }) {
+		t.Fatalf("resumed collector b accepted %v records, want %d: its WebSocket batch and the beacon nginx retried on a",
+			b.metric(t, "itlmon_ingest_records_accepted_total"), 3+2)
 	}
 
 	// A mirroring balancer in front of the same two: one beacon reaches both
@@ -279,14 +276,12 @@ func TestBalancedCollectors(t *testing.T) {
 	if resp.StatusCode != http.StatusNoContent {
 		t.Fatalf("beacon through the mirroring nginx: %s, want 204\n%s", resp.Status, mirror.ErrorLog())
 	}
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		a1, b1 := accepted()
-		if a1-a0 >= 2 && b1-b0 >= 2 && a1-a0+b1-b0 == 6 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("mirrored beacon of 2 records: a accepted %v, b %v; want 2 or 4 each, 6 in all", a1-a0, b1-b0)
-		}
+	var a1, b1 float64
+	if !Eventually(30*time.Second, 50*time.Millisecond, func() bool {
+		a1, b1 = accepted()
+		return a1-a0 >= 2 && b1-b0 >= 2 && a1-a0+b1-b0 == 6
+	}) {
+		t.Fatalf("mirrored beacon of 2 records: a accepted %v, b %v; want 2 or 4 each, 6 in all", a1-a0, b1-b0)
 	}
 
 	// Stored once: 3+3 WebSocket records, 3×2 beacon records (one batch on
@@ -295,11 +290,7 @@ func TestBalancedCollectors(t *testing.T) {
 	q := fmt.Sprintf(`SELECT concat(toString(count()), ' ', toString(uniqExact(stream_id)), ' ',
 		toString((SELECT sum(streams) FROM itl_rollup_1m WHERE site = '%s'))) FROM itl_streams WHERE site = '%s'`, site, site)
 	var got string
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
-		if got = a.Query(t, q); got == want+" "+want+" "+want || time.Now().After(deadline) {
-			break
-		}
-	}
+	Eventually(30*time.Second, 50*time.Millisecond, func() bool { got = a.Query(t, q); return got == want+" "+want+" "+want })
 	if got != want+" "+want+" "+want {
 		t.Fatalf("(rows, distinct ids, rollup streams) = %s, want %s each", got, want)
 	}

@@ -104,15 +104,12 @@ func (db *clusterDB) waitPromoted(t *testing.T) {
 		}
 		var pending uint64
 		var err error
-		for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		if !Eventually(60*time.Second, 100*time.Millisecond, func() bool {
 			err = c.QueryRow(t.Context(), `SELECT count() FROM itl_inbox WHERE ingested_at < fromUnixTimestamp64Micro(?)
 				AND ingested_at >= (SELECT max(promoted_window) FROM itl_promoted) + INTERVAL 1 SECOND`, until.UnixMicro()).Scan(&pending)
-			if err == nil && pending == 0 {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("shard %d: inbox rows not promoted within 60 s: %d pending (err %v)", i+1, pending, err)
-			}
+			return err == nil && pending == 0
+		}) {
+			t.Fatalf("shard %d: inbox rows not promoted within 60 s: %d pending (err %v)", i+1, pending, err)
 		}
 	}
 }
@@ -129,14 +126,11 @@ type clusterTab struct {
 func (tab clusterTab) acked(t *testing.T, within time.Duration) {
 	t.Helper()
 	var st map[string]float64
-	for deadline := time.Now().Add(within); ; time.Sleep(100 * time.Millisecond) {
+	if !Eventually(within, 50*time.Millisecond, func() bool {
 		st = Eval[map[string]float64](t, tab.ctx, `itlmon._stats()`)
-		if st["open"] == 0 && st["pending"] == 0 && st["unacked"] == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: module stats %v after %v: records not acked", tab.name, st, within)
-		}
+		return st["open"] == 0 && st["pending"] == 0 && st["unacked"] == 0
+	}) {
+		t.Fatalf("%s: module stats %v after %v: records not acked", tab.name, st, within)
 	}
 }
 
@@ -151,10 +145,10 @@ func loadOf(t *testing.T, c *Collector) ingestLoad {
 // waitSent waits until rp's collector accepted n timelines in all.
 func waitSent(t *testing.T, rp *origin.Reporter, n uint64) {
 	t.Helper()
-	for deadline := time.Now().Add(60 * time.Second); rp.Stats().Sent < n; time.Sleep(50 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("origin reporter: %+v, want %d sent", rp.Stats(), n)
-		}
+	// The reporter's counters are in this process, but nothing signals
+	// their change: polled.
+	if !Eventually(60*time.Second, 20*time.Millisecond, func() bool { return rp.Stats().Sent >= n }) {
+		t.Fatalf("origin reporter: %+v, want %d sent", rp.Stats(), n)
 	}
 }
 
@@ -284,15 +278,13 @@ func TestClusterBalanced(t *testing.T) {
 		run(tab, "/v1/attrm")
 	}
 	waitSent(t, rpm, 2)
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+	var da, dbb float64
+	if !Eventually(30*time.Second, 50*time.Millisecond, func() bool {
 		na, nb := loadOf(t, a), loadOf(t, b)
-		da, dbb := na.origin-la.origin, nb.origin-lb0.origin
-		if da >= 2 && dbb >= 2 && da+dbb == 6 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("mirrored origin timelines: a got %v, b %v; want each twice or more, 6 in all", da, dbb)
-		}
+		da, dbb = na.origin-la.origin, nb.origin-lb0.origin
+		return da >= 2 && dbb >= 2 && da+dbb == 6
+	}) {
+		t.Fatalf("mirrored origin timelines: a got %v, b %v; want each twice or more, 6 in all", da, dbb)
 	}
 	// 2b. b paused: of two origin POSTs through the balancer, round robin
 	// sends one to b, which does not answer; nginx sends it to a after
@@ -311,10 +303,8 @@ func TestClusterBalanced(t *testing.T) {
 		t.Fatalf("with b paused, a got %v origin timelines, want 2 (one of them retried from b)", got)
 	}
 	b.Resume(t)
-	for deadline := time.Now().Add(30 * time.Second); loadOf(t, b).origin-lb0.origin != 1; time.Sleep(100 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("resumed b got %v origin timelines, want 1 (the POST nginx retried on a)", loadOf(t, b).origin-lb0.origin)
-		}
+	if !Eventually(30*time.Second, 50*time.Millisecond, func() bool { return loadOf(t, b).origin-lb0.origin == 1 }) {
+		t.Fatalf("resumed b got %v origin timelines, want 1 (the POST nginx retried on a)", loadOf(t, b).origin-lb0.origin)
 	}
 	// 2c. A page whose module reports through the mirroring nginx, its
 	// second record held for a batch (flushMs one minute), is left: the
@@ -339,15 +329,12 @@ func TestClusterBalanced(t *testing.T) {
 	if err := chromedp.Do(leaving.ctx, chromedp.Navigate(og.URL+"/plain")); err != nil {
 		t.Fatalf("%s: navigate away: %v", leaving.name, err)
 	}
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+	if !Eventually(30*time.Second, 50*time.Millisecond, func() bool {
 		na, nb := loadOf(t, a), loadOf(t, b)
-		da, dbb := na.client-la.client, nb.client-lb0.client
-		if da >= 1 && dbb >= 1 && da+dbb == 3 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the pagehide beacon through the mirroring nginx: a accepted %v records, b %v; want each once or twice, 3 in all", da, dbb)
-		}
+		da, dbb = na.client-la.client, nb.client-lb0.client
+		return da >= 1 && dbb >= 1 && da+dbb == 3
+	}) {
+		t.Fatalf("the pagehide beacon through the mirroring nginx: a accepted %v records, b %v; want each once or twice, 3 in all", da, dbb)
 	}
 	t.Logf("phase 2: same origin batch on both collectors (mirror, retry), same browser beacon on both (mirror), %v", time.Since(phase).Round(time.Millisecond))
 
@@ -392,6 +379,9 @@ func TestClusterBalanced(t *testing.T) {
 	}
 	victim.Kill(t)
 	killed := time.Now()
+	// The scenario, not a wait for a condition: the collector stays down a
+	// second while the pages' answers go on (their modules see the socket
+	// close and retry against the other collector or the restarted one).
 	time.Sleep(time.Second)
 	victim.Start(t)
 	t.Logf("phase 3: collector %s SIGKILLed %v into the pages' streams (%s), back after %v (%s kept serving)",

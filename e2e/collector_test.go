@@ -4,13 +4,16 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -39,6 +42,10 @@ type Collector struct {
 	logs   *syncBuf
 }
 
+// testJoinHold is the --join-hold StartCollector gives a collector unless
+// its args say otherwise.
+const testJoinHold = 200 * time.Millisecond
+
 // StartCollector starts `itlmon serve --demo` with the given --site values
 // (KEY=ORIGIN[,ORIGIN...]) and waits until /readyz answers. It skips (or
 // fails under ITLMON_REQUIRE_REAL=1) without the ClickHouse engine library.
@@ -50,7 +57,8 @@ func StartCollector(t *testing.T, sites ...string) *Collector {
 // StartCollectorArgs is StartCollector with more `itlmon serve` flags after
 // the defaults (a later flag wins): --clickhouse DSN (a second collector on
 // the ClickHouse of a first one: see ClickHouseDSN), --origin-key SITE=KEY,
-// --log-level info.
+// --log-level info, --join-hold 3s (the default is testJoinHold: pass the
+// hold a test of the origin or edge join needs).
 func StartCollectorArgs(t *testing.T, args []string, sites ...string) *Collector {
 	t.Helper()
 	if testing.Short() {
@@ -70,8 +78,12 @@ func StartCollectorArgs(t *testing.T, args []string, sites ...string) *Collector
 			t.Fatal(err)
 		}
 		c.URL, c.Addr = "http://"+addr, addr
+		// --join-hold: what a test stores is readable about this long after
+		// its window (1 s) ends. The default (3 s) gives origin timelines
+		// time to join; tests that send none need not wait for them, and
+		// tests that do pass their own hold.
 		c.args = []string{"serve", "--addr", addr, "--data", c.Data, "--demo", "--log-level", "warn", "--log-format", "json",
-			"--shutdown-timeout", "10s"}
+			"--shutdown-timeout", "10s", "--join-hold", testJoinHold.String()}
 		for _, s := range sites {
 			c.args = append(c.args, "--site", s)
 		}
@@ -134,7 +146,7 @@ func (c *Collector) start(t *testing.T) error {
 			c.cmd = nil
 			c.mu.Unlock()
 			return fmt.Errorf("collector exited during start-up:\n%s", c.logs.String()[mark:])
-		case <-time.After(100 * time.Millisecond):
+		case <-time.After(50 * time.Millisecond): // look at /readyz again
 		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("collector not ready within 90s (last: %v):\n%s", err, c.logs.String()[mark:])
@@ -145,20 +157,104 @@ func (c *Collector) start(t *testing.T) error {
 // Stop ends the collector gracefully (SIGTERM), waiting up to 30 s.
 func (c *Collector) Stop(t testing.TB) {
 	t.Helper()
+	if err := c.stop(); err != nil {
+		t.Error(err)
+	}
+}
+
+func (c *Collector) stop() error {
 	c.mu.Lock()
 	cmd, waited := c.cmd, c.waited
 	c.cmd = nil
 	c.mu.Unlock()
 	if cmd == nil {
-		return
+		return nil
 	}
 	cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-waited:
+		return nil
 	case <-time.After(30 * time.Second):
 		cmd.Process.Kill()
 		<-waited
-		t.Errorf("collector did not stop within 30s of SIGTERM")
+		return errors.New("collector did not stop within 30s of SIGTERM")
+	}
+}
+
+// sharedSites is how many site keys the shared collector has (s1 ... sN).
+const sharedSites = 100
+
+var shared struct {
+	once  sync.Once
+	c     *Collector
+	err   error
+	data  string
+	sites atomic.Int32
+}
+
+// SharedCollector returns the package's one collector for tests that store
+// streams and read them back (started at first use, stopped after the
+// tests), and a site key of t's own on it, allowed from any page origin:
+// the test reads back only its own streams. A test that stops, restarts or
+// configures its collector, or tests which origins a site allows, starts
+// its own (StartCollector).
+func SharedCollector(t *testing.T) (*Collector, string) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip(errSkipShort.Error())
+	}
+	lib := os.Getenv("CHDB_LIB_PATH")
+	if _, err := os.Stat(lib); lib == "" || err != nil {
+		requireReal(t, "clickhouse engine (CHDB_LIB_PATH)", fmt.Errorf("%q: %v", lib, err))
+	}
+	shared.once.Do(func() {
+		if shared.data, shared.err = os.MkdirTemp("", "itlmon-e2e-shared"); shared.err != nil {
+			return
+		}
+		c := &Collector{Data: shared.data, logs: &syncBuf{}}
+		for attempt := 1; attempt <= 3; attempt++ {
+			var addr string
+			if addr, shared.err = freeport.Addr(); shared.err != nil {
+				return
+			}
+			c.URL, c.Addr = "http://"+addr, addr
+			c.args = []string{"serve", "--addr", addr, "--data", c.Data, "--demo", "--log-level", "warn", "--log-format", "json",
+				"--shutdown-timeout", "10s", "--join-hold", testJoinHold.String()}
+			for i := 1; i <= sharedSites; i++ {
+				c.args = append(c.args, "--site", "s"+strconv.Itoa(i)+"=*")
+			}
+			if shared.err = c.start(t); shared.err == nil || !strings.Contains(shared.err.Error(), "address already in use") {
+				break
+			}
+		}
+		if shared.err == nil {
+			shared.c = c
+		}
+	})
+	if shared.err != nil || shared.c == nil {
+		t.Fatalf("shared collector did not start: %v", shared.err)
+	}
+	n := shared.sites.Add(1)
+	if n > sharedSites {
+		t.Fatalf("the shared collector has %d sites, all taken: raise sharedSites", sharedSites)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("shared collector log:\n%s", shared.c.logs.String())
+		}
+	})
+	return shared.c, "s" + strconv.Itoa(int(n))
+}
+
+// stopShared stops the shared collector, if one was started (TestMain).
+func stopShared() {
+	if shared.c != nil {
+		if err := shared.c.stop(); err != nil {
+			fmt.Fprintln(os.Stderr, "shared collector:", err)
+		}
+	}
+	if shared.data != "" {
+		os.RemoveAll(shared.data)
 	}
 }
 
@@ -239,17 +335,15 @@ func (c *Collector) Streams(t testing.TB, site string) ([]StoredStream, error) {
 // streams (deadline 45 s) and returns them, newest first.
 func WaitStreams(t testing.TB, c *Collector, site string, n int) []StoredStream {
 	t.Helper()
-	deadline := time.Now().Add(45 * time.Second)
-	for {
-		got, err := c.Streams(t, site)
-		if err == nil && len(got) >= n {
-			return got
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("stored streams for site %q = %d (err %v), want >= %d within 45s", site, len(got), err, n)
-		}
-		time.Sleep(200 * time.Millisecond)
+	var got []StoredStream
+	var err error
+	if !Eventually(45*time.Second, 50*time.Millisecond, func() bool {
+		got, err = c.Streams(t, site)
+		return err == nil && len(got) >= n
+	}) {
+		t.Fatalf("stored streams for site %q = %d (err %v), want >= %d within 45s", site, len(got), err, n)
 	}
+	return got
 }
 
 // StreamByID returns the stored stream with the page-side id (itlmon.onStream's summary.id).
@@ -295,6 +389,21 @@ func collectorPage(t *testing.T, init map[string]any) (*Origin, *Collector, cont
 		t.Fatalf("itlmon did not become ready: %s", Eval[string](t, ctx, `itlmon.timing.error`))
 	}
 	return o, c, ctx
+}
+
+// sharedCollectorPage is collectorPage on the shared collector: it returns
+// the test's site key too.
+func sharedCollectorPage(t *testing.T, init map[string]any) (*Origin, *Collector, context.Context, string) {
+	t.Helper()
+	Browser(t)
+	o := StartOrigin(t)
+	c, site := SharedCollector(t)
+	o.SetCollector(c.URL, site)
+	ctx := NewTab(t)
+	if !OpenPage(t, ctx, o.PageURL(init, false)) {
+		t.Fatalf("itlmon did not become ready: %s", Eval[string](t, ctx, `itlmon.timing.error`))
+	}
+	return o, c, ctx, site
 }
 
 func lastSummary(t *testing.T, ctx context.Context) Summary {

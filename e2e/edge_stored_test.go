@@ -120,11 +120,11 @@ func joinedEdge(t *testing.T, c *Collector, id, cols string) string {
 	t.Helper()
 	q := "SELECT version, " + cols + " FROM itl_edge FINAL WHERE origin_id = '" + id + "'"
 	var row string
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(200 * time.Millisecond) {
-		if row = c.Query(t, q); strings.HasPrefix(row, "1\t") || time.Now().After(deadline) {
-			return strings.TrimPrefix(row, "1\t")
-		}
-	}
+	Eventually(20*time.Second, 50*time.Millisecond, func() bool {
+		row = c.Query(t, q)
+		return strings.HasPrefix(row, "1\t")
+	})
+	return strings.TrimPrefix(row, "1\t")
 }
 
 // TestEdgeStoredHops: nginx buffering a stream (proxy_buffering + gzip:

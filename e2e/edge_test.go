@@ -56,10 +56,11 @@ func edgeCFJSON() string {
 // edgeSink stands in for the collector's /v1/origin: it checks the key,
 // decodes each batch and keeps the timelines in arrival order.
 type edgeSink struct {
-	URL  string
-	mu   sync.Mutex
-	recs []beacon.Origin
-	errs []string
+	URL     string
+	changed changes // a timeline or an error recorded
+	mu      sync.Mutex
+	recs    []beacon.Origin
+	errs    []string
 }
 
 func startEdgeSink(t *testing.T) *edgeSink {
@@ -70,6 +71,7 @@ func startEdgeSink(t *testing.T) *edgeSink {
 			s.mu.Lock()
 			s.errs = append(s.errs, msg)
 			s.mu.Unlock()
+			s.changed.Notify()
 			http.Error(w, msg, code)
 		}
 		if r.Method != http.MethodPost || r.URL.Path != origin.Path || r.URL.Query().Get("site") != edgeSite {
@@ -93,6 +95,7 @@ func startEdgeSink(t *testing.T) *edgeSink {
 		s.mu.Lock()
 		s.recs = append(s.recs, b.Records...)
 		s.mu.Unlock()
+		s.changed.Notify()
 		w.WriteHeader(http.StatusNoContent)
 	}))
 	return s
@@ -101,10 +104,11 @@ func startEdgeSink(t *testing.T) *edgeSink {
 // pair waits for the origin's and the edge's timeline of stream id.
 func (s *edgeSink) pair(t *testing.T, id string) (o, e beacon.Origin) {
 	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for {
+	var haveO, haveE bool
+	var errs []string
+	s.changed.Wait(15*time.Second, func() bool {
 		s.mu.Lock()
-		var haveO, haveE bool
+		defer s.mu.Unlock()
 		for _, r := range s.recs {
 			switch {
 			case r.ID == id && r.Vantage == beacon.VantageOrigin:
@@ -113,70 +117,63 @@ func (s *edgeSink) pair(t *testing.T, id string) (o, e beacon.Origin) {
 				e, haveE = r, true
 			}
 		}
-		errs := slices.Clone(s.errs)
-		s.mu.Unlock()
-		if len(errs) > 0 {
-			t.Fatalf("sink refused posts: %q", errs)
-		}
-		if haveO && haveE {
-			return o, e
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("stream %s: origin timeline %v, edge timeline %v within 15 s", id, haveO, haveE)
-		}
-		time.Sleep(20 * time.Millisecond)
+		errs = slices.Clone(s.errs)
+		return len(errs) > 0 || haveO && haveE
+	})
+	if len(errs) > 0 {
+		t.Fatalf("sink refused posts: %q", errs)
 	}
+	if !haveO || !haveE {
+		t.Fatalf("stream %s: origin timeline %v, edge timeline %v within 15 s", id, haveO, haveE)
+	}
+	return o, e
 }
 
 // origin waits for the origin's timeline of stream id.
 func (s *edgeSink) origin(t *testing.T, id string) beacon.Origin {
 	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for {
+	var o beacon.Origin
+	if !s.changed.Wait(15*time.Second, func() bool {
 		s.mu.Lock()
+		defer s.mu.Unlock()
 		for _, r := range s.recs {
 			if r.ID == id && r.Vantage == beacon.VantageOrigin {
-				s.mu.Unlock()
-				return r
+				o = r
+				return true
 			}
 		}
-		s.mu.Unlock()
-		if time.Now().After(deadline) {
-			t.Fatalf("no origin timeline for %s within 15 s", id)
-		}
-		time.Sleep(20 * time.Millisecond)
+		return false
+	}) {
+		t.Fatalf("no origin timeline for %s within 15 s", id)
 	}
+	return o
 }
 
 // next waits for the first stream id after the first `after` timelines that
 // has both an origin and an edge timeline, and returns it.
 func (s *edgeSink) next(t *testing.T, after int) string {
 	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for {
+	var id string
+	if !s.changed.Wait(15*time.Second, func() bool {
 		s.mu.Lock()
+		defer s.mu.Unlock()
 		seen := map[string]int{}
-		var id string
 		for _, r := range s.recs[min(after, len(s.recs)):] {
 			if seen[r.ID] |= 1 << r.Vantage; seen[r.ID] == 3 && id == "" {
 				id = r.ID
 			}
 		}
+		return id != ""
+	}) {
+		s.mu.Lock()
+		var got []string
+		for _, r := range s.recs[min(after, len(s.recs)):] {
+			got = append(got, r.Vantage.String()+" "+r.ID+" "+meter.Status(r.Status).String())
+		}
 		s.mu.Unlock()
-		if id != "" {
-			return id
-		}
-		if time.Now().After(deadline) {
-			s.mu.Lock()
-			var got []string
-			for _, r := range s.recs[min(after, len(s.recs)):] {
-				got = append(got, r.Vantage.String()+" "+r.ID+" "+meter.Status(r.Status).String())
-			}
-			s.mu.Unlock()
-			t.Fatalf("no new stream with both timelines within 15 s; new timelines: %q", got)
-		}
-		time.Sleep(20 * time.Millisecond)
+		t.Fatalf("no new stream with both timelines within 15 s; new timelines: %q", got)
 	}
+	return id
 }
 
 func (s *edgeSink) len() int {
@@ -188,25 +185,33 @@ func (s *edgeSink) len() int {
 // originStarts holds when each stream's request reached the origin's
 // middleware, by stream id, to the microsecond (its timeline's StartUnixMs
 // is in milliseconds).
-type originStarts struct{ m sync.Map }
+type originStarts struct {
+	m       sync.Map
+	changed changes
+}
 
 func (st *originStarts) wrap(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		t0 := time.Now()
 		h.ServeHTTP(w, r)
 		st.m.Store(w.Header().Get(origin.HeaderStream), t0) // the middleware set it
+		st.changed.Notify()
 	})
 }
 
 func (st *originStarts) get(t *testing.T, id string) time.Time {
 	t.Helper()
-	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
-		if v, ok := st.m.Load(id); ok {
-			return v.(time.Time)
+	var t0 time.Time
+	if !st.changed.Wait(5*time.Second, func() bool {
+		v, ok := st.m.Load(id)
+		if ok {
+			t0 = v.(time.Time)
 		}
+		return ok
+	}) {
+		t.Fatalf("no origin start for stream %q", id)
 	}
-	t.Fatalf("no origin start for stream %q", id)
-	return time.Time{}
+	return t0
 }
 
 // startEdgeOrigin is StartOrigin with the demo APIs behind the origin
@@ -567,25 +572,20 @@ func TestEdgeWorker(t *testing.T) {
 		// the record: when the origin learns of it depends on workerd.
 		before = sink.len()
 		abJS := Eval[sdkResult](t, edgeTab(t, wd.JSURL), sdkCall(true))
-		deadline := time.Now().Add(15 * time.Second)
-		for {
+		var found *beacon.Origin
+		if !sink.changed.Wait(15*time.Second, func() bool {
 			sink.mu.Lock()
-			var found *beacon.Origin
+			defer sink.mu.Unlock()
 			for _, r := range sink.recs[before:] {
 				if r.Status == uint8(meter.StatusAborted) {
 					found = &r
 				}
 			}
-			sink.mu.Unlock()
-			if found != nil {
-				t.Logf("through the JS pass-through Worker: %d chunks; origin stopped after %d content events (%d µs)", abJS.Chunks, found.ContentEvents, found.DurationUs)
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("through the JS pass-through Worker: no aborted origin timeline")
-			}
-			time.Sleep(20 * time.Millisecond)
+			return found != nil
+		}) {
+			t.Fatalf("through the JS pass-through Worker: no aborted origin timeline")
 		}
+		t.Logf("through the JS pass-through Worker: %d chunks; origin stopped after %d content events (%d µs)", abJS.Chunks, found.ContentEvents, found.DurationUs)
 	})
 
 	// A client that goes away while the origin is silent: the origin learns
@@ -675,21 +675,22 @@ func TestEdgeReport(t *testing.T) {
 			}
 			return time.Since(start)
 		}
+		posts := base == wd.URL && body // the Go Worker and the origin post a timeline each per stream
+		warm := sink.len()
 		for range 3 {
 			do()
 		}
-		time.Sleep(200 * time.Millisecond) // the warm-up's timeline POSTs
+		if posts { // the warm-up's timeline POSTs
+			sink.changed.Wait(15*time.Second, func() bool { return sink.len() >= warm+2*3 })
+		}
 		before := sink.len()
 		cpu0 := wd.cpu(t)
 		walls := make([]float64, 0, n)
 		for range n {
 			walls = append(walls, float64(do().Microseconds())/1e3)
 		}
-		if base == wd.URL && body { // the timelines' POSTs are part of the Go Worker's work
-			deadline := time.Now().Add(15 * time.Second)
-			for sink.len() < before+2*n && time.Now().Before(deadline) {
-				time.Sleep(10 * time.Millisecond)
-			}
+		if posts { // the timelines' POSTs are part of the Go Worker's work
+			sink.changed.Wait(15*time.Second, func() bool { return sink.len() >= before+2*n })
 		}
 		cpu := wd.cpu(t) - cpu0
 		slices.Sort(walls)

@@ -53,8 +53,8 @@ func BrowserEngine(t testing.TB, name string) browsers.Engine {
 	if name == "chromium" {
 		return browsers.Chromium(Browser(t))
 	}
-	if errors.Is(browserErr, errSkipShort) {
-		t.Skip(errSkipShort.Error())
+	if errors.Is(browserErr, errSkipShort) || errors.Is(browserErr, errNoBrowsers) {
+		t.Skip(browserErr.Error())
 	}
 	slot := engineSlots[name]
 	slot.once.Do(func() {

@@ -21,10 +21,15 @@
 //	                                 loopback port and a t.TempDir() data root; Stop/Start/Restart
 //	                                 keep port and data (collector_test.go). Its Main lives in
 //	                                 package main, so it runs as the built binary (engineExe).
+//	SharedCollector(t) (c, site)     the package's one collector (started at first use) and a site key of
+//	                                 the test's own on it, any page origin allowed: for tests that only
+//	                                 store and read back (sharedCollectorPage: collectorPage on it)
 //	c.Streams / StreamByID           read back through /api/streams
 //	OpenPage(t, ctx, url)            navigate and wait until itlmon is ready (or definitely off)
 //	RunStream(t, ctx, StreamOpts)    make the page fetch and read a stream; what the page saw
 //	WaitStreams(t, c, site, n)       poll /api/streams until n streams are stored, with a deadline
+//	Eventually(within, every, cond)  wait on a condition another process knows; changes.Wait on one the
+//	                                 test's own servers record (wait_test.go): never a fixed wait
 //	PageSummaries(t, ctx)            what itlmon.onStream gave the page
 //	startWorkerd(t, origin, sink)    the real workerd running the edge Worker (bin/edge, make edge), the same
 //	                                 Worker measuring nothing, and a JS pass-through Worker (edge_test.go);
@@ -85,8 +90,13 @@ func TestMain(m *testing.M) {
 	code := func() int {
 		flag.Parse()
 		defer closeEngines() // Firefox and WebKit, launched by the first test that asks (engine_test.go)
+		defer stopShared()   // the shared collector (SharedCollector), started by the first test that asks
 		if testing.Short() {
 			browserErr = errSkipShort
+			return m.Run()
+		}
+		if os.Getenv("ITLMON_NO_BROWSERS") == "1" {
+			browserErr = errNoBrowsers
 			return m.Run()
 		}
 		if _, err := os.Stat(chromiumPath); err != nil {
@@ -152,13 +162,16 @@ func requireReal(t testing.TB, what string, err error) {
 	t.Skipf("%s: %v", what, err)
 }
 
-var errSkipShort = errors.New("end-to-end tests do not run with -short")
+var (
+	errSkipShort  = errors.New("end-to-end tests do not run with -short")
+	errNoBrowsers = errors.New("browser tests skipped: ITLMON_NO_BROWSERS=1 (make check)")
+)
 
 // Browser returns the package's shared browser context.
 func Browser(t testing.TB) context.Context {
 	t.Helper()
-	if errors.Is(browserErr, errSkipShort) {
-		t.Skip(errSkipShort.Error())
+	if errors.Is(browserErr, errSkipShort) || errors.Is(browserErr, errNoBrowsers) {
+		t.Skip(browserErr.Error())
 	}
 	if browserCtx == nil {
 		requireReal(t, "browser", browserErr)

@@ -155,6 +155,7 @@ const sdkOpts = `{ apiKey: 'sk-test', baseURL: location.origin + '/v1', dangerou
 // before the module is ready, is stamped and queued, and measured in full
 // once the module has loaded.
 func TestClientBeforeModule(t *testing.T) {
+	t.Parallel()
 	o := StartOrigin(t)
 	serveOpenAI(t, o)
 	a := StartAssets(t)
@@ -201,6 +202,7 @@ func TestClientBeforeModule(t *testing.T) {
 // that kept the page's fetch is not, and in debug mode the page gets one
 // console hint naming the fix.
 func TestLateTagClientFetch(t *testing.T) {
+	t.Parallel()
 	o := StartOrigin(t)
 	serveOpenAI(t, o)
 	a := StartAssets(t)
@@ -253,6 +255,7 @@ func TestLateTagClientFetch(t *testing.T) {
 // collector before the load event ends, and the module follows when the
 // page is idle.
 func TestModuleAfterLoad(t *testing.T) {
+	t.Parallel()
 	o := StartOrigin(t)
 	a := StartAssets(t)
 	pageURL := servePage(t, o, "/idle", loaderPage{Src: a.URL + "/itl.js", Head: true})
@@ -320,6 +323,7 @@ func holdModule(t *testing.T, a *Assets) (release func()) {
 // interleaved, and cut into batches where a third stream ended) and a
 // stream after it are measured once the module is ready, every byte.
 func TestQueueBound(t *testing.T) {
+	t.Parallel()
 	o := StartOrigin(t)
 	a := StartAssets(t)
 	release := holdModule(t, a)
@@ -407,6 +411,7 @@ func TestQueueBound(t *testing.T) {
 // are queued for it, the queue is dropped, the page gets its own fetch back,
 // and a stream in flight reads to its end with its bytes intact.
 func TestModuleFailsWhileQueued(t *testing.T) {
+	t.Parallel()
 	o := StartOrigin(t)
 	a := StartAssets(t, "itl-module.js")
 	release := holdModule(t, a)
@@ -447,6 +452,7 @@ func TestModuleFailsWhileQueued(t *testing.T) {
 // wasm_exec.js for the main-thread fallback: a blob: Worker is refused
 // there) carry the tag's nonce, and streams are measured.
 func TestNonceCSP(t *testing.T) {
+	t.Parallel()
 	o := StartOrigin(t)
 	a := StartAssets(t)
 	pageURL := servePage(t, o, "/nonce", loaderPage{Src: a.URL + "/itl.js", Head: true, Nonce: "e2e-nonce-1"})
@@ -481,6 +487,19 @@ func storedPage(t *testing.T, o *Origin, front string) (*Collector, context.Cont
 	return c, ctx
 }
 
+// sharedStoredPage is storedPage on the shared collector (SharedCollector):
+// it returns the test's site key too.
+func sharedStoredPage(t *testing.T, o *Origin, front string) (*Collector, context.Context, string) {
+	t.Helper()
+	c, site := SharedCollector(t)
+	o.SetCollector(c.URL, site)
+	ctx := NewTab(t)
+	if !OpenPage(t, ctx, strings.Replace(o.PageURL(map[string]any{"flushMs": 200}, false), o.URL, front, 1)) {
+		t.Fatalf("itlmon did not become ready: %s", Eval[string](t, ctx, `itlmon.timing.error`))
+	}
+	return c, ctx, site
+}
+
 // slowHeaders answers a streamed completion only after wait (or never, when
 // the client leaves first); with hangUp, it closes the connection without
 // an answer instead.
@@ -509,12 +528,13 @@ func slowHeaders(wait time.Duration, hangUp bool) http.Handler {
 // while a buffering proxy held the answer), or a network error, with the
 // time waited and no headers.
 func TestBeforeHeaders(t *testing.T) {
+	t.Parallel()
 	Browser(t)
 	o := StartOrigin(t)
 	o.Handle("/slow/v1/chat/completions", slowHeaders(30*time.Second, false))
 	o.Handle("/slow/v1/other", slowHeaders(30*time.Second, false))
 	o.Handle("/hangup/api/chat", slowHeaders(300*time.Millisecond, true))
-	c, ctx := storedPage(t, o, o.URL)
+	c, ctx, site := sharedStoredPage(t, o, o.URL)
 	type result struct {
 		Err     string        `json:"err"`
 		Summary []pageSummary `json:"summary"`
@@ -563,7 +583,7 @@ func TestBeforeHeaders(t *testing.T) {
 		t.Fatalf("an aborted GET gave %d summaries, want 0", n)
 	}
 
-	rows := WaitStreams(t, c, "e2e", 2)
+	rows := WaitStreams(t, c, site, 2)
 	r := StreamByID(t, rows, ab.Summary[0].ID)
 	if r.Status != statusAborted || r.HTTPStatus != 0 || r.ContentEvents != 0 || r.TTFBMs != nil || r.DurationMs == nil || *r.DurationMs < 399 {
 		t.Fatalf("stored abort before headers: %+v; want aborted, HTTP status 0, no bytes, >= 400 ms", r)
@@ -581,18 +601,19 @@ func TestBeforeHeaders(t *testing.T) {
 // (no headers, HTTP status 0) with the time waited, and counted by the read
 // side the dashboard and `gate rum` share (/api/summary: before_headers).
 func TestBeforeHeadersBufferingProxy(t *testing.T) {
+	t.Parallel()
 	nginx.RequireReal(t)
 	Browser(t)
 	o := StartOrigin(t)
 	o.Handle("/v1/attr", http.HandlerFunc(attrStreamHandler)) // no X-Accel-Buffering (the demo sends it)
 	px := nginx.Start(t, nginx.Options{Upstream: o.URL, Buffering: true, Gzip: true})
-	c, ctx := storedPage(t, o, px.URL())
+	c, ctx, site := sharedStoredPage(t, o, px.URL())
 	// 100 tokens at attrCadence: the proxy answers after ~2 s; the page gives up at 800 ms.
 	read := RunStream(t, ctx, StreamOpts{Path: "/v1/attr", Query: "tokens=100", AbortAfterMs: 800})
 	if read.ErrorName != "AbortError" || read.Status != 0 || read.Bytes != 0 {
 		t.Fatalf("page: status %d, %d bytes, error %q (%s); want an AbortError before the headers", read.Status, read.Bytes, read.ErrorName, read.Error)
 	}
-	rows := WaitStreams(t, c, "e2e", 1)
+	rows := WaitStreams(t, c, site, 1)
 	r := rows[0]
 	if r.Status != statusAborted || r.End != "abort" || !r.BeforeHeaders || r.HeadersMs != nil || r.HTTPStatus != 0 ||
 		r.TTFBMs != nil || r.Bytes != 0 || r.DurationMs == nil || *r.DurationMs < 799 || *r.DurationMs > 1900 {
@@ -608,8 +629,8 @@ func TestBeforeHeadersBufferingProxy(t *testing.T) {
 		WaitMs        float64 `json:"before_headers_wait_ms"`
 	}
 	var rep report
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		resp, err := http.Get(c.URL + "/api/summary?site=e2e&since=1h")
+	Eventually(10*time.Second, 50*time.Millisecond, func() bool {
+		resp, err := http.Get(c.URL + "/api/summary?site=" + site + "&since=1h")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -624,10 +645,9 @@ func TestBeforeHeadersBufferingProxy(t *testing.T) {
 		if err := json.Unmarshal(b, &sum); err != nil {
 			t.Fatalf("/api/summary: %v", err)
 		}
-		if rep = sum.Report; rep.Streams > 0 || time.Now().After(deadline) {
-			break
-		}
-	}
+		rep = sum.Report
+		return rep.Streams > 0
+	})
 	if rep.Streams != 1 || rep.Aborted != 1 || rep.BeforeHeaders != 1 || rep.WaitMs < 799 {
 		t.Fatalf("/api/summary report %+v; want 1 stream, aborted before the headers after >= 800 ms", rep)
 	}
@@ -645,6 +665,7 @@ func deref64(p *float64) any {
 // error once its grace has passed without a pagehide (see endOnError in
 // itl.js), and settled() waits for it.
 func TestBodyNetworkError(t *testing.T) {
+	t.Parallel()
 	Browser(t)
 	o := StartOrigin(t)
 	o.Handle("/drop/v1/chat/completions", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -653,13 +674,13 @@ func TestBodyNetworkError(t *testing.T) {
 		for i := range 3 {
 			fmt.Fprintf(w, "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":%q}}]}\n\n", demo.Token(i))
 			w.(http.Flusher).Flush()
-			time.Sleep(20 * time.Millisecond)
+			time.Sleep(20 * time.Millisecond) // the stream's cadence (the origin's side of the scenario), not a wait
 		}
 		if c, _, err := w.(http.Hijacker).Hijack(); err == nil {
 			c.Close() // mid-body: the chunked encoding never ends
 		}
 	}))
-	c, ctx := storedPage(t, o, o.URL)
+	c, ctx, site := sharedStoredPage(t, o, o.URL)
 	type result struct {
 		Err     string        `json:"err"`
 		Bytes   int           `json:"bytes"`
@@ -683,7 +704,7 @@ func TestBodyNetworkError(t *testing.T) {
 	if s.Status != "error" || s.End != "error" || s.ContentEvents != 3 || s.HeadersMs < 0 {
 		t.Fatalf("summary %+v; want error/error with 3 content events and headers", s)
 	}
-	r := StreamByID(t, WaitStreams(t, c, "e2e", 1), s.ID)
+	r := StreamByID(t, WaitStreams(t, c, site, 1), s.ID)
 	if r.Status != "error" || r.ContentEvents != 3 || r.HTTPStatus != 200 {
 		t.Fatalf("stored %+v; want error, 3 content events, HTTP 200", r)
 	}
@@ -694,6 +715,7 @@ func TestBodyNetworkError(t *testing.T) {
 // origin has not ended the body yet) completed its answer: the stream is
 // complete, closed after its end, not aborted.
 func TestCancelAfterDone(t *testing.T) {
+	t.Parallel()
 	o := StartOrigin(t)
 	serveOpenAI(t, o)
 	if v := sdkVersion(t); !strings.HasPrefix(v, "7.") {
@@ -714,7 +736,7 @@ func TestCancelAfterDone(t *testing.T) {
 			}
 			w.Write([]byte(ev))
 			f.Flush()
-			time.Sleep(5 * time.Millisecond)
+			time.Sleep(5 * time.Millisecond) // the stream's cadence (the origin's side of the scenario), not a wait
 		}
 		select {
 		case <-time.After(3 * time.Second):
@@ -753,6 +775,7 @@ func TestCancelAfterDone(t *testing.T) {
 // when their slot is needed, at pagehide, or after a long silence (_sweep
 // runs that check at once here).
 func TestCollectedBodies(t *testing.T) {
+	t.Parallel()
 	o := StartOrigin(t)
 	a := StartAssets(t)
 	o.SetCollector(a.URL, "e2e")
@@ -793,15 +816,18 @@ func TestCollectedBodies(t *testing.T) {
 	if open != 3 {
 		t.Fatalf("%v streams open before the collection, want 3", open)
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for Eval[int](t, ctx, `itlmon.timing.collected`) < 3 {
+	// A collection, then a look whether the module was told (its
+	// FinalizationRegistry callbacks run some time after the collection).
+	if !Eventually(20*time.Second, 100*time.Millisecond, func() bool {
+		if Eval[int](t, ctx, `itlmon.timing.collected`) >= 3 {
+			return true
+		}
 		if _, err := chromedp.Call(ctx, heapprofiler.CollectGarbage, cdp.Empty{}); err != nil {
 			t.Fatalf("collect garbage: %v", err)
 		}
-		time.Sleep(200 * time.Millisecond)
-		if time.Now().After(deadline) {
-			t.Fatalf("%d bodies reported collected 20 s after they were dropped, want 3", Eval[int](t, ctx, `itlmon.timing.collected`))
-		}
+		return false
+	}) {
+		t.Fatalf("%d bodies reported collected 20 s after they were dropped, want 3", Eval[int](t, ctx, `itlmon.timing.collected`))
 	}
 	if n := Eval[float64](t, ctx, `itlmon._stats().then(s => s.open)`); n != 3 {
 		t.Fatalf("%v streams open after their bodies were collected, want 3: a collected body only marks its stream", n)

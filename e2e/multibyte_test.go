@@ -14,7 +14,8 @@ import (
 // Latin-1 bytes) with a multibyte character across the cut are stored, cut
 // before that character, and do not cost the records sent with them.
 func TestStoredMultibyte(t *testing.T) {
-	o, c, ctx := collectorPage(t, nil)
+	t.Parallel()
+	o, c, ctx, site := sharedCollectorPage(t, nil)
 	completions := demo.Completions()
 	// X-Request-Id: 127 ASCII bytes and the Latin-1 byte 0xE9, which the
 	// page reads as "é" (a ByteString), two bytes in UTF-8.
@@ -38,7 +39,7 @@ func TestStoredMultibyte(t *testing.T) {
 		}
 		ids = append(ids, lastSummary(t, ctx).ID)
 	}
-	rows := WaitStreams(t, c, "e2e", len(models))
+	rows := WaitStreams(t, c, site, len(models))
 	for i, id := range ids {
 		row := StreamByID(t, rows, id)
 		want := models[i]

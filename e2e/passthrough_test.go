@@ -33,6 +33,7 @@ func wantBody(t *testing.T, q string) (n int, sum string) {
 // TestByteIdentity: what the page reads through the wrapped fetch is exactly
 // what the server sent, for awkward framings and every way of reading a body.
 func TestByteIdentity(t *testing.T) {
+	t.Parallel()
 	o, ctx := modulePage(t)
 	cases := []struct{ name, query, mode string }{
 		{"crlf", "tokens=30&interval_ms=5&crlf=1", "reader"},
@@ -90,6 +91,7 @@ func bothPages[T any](t *testing.T, o *Origin, js string) (without, with T, ctx 
 // TestPassThroughUnmatched: responses that do not match are not wrapped (the
 // page gets the original Response object's behaviour, including json()).
 func TestPassThroughUnmatched(t *testing.T) {
+	t.Parallel()
 	_, ctx := modulePage(t)
 	got := Eval[map[string]any](t, ctx, `(async () => {
 		const r = await fetch('/plain?x=1');
@@ -111,6 +113,7 @@ func TestPassThroughUnmatched(t *testing.T) {
 // TestModuleMissingOrCrashing: when /itl.wasm is a 404, or the module panics
 // or exits, the page's fetch keeps working and bodies stay intact.
 func TestModuleMissingOrCrashing(t *testing.T) {
+	t.Parallel()
 	o := StartOrigin(t)
 	const q = "tokens=20&interval_ms=5"
 	wantN, wantSum := wantBody(t, q)
@@ -174,6 +177,7 @@ func TestModuleMissingOrCrashing(t *testing.T) {
 
 // TestConfig: sampleRate, optOut, match.urls and the model field, in the page.
 func TestConfig(t *testing.T) {
+	t.Parallel()
 	o := StartOrigin(t)
 	a := StartAssets(t)
 	o.SetCollector(a.URL, "e2e")
@@ -227,6 +231,7 @@ func TestConfig(t *testing.T) {
 // TestRedirected: a measured response that followed a redirect keeps its
 // final url and redirected flag, which the Response constructor would drop.
 func TestRedirected(t *testing.T) {
+	t.Parallel()
 	o := StartOrigin(t)
 	o.Handle("/r", http.RedirectHandler("/v1/chat/completions?tokens=3&interval_ms=1", http.StatusFound))
 	a := StartAssets(t)
@@ -254,6 +259,7 @@ func TestRedirected(t *testing.T) {
 // fetch"). The module reads ahead of the page, so without care the page would
 // still be handed those chunks after the abort (the OpenAI SDK showed it).
 func TestAbortDiscardsQueued(t *testing.T) {
+	t.Parallel()
 	o := StartOrigin(t)
 	a := StartAssets(t)
 	o.SetCollector(a.URL, "e2e")
@@ -292,6 +298,7 @@ func TestAbortDiscardsQueued(t *testing.T) {
 // see what it saw before), and a measured response's clone() keeps url,
 // redirected and type, and its headers stay immutable, as without it.
 func TestPageGlobalsAndClone(t *testing.T) {
+	t.Parallel()
 	o := StartOrigin(t)
 	o.Handle("/r2", http.RedirectHandler("/v1/chat/completions?tokens=3&interval_ms=1", http.StatusFound))
 	a := StartAssets(t)
@@ -329,6 +336,7 @@ func TestPageGlobalsAndClone(t *testing.T) {
 // abort after the whole body arrived, with chunks the page has not read yet,
 // still errors the body, as without the module.
 func TestAbortListeners(t *testing.T) {
+	t.Parallel()
 	o := StartOrigin(t)
 	a := StartAssets(t)
 	o.SetCollector(a.URL, "e2e")

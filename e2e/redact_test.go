@@ -21,6 +21,7 @@ var redactSource = regexp.MustCompile(`(?s)\n[ \t]*(var ID_SEGMENT = .*?\n[ \t]*
 // case of wasm/beacon/testdata/redact_paths.txt, and the answer the table
 // wants.
 func TestRedactPathAgrees(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("runs node")
 	}

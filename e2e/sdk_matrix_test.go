@@ -517,10 +517,12 @@ type sdkRow struct {
 // all stored (deadline 45 s) and returns the site's rows by stream id.
 func waitSDKRows(t *testing.T, c *Collector, site string, ids []string) map[string]sdkRow {
 	t.Helper()
-	deadline := time.Now().Add(45 * time.Second)
-	for {
-		rows := map[string]sdkRow{}
-		resp, err := http.Get(c.URL + "/api/streams?" + url.Values{"site": {site}, "since": {"1h"}, "limit": {"1000"}}.Encode())
+	var rows map[string]sdkRow
+	var err error
+	Eventually(45*time.Second, 50*time.Millisecond, func() bool {
+		rows = map[string]sdkRow{}
+		var resp *http.Response
+		resp, err = http.Get(c.URL + "/api/streams?" + url.Values{"site": {site}, "since": {"1h"}, "limit": {"1000"}}.Encode())
 		if err == nil {
 			var out struct {
 				Streams []sdkRow `json:"streams"`
@@ -536,14 +538,12 @@ func waitSDKRows(t *testing.T, c *Collector, site string, ids []string) map[stri
 			_, ok := rows[id]
 			all = all && ok
 		}
-		if all || time.Now().After(deadline) {
-			if err != nil {
-				t.Errorf("/api/streams: %v", err)
-			}
-			return rows
-		}
-		time.Sleep(200 * time.Millisecond)
+		return all
+	})
+	if err != nil {
+		t.Errorf("/api/streams: %v", err)
 	}
+	return rows
 }
 
 // bothRuns evaluates expr (an e2e.run call) in both tabs at once: the page

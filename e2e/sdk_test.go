@@ -61,6 +61,7 @@ func sdkCall(abort bool) string {
 // deps-openai-js) streams through the wrapped fetch exactly as without it, its
 // abort works, and itlmon measures the stream.
 func TestOpenAISDK(t *testing.T) {
+	t.Parallel()
 	o := StartOrigin(t)
 	want := serveOpenAISDK(t, o)
 	a := StartAssets(t)

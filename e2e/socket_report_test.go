@@ -96,7 +96,7 @@ func TestSocketReport(t *testing.T) {
 		end := time.Now().Add(rounds * period)
 		for time.Now().Before(end) {
 			samples = append(samples, collectorMetric(t, c, "itlmon_ingest_connections"))
-			time.Sleep(200 * time.Millisecond)
+			time.Sleep(200 * time.Millisecond) // the sampling period of a measurement over a fixed time, not a wait
 		}
 		s := sockets{max: slices.Max(samples), handshakes: collectorMetric(t, c, "itlmon_ingest_connections_total") - before, ok: true}
 		for _, v := range samples {
@@ -172,8 +172,6 @@ func startRelay(t *testing.T, target string) *relay {
 // totals waits until every relayed connection has ended and returns the
 // bytes up (to the collector), down, and the number of connections.
 func (r *relay) totals() (up, down, conns int64) {
-	for deadline := time.Now().Add(10 * time.Second); r.active.Load() > 0 && time.Now().Before(deadline); {
-		time.Sleep(20 * time.Millisecond)
-	}
+	Eventually(10*time.Second, 20*time.Millisecond, func() bool { return r.active.Load() == 0 })
 	return r.up.Load(), r.down.Load(), r.conn.Load()
 }

@@ -32,17 +32,14 @@ type moduleStats struct {
 // waitStats polls the module's counters until ok says so, or fails after d.
 func waitStats(t *testing.T, ctx context.Context, d time.Duration, what string, ok func(moduleStats) bool) moduleStats {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for {
-		s := Eval[moduleStats](t, ctx, `itlmon._stats()`)
-		if ok(s) {
-			return s
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("module stats %+v: not %s within %v", s, what, d)
-		}
-		time.Sleep(50 * time.Millisecond)
+	var s moduleStats
+	if !Eventually(d, 50*time.Millisecond, func() bool {
+		s = Eval[moduleStats](t, ctx, `itlmon._stats()`)
+		return ok(s)
+	}) {
+		t.Fatalf("module stats %+v: not %s within %v", s, what, d)
 	}
+	return s
 }
 
 // collectorMetric reads one sample from the collector's /metrics; series is
@@ -79,16 +76,12 @@ func waitMetric(t *testing.T, c *Collector, series string, want float64) {
 
 func waitMetricFor(t *testing.T, c *Collector, series string, want float64, d time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for {
-		got := collectorMetric(t, c, series)
-		if got == want {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s = %v, want %v", series, got, want)
-		}
-		time.Sleep(50 * time.Millisecond)
+	var got float64
+	if !Eventually(d, 50*time.Millisecond, func() bool {
+		got = collectorMetric(t, c, series)
+		return got == want
+	}) {
+		t.Fatalf("%s = %v, want %v", series, got, want)
 	}
 }
 
@@ -115,6 +108,7 @@ func wantStoredOnce(t *testing.T, c *Collector, sums []Summary) {
 // acknowledged (the collector then holds no connection for the tab), and
 // opens a new one for the next burst; every stream is stored once.
 func TestSocketIdleClose(t *testing.T) {
+	t.Parallel()
 	Browser(t)
 	o := StartOrigin(t)
 	c := StartCollector(t, "e2e="+o.URL)
@@ -184,6 +178,7 @@ func stallFrame(t *testing.T, c *Collector, origin string, n uint64) {
 // no socket for N s (plus jitter), then delivers: stored once. The stalled
 // frames time out meanwhile and give their memory back.
 func TestSocketShed(t *testing.T) {
+	t.Parallel()
 	Browser(t)
 	o := StartOrigin(t)
 	c := StartCollector(t, "e2e="+o.URL)
@@ -240,6 +235,7 @@ func TestSocketShed(t *testing.T) {
 // the Worker (back/forward cache) before it reads it; the socket then stays
 // open in the frozen Worker (seen in 1 of 4 runs, before the idle close too).
 func TestSocketClosedOnLeave(t *testing.T) {
+	t.Parallel()
 	Browser(t)
 	o := StartOrigin(t)
 	c := StartCollector(t, "e2e="+o.URL)

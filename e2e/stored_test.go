@@ -31,7 +31,7 @@ const (
 // between the two (2 busy cores): that run is logged and run again, at most
 // three times; every other check applies to every run.
 func TestStoredCadence(t *testing.T) {
-	_, c, ctx := collectorPage(t, nil)
+	_, c, ctx, site := sharedCollectorPage(t, nil)
 	const q = "tokens=200&interval_ms=20"
 	wantN, wantSum := wantBody(t, q)
 	for attempt := 1; ; attempt++ {
@@ -40,7 +40,7 @@ func TestStoredCadence(t *testing.T) {
 			t.Fatalf("page read %d bytes (err %q), want %d bytes identical", page.Bytes, page.Error, wantN)
 		}
 		sum := lastSummary(t, ctx)
-		row := StreamByID(t, WaitStreams(t, c, "e2e", attempt), sum.ID)
+		row := StreamByID(t, WaitStreams(t, c, site, attempt), sum.ID)
 		if got, want := row.ContentEvents, uint32(200); got != want {
 			t.Errorf("content_events = %d, want %d", got, want)
 		}
@@ -81,13 +81,13 @@ func TestStoredCadence(t *testing.T) {
 // (a starved machine, not the product) is logged and run again, at most
 // three times; the assertions apply to a run the page saw as clean.
 func TestStoredStall(t *testing.T) {
-	_, c, ctx := collectorPage(t, nil)
+	_, c, ctx, site := sharedCollectorPage(t, nil)
 	for attempt := 1; ; attempt++ {
 		page := RunStream(t, ctx, StreamOpts{Query: "tokens=40&interval_ms=20&pause_at=20&pause_ms=500"})
 		if page.Error != "" {
 			t.Fatalf("page error: %s", page.Error)
 		}
-		row := StreamByID(t, WaitStreams(t, c, "e2e", attempt), lastSummary(t, ctx).ID)
+		row := StreamByID(t, WaitStreams(t, c, site, attempt), lastSummary(t, ctx).ID)
 		if page.LongGaps != 1 {
 			if attempt == 3 {
 				t.Fatalf("the page itself saw %d gaps over 200 ms in each of 3 runs, want a run with only the injected one", page.LongGaps)
@@ -111,12 +111,13 @@ func TestStoredStall(t *testing.T) {
 // TestStoredAbort: an AbortController abort mid-stream reaches the page as
 // AbortError and is stored as aborted.
 func TestStoredAbort(t *testing.T) {
-	_, c, ctx := collectorPage(t, nil)
+	t.Parallel()
+	_, c, ctx, site := sharedCollectorPage(t, nil)
 	page := RunStream(t, ctx, StreamOpts{Query: "tokens=200&interval_ms=20", AbortAfterMs: 600})
 	if page.ErrorName != "AbortError" {
 		t.Fatalf("page error = %q (%s), want AbortError", page.ErrorName, page.Error)
 	}
-	row := StreamByID(t, WaitStreams(t, c, "e2e", 1), lastSummary(t, ctx).ID)
+	row := StreamByID(t, WaitStreams(t, c, site, 1), lastSummary(t, ctx).ID)
 	if got, want := row.Status, statusAborted; got != want {
 		t.Errorf("status = %q, want %q", got, want)
 	}
@@ -128,6 +129,7 @@ func TestStoredAbort(t *testing.T) {
 // TestCollectorDown: with the collector stopped while the page streams, the
 // page is unaffected, and the records arrive once the collector is back.
 func TestCollectorDown(t *testing.T) {
+	t.Parallel()
 	o, c, ctx := collectorPage(t, map[string]any{"flushMs": 200})
 	_ = o
 	c.Stop(t)
@@ -167,6 +169,7 @@ func TestCollectorDown(t *testing.T) {
 // console, stops connecting and counts every record as dropped. The page
 // reads its streams as without the module.
 func TestRefusedSite(t *testing.T) {
+	t.Parallel()
 	Browser(t)
 	o := StartOrigin(t)
 	c := StartCollector(t, "e2e=http://allowed.example")
@@ -188,19 +191,18 @@ func TestRefusedSite(t *testing.T) {
 		if page.Error != "" || page.Bytes != wantN || page.SHA256 != wantSum {
 			t.Fatalf("%s: the page read %d bytes sha %s err %q, want %d %s", tc.site, page.Bytes, page.SHA256, page.Error, wantN, wantSum)
 		}
-		deadline := time.Now().Add(20 * time.Second)
-		for stats()["refused"] != 1 {
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: not refused after 20 s: stats %v", tc.site, stats())
-			}
-			time.Sleep(100 * time.Millisecond)
+		if !Eventually(20*time.Second, 50*time.Millisecond, func() bool { return stats()["refused"] == 1 }) {
+			t.Fatalf("%s: not refused after 20 s: stats %v", tc.site, stats())
 		}
 		st := stats()
 		if st["connects"] < 3 || st["connects"] > 5 {
 			t.Errorf("%s: %v connection attempts before giving up, want 3 to 5", tc.site, st["connects"])
 		}
 		RunStream(t, ctx, StreamOpts{Query: q})
-		time.Sleep(3 * time.Second) // longer than the backoff so far: a retry would show
+		// Nothing to wait for: the assertion is that nothing happens. 3 s is
+		// longer than the module's backoff before its last attempt, so a
+		// retry it still had scheduled would show in connects.
+		time.Sleep(3 * time.Second)
 		st2 := stats()
 		if st2["connects"] != st["connects"] {
 			t.Errorf("%s: connects went from %v to %v after the refusal", tc.site, st["connects"], st2["connects"])
@@ -218,21 +220,21 @@ func TestRefusedSite(t *testing.T) {
 // heldRecordPage opens a page on a collector that batches at most once a
 // minute and streams twice: the first record goes out when the socket opens
 // (and is stored), the second waits in the module for its batch.
-func heldRecordPage(t *testing.T, mainThread bool) (*Origin, *Collector, context.Context) {
+func heldRecordPage(t *testing.T, mainThread bool) (*Origin, *Collector, context.Context, string) {
 	t.Helper()
 	init := map[string]any{"flushMs": 60000}
 	if mainThread {
 		init["worker"] = false
 	}
-	o, c, ctx := collectorPage(t, init)
+	o, c, ctx, site := sharedCollectorPage(t, init)
 	const q = "tokens=10&interval_ms=5"
 	RunStream(t, ctx, StreamOpts{Query: q}) // opens the socket; sent on open
-	WaitStreams(t, c, "e2e", 1)
+	WaitStreams(t, c, site, 1)
 	RunStream(t, ctx, StreamOpts{Query: q}) // held: the last batch is under flushMs old
 	if st := Eval[map[string]float64](t, ctx, `itlmon._stats()`); st["pending"] != 1 {
 		t.Fatalf("module stats %v: want the second record pending", st)
 	}
-	return o, c, ctx
+	return o, c, ctx, site
 }
 
 // TestPagehideBeacon: a record still waiting for its batch when the page is
@@ -242,20 +244,21 @@ func heldRecordPage(t *testing.T, mainThread bool) (*Origin, *Collector, context
 // Worker, the beacon is the page's copy of what the Worker holds (its mirror);
 // on the main thread, the module sends it itself.
 func TestPagehideBeacon(t *testing.T) {
+	t.Parallel()
 	for _, mode := range []string{"worker", "main"} {
 		t.Run(mode, func(t *testing.T) { testPagehideBeacon(t, mode == "main") })
 	}
 }
 
 func testPagehideBeacon(t *testing.T, mainThread bool) {
-	o, c, ctx := heldRecordPage(t, mainThread)
+	o, c, ctx, site := heldRecordPage(t, mainThread)
 	sums := PageSummaries(t, ctx)
 	// A third stream is still open when the page goes: it leaves as aborted.
 	Eval[bool](t, ctx, `(async () => { e2e.stream('tokens=500&interval_ms=20'); await new Promise(r => setTimeout(r, 400)); return true; })()`)
 	if err := chromedp.Do(ctx, chromedp.Navigate(o.URL+"/plain")); err != nil {
 		t.Fatalf("navigate away: %v", err)
 	}
-	rows := WaitStreams(t, c, "e2e", 3)
+	rows := WaitStreams(t, c, site, 3)
 	for _, s := range sums {
 		StreamByID(t, rows, s.ID)
 	}
@@ -276,10 +279,11 @@ func testPagehideBeacon(t *testing.T, mainThread bool) {
 // and the common script-src allowlist that does not list blob: (so a
 // blob: Worker falls under it).
 func TestWorkerBlocked(t *testing.T) {
+	t.Parallel()
 	Browser(t)
 	o := StartOrigin(t)
-	c := StartCollector(t, "e2e="+o.URL)
-	o.SetCollector(c.URL, "e2e")
+	c, site := SharedCollector(t)
+	o.SetCollector(c.URL, site)
 	const q = "tokens=20&interval_ms=5"
 	wantN, wantSum := wantBody(t, q)
 	stored := 0
@@ -300,7 +304,7 @@ func TestWorkerBlocked(t *testing.T) {
 		}
 		sum := lastSummary(t, ctx)
 		stored++
-		row := StreamByID(t, WaitStreams(t, c, "e2e", stored), sum.ID)
+		row := StreamByID(t, WaitStreams(t, c, site, stored), sum.ID)
 		if row.ContentEvents != 20 || row.Status != statusComplete {
 			t.Fatalf("%s: stored content_events %d status %s, want 20 complete", csp, row.ContentEvents, row.Status)
 		}
@@ -310,7 +314,8 @@ func TestWorkerBlocked(t *testing.T) {
 // TestReinitKeepsRecords: itlmon.init called again (new options, same
 // collector and site) keeps the records the module holds: none is lost.
 func TestReinitKeepsRecords(t *testing.T) {
-	o, c, ctx := heldRecordPage(t, false)
+	t.Parallel()
+	o, c, ctx, site := heldRecordPage(t, false)
 	const q = "tokens=10&interval_ms=5"
 	Eval[bool](t, ctx, `itlmon.init({ release: 'r2', flushMs: 60000 }).then(ok => ok)`)
 	RunStream(t, ctx, StreamOpts{Query: q})
@@ -318,7 +323,7 @@ func TestReinitKeepsRecords(t *testing.T) {
 	if err := chromedp.Do(ctx, chromedp.Navigate(o.URL+"/plain")); err != nil { // the rest leaves by beacon
 		t.Fatalf("navigate away: %v", err)
 	}
-	rows := WaitStreams(t, c, "e2e", 3)
+	rows := WaitStreams(t, c, site, 3)
 	for _, s := range sums {
 		StreamByID(t, rows, s.ID)
 	}
@@ -328,8 +333,9 @@ func TestReinitKeepsRecords(t *testing.T) {
 // demo APIs and shows the numbers itlmon measured for it; the collector
 // stores each stream with its API's format.
 func TestDemoPage(t *testing.T) {
+	t.Parallel()
 	Browser(t)
-	c := StartCollector(t)
+	c, _ := SharedCollector(t) // the collector's own demo site
 	ctx := NewTab(t)
 	sctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
@@ -384,9 +390,10 @@ func TestDemoPage(t *testing.T) {
 // would also evict the socket itself), and after coming back it measures and
 // sends again over a new socket.
 func TestBFCache(t *testing.T) {
-	o, c, ctx := collectorPage(t, nil)
+	t.Parallel()
+	o, c, ctx, site := sharedCollectorPage(t, nil)
 	RunStream(t, ctx, StreamOpts{Query: "tokens=5&interval_ms=5"})
-	WaitStreams(t, c, "e2e", 1)
+	WaitStreams(t, c, site, 1)
 	if Eval[float64](t, ctx, `itlmon._stats().then(s => s.connects)`) < 1 {
 		t.Fatal("no WebSocket was opened")
 	}
@@ -415,21 +422,19 @@ func TestBFCache(t *testing.T) {
 	if err := chromedp.Do(sctx, chromedp.Navigate(o.URL+"/plain"), chromedp.Evaluate[chromedp.Void](`history.back()`)); err != nil {
 		t.Fatalf("away and back: %v", err)
 	}
-	for {
-		back, err := chromedp.Run(sctx, chromedp.Evaluate[bool](`location.pathname === '/' && document.readyState === 'complete' && !!window.e2e`))
-		if err == nil && back {
-			break
-		}
-		if sctx.Err() != nil {
-			t.Fatalf("not back on the page: %v", err)
-		}
-		time.Sleep(50 * time.Millisecond)
+	var err error
+	if !Eventually(30*time.Second, 20*time.Millisecond, func() bool {
+		var back bool
+		back, err = chromedp.Run(sctx, chromedp.Evaluate[bool](`location.pathname === '/' && document.readyState === 'complete' && !!window.e2e`))
+		return err == nil && back
+	}) {
+		t.Fatalf("not back on the page: %v", err)
 	}
 	if n := Eval[int](t, ctx, `e2e.summaries.length`); n != 1 {
 		t.Fatalf("after going back the page has %d summaries, want 1 (restored from the back/forward cache, not reloaded)", n)
 	}
 	RunStream(t, ctx, StreamOpts{Query: "tokens=5&interval_ms=5"})
-	WaitStreams(t, c, "e2e", 2)
+	WaitStreams(t, c, site, 2)
 }
 
 // TestStoredPaths: the page path is the one at the stream's start (a
@@ -437,14 +442,15 @@ func TestBFCache(t *testing.T) {
 // API paths (conversation and thread ids) are stored as ":id" by default;
 // never a query.
 func TestStoredPaths(t *testing.T) {
-	o, c, ctx := collectorPage(t, nil)
+	t.Parallel()
+	o, c, ctx, site := sharedCollectorPage(t, nil)
 	o.Handle("/api/threads/", demo.Completions())
 	Eval[bool](t, ctx, `(history.pushState({}, '', '/c/6a1f2b3c-1111-2222-3333-444455556666?q=secret'), true)`)
 	page := RunStream(t, ctx, StreamOpts{Query: "tokens=3&interval_ms=1", Path: "/api/threads/123456/stream"})
 	if page.Error != "" {
 		t.Fatalf("page error: %s", page.Error)
 	}
-	row := StreamByID(t, WaitStreams(t, c, "e2e", 1), lastSummary(t, ctx).ID)
+	row := StreamByID(t, WaitStreams(t, c, site, 1), lastSummary(t, ctx).ID)
 	if got, want := row.PagePath, "/c/:id"; got != want {
 		t.Errorf("page_path = %q, want %q", got, want)
 	}

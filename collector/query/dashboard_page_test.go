@@ -26,9 +26,13 @@ var (
 )
 
 // tab opens a tab in the package's one headless Chromium (started on first
-// use, closed after the tests), or skips without it unless ITLMON_REQUIRE_REAL=1.
+// use, closed after the tests), or skips without it unless ITLMON_REQUIRE_REAL=1;
+// ITLMON_NO_BROWSERS=1 (make check) skips it.
 func tab(t *testing.T) context.Context {
 	t.Helper()
+	if os.Getenv("ITLMON_NO_BROWSERS") == "1" {
+		t.Skip("browser test: ITLMON_NO_BROWSERS=1 (make check)")
+	}
 	browserOnce.Do(func() {
 		if _, err := os.Stat(chromiumPath); err != nil {
 			browserErr = errors.New("chromium not installed at " + chromiumPath)

@@ -228,7 +228,9 @@ func TestBalancerRetry(t *testing.T) {
 	t.Logf("delivered twice: %q (a answered late, b at once)", got)
 	a.unblock()
 
-	time.Sleep(2 * retryAfter) // the WebSocket idles longer than RetryAfter
+	// The scenario, not a wait for a condition: the WebSocket idles longer
+	// than RetryAfter, and must still be open after.
+	time.Sleep(2 * retryAfter)
 	echo(t, ws)
 }
 
@@ -249,17 +251,21 @@ func TestBalancerMirror(t *testing.T) {
 	}
 	want := map[string]int{"a": 1, "b": 1}
 	want[name]++ // the balanced one: once proxied, once mirrored
+	// The mirrored copy reaches the upstream after the response: polled
+	// (nothing in this process learns when nginx sends it).
+	var na, nb int
 	deadline := time.Now().Add(10 * time.Second)
-	for {
-		na := strings.Count(strings.Join(a.received(), "\n"), "/v1/origin m1")
-		nb := strings.Count(strings.Join(b.received(), "\n"), "/v1/origin m1")
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for ; ; <-tick.C {
+		na = strings.Count(strings.Join(a.received(), "\n"), "/v1/origin m1")
+		nb = strings.Count(strings.Join(b.received(), "\n"), "/v1/origin m1")
 		if na == want["a"] && nb == want["b"] {
 			break
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("a received it %d times, b %d; want %v (answered by %s)", na, nb, want, name)
 		}
-		time.Sleep(20 * time.Millisecond)
 	}
 	if n := strings.Count(strings.Join(slices.Concat(a.received(), b.received()), "\n"), "/v1/other"); n != 1 {
 		t.Fatalf("POST /v1/other received %d times, want 1 (not mirrored)", n)
