@@ -386,8 +386,12 @@ func (m *Main) guardReadSide(mux http.Handler) (http.Handler, error) {
 	main.Local = demoLocal
 	readAddr := c.ReadAddr
 	if readAddr == "" && c.ReadToken.IsZero() && !demoLocal {
+		// The port after the main one, unless the main port was chosen by
+		// the system (--addr HOST:0, as tests and several collectors on one
+		// host run): then the read side's is too, since the next port may
+		// well be taken.
 		port := 0
-		if mainAddr.Port != 0 && mainAddr.Port < 65535 {
+		if _, p, err := net.SplitHostPort(c.Addr); err == nil && p != "0" && p != "" && mainAddr.Port < 65535 {
 			port = mainAddr.Port + 1
 		}
 		readAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
