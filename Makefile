@@ -62,9 +62,9 @@ APT_PKGS    := chromium chromium-driver nginx libnginx-mod-http-brotli-filter br
 SUDO        := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 WASM_OUT    := web/dist
 TEST_TIMEOUT ?= 25m
-# Tests of one package that call t.Parallel run this many at a time: the e2e ones that assert no timing wait on
-# streams, collectors and pages far more than they compute.
-TEST_PARALLEL ?= 4
+# Tests of one package that call t.Parallel run this many at a time (Go's default: GOMAXPROCS). 4 overloaded the
+# one engine the join tests share on 2 cores (promotions missed their deadlines); 2 is what passes there.
+TEST_PARALLEL ?= 2
 
 .PHONY: vendor-uplot build run check test unit bench fuzz vet depscheck wasm edge deps deps-apt deps-chdb deps-geoip deps-go deps-openai-js deps-sdk-js deps-ts deps-workerd subdivisions clean
 

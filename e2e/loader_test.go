@@ -775,7 +775,8 @@ func TestCancelAfterDone(t *testing.T) {
 // when their slot is needed, at pagehide, or after a long silence (_sweep
 // runs that check at once here).
 func TestCollectedBodies(t *testing.T) {
-	t.Parallel()
+	// Not parallel: it waits for the garbage collector of the renderer other
+	// tabs share.
 	o := StartOrigin(t)
 	a := StartAssets(t)
 	o.SetCollector(a.URL, "e2e")
