@@ -190,15 +190,18 @@ func TestSocketShed(t *testing.T) {
 
 	// Fill the budget but for 64 bytes, less than any batch.
 	budget := int64(collectorMetric(t, c, "itlmon_ingest_memory_budget_bytes"))
-	largest := int64(beacon.DefaultLimits.MaxBytes) + 1 // what a frame declaring more reserves
-	full := budget / largest
+	// The largest frame the collector takes reserves its declared length; one
+	// declaring more is refused at once (1009) and reserves nothing.
+	largest := int64(beacon.DefaultLimits.MaxBytes)
+	target := budget - 64
+	full := target / largest
 	for i := int64(0); i < full; i++ {
-		stallFrame(t, c, o.URL, 1<<30)
+		stallFrame(t, c, o.URL, uint64(largest))
 	}
-	if rest := budget - full*largest - 64; rest > 0 {
+	if rest := target - full*largest; rest > 0 {
 		stallFrame(t, c, o.URL, uint64(rest))
 	}
-	waitMetric(t, c, "itlmon_ingest_memory_bytes", float64(budget-64))
+	waitMetric(t, c, "itlmon_ingest_memory_bytes", float64(target))
 
 	if r := RunStream(t, ctx, StreamOpts{Query: "tokens=5&interval_ms=5"}); r.Error != "" {
 		t.Fatalf("stream: %s", r.Error)
