@@ -286,12 +286,13 @@
 
   // requestModel reads the model of a Request given without an init body
   // (fetch(new Request(url, init)), as the Mistral client calls it) from a
-  // clone of its body: the page's own body is neither read nor delayed (the
-  // clone is taken before the page's fetch, and read while that runs), and
-  // only its first MODEL_BYTES are scanned. A JSON body only (by its
-  // Content-Type); one whose Content-Length says it is larger is skipped. facts.model is set when found:
-  // in a few microtasks, long before the response headers (when the stream
-  // starts with it).
+  // clone of its body: the page's own body is never read, and only the
+  // clone's first MODEL_BYTES are scanned. A JSON body only (by its
+  // Content-Type); one whose Content-Length says it is larger is skipped.
+  // facts.model is set when found, and facts.modelRead settles when the read
+  // ends: shimFetch issues the page's fetch then (a few microtasks for a
+  // body the page gave as a string), or after MODEL_WAIT_MS at the most, so
+  // that the stream starts with its model whatever the network's speed.
   /** @param {Request} req @param {ItlmonFacts} facts */
   function requestModel(req, facts) {
     var ct = req.headers.get('content-type') || '';
@@ -310,8 +311,13 @@
       text = '';
       if (model) facts.model = String(model).slice(0, 128); // the body's model before the path's
     };
-    rd.read().then(next).catch(function () { /* no model: the page's fetch is not concerned */ });
+    facts.modelRead = rd.read().then(next).catch(function () { /* no model: the page's fetch is not concerned */ });
   }
+
+  // MODEL_WAIT_MS bounds how long a fetch(Request) waits for its model to be
+  // read from a clone of its body (requestModel): a body the page streams
+  // itself may take longer, and is then measured without its model.
+  var MODEL_WAIT_MS = 50;
 
   /** @param {any} input @param {any} init @returns {ItlmonFacts | null} */
   function requestFacts(input, init) {
@@ -871,9 +877,27 @@
     /** @type {ItlmonFacts | null} */
     var facts = null;
     try { facts = requestFacts(input, init); } catch (_) { facts = null; }
+    var args = /** @type {any} */ (arguments);
+    if (facts && facts.modelRead) {
+      // fetch always answers with a promise: a page that waits for it waits
+      // a few microtasks more (see requestModel), and t0 is taken after.
+      var f0 = facts;
+      return Promise.race([f0.modelRead, new Promise(function (r) { setTimeout(r, MODEL_WAIT_MS); })])
+        .then(function () { return issueFetch(self, args, f0); });
+    }
+    return issueFetch(self, args, facts);
+  }
+
+  /**
+   * issueFetch calls the page's own fetch with its arguments and, for a
+   * sampled request, wraps the response to measure it.
+   * @param {any} self @param {any} args @param {ItlmonFacts | null} facts
+   * @returns {Promise<Response>}
+   */
+  function issueFetch(self, args, facts) {
     if (facts && debugSeen) { if (debugSeen.size > 1000) debugSeen.clear(); debugSeen.add(facts.full); }
     var t0 = performance.now();
-    var p = origFetch.apply(self, /** @type {any} */ (arguments));
+    var p = origFetch.apply(self, args);
     if (!facts || !facts.sampled) return p;
     var f = facts;
     if (f.eager) load(); // a stream is coming: the module is needed

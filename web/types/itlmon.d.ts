@@ -11,6 +11,7 @@ interface ItlmonFacts {
   urlMatch: boolean;
   eager: boolean; // looks like a streamed completion: measured from the moment it is issued
   sampled: boolean;
+  modelRead?: Promise<void>; // settles when the model's read from a clone of a Request's body ends (requestModel)
 }
 
 /** One measured stream, as the loader tracks it. It holds nothing that keeps the body alive. */
