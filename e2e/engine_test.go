@@ -21,9 +21,9 @@ var engineNames = []string{"chromium", "firefox", "webkit"}
 // engineSlot is one engine of the package, launched at its first use and
 // closed by TestMain (closeEngines).
 type engineSlot struct {
-	once sync.Once
-	e    browsers.Engine
-	err  error
+	mu  sync.Mutex
+	e   browsers.Engine
+	err error
 }
 
 var engineSlots = map[string]*engineSlot{"firefox": {}, "webkit": {}}
@@ -57,12 +57,24 @@ func BrowserEngine(t testing.TB, name string) browsers.Engine {
 		t.Skip(browserErr.Error())
 	}
 	slot := engineSlots[name]
-	slot.once.Do(func() {
+	slot.mu.Lock()
+	defer slot.mu.Unlock()
+	if ex, ok := slot.e.(interface{ Exited() (bool, string) }); ok {
+		// A browser that ended on its own since an earlier test used it (a
+		// WebKit driver was once found gone between two tests) is not this
+		// test's doing: say so, and start another.
+		if gone, log := ex.Exited(); gone {
+			t.Logf("%s had exited since its last use; launching it again. Its last log lines:\n%s", name, log)
+			slot.e.Close()
+			slot.e, slot.err = nil, nil
+		}
+	}
+	if slot.e == nil && slot.err == nil {
 		slot.e, slot.err = launchEngine(name)
 		if slot.err == nil {
 			t.Logf("%s %s launched", name, slot.e.Version())
 		}
-	})
+	}
 	if errors.Is(slot.err, fs.ErrNotExist) {
 		requireReal(t, name, slot.err)
 	}

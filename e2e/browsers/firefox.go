@@ -365,3 +365,12 @@ func (c *bidiConn) close() {
 	c.ws.Close()
 	<-c.done
 }
+
+// Exited reports whether Firefox has ended (it crashed, or was killed), with
+// its last log lines.
+func (f *firefox) Exited() (bool, string) {
+	if f.proc.exited() {
+		return true, f.log.String()
+	}
+	return false, ""
+}

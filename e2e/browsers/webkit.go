@@ -342,3 +342,12 @@ func (p *webkitPage) Close() error {
 	})
 	return err
 }
+
+// Exited reports whether the driver or the X server has ended (the browser
+// crashed, or was killed), with the driver's last log lines.
+func (w *webkit) Exited() (bool, string) {
+	if w.driver.exited() || w.xvfb.exited() {
+		return true, w.log.String()
+	}
+	return false, ""
+}
