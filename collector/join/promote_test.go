@@ -190,6 +190,10 @@ func TestClientWaitsForOrigin(t *testing.T) {
 	f := newFixture(t, 2*time.Second)
 	o := pausedOrigin("req-2")
 	go func() {
+		// Real time: the later timeline arrives 300 ms after the earlier one, as
+		// on the wire, while the real promoters hold the earlier one's window
+		// (its join hold); waiting for the promoter to have read the earlier
+		// record instead let it be promoted before the join.
 		time.Sleep(300 * time.Millisecond)
 		f.addOrigin(t, "chat", o)
 	}()
