@@ -131,12 +131,19 @@ func (c *Collector) start(t *testing.T) error {
 	go func(w chan struct{}) { cmd.Wait(); close(w) }(c.waited)
 	waited := c.waited
 	c.mu.Unlock()
+	// At info or debug, ready also means the start-up line is in c.logs:
+	// the collector logs it before it serves, but the lines reach c.logs
+	// through a pipe that may be copied after /readyz answered.
+	logsServing := func() bool { return true }
+	if level := lastArg(c.args, "--log-level"); level == "info" || level == "debug" {
+		logsServing = func() bool { return strings.Contains(c.logs.String()[mark:], `"message":"itlmon serving"`) }
+	}
 	deadline := time.Now().Add(90 * time.Second)
 	for {
 		resp, err := http.Get(c.URL + "/readyz")
 		if err == nil {
 			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
+			if resp.StatusCode == http.StatusOK && logsServing() {
 				return nil
 			}
 		}
@@ -152,6 +159,17 @@ func (c *Collector) start(t *testing.T) error {
 			return fmt.Errorf("collector not ready within 90s (last: %v):\n%s", err, c.logs.String()[mark:])
 		}
 	}
+}
+
+// lastArg returns the value after the last flag in args, or "".
+func lastArg(args []string, flag string) string {
+	v := ""
+	for i := 0; i+1 < len(args); i++ {
+		if args[i] == flag {
+			v = args[i+1]
+		}
+	}
+	return v
 }
 
 // Stop ends the collector gracefully (SIGTERM), waiting up to 30 s.

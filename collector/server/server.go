@@ -262,6 +262,19 @@ func (m *Main) Run(ctx context.Context) (err error) {
 		IdleTimeout: 2 * time.Minute,
 		ErrorLog:    newStdLogger(log.With().Str("component", "http").Logger()),
 	}
+	// The listeners are bound: say so before serving, so that whoever sees
+	// /readyz answer has the start-up lines already (tests read the
+	// engine's addresses from them).
+	ev := log.Info().Str("url", m.URL()).Str("read_url", m.ReadURL()).Int("sites", len(sites)).Bool("demo", c.Demo).Str("data", c.Data)
+	if m.Engine != nil {
+		ev = ev.Str("clickhouse_native", m.Engine.NativeAddr()).Str("clickhouse_http", m.Engine.HTTPAddr())
+	} else {
+		ev = ev.Stringer("clickhouse", c.ClickHouse)
+	}
+	ev.Msg("itlmon serving")
+	if c.Demo {
+		log.Info().Msgf("demo chat: %s/demo/  dashboard: %s/dashboard/  buffering proxy: http://%s", m.URL(), m.ReadURL(), m.demoProxyLn.Addr())
+	}
 	m.serveErr = make(chan error, 3)
 	go func() { m.serveErr <- m.server.Serve(m.ln) }()
 	if m.demoProxy != nil {
@@ -273,20 +286,10 @@ func (m *Main) Run(ctx context.Context) (err error) {
 		go func() { m.serveErr <- m.readServer.Serve(m.readLn) }()
 	}
 
-	ev := log.Info().Str("url", m.URL()).Str("read_url", m.ReadURL()).Int("sites", len(sites)).Bool("demo", c.Demo).Str("data", c.Data)
-	if m.Engine != nil {
-		ev = ev.Str("clickhouse_native", m.Engine.NativeAddr()).Str("clickhouse_http", m.Engine.HTTPAddr())
-	} else {
-		ev = ev.Stringer("clickhouse", c.ClickHouse)
-	}
-	ev.Msg("itlmon serving")
 	if c.OTLPEndpoint != "" {
 		if m.stopOTLP, err = startOTLP(ctx, m.DB.Conn(), c, m.Registry, log); err != nil {
 			return err
 		}
-	}
-	if c.Demo {
-		log.Info().Msgf("demo chat: %s/demo/  dashboard: %s/dashboard/  buffering proxy: http://%s", m.URL(), m.ReadURL(), m.demoProxyLn.Addr())
 	}
 	return nil
 }
