@@ -158,7 +158,7 @@ func TestOriginMinor1(t *testing.T) {
 // TestOriginNewerMinor: fields a newer sender appends to each record and to
 // the message are skipped; from a sender of this minor they are an error. A
 // vantage this minor does not know is kept from a newer sender (the
-// collector then refuses it by name) and an error from this minor.
+// collector stores it whole: TestOriginWire) and an error from this minor.
 func TestOriginNewerMinor(t *testing.T) {
 	extra := []byte{0xde, 0xad, 0xbe, 0xef}
 	for _, b := range []*OriginBatch{typicalOriginBatch(), typicalEdgeBatch()} {
