@@ -172,3 +172,19 @@ func encodeFrameV3(rows []InboxRow) ([]byte, error) {
 	}
 	return buf.Bytes(), nil
 }
+
+// SpoolRawFrames appends each payload as one frame, as it is (a frame of
+// any version), to a new spool segment in dir.
+func SpoolRawFrames(dir string, payloads ...[]byte) error {
+	sp, err := openSpool(dir, zerolog.Nop())
+	if err != nil {
+		return err
+	}
+	defer sp.Close()
+	for _, p := range payloads {
+		if err := sp.Append(p); err != nil {
+			return err
+		}
+	}
+	return nil
+}
