@@ -241,8 +241,23 @@ func FuzzDecodeOriginBatch(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, src []byte) {
 		b, err := DecodeOriginBatch(src, Limits{})
+		bw, wires, werr := DecodeOriginBatchWire(src, Limits{})
+		if (err == nil) != (werr == nil) || err == nil && (!originBatchesEqual(b, bw) || len(wires) != len(b.Records)) {
+			t.Fatalf("DecodeOriginBatchWire disagrees with DecodeOriginBatch: %v, %v", werr, err)
+		}
 		if err != nil {
 			return
+		}
+		// Each timeline stored from its wire decodes to the same timeline.
+		for i, w := range wires {
+			one, err := AppendOriginRecordBatch(nil, "s", w)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := DecodeOriginBatch(one, Limits{})
+			if err != nil || len(got.Records) != 1 || !originBatchesEqual(&OriginBatch{Site: "s", Records: got.Records}, &OriginBatch{Site: "s", Records: b.Records[i : i+1]}) {
+				t.Fatalf("timeline %d stored from its wire decodes differently: %v", i, err)
+			}
 		}
 		again, err := b.AppendBinary(nil)
 		if err != nil {
