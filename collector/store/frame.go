@@ -173,6 +173,10 @@ func (r *frameReader) uvarint(field string, max uint64) uint64 {
 		}
 		v |= uint64(b&0x7f) << shift
 		if b < 0x80 {
+			if b == 0 && i > 0 { // one encoding per frame: the encoder writes the shortest
+				r.fail(field, "varint not in its shortest form")
+				return 0
+			}
 			break
 		}
 	}

@@ -285,6 +285,7 @@ func TestSpoolFrameErrors(t *testing.T) {
 		{"country not UTF-8", one(func(r *InboxRow) { r.Country = "\xc3" }), "row[1].country: invalid UTF-8"},
 		{"row count over the bytes", []byte{frameVersion, 9}, "frame.rows: 9 exceeds 0"},
 		{"varint overflow", append([]byte{frameVersion}, bytes.Repeat([]byte{0xff}, 10)...), "frame.rows: varint overflows 64 bits"},
+		{"varint not shortest", []byte{frameVersion, 0x80, 0x00}, "frame.rows: varint not in its shortest form"},
 	} {
 		if _, err := decodeFrame(tc.p); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: err = %v, want it to contain %q", tc.name, err, tc.want)
