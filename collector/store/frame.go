@@ -43,8 +43,8 @@ import (
 //	  string  os, device, payload
 //
 // uvarint/varint are LEB128 (varint zig-zag, encoding/binary's); a string
-// is a uvarint length and its bytes, UTF-8 except the payload (a beacon
-// message, binary). Nothing follows the last row. A change to this layout
+// is a uvarint length and its bytes, UTF-8 except stream_id (a client
+// record's is its 16 raw bytes) and payload (a beacon message). Nothing follows the last row. A change to this layout
 // is a new version with a decoder of its own and a golden file; version 4
 // frames stay readable as they are.
 const frameVersion = 4
@@ -56,9 +56,9 @@ const (
 	frameV3 = 3
 )
 
-// minRowBytes is the smallest encoded row: eleven empty strings, a
-// one-byte second, nanosecond and browser_major.
-const minRowBytes = 14
+// minRowBytes is the smallest encoded row: ten empty strings, a one-byte
+// second, nanosecond and browser_major.
+const minRowBytes = 13
 
 var errSpoolVersion = errors.New("unknown spool frame version")
 

@@ -225,7 +225,11 @@ func TestSpoolFrameEveryField(t *testing.T) {
 			t.Fatalf("fixture leaves %s zero", v.Type().Field(i).Name)
 		}
 	}
-	for _, rows := range [][]InboxRow{{full}, {{}}, {}, {full, {}, full}} {
+	smallest := make([]InboxRow, 100) // the smallest rows: every string empty, at the epoch
+	for i := range smallest {
+		smallest[i].ReceivedAt = time.Unix(0, 0).UTC()
+	}
+	for _, rows := range [][]InboxRow{{full}, {{}}, {}, {full, {}, full}, smallest} {
 		p, err := encodeFrame(rows)
 		if err != nil {
 			t.Fatal(err)
@@ -284,6 +288,7 @@ func TestSpoolFrameErrors(t *testing.T) {
 		{"kind not UTF-8", one(func(r *InboxRow) { r.Kind = "\xff" }), "row[1].kind: invalid UTF-8"},
 		{"country not UTF-8", one(func(r *InboxRow) { r.Country = "\xc3" }), "row[1].country: invalid UTF-8"},
 		{"row count over the bytes", []byte{frameVersion, 9}, "frame.rows: 9 exceeds 0"},
+		{"row count over the bytes by one", append([]byte{frameVersion, 3}, make([]byte, 2*minRowBytes+1)...), "frame.rows: 3 exceeds 2"},
 		{"varint overflow", append([]byte{frameVersion}, bytes.Repeat([]byte{0xff}, 10)...), "frame.rows: varint overflows 64 bits"},
 		{"varint not shortest", []byte{frameVersion, 0x80, 0x00}, "frame.rows: varint not in its shortest form"},
 	} {
