@@ -28,7 +28,11 @@ const (
 // dropped (and counted, and the count reported with the next batch) when it
 // is full. One uploader goroutine sends a batch when BatchSize timelines are
 // queued or FlushInterval after the first one, retrying with jittered
-// backoff. Shutdown drains the queue. A Reporter is safe for concurrent use.
+// backoff on network errors, 429 and 5xx. A batch the collector refuses for
+// good (any other 4xx: malformed, another major version, too big, not
+// storable) is dropped after that one answer and counted (Stats.Rejected):
+// sent again it would be refused again, and it would hold up every batch
+// behind it. Shutdown drains the queue. A Reporter is safe for concurrent use.
 type Reporter struct {
 	cfg   Config
 	queue chan beacon.Origin

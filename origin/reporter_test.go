@@ -114,6 +114,33 @@ func testRefusedNotRetried(t *testing.T) {
 	}
 }
 
+// A poisoned batch (refused for good: 400 malformed or another major
+// version, 413 too big, 422 not storable) is dropped and counted after one
+// try, and does not hold up the next batch.
+func TestPoisonedBatchDropped(t *testing.T) { synctest.Test(t, testPoisonedBatchDropped) }
+
+func testPoisonedBatchDropped(t *testing.T) {
+	for _, code := range []int{http.StatusBadRequest, http.StatusRequestEntityTooLarge, http.StatusUnprocessableEntity} {
+		c := newFakeCollector(t, "k")
+		c.status = []int{code}
+		rp := newReporter(t, c, func(cfg *Config) { cfg.BatchSize = 1 })
+		rp.enqueue(rec("poisoned"))
+		rp.enqueue(rec("next"))
+		if o := c.next(t); o.ID != "next" {
+			t.Fatalf("%d: got %q, want the next batch", code, o.ID)
+		}
+		if err := rp.Shutdown(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		c.mu.Lock()
+		posts := c.posts
+		c.mu.Unlock()
+		if st := rp.Stats(); st.Rejected != 1 || st.Retries != 0 || st.Sent != 1 || posts != 2 {
+			t.Fatalf("%d: Rejected %d, Retries %d, Sent %d after %d posts; want 1, 0, 1 after 2", code, st.Rejected, st.Retries, st.Sent, posts)
+		}
+	}
+}
+
 // Shutdown drains the queue; with the collector down it gives up when its
 // ctx ends and counts what was lost.
 func TestShutdown(t *testing.T) { synctest.Test(t, testShutdown) }

@@ -285,7 +285,7 @@ func TestRegisterMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, want := len(mfs), 4+12; got != want {
+	if got, want := len(mfs), 6+12; got != want {
 		t.Fatalf("%d metric families, want %d", got, want)
 	}
 }

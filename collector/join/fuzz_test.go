@@ -75,9 +75,11 @@ func FuzzOriginHandler(f *testing.F) {
 			t.Fatalf("site %q key %q: status %d, want 403", site, k, w.Code)
 		case authorized && w.Code == 204 && decodeErr != nil:
 			t.Fatalf("204 for a body that does not decode: %v", decodeErr)
+		case authorized && w.Code == 422 && decodeErr != nil:
+			t.Fatalf("422 (not storable) for a body that does not decode: %v", decodeErr)
 		case authorized && w.Code == 503:
 			t.Fatalf("a body that decodes (%v) refused as a storage failure: %s", decodeErr, w.Body)
-		case authorized && w.Code != 204 && w.Code != 400 && w.Code != 413:
+		case authorized && w.Code != 204 && w.Code != 400 && w.Code != 413 && w.Code != 422:
 			t.Fatalf("status %d %q", w.Code, w.Body)
 		}
 	})

@@ -24,9 +24,17 @@ type Keys func(site string) (key secret.Token, ok bool)
 // an origin reporter (package origin) or an edge Worker (wasm/edge; its
 // timelines carry beacon.VantageEdge and are stored as such), authenticated
 // by the site's shared key in the X-Itlmon-Key header (server to server; no
-// CORS). 204 once the timelines are durable; 400 for a malformed body (not
-// retried by the reporter), 403 for a wrong site or key, 413 for an
-// oversized body, 503 when storage failed (retried).
+// CORS). 204 once the timelines are durable. A batch that can never be
+// stored is refused once with a 4xx, which the senders drop (and count)
+// instead of sending it again: 400 for a malformed body, another major
+// version or a limit broken, 413 for an oversized body, 422 for timelines
+// that cannot be stored (ErrUnstorable). 403 for a wrong site or key. 503
+// when storage failed: the senders retry, as they do on 429, any other 5xx
+// and network errors.
+//
+// A batch of a newer minor version is read as far as this collector's
+// minor goes and stored whole: each timeline's section as it arrived,
+// a vantage this collector does not know included (Intake.AddOriginWire).
 func (j *Intake) Handler(keys Keys) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodPost {
@@ -48,27 +56,41 @@ func (j *Intake) Handler(keys Keys) http.Handler {
 		if err != nil {
 			var tooBig *http.MaxBytesError
 			if errors.As(err, &tooBig) {
-				http.Error(w, "origin: body over "+strconv.Itoa(MaxOriginBody)+" bytes", http.StatusRequestEntityTooLarge)
+				j.refuse(w, "origin: body over "+strconv.Itoa(MaxOriginBody)+" bytes", http.StatusRequestEntityTooLarge)
 				return
 			}
+			// The body was cut off (the sender or the network went
+			// away): not the batch's fault, so not counted as refused.
 			http.Error(w, "origin: read body: "+err.Error(), http.StatusBadRequest)
 			return
 		}
-		b, err := beacon.DecodeOriginBatch(body, beacon.DefaultLimits)
+		b, wires, err := beacon.DecodeOriginBatchWire(body, beacon.DefaultLimits)
 		if err != nil {
-			http.Error(w, "origin: "+err.Error(), http.StatusBadRequest)
+			j.refuse(w, "origin: "+err.Error(), http.StatusBadRequest)
 			return
 		}
 		if b.Site != "" && b.Site != site {
-			http.Error(w, "origin: batch is for site "+strconv.Quote(b.Site)+", not "+strconv.Quote(site), http.StatusBadRequest)
+			j.refuse(w, "origin: batch is for site "+strconv.Quote(b.Site)+", not "+strconv.Quote(site), http.StatusBadRequest)
 			return
 		}
-		if err := j.AddOrigin(r.Context(), site, b); err != nil {
+		if err := j.AddOriginWire(r.Context(), site, b, wires); err != nil {
+			if errors.Is(err, ErrUnstorable) {
+				j.refuse(w, "origin: "+err.Error(), http.StatusUnprocessableEntity)
+				return
+			}
 			http.Error(w, "origin: store: "+err.Error(), http.StatusServiceUnavailable)
 			return
 		}
 		w.WriteHeader(http.StatusNoContent)
 	})
+}
+
+// refuse answers a batch that can never be stored, counts it and logs it
+// (at most one line a second: a broken sender repeats itself).
+func (j *Intake) refuse(w http.ResponseWriter, msg string, code int) {
+	j.refused.Add(1)
+	j.refusedLog.Warn().Int("status", code).Str("why", msg).Msg("origin batch refused for good (the sender drops it)")
+	http.Error(w, msg, code)
 }
 
 // Register mounts Handler(keys) on mux at origin.Path ("POST /v1/origin").

@@ -3,6 +3,7 @@ package join
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"time"
 
@@ -22,52 +23,84 @@ type RowSink interface {
 // the inbox, where the Promoter joins them with client records. It holds nothing: any
 // collector may take any timeline. Safe for concurrent use.
 type Intake struct {
-	sink RowSink
-	log  zerolog.Logger
-	now  func() time.Time
+	sink       RowSink
+	log        zerolog.Logger
+	refusedLog zerolog.Logger // log, sampled
+	now        func() time.Time
 
-	origins, edges, reporterDropped, failed atomic.Uint64
+	origins, edges, newer, reporterDropped, failed, refused atomic.Uint64
 }
 
 // IntakeStats counts what an Intake took.
 type IntakeStats struct {
 	Origins         uint64 // origin timelines received
 	Edges           uint64 // edge timelines received
+	Newer           uint64 // timelines of a vantage this collector does not know (a newer sender's), stored for a collector that does
 	ReporterDropped uint64 // timelines origin reporters said they dropped (queue full)
 	Failed          uint64 // timelines not stored (the reporter got a 503 and retries)
+	Refused         uint64 // batches refused for good with a 4xx (malformed, another major version, over a limit, not storable): the sender drops them
 }
+
+// ErrUnstorable marks a batch that can never be stored as it is (its
+// timelines cannot make inbox rows): the Handler answers 422, and the
+// sender drops the batch instead of sending it again.
+var ErrUnstorable = errors.New("timelines that cannot be stored")
 
 // NewIntake returns an Intake storing into sink.
 func NewIntake(sink RowSink, log zerolog.Logger) *Intake {
-	return &Intake{sink: sink, log: log.With().Str("component", "origin-intake").Logger(), now: time.Now}
+	l := log.With().Str("component", "origin-intake").Logger()
+	return &Intake{sink: sink, log: l, refusedLog: l.Sample(&zerolog.BurstSampler{Burst: 1, Period: time.Second}), now: time.Now}
 }
 
 // Stats returns a snapshot of the counters.
 func (in *Intake) Stats() IntakeStats {
-	return IntakeStats{Origins: in.origins.Load(), Edges: in.edges.Load(), ReporterDropped: in.reporterDropped.Load(), Failed: in.failed.Load()}
+	return IntakeStats{Origins: in.origins.Load(), Edges: in.edges.Load(), Newer: in.newer.Load(),
+		ReporterDropped: in.reporterDropped.Load(), Failed: in.failed.Load(), Refused: in.refused.Load()}
 }
 
 // AddOrigin stores a batch of origin or edge timelines of site. It returns once they
 // are durable (in the inbox, or in the writer's spool); on an error none is
 // acknowledged and the reporter sends the batch again (copies are dropped at
-// promotion).
+// promotion), unless the error wraps ErrUnstorable. Each timeline is
+// encoded again at this collector's minor version: AddOriginWire keeps
+// them as they arrived.
 func (in *Intake) AddOrigin(ctx context.Context, site string, b *beacon.OriginBatch) error {
+	return in.AddOriginWire(ctx, site, b, nil)
+}
+
+// AddOriginWire is AddOrigin for a batch decoded with its wires
+// (beacon.DecodeOriginBatchWire; nil: none): each timeline is stored as
+// its sender wrote it, so a newer sender's fields, and a timeline of a
+// vantage this collector does not know, are kept for a collector that
+// reads them (store.OriginWireRow).
+func (in *Intake) AddOriginWire(ctx context.Context, site string, b *beacon.OriginBatch, wires []beacon.OriginWire) error {
 	now := in.now()
 	rows := make([]store.InboxRow, 0, len(b.Records))
-	var edges uint64
+	var edges, newer uint64
 	for i := range b.Records {
-		row, err := store.OriginRow(site, now, &b.Records[i])
-		if err != nil {
-			in.failed.Add(uint64(len(b.Records)))
-			return err
+		o := &b.Records[i]
+		var row store.InboxRow
+		var err error
+		if i < len(wires) {
+			row, err = store.OriginWireRow(site, now, o, wires[i])
+		} else {
+			row, err = store.OriginRow(site, now, o)
 		}
-		if row.Kind == store.KindEdge {
+		if err != nil {
+			return fmt.Errorf("%w: timeline %d: %w", ErrUnstorable, i, err)
+		}
+		switch row.Kind {
+		case store.KindOrigin:
+		case store.KindEdge:
 			edges++
+		default:
+			newer++
 		}
 		rows = append(rows, row)
 	}
-	in.origins.Add(uint64(len(rows)) - edges)
+	in.origins.Add(uint64(len(rows)) - edges - newer)
 	in.edges.Add(edges)
+	in.newer.Add(newer)
 	in.reporterDropped.Add(uint64(b.Dropped))
 	if len(rows) == 0 {
 		return nil

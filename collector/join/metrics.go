@@ -9,6 +9,8 @@ func (in *Intake) RegisterMetrics(reg prometheus.Registerer) error {
 		{"edge_timelines_total", "Edge timelines received on /v1/origin (wasm/edge).", func() uint64 { return in.Stats().Edges }},
 		{"origin_timelines_failed_total", "Origin and edge timelines not stored (the reporter retries).", func() uint64 { return in.Stats().Failed }},
 		{"reporter_dropped_total", "Timelines origin reporters reported dropping (queue full).", func() uint64 { return in.Stats().ReporterDropped }},
+		{"newer_timelines_total", "Timelines of a vantage this collector does not know (a newer sender's), stored for a collector that does.", func() uint64 { return in.Stats().Newer }},
+		{"origin_batches_refused_total", "Origin and edge batches refused for good with a 4xx (malformed, another major version, over a limit, not storable); the sender drops them.", func() uint64 { return in.Stats().Refused }},
 	})
 }
 

@@ -40,19 +40,6 @@ func (b *rowBatch) append(o rowBatch) {
 	b.Timelines = append(b.Timelines, o.Timelines...)
 }
 
-// spoolVersion is the first byte of every spool frame. Version 3: gob of an
-// inboxFrame (itl_inbox rows). Versions 1 and 2 (before schema/007_inbox.sql)
-// hold a rowBatch (itl_streams and itl_timelines rows; version 1 with the
-// format, status and causes as codes in fields of the names Format, Status,
-// TTFTCause and StallCause); decodeFrame turns them into inbox rows. A frame
-// of an unknown version is kept on disk, never dropped.
-const spoolVersion = 3
-
-// inboxFrame is the gob body of a version 3 frame.
-type inboxFrame struct {
-	Rows []InboxRow
-}
-
 // v1Codes is what a version 1 frame holds that a version 2 rowBatch does not.
 // gob matches fields by name: decoding a version 1 frame into a rowBatch
 // skips these, decoding it into v1Codes reads only these.
@@ -61,38 +48,6 @@ type v1Codes struct {
 		Format, Status, TTFTCause uint8
 		StallCause                []uint8
 	}
-}
-
-var errSpoolVersion = errors.New("unknown spool frame version")
-
-func encodeFrame(rows []InboxRow) ([]byte, error) {
-	var buf bytes.Buffer
-	buf.WriteByte(spoolVersion)
-	if err := gob.NewEncoder(&buf).Encode(inboxFrame{Rows: rows}); err != nil {
-		return nil, fmt.Errorf("encode spool frame: %w", err)
-	}
-	return buf.Bytes(), nil
-}
-
-func decodeFrame(p []byte) ([]InboxRow, error) {
-	if len(p) == 0 {
-		return nil, errSpoolVersion
-	}
-	switch p[0] {
-	case spoolVersion:
-		var f inboxFrame
-		if err := gob.NewDecoder(bytes.NewReader(p[1:])).Decode(&f); err != nil {
-			return nil, fmt.Errorf("decode spool frame: %w", err)
-		}
-		return f.Rows, nil
-	case 1, 2:
-		b, err := decodeBatch(p)
-		if err != nil {
-			return nil, err
-		}
-		return b.inboxRows()
-	}
-	return nil, errSpoolVersion
 }
 
 // inboxRows turns a version 1 or 2 frame's rows into inbox rows.
@@ -122,13 +77,13 @@ func (b *rowBatch) inboxRows() ([]InboxRow, error) {
 // decodeBatch decodes a version 1 or 2 frame.
 func decodeBatch(p []byte) (rowBatch, error) {
 	var b rowBatch
-	if len(p) == 0 || (p[0] != 2 && p[0] != 1) {
+	if len(p) == 0 || (p[0] != frameV2 && p[0] != frameV1) {
 		return b, errSpoolVersion
 	}
 	if err := gob.NewDecoder(bytes.NewReader(p[1:])).Decode(&b); err != nil {
 		return b, fmt.Errorf("decode spool frame: %w", err)
 	}
-	if p[0] == 1 {
+	if p[0] == frameV1 {
 		var old v1Codes
 		if err := gob.NewDecoder(bytes.NewReader(p[1:])).Decode(&old); err != nil {
 			return b, fmt.Errorf("decode spool frame v1: %w", err)

@@ -161,3 +161,30 @@ func SetBlockRows(tb interface{ Cleanup(func()) }, n int) {
 	blockRows = n
 	tb.Cleanup(func() { blockRows = old })
 }
+
+// encodeFrameV3 encodes rows as the gob frames of version 3 (the releases
+// before the explicit codec wrote them): the benchmarks' baseline.
+func encodeFrameV3(rows []InboxRow) ([]byte, error) {
+	var buf bytes.Buffer
+	buf.WriteByte(frameV3)
+	if err := gob.NewEncoder(&buf).Encode(inboxFrame{Rows: rows}); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+// SpoolRawFrames appends each payload as one frame, as it is (a frame of
+// any version), to a new spool segment in dir.
+func SpoolRawFrames(dir string, payloads ...[]byte) error {
+	sp, err := openSpool(dir, zerolog.Nop())
+	if err != nil {
+		return err
+	}
+	defer sp.Close()
+	for _, p := range payloads {
+		if err := sp.Append(p); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -3,6 +3,7 @@ package store
 import (
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 	"unsafe"
 
@@ -114,27 +115,60 @@ func wireStrings(site string, c *beacon.Client, r *beacon.Record) int {
 		len(r.PagePath) + len(r.URLOrigin) + len(r.URLPath) + len(r.Model) + len(r.HTTPProto) + len(r.ContentType)
 }
 
+// KindOfVantage is the inbox kind of a server-side timeline of vantage v:
+// KindOrigin, KindEdge, and for a vantage this collector has no name for
+// (a newer sender's) "vantage" and its number ("vantage2"). That name is
+// fixed for good: a collector that learns vantage N still stores and reads
+// its rows as "vantageN", so rows stored by older collectors during a
+// rolling upgrade are the same kind as its own.
+func KindOfVantage(v beacon.Vantage) string {
+	switch v {
+	case beacon.VantageOrigin:
+		return KindOrigin
+	case beacon.VantageEdge:
+		return KindEdge
+	}
+	return "vantage" + strconv.Itoa(int(v))
+}
+
 // OriginRow makes the inbox row of a server-side timeline of site: kind
 // KindOrigin for an origin timeline, KindEdge for an edge one (its
 // Vantage). Both are keyed by the stream id the response carried (the
 // client record's origin_id), so a cluster shards a stream's records
 // together. Timelines without an id cannot be joined and have no identity
 // to deduplicate by: they get the empty id and are promoted once per copy.
+//
+// The payload is o encoded again at this collector's minor version: o must
+// be of a vantage it knows. OriginWireRow keeps a timeline as it arrived.
 func OriginRow(site string, receivedAt time.Time, o *beacon.Origin) (InboxRow, error) {
-	kind := KindOrigin
 	switch o.Vantage {
-	case beacon.VantageOrigin:
-	case beacon.VantageEdge:
-		kind = KindEdge
+	case beacon.VantageOrigin, beacon.VantageEdge:
 	default:
 		return InboxRow{}, fmt.Errorf("inbox: timeline of an unknown vantage %s", o.Vantage)
 	}
+	kind := KindOfVantage(o.Vantage)
 	b := beacon.OriginBatch{Site: site, Records: []beacon.Origin{*o}}
 	p, err := b.AppendBinary(nil)
 	if err != nil {
 		return InboxRow{}, fmt.Errorf("inbox: encode %s timeline: %w", kind, err)
 	}
 	return InboxRow{Kind: kind, Site: site, StreamID: o.ID, OriginID: o.ID, ReceivedAt: receivedAt.UTC(), Payload: string(p)}, nil
+}
+
+// OriginWireRow is OriginRow for a timeline o decoded with its wire w
+// (beacon.DecodeOriginBatchWire): the payload is the sender's section as it
+// arrived, under the sender's minor version, so the fields a newer sender
+// added are stored for a collector that reads them. A timeline of a vantage
+// this collector does not know is stored too, as kind KindOfVantage: the
+// promoter of a collector that knows it promotes it.
+func OriginWireRow(site string, receivedAt time.Time, o *beacon.Origin, w beacon.OriginWire) (InboxRow, error) {
+	kind := KindOfVantage(o.Vantage)
+	p, err := beacon.AppendOriginRecordBatch(nil, site, w)
+	if err != nil {
+		return InboxRow{}, fmt.Errorf("inbox: %s timeline: %w", kind, err)
+	}
+	return InboxRow{Kind: kind, Site: site, StreamID: o.ID, OriginID: o.ID, ReceivedAt: receivedAt.UTC(),
+		Payload: unsafe.String(unsafe.SliceData(p), len(p))}, nil // p is not used again
 }
 
 // Client decodes the client stream of a KindClient row.

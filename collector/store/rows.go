@@ -20,11 +20,13 @@ const (
 )
 
 // streamRow is one itl_streams row. The ch tags are the column names for
-// PrepareBatch/AppendStruct and Select; the exported fields make it
-// gob-encodable for the spool. Format, status, end and causes are stored as
-// their plain names (meter.FormatNames, ...; schema/006_names.sql); their Go
-// fields are named apart from the code fields of spool version 1 frames
-// (decodeBatch).
+// PrepareBatch/AppendStruct and Select. Spool frames of versions 1 and 2
+// (frame.go) are gob encodings of these rows, and gob matches fields by
+// name: a field renamed here reads as empty from them, which the golden
+// frames catch (TestSpoolGoldenReleases). Format, status, end and causes
+// are stored as their plain names (meter.FormatNames, ...;
+// schema/006_names.sql); their Go fields are named apart from the code
+// fields of spool version 1 frames (decodeBatch).
 type streamRow struct {
 	ReceivedAt time.Time `ch:"received_at"`
 	StartedAt  time.Time `ch:"started_at"`

@@ -164,14 +164,14 @@ func TestBatchEncodingRoundTrip(t *testing.T) {
 	if len(rows) != 2 {
 		t.Fatalf("decode v2: %d rows, want 2", len(rows))
 	}
-	// Version 3: inbox rows, round trip to the stream.
+	// The current version: inbox rows, round trip to the stream.
 	p3, err := encodeFrame(rows)
 	if err != nil {
 		t.Fatal(err)
 	}
 	got, err := decodeFrame(p3)
 	if err != nil {
-		t.Fatalf("decode v3: %v", err)
+		t.Fatalf("decode current version: %v", err)
 	}
 	if len(got) != 2 || got[0].StreamID != b.Streams[0].StreamID || got[0].Kind != KindClient {
 		t.Fatalf("round trip: got %+v", got)

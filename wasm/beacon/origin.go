@@ -246,6 +246,59 @@ func (b *OriginBatch) check() error {
 // fields: DefaultLimits; the emit list is bounded by MaxTimeline). Errors are
 // *DecodeError values naming the field and why.
 func DecodeOriginBatch(src []byte, lim Limits) (*OriginBatch, error) {
+	return decodeOriginBatch(src, lim, nil)
+}
+
+// OriginWire is one timeline's section as it arrived, with the sender's
+// minor version: what a collector stores so that the fields it does not
+// know (a newer sender's, a vantage it has no name for) are kept for a
+// collector that does (AppendOriginRecordBatch). The zero OriginWire is
+// none.
+type OriginWire struct {
+	minor   uint8
+	section []byte
+}
+
+// IsZero reports whether w is the zero OriginWire.
+func (w OriginWire) IsZero() bool { return w.section == nil }
+
+// Minor is the minor version of the sender of w.
+func (w OriginWire) Minor() uint8 { return w.minor }
+
+// DecodeOriginBatchWire is DecodeOriginBatch that also returns, for each
+// timeline, its OriginWire. The wires alias src.
+func DecodeOriginBatchWire(src []byte, lim Limits) (*OriginBatch, []OriginWire, error) {
+	var wires []OriginWire
+	b, err := decodeOriginBatch(src, lim, &wires)
+	if err != nil {
+		return nil, nil, err
+	}
+	return b, wires, nil
+}
+
+// AppendOriginRecordBatch appends a KindOrigin message of the one timeline
+// w for site: the header with w's minor (the sender's), seq 0, site,
+// dropped 0, and w's section byte for byte. Any decoder reads it as it
+// would have read the sender's batch, as far as its own minor goes. It
+// fails with ErrNoWire for the zero OriginWire and with a *DecodeError
+// for a site that is not UTF-8.
+func AppendOriginRecordBatch(dst []byte, site string, w OriginWire) ([]byte, error) {
+	if w.IsZero() {
+		return dst, ErrNoWire
+	}
+	if reason := checkString("site", []byte(site)); reason != "" {
+		return dst, &DecodeError{Record: -1, Field: "site", Reason: reason, Err: ErrInvalid}
+	}
+	dst = appendHeader(dst, KindOrigin, w.minor)
+	dst = appendUvarint(dst, 0) // seq
+	dst = appendString(dst, site)
+	dst = appendUvarint(dst, 0) // dropped
+	dst = appendUvarint(dst, 1) // records
+	dst = appendUvarint(dst, uint64(len(w.section)))
+	return append(dst, w.section...), nil
+}
+
+func decodeOriginBatch(src []byte, lim Limits, wires *[]OriginWire) (*OriginBatch, error) {
 	lim = lim.withDefaults()
 	if len(src) > lim.MaxBytes {
 		return nil, &DecodeError{Record: -1, Field: "message", Reason: "length " + strconv.Itoa(len(src)) + " exceeds limit " + strconv.Itoa(lim.MaxBytes), Err: ErrTooBig}
@@ -265,6 +318,9 @@ func DecodeOriginBatch(src []byte, lim Limits) (*OriginBatch, error) {
 	}
 	if n > 0 {
 		b.Records = make([]Origin, n)
+		if wires != nil {
+			*wires = make([]OriginWire, n)
+		}
 	}
 	for i := range b.Records {
 		r.rec = i
@@ -273,6 +329,9 @@ func DecodeOriginBatch(src []byte, lim Limits) (*OriginBatch, error) {
 		s.end("length")
 		if s.err != nil {
 			return nil, s.err
+		}
+		if wires != nil {
+			(*wires)[i] = OriginWire{minor: minor, section: s.src[:len(s.src):len(s.src)]}
 		}
 	}
 	r.rec = -1

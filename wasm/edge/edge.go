@@ -26,9 +26,12 @@ import (
 	"context"
 	"errors"
 	"io"
+	"math/rand/v2"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/itlmon/itlmon/origin"
@@ -132,7 +135,9 @@ type Proxy struct {
 	// without following redirects. Closing the response body cancels it.
 	Fetch func(*http.Request) (*http.Response, error)
 	// Post sends an encoded beacon.OriginBatch to the collector's
-	// /v1/origin (url), with the site's key.
+	// /v1/origin (url), with the site's key, once. An answer other than
+	// 2xx is a *StatusError; any other error is the network's. The Proxy
+	// decides what to retry (postTimeline).
 	Post func(ctx context.Context, url, key string, body []byte) error
 	// Background runs f on its own, keeping the Worker alive until f returns
 	// (ctx.waitUntil), even after the response ended or the client went
@@ -151,6 +156,88 @@ type Proxy struct {
 	Now   func() time.Time
 	NewID func() string
 	Logf  func(format string, args ...any)
+
+	posted, rejected, retries, failed atomic.Uint64
+}
+
+// Timeline posts: each is retried with a jittered backoff doubling from
+// minPostBackoff to maxPostBackoff until it is accepted, refused for good,
+// or postTimeout after it began (the runtime lets waitUntil work run for
+// 30 s after the response, not forever).
+const (
+	postTimeout    = 10 * time.Second
+	minPostBackoff = 100 * time.Millisecond
+	maxPostBackoff = 2 * time.Second
+)
+
+// StatusError is the error Post returns when the collector answered with a
+// status other than 2xx.
+type StatusError struct {
+	Code int
+	Msg  string // the start of the answer's body
+}
+
+func (e *StatusError) Error() string {
+	return "collector answered " + strconv.Itoa(e.Code) + ": " + e.Msg
+}
+
+// retryable reports whether a failed post may succeed when sent again: the
+// network's errors, 429 and 5xx. Any other status (400 malformed or another
+// major version, 403 wrong key, 413 too big, 422 not storable) refuses
+// the timeline for good: sent again, it would be refused again.
+func retryable(err error) bool {
+	var se *StatusError
+	if !errors.As(err, &se) {
+		return true
+	}
+	return se.Code == http.StatusTooManyRequests || se.Code >= 500
+}
+
+// PostStats counts what a Proxy's timeline posts came to. The runtime runs
+// a Go instance per request (main_js.go), so they count one request's
+// post; each refusal and each post given up is also logged (wrangler tail,
+// Workers Logs), which is where an operator sees them.
+type PostStats struct {
+	Posted   uint64 // timelines the collector accepted
+	Rejected uint64 // timelines the collector refused for good (4xx other than 429): dropped, not retried
+	Retries  uint64 // failed attempts that were retried
+	Failed   uint64 // timelines given up when the post's deadline passed (the collector or the network down)
+}
+
+// Stats returns a snapshot of the counters.
+func (p *Proxy) Stats() PostStats {
+	return PostStats{Posted: p.posted.Load(), Rejected: p.rejected.Load(), Retries: p.retries.Load(), Failed: p.failed.Load()}
+}
+
+// postTimeline posts one encoded timeline, retrying what may succeed
+// later (retryable) until ctx ends, and dropping what the collector refused
+// for good. It logs every failure it gives up on.
+func (p *Proxy) postTimeline(ctx context.Context, target string, body []byte) {
+	backoff := minPostBackoff
+	for {
+		err := p.Post(ctx, target, p.Config.Key, body)
+		if err == nil {
+			p.posted.Add(1)
+			return
+		}
+		if !retryable(err) {
+			p.rejected.Add(1)
+			p.Logf("itlmon edge: timeline refused by the collector, dropped (not retried): %v", err)
+			return
+		}
+		wait := backoff/2 + rand.N(backoff/2)
+		backoff = min(2*backoff, maxPostBackoff)
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+			p.retries.Add(1)
+		case <-ctx.Done():
+			t.Stop()
+			p.failed.Add(1)
+			p.Logf("itlmon edge: post timeline: gave up after %v: %v", postTimeout, err)
+			return
+		}
+	}
 }
 
 // hopHeaders are not forwarded (RFC 9110 7.6.1); the runtime manages the
@@ -209,11 +296,9 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			}
 			// Its own deadline: the runtime lets waitUntil work run on for
 			// 30 s after the response, not forever.
-			pctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			pctx, cancel := context.WithTimeout(context.Background(), postTimeout)
 			defer cancel()
-			if err := p.Post(pctx, target, p.Config.Key, body); err != nil {
-				p.Logf("itlmon edge: post timeline: %v", err)
-			}
+			p.postTimeline(pctx, target, body)
 		})
 	}
 	w.WriteHeader(resp.StatusCode)

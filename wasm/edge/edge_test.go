@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/itlmon/itlmon/collector/demo"
@@ -261,4 +262,64 @@ func TestProxyNotMeasured(t *testing.T) {
 		t.Fatal("a timeline was posted for an unmeasured response")
 	case <-time.After(100 * time.Millisecond):
 	}
+}
+
+// TestPostTimelineStatus: the Worker's timeline post retries what may
+// succeed later (the network's errors, 429, 5xx) with backoff, drops what
+// the collector refused for good (any other 4xx: a poisoned batch) after
+// one try, and gives up when its deadline passes; each outcome is counted.
+func TestPostTimelineStatus(t *testing.T) {
+	netErr := errors.New("connection refused")
+	for _, tc := range []struct {
+		name    string
+		answers []error // one per attempt; the last repeats
+		want    PostStats
+		tries   int
+	}{
+		{"accepted", []error{nil}, PostStats{Posted: 1}, 1},
+		{"retried then accepted", []error{&StatusError{Code: 503}, &StatusError{Code: 429}, netErr, &StatusError{Code: 500}, nil},
+			PostStats{Posted: 1, Retries: 4}, 5},
+		{"malformed or another major", []error{&StatusError{Code: 400}}, PostStats{Rejected: 1}, 1},
+		{"too big", []error{&StatusError{Code: 413}}, PostStats{Rejected: 1}, 1},
+		{"not storable", []error{&StatusError{Code: 422}}, PostStats{Rejected: 1}, 1},
+		{"wrong key", []error{&StatusError{Code: 403}}, PostStats{Rejected: 1}, 1},
+		{"retried then refused", []error{netErr, &StatusError{Code: 400}}, PostStats{Rejected: 1, Retries: 1}, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				tries := 0
+				p := &Proxy{
+					Post: func(ctx context.Context, _, _ string, _ []byte) error {
+						tries++
+						return tc.answers[min(tries, len(tc.answers))-1]
+					},
+					Logf: t.Logf,
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), postTimeout)
+				defer cancel()
+				p.postTimeline(ctx, "https://collector.test/v1/origin?site=chat", []byte("batch"))
+				if got := p.Stats(); got != tc.want || tries != tc.tries {
+					t.Fatalf("stats %+v after %d tries, want %+v after %d", got, tries, tc.want, tc.tries)
+				}
+			})
+		})
+	}
+	// The collector down for good: retried until the deadline, then given
+	// up and counted, never past the deadline.
+	synctest.Test(t, func(t *testing.T) {
+		p := &Proxy{Post: func(context.Context, string, string, []byte) error { return &StatusError{Code: 503} }, Logf: t.Logf}
+		ctx, cancel := context.WithTimeout(context.Background(), postTimeout)
+		defer cancel()
+		start := time.Now()
+		p.postTimeline(ctx, "u", nil)
+		st := p.Stats()
+		// Waits in [50, 100), [100, 200), ... [800, 1600) ms, then [1, 2) s
+		// each: 9 to 13 of them end within 10 s.
+		if st.Failed != 1 || st.Posted+st.Rejected != 0 || st.Retries < 9 || st.Retries > 13 {
+			t.Fatalf("stats %+v, want 1 failed after 9-13 retries", st)
+		}
+		if got := time.Since(start); got != postTimeout {
+			t.Fatalf("gave up after %v, want the deadline %v", got, postTimeout)
+		}
+	})
 }

@@ -298,7 +298,7 @@ func post(ctx context.Context, client *fetch.Client, url, key string, body []byt
 	defer resp.Body.Close()
 	if resp.StatusCode/100 != 2 {
 		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 256))
-		return errors.New("collector answered " + strconv.Itoa(resp.StatusCode) + ": " + string(bytes.TrimSpace(msg)))
+		return &StatusError{Code: resp.StatusCode, Msg: string(bytes.TrimSpace(msg))}
 	}
 	return nil
 }
