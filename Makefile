@@ -230,6 +230,7 @@ vet: deps-ts
 	GOOS=js GOARCH=wasm $(GO) vet ./wasm/...
 	node $(TSC) -p web/tsconfig.json
 	node $(TSC) -p web/tsconfig.worker.json
+	node $(TSC) -p web/tsconfig.snippet.json
 
 ## depscheck: nothing the browser module imports may pull fmt, encoding/json, net/http or reflection-based encoders
 # (nor, for its size, time: ~40 KB brotli, nor unicode, which strings and bytes pull in: 3 KB)
