@@ -12,7 +12,7 @@
     } catch (_) { return false; }
   };
   var load = function () {
-    if (el) return;
+    if (el || k.shim) return;
     el = d.createElement('script');
     for (var a = s.attributes, i = 0; i < a.length; i++) {
       if (/^data-/.test(a[i].name) && a[i].name !== 'data-src') el.setAttribute(a[i].name, a[i].value);
