@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"html/template"
 	"io"
+	"io/fs"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -22,6 +23,7 @@ import (
 
 	"github.com/itlmon/itlmon/collector/demo"
 	"github.com/itlmon/itlmon/e2e/nginx"
+	"github.com/itlmon/itlmon/web"
 )
 
 // The loader's own behaviour (web/static/itl.js): fetch wrapped from the
@@ -29,21 +31,32 @@ import (
 // requests measured from the moment they are issued, and how a body's end is
 // told apart (end of body, abort, cancel, collected).
 
-// loaderPage is a page installed as the README and docs/browser-module.md say: the tag synchronous in
+// loaderPage is a page installed as the README and docs/browser-module.md say: the inline snippet
+// in <head> (Snippet; it loads itl.js from Src itself), the tag synchronous in
 // <head>, before the app's scripts (Head), or added by the app itself later
 // (the app calls addTag()). App is a module script run after the tag. The
 // page records its resource entries at the end of its load event
 // (e2e.atLoad), its console.info lines (e2e.hints) and every summary.
 type loaderPage struct {
-	Src   string // itl.js URL
-	Head  bool
-	Debug bool
-	Init  template.JS // options for itlmon.init before anything else, or empty
-	App   template.JS
-	Nonce string // when set, every script carries it and the page's CSP allows scripts by this nonce only
+	Src     string // itl.js URL
+	Head    bool
+	Snippet bool
+	Debug   bool
+	Init    template.JS // options for itlmon.init before anything else, or empty
+	App     template.JS
+	Nonce   string // when set, every script carries it and the page's CSP allows scripts by this nonce only
 }
 
-var loaderTmpl = template.Must(template.New("loader").Parse(`<!doctype html>
+// snippetJS is the inline snippet (web/static/itl-snippet.js) as pages paste it.
+var snippetJS = func() template.JS {
+	b, err := fs.ReadFile(web.Static(), "itl-snippet.js")
+	if err != nil {
+		panic("BUG: the snippet is not embedded: " + err.Error())
+	}
+	return template.JS(b)
+}()
+
+var loaderTmpl = template.Must(template.New("loader").Funcs(template.FuncMap{"snippet": func() template.JS { return snippetJS }}).Parse(`<!doctype html>
 <html><head><meta charset="utf-8"><title>itlmon loader e2e</title>
 <script{{if .Nonce}} nonce="{{.Nonce}}"{{end}}>
 window.e2e = { summaries: [], hints: [], atLoad: null };
@@ -63,8 +76,9 @@ window.addTag = function () {
   });
 };
 </script>
-{{if .Head}}<script src="{{.Src}}" data-site="e2e"{{if .Debug}} data-debug{{end}}{{if .Nonce}} nonce="{{.Nonce}}"{{end}}></script>
-<script{{if .Nonce}} nonce="{{.Nonce}}"{{end}}>
+{{if .Head}}<script src="{{.Src}}" data-site="e2e"{{if .Debug}} data-debug{{end}}{{if .Nonce}} nonce="{{.Nonce}}"{{end}}></script>{{end}}
+{{if .Snippet}}<script data-src="{{.Src}}" data-site="e2e"{{if .Debug}} data-debug{{end}}{{if .Nonce}} nonce="{{.Nonce}}"{{end}}>{{snippet}}</script>{{end}}
+{{if or .Head .Snippet}}<script{{if .Nonce}} nonce="{{.Nonce}}"{{end}}>
 e2e.wrappedAtOnce = itlmon.active && window.fetch !== itlmon.originalFetch;
 {{if .Init}}itlmon.init({{.Init}});{{end}}
 itlmon.onStream(function (s) { e2e.summaries.push(s); });
@@ -251,52 +265,61 @@ func TestLateTagClientFetch(t *testing.T) {
 }
 
 // TestModuleAfterLoad: the page's load costs the loader alone: fetch is
-// wrapped as soon as the tag ran, nothing but itl.js is requested from the
-// collector before the load event ends, and the module follows when the
-// page is idle.
+// wrapped as soon as the tag (or the snippet) ran, nothing but itl.js is
+// requested from the collector before the load event ends (nothing at all
+// with the snippet, which loads itl.js after it), and the module follows
+// when the page is idle.
 func TestModuleAfterLoad(t *testing.T) {
 	t.Parallel()
-	o := StartOrigin(t)
-	a := StartAssets(t)
-	pageURL := servePage(t, o, "/idle", loaderPage{Src: a.URL + "/itl.js", Head: true})
-	ctx := navigate(t, pageURL)
-	if !Eval[bool](t, ctx, `itlmon.ready`) {
-		t.Fatalf("itlmon did not become ready: %s", Eval[string](t, ctx, `itlmon.timing.error`))
-	}
-	if !Eval[bool](t, ctx, `e2e.wrappedAtOnce`) {
-		t.Fatal("window.fetch was not the shim right after the tag ran")
-	}
-	// itlmon.fetch works as a method of whatever object a client keeps it in.
-	if got := Eval[int](t, ctx, `(async () => {
-		const client = { fetch: itlmon.fetch };
-		await (await client.fetch('/v1/chat/completions?tokens=2&interval_ms=1')).text();
-		await itlmon.settled();
-		return e2e.summaries.length;
-	})()`); got != 1 {
-		t.Fatalf("a stream through client.fetch = itlmon.fetch: %d summaries, want 1", got)
-	}
-	atLoad := Eval[[]string](t, ctx, `(async () => { while (!e2e.atLoad) await new Promise(r => setTimeout(r, 5)); return e2e.atLoad.map(e => e.name); })()`)
-	var ours []string
-	for _, n := range atLoad {
-		if strings.HasPrefix(n, a.URL+"/") {
-			ours = append(ours, strings.TrimPrefix(n, a.URL+"/"))
-		}
-	}
-	if strings.Join(ours, ",") != "itl.js" {
-		t.Fatalf("requested from the collector before the load event ended: %q, want only itl.js", ours)
-	}
-	after := Eval[[]string](t, ctx, `performance.getEntriesByType('resource').map(e => e.name)`)
-	var loaded []string
-	for _, n := range after {
-		if strings.HasPrefix(n, a.URL+"/") {
-			loaded = append(loaded, strings.TrimPrefix(n, a.URL+"/"))
-		}
-	}
-	if got := strings.Join(loaded, ","); !strings.Contains(got, "itl-module.js") || !strings.Contains(got, "itl.wasm") {
-		t.Fatalf("requested once ready: %q, want itl-module.js and itl.wasm too", loaded)
-	}
-	if at, ld := Eval[float64](t, ctx, `itlmon.timing.loadAt`), Eval[float64](t, ctx, `performance.getEntriesByType('navigation')[0].loadEventEnd`); at < ld {
-		t.Fatalf("module loading began at %.1f ms, before the load event ended at %.1f ms", at, ld)
+	for _, tc := range []struct {
+		name    string
+		snippet bool
+		atLoad  string // requested from the collector before the load event ended
+	}{{"tag", false, "itl.js"}, {"snippet", true, ""}} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := StartOrigin(t)
+			a := StartAssets(t)
+			pageURL := servePage(t, o, "/idle", loaderPage{Src: a.URL + "/itl.js", Head: !tc.snippet, Snippet: tc.snippet})
+			ctx := navigate(t, pageURL)
+			if !Eval[bool](t, ctx, `itlmon.ready`) {
+				t.Fatalf("itlmon did not become ready: %s", Eval[string](t, ctx, `itlmon.timing.error`))
+			}
+			if !Eval[bool](t, ctx, `e2e.wrappedAtOnce`) {
+				t.Fatal("window.fetch was not the shim right after the tag ran")
+			}
+			// itlmon.fetch works as a method of whatever object a client keeps it in.
+			if got := Eval[int](t, ctx, `(async () => {
+				const client = { fetch: itlmon.fetch };
+				await (await client.fetch('/v1/chat/completions?tokens=2&interval_ms=1')).text();
+				await itlmon.settled();
+				return e2e.summaries.length;
+			})()`); got != 1 {
+				t.Fatalf("a stream through client.fetch = itlmon.fetch: %d summaries, want 1", got)
+			}
+			atLoad := Eval[[]string](t, ctx, `(async () => { while (!e2e.atLoad) await new Promise(r => setTimeout(r, 5)); return e2e.atLoad.map(e => e.name); })()`)
+			var ours []string
+			for _, n := range atLoad {
+				if strings.HasPrefix(n, a.URL+"/") {
+					ours = append(ours, strings.TrimPrefix(n, a.URL+"/"))
+				}
+			}
+			if got := strings.Join(ours, ","); got != tc.atLoad {
+				t.Fatalf("requested from the collector before the load event ended: %q, want %q", got, tc.atLoad)
+			}
+			after := Eval[[]string](t, ctx, `performance.getEntriesByType('resource').map(e => e.name)`)
+			var loaded []string
+			for _, n := range after {
+				if strings.HasPrefix(n, a.URL+"/") {
+					loaded = append(loaded, strings.TrimPrefix(n, a.URL+"/"))
+				}
+			}
+			if got := strings.Join(loaded, ","); !strings.Contains(got, "itl.js") || !strings.Contains(got, "itl-module.js") || !strings.Contains(got, "itl.wasm") {
+				t.Fatalf("requested once ready: %q, want itl.js, itl-module.js and itl.wasm", loaded)
+			}
+			if at, ld := Eval[float64](t, ctx, `itlmon.timing.loadAt`), Eval[float64](t, ctx, `performance.getEntriesByType('navigation')[0].loadEventEnd`); at < ld {
+				t.Fatalf("module loading began at %.1f ms, before the load event ended at %.1f ms", at, ld)
+			}
+		})
 	}
 }
 

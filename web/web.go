@@ -1,5 +1,6 @@
 // Package web embeds what the collector serves to browsers: the loader script
-// (itl.js) and what it loads lazily (itl-module.js, itl-worker.js,
+// (itl.js; pages load it with the inline snippet, itl-snippet.js, which is
+// embedded for tests and documented, not served) and what it loads lazily (itl-module.js, itl-worker.js,
 // wasm_exec.js and the browser module itl.wasm, precompressed), the demo chat
 // page and the dashboard. The scripts are served as written (no build step);
 // tsconfig.json and types/ type-check them (make vet) and are not served.

@@ -286,19 +286,38 @@
         w.postMessage(/** @type {unknown[]} */ (['s', pid]).concat(args));
       },
       feed: function (stage, nb, ops, n) {
-        var msg = ++posted;
-        for (var i = 0, off = 0; i < 4 * n; i += 4) {
-          var len = ops[i + 1];
+        var msg = ++posted, i, off, len, k, c;
+        // The stage goes to the Worker: the reads kept are copied, into one
+        // array per stream and batch (an allocation per read would cost the
+        // page more than the read), each read a view of it.
+        /** @type {Map<number, [Uint8Array, number]>} */
+        var into = new Map();
+        for (i = 0; i < 4 * n; i += 4) {
+          k = ops[i] >= 0 ? kept.get(ops[i]) : undefined;
+          if (!k || k.lost) continue;
+          c = into.get(ops[i]);
+          if (c) c[1] += ops[i + 1]; else into.set(ops[i], [stage, ops[i + 1]]);
+        }
+        into.forEach(function (c) { c[0] = new Uint8Array(c[1]); c[1] = 0; });
+        for (i = 0, off = 0; i < 4 * n; i += 4) {
+          len = ops[i + 1];
           if (ops[i] < 0) {
             busy.push(ops[i + 2], ops[i + 3]);
             if (busy.length > 2 * MAX_BUSY) busy.splice(0, 2);
             continue;
           }
-          var k = kept.get(ops[i]);
+          k = kept.get(ops[i]);
           if (k) {
             k.msg = msg;
             if (!k.lost && keptBytes + len > KEEP_BYTES) { k.lost = true; forget(k); }
-            if (!k.lost) { k.reads.push(stage.slice(off, off + len)); k.at.push(ops[i + 2]); keptBytes += len; }
+            c = k.lost ? undefined : into.get(ops[i]); // there: not lost in the first pass either
+            if (c) {
+              c[0].set(stage.subarray(off, off + len), c[1]);
+              k.reads.push(c[0].subarray(c[1], c[1] + len));
+              k.at.push(ops[i + 2]);
+              c[1] += len;
+              keptBytes += len;
+            }
           }
           off += len;
         }

@@ -40,8 +40,14 @@
   var loaderStart = performance.now();
   var script = /** @type {HTMLScriptElement | null} */ (document.currentScript);
   var nonce = script && script.nonce || '';
+  // snip: the inline snippet (itl-snippet.js) that ran before this file and
+  // loaded it. It wrapped fetch when it ran, with a function of its own that
+  // clients may have kept: that function stays window.fetch and calls the
+  // shim from now on (attach, at the end of this file).
+  /** @type {ItlmonSnippet | null} */
+  var snip = g.itlmon && g.itlmon.__itlmonSnippet && g.itlmon.__itlmonSnippet.v === 1 ? g.itlmon.__itlmonSnippet : null;
   /** @type {typeof fetch} */
-  var origFetch = g.fetch;
+  var origFetch = snip ? snip.orig : g.fetch;
 
   // MAX_OPEN bounds the streams measured at once, as the module does
   // (wasm/browser maxOpen); more are passed through unmeasured.
@@ -163,7 +169,11 @@
   // the queue's bound while the module loaded); pagehideMs: the last
   // pagehide's work; replayed: streams it measured again on the page (a
   // module in a Worker, see itl-module.js).
-  var timing = { loaderStart: loaderStart, loaderMs: 0, loadAt: -1, readyAt: -1, error: '', mode: '',
+  // snippetAt: when the snippet ran, loaderAt: when it requested this file
+  // (-1 without a snippet); late: streams the snippet held back until this
+  // file ran, lateMs: the longest such wait.
+  var timing = { loaderStart: loaderStart, loaderMs: 0, snippetAt: -1, loaderAt: -1, late: 0, lateMs: 0,
+    loadAt: -1, readyAt: -1, error: '', mode: '',
     workerError: '', feedMs: 0, feedOps: 0, feedCalls: 0, collected: 0, unmeasured: 0, pagehideMs: 0, replayed: 0 };
 
   /** @param {string} msg @param {unknown} [e] */
@@ -183,7 +193,7 @@
     broken = true;
     timing.error = msg;
     warn(msg, e);
-    try { if (g.fetch === shimFetch) g.fetch = origFetch; } catch (_) { /* read-only fetch */ }
+    try { if (g.fetch === wrapper) g.fetch = origFetch; } catch (_) { /* read-only fetch */ }
     queue = [];
     queuedBytes = 0;
     readyResolve(false);
@@ -749,6 +759,7 @@
       /** @param {ReadableStreamReadResult<Uint8Array>} x */
       var onRead = function (x) {
         var at = performance.now();
+        reading = false;
         r.lastAt = at;
         r.collected = r.pulling = false; // read: alive
         if (x.done) {
@@ -762,10 +773,25 @@
         if (!r.done && !broken) {
           try { stageRead(r, x.value, at); } catch (e) { fail('shim failed', e); }
         }
-        ctrl.enqueue(x.value);
+        try { ctrl.enqueue(x.value); } catch (_) { return; } // cancelled or errored meanwhile
+        if (/** @type {number} */ (ctrl.desiredSize) > 0) more();
+      };
+      // more reads the next chunk of the original while the page's stream
+      // has room (desiredSize > 0): straight from the last read rather than
+      // through the stream's next pull, which waits for the stream's own
+      // bookkeeping of the last one (make bench: the cost per chunk). pull
+      // calls it when the page has made room.
+      var reading = false;
+      var more = function () {
+        if (reading || dead || !reader) return;
+        reading = true;
+        r.collected = false; // pulled: alive
+        r.pulling = true;
+        reader.read().then(onRead, onError);
       };
       /** @param {any} err */
       var onError = function (err) {
+        reading = false;
         r.pulling = false;
         try { ctrl.error(err); } catch (_) { /* already errored */ }
         unlisten();
@@ -774,12 +800,7 @@
       };
       var body = new ReadableStream({
         start: function (c) { ctrl = c; },
-        pull: function () {
-          if (dead || !reader) return;
-          r.collected = false; // pulled: alive
-          r.pulling = true;
-          return reader.read().then(onRead, onError);
-        },
+        pull: function () { more(); },
         // The page cancelled its body (reader.cancel(), or an SDK that stops
         // at its terminal event): not an abort by itself; the module decides.
         cancel: function (reason) {
@@ -851,11 +872,11 @@
   // beforeHeaders records a request that looked like a streamed completion
   // and ended before any response headers: aborted, or a network error,
   // after the time waited.
-  /** @param {ItlmonFacts} facts @param {number} t0 @param {any} err */
-  function beforeHeaders(facts, t0, err) {
+  /** @param {ItlmonFacts} facts @param {number} t0 @param {any} err @param {number} [at] when it ended (now) */
+  function beforeHeaders(facts, t0, err, at) {
     try {
       if (!on()) return;
-      var at = performance.now();
+      if (at === undefined) at = performance.now();
       var kind = (facts.signal && facts.signal.aborted) || (err && err.name === 'AbortError') ? ABORTED : NET_ERROR;
       var rec = begin(facts, t0, 0, '', '', -1);
       if (rec && kind === NET_ERROR) endOnError(rec, at);
@@ -886,6 +907,39 @@
         .then(function () { return issueFetch(self, args, f0); });
     }
     return issueFetch(self, args, facts);
+  }
+
+  // wrapper is what window.fetch is while measuring: the shim, or the
+  // snippet's function, which calls the shim once this file has run.
+  /** @type {typeof fetch} */
+  var wrapper = snip ? snip.fetch : shimFetch;
+
+  // late measures a response to a request the snippet issued before this
+  // file ran: args are the page's fetch arguments (a Request's body is used
+  // by then, so its model comes from its path only), t0 when it was issued,
+  // headersAt when its headers came. The snippet held a streamed response
+  // back until now (see itl-snippet.js): its reads are stamped from here on.
+  /** @param {Response} resp @param {IArguments} args @param {number} t0 @param {number} headersAt @returns {Response} */
+  function late(resp, args, t0, headersAt) {
+    try {
+      if (!on()) return resp;
+      var f = requestFacts(args[0], args[1]);
+      if (!f || !f.sampled) return resp;
+      var waited = performance.now() - headersAt;
+      if (waited >= 1) { timing.late++; timing.lateMs = Math.max(timing.lateMs, waited); }
+      if (f.eager) load();
+      return wrap(resp, f, t0, headersAt);
+    } catch (_) { return resp; }
+  }
+
+  // lateError records a request the snippet issued before this file ran
+  // that ended before any response headers (see beforeHeaders).
+  /** @param {IArguments} args @param {number} t0 @param {number} at @param {any} err */
+  function lateError(args, t0, at, err) {
+    try {
+      var f = on() ? requestFacts(args[0], args[1]) : null;
+      if (f && f.sampled && f.eager) beforeHeaders(f, t0, err, at);
+    } catch (_) { /* not recorded */ }
   }
 
   /**
@@ -940,11 +994,12 @@
         for (var i = 0; i < es.length; i++) {
           var e = es[i];
           if (e.initiatorType !== 'fetch' || seen.has(e.name)) continue;
+          if (snip && e.startTime < loaderStart) continue; // issued through the snippet's fetch
           var u = new URL(e.name);
           if (!urlMatches(e.name) && !endpointMatches(u.pathname)) continue;
           obs.disconnect();
           console.info('itlmon: ' + u.origin + u.pathname + ' was fetched by a client that kept the page\'s fetch from before ' +
-            'itl.js ran, so it is not measured. Put the itl.js tag in <head> before the app\'s scripts, or give the client ' +
+            'itl.js ran, so it is not measured. Put the itlmon snippet (or the itl.js tag) in <head> before the app\'s scripts, or give the client ' +
             'itlmon\'s fetch: { fetch: (...a) => (globalThis.itlmon?.fetch ?? fetch)(...a) }');
           return;
         }
@@ -1060,7 +1115,7 @@
         try { if (e.persisted && api && !broken) api.pageshow(); } catch (x) { fail('module failed', x); }
       });
     }
-    if (g.fetch === origFetch && !optedOut()) g.fetch = shimFetch;
+    if (g.fetch === origFetch && !optedOut()) g.fetch = wrapper;
     if (loadScheduled && readySettled) load(); // opted in again after ready said false
     else scheduleLoad();
   }
@@ -1085,7 +1140,7 @@
       cfg.sampleRate = Math.max(0, Math.min(1, cfg.sampleRate == null ? 1 : +cfg.sampleRate));
       if (cfg.debug) watchUnseen();
       if (optedOut()) {
-        if (g.fetch === shimFetch) g.fetch = origFetch;
+        if (g.fetch === wrapper) g.fetch = origFetch;
         if (!loading && !readySettled) readyResolve(false);
         return ready;
       }
@@ -1093,7 +1148,7 @@
         // Resolves once the module has the new settings.
         return api.configure(moduleConfig()).then(function (r) {
           if (r !== true) { fail('configure', r); return false; }
-          if (g.fetch === origFetch && !broken) g.fetch = shimFetch;
+          if (g.fetch === origFetch && !broken) g.fetch = wrapper;
           return !broken;
         }, function (e) { fail('configure', e); return false; });
       }
@@ -1146,7 +1201,7 @@
     /** @param {RequestInfo | URL} input @param {RequestInit} [init] */
     fetch: function fetch(input, init) { return shimFetch.apply(undefined, /** @type {any} */ (arguments)); },
     timing: timing,
-    get active() { return installed && !broken && g.fetch === shimFetch; },
+    get active() { return installed && !broken && g.fetch === wrapper; },
     get originalFetch() { return origFetch; },
     // _stats: the module's counters (for tests and debugging).
     _stats: function () { return api && !broken ? api.query('stats') : Promise.resolve(null); },
@@ -1172,7 +1227,17 @@
     /** @param {ItlmonHost} host */
     __module: function (host) { if (onHost) { var f = onHost; onHost = null; f(host); } },
   };
-  g.itlmon = pub;
+  if (snip) {
+    // The snippet's object becomes the API (a page may hold it), and what
+    // it queued is replayed: init and onStream calls, requests that ended
+    // before their headers, and streamed responses it held back.
+    var stub = g.itlmon;
+    Object.defineProperties(stub, Object.getOwnPropertyDescriptors(pub));
+    timing.snippetAt = snip.t;
+    timing.loaderAt = snip.loadAt;
+    timing.unmeasured += snip.missed;
+  } else g.itlmon = pub;
   if (auto) init({ site: auto });
+  if (snip) snip.attach({ shim: shimFetch, late: late, lateError: lateError, ready: ready });
   timing.loaderMs = performance.now() - loaderStart;
 })();

@@ -120,3 +120,19 @@ interface ItlmonGo {
   stats(): Record<string, number>;
   _crash(mode: unknown): unknown;
 }
+
+/** The inline snippet's side (itl-snippet.js, itlmon.__itlmonSnippet), version 1, as itl.js sees it. */
+interface ItlmonSnippet {
+  v: number;
+  orig: typeof fetch; // the page's original fetch
+  fetch: typeof fetch; // the snippet's function installed as window.fetch
+  t: number; // performance.now() when the snippet ran
+  loadAt: number; // when it requested itl.js
+  missed: number; // streamed responses it gave the page unmeasured (itl.js came too late)
+  attach(h: {
+    shim: typeof fetch; // the snippet's fetch calls this from now on
+    late(resp: Response, args: IArguments, t0: number, headersAt: number): Response;
+    lateError(args: IArguments, t0: number, at: number, err: unknown): void;
+    ready: Promise<boolean>;
+  }): void;
+}
