@@ -588,12 +588,14 @@ func TestEdgeWorker(t *testing.T) {
 		t.Logf("through the JS pass-through Worker: %d chunks; origin stopped after %d content events (%d µs)", abJS.Chunks, found.ContentEvents, found.DurationUs)
 	})
 
-	// A client that goes away while the origin is silent: the origin learns
-	// it through either Worker, and sends nothing after its pause.
+	// A client that goes away while the origin is silent: workerd notices
+	// it at the next chunk it sends the client (the origin's 3rd token,
+	// after its pause), through either Worker, and the origin learns it
+	// then, well before its 6th token (200 ms apart).
 	t.Run("abort reaches the origin", func(t *testing.T) {
 		for _, w := range []struct{ name, url string }{{"go", wd.URL}, {"js", wd.JSURL}} {
 			rctx, cancel := context.WithCancel(context.Background())
-			req, _ := http.NewRequestWithContext(rctx, "POST", w.url+"/v1/chat/completions?tokens=6&interval_ms=5&pause_at=2&pause_ms=1500", strings.NewReader(`{"model":"m","stream":true}`))
+			req, _ := http.NewRequestWithContext(rctx, "POST", w.url+"/v1/chat/completions?tokens=6&interval_ms=200&pause_at=2&pause_ms=1500", strings.NewReader(`{"model":"m","stream":true}`))
 			resp, err := http.DefaultClient.Do(req)
 			if err != nil {
 				t.Fatal(err)
