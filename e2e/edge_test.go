@@ -278,9 +278,10 @@ const passThroughJS = `export default {
 };
 `
 
-// startWorkerd runs workerd with a generated capnp config: two sockets on
-// freeport ports, each taking request.cf from the cf-blob header.
-func startWorkerd(t testing.TB, originURL, collectorURL string) *workerd {
+// startWorkerd runs workerd with a generated capnp config: three sockets on
+// freeport ports, each taking request.cf from the cf-blob header. goVars
+// are set on the Go Worker (URL) besides the usual ones.
+func startWorkerd(t testing.TB, originURL, collectorURL string, goVars ...[2]string) *workerd {
 	t.Helper()
 	bin := os.Getenv("WORKERD_BIN")
 	if _, err := os.Stat(bin); bin == "" || err != nil {
@@ -322,6 +323,7 @@ func startWorkerd(t testing.TB, originURL, collectorURL string) *workerd {
 		return strings.Join(bindings, ", ")
 	}
 	bare := append(slices.Clone(vars[:len(vars)-1]), [2]string{"ITLMON_ROUTES", "/not-measured"})
+	vars = append(vars, goVars...)
 	config := `using Workerd = import "/workerd/workerd.capnp";
 const config :Workerd.Config = (
   services = [
@@ -401,6 +403,23 @@ const jsWorker :Workerd.Worker = (
 		}
 	}
 	return w
+}
+
+// rss is the workerd process's resident set size now, in bytes.
+func (w *workerd) rss(t testing.TB) int64 {
+	t.Helper()
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(w.cmd.Process.Pid) + "/status")
+	if err != nil {
+		t.Fatalf("workerd rss: %v", err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			return kb << 10
+		}
+	}
+	t.Fatal("workerd rss: no VmRSS")
+	return 0
 }
 
 // cpu is the workerd process's CPU time so far (user + system).

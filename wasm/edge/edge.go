@@ -35,6 +35,7 @@ package main
 import (
 	"errors"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -53,6 +54,9 @@ const (
 	EnvSite      = "ITLMON_SITE"      // the site key
 	EnvKey       = "ITLMON_KEY"       // the site's shared key (a secret)
 	EnvPaths     = "ITLMON_PATHS"     // "ids" (default: id-like segments become :id) or "raw"
+	// EnvPostTimeout bounds each timeline's POST, in milliseconds (default
+	// DefaultPostTimeout); a POST that takes longer is aborted and dropped.
+	EnvPostTimeout = "ITLMON_POST_TIMEOUT_MS"
 )
 
 // Defaults.
@@ -63,6 +67,9 @@ const (
 	// timerFloor is the edge clock's resolution: Workers advance Date.now
 	// and performance.now only at I/O, in milliseconds.
 	timerFloor = meter.Millisecond
+	// DefaultPostTimeout bounds a timeline's POST. The runtime lets
+	// waitUntil work run on for 30 s after the response, not forever.
+	DefaultPostTimeout = 10 * time.Second
 )
 
 // Config is the Go half's configuration (from the Worker's environment).
@@ -72,6 +79,9 @@ type Config struct {
 	Key       string
 	RawPaths  bool // store paths as they are instead of redacted (origin.RawPaths)
 	MaxEmits  int  // 0: DefaultMaxEmits
+	// PostTimeout bounds each timeline's POST (an AbortSignal's deadline
+	// under the Workers runtime, whose fetch ignores Go's context).
+	PostTimeout time.Duration
 }
 
 // ParseConfig reads the configuration through getenv (the Worker's env).
@@ -85,6 +95,14 @@ func ParseConfig(getenv func(string) string) (Config, error) {
 	}
 	if c.Collector != "" && !strings.HasPrefix(c.Collector, "https://") && !strings.HasPrefix(c.Collector, "http://") {
 		return c, errors.New(EnvCollector + ": want an http(s) URL, not " + c.Collector)
+	}
+	c.PostTimeout = DefaultPostTimeout
+	if v := strings.TrimSpace(getenv(EnvPostTimeout)); v != "" {
+		ms, err := strconv.Atoi(v)
+		if err != nil || ms <= 0 || ms > 30_000 {
+			return c, errors.New(EnvPostTimeout + ": want milliseconds from 1 to 30000, not " + v)
+		}
+		c.PostTimeout = time.Duration(ms) * time.Millisecond
 	}
 	switch p := getenv(EnvPaths); p {
 	case "", "ids":

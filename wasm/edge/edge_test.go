@@ -28,7 +28,9 @@ func TestParseConfig(t *testing.T) {
 		{"collector without site", env(EnvCollector, "https://c"), "ITLMON_SITE is not set"},
 		{"collector not http", env(EnvCollector, "c.example.com", EnvSite, "chat"), "ITLMON_COLLECTOR: want an http(s) URL"},
 		{"bad paths", env(EnvPaths, "some"), `ITLMON_PATHS: want "ids" or "raw", not some`},
-		{"ok", env(EnvCollector, " https://c/ ", EnvSite, "chat & co", EnvKey, "k", EnvPaths, "raw"), ""},
+		{"bad post timeout", env(EnvPostTimeout, "10s"), "ITLMON_POST_TIMEOUT_MS: want milliseconds from 1 to 30000, not 10s"},
+		{"post timeout too long", env(EnvPostTimeout, "60000"), "ITLMON_POST_TIMEOUT_MS: want milliseconds"},
+		{"ok", env(EnvCollector, " https://c/ ", EnvSite, "chat & co", EnvKey, "k", EnvPaths, "raw", EnvPostTimeout, "2500"), ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c, err := ParseConfig(tc.env)
@@ -41,13 +43,16 @@ func TestParseConfig(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if c.Collector != "https://c" || c.Site != "chat & co" || c.Key != "k" || !c.RawPaths {
+			if c.Collector != "https://c" || c.Site != "chat & co" || c.Key != "k" || !c.RawPaths || c.PostTimeout != 2500*time.Millisecond {
 				t.Fatalf("config %+v", c)
 			}
 			if got, want := c.Target(), "https://c/v1/origin?site=chat%20%26%20co"; got != want {
 				t.Fatalf("Target() = %q, want %q", got, want)
 			}
 		})
+	}
+	if c, _ := ParseConfig(env()); c.PostTimeout != DefaultPostTimeout {
+		t.Fatalf("default post timeout %v", c.PostTimeout)
 	}
 	if got := (&Config{}).Target(); got != "" {
 		t.Fatalf("Target() without a collector = %q", got)

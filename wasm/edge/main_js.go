@@ -19,11 +19,6 @@ import (
 	"github.com/itlmon/itlmon/wasm/meter"
 )
 
-// postTimeout bounds the timeline's POST (an AbortSignal's deadline: the
-// Workers fetch ignores Go's context). The runtime lets waitUntil work run
-// on for 30 s after the response, not forever.
-const postTimeout = 10 * time.Second
-
 // main starts the Go half once per isolate: it hands worker.mjs the
 // functions it calls for every measured request (begin, feed, end) through
 // the runtime context's ready, then waits for those calls for as long as the
@@ -175,10 +170,10 @@ func (w *worker) end(_ js.Value, args []js.Value) any {
 		logf("itlmon edge: encode timeline: %v", err)
 		return nil
 	}
-	target, key := w.cfg.Target(), w.cfg.Key
+	target, key, timeout := w.cfg.Target(), w.cfg.Key, w.cfg.PostTimeout
 	args[3].Call("waitUntil", promise(func(resolve js.Value) {
 		defer resolve.Invoke()
-		if err := post(context.Background(), target, key, body); err != nil {
+		if err := post(context.Background(), target, key, body, timeout); err != nil {
 			w.dropped++
 			logf("itlmon edge: post timeline: %v (%d dropped in this isolate)", err, w.dropped)
 		}
@@ -206,10 +201,11 @@ func promise(f func(resolve js.Value)) js.Value {
 }
 
 // post sends body to the collector through the Workers fetch, bounded by
-// postTimeout: the fetch is called on worker.mjs's deadlineFetch, which adds
-// an AbortSignal.timeout to it (the Workers fetch ignores ctx).
-func post(ctx context.Context, url, key string, body []byte) error {
-	client := fetch.NewClient(fetch.WithBinding(js.Global().Get("context").Call("deadlineFetch", postTimeout.Milliseconds())))
+// timeout: the fetch is called on worker.mjs's deadlineFetch, which adds an
+// AbortSignal.timeout to it (the Workers fetch ignores ctx), and the
+// signal aborts the response's body too.
+func post(ctx context.Context, url, key string, body []byte, timeout time.Duration) error {
+	client := fetch.NewClient(fetch.WithBinding(js.Global().Get("context").Call("deadlineFetch", timeout.Milliseconds())))
 	req, err := fetch.NewRequest(ctx, http.MethodPost, url, bytes.NewReader(body))
 	if err != nil {
 		return err
