@@ -299,8 +299,9 @@ bench: deps wasm edge
 	ITLMON_REQUIRE_REAL=1 $(GO) test -count=1 -run '^TestAttribution' -v ./e2e 2>&1 | sed -n '/attribution scenario table/,/^[^ ]/p' | tee -a /tmp/itlmon-bench.txt
 	@echo "browser module: itl.wasm sizes, time to ready and added cost per chunk, in Chromium"
 	ITLMON_BENCH_REPORT=1 ITLMON_REQUIRE_REAL=1 $(GO) test -count=1 -run '^TestBrowserReport$$' -v ./e2e 2>&1 | sed -n '/browser module report/,/^$$/p' | tee -a /tmp/itlmon-bench.txt
-	@echo "edge Worker: size against Cloudflare's limits, workerd CPU and wall time per request vs a JS pass-through Worker"
+	@echo "edge Worker: size, workerd CPU per request and added latency per chunk next to a JS pass-through Worker in the same workerd (goals beside them); workerd RSS per concurrent stream"
 	ITLMON_BENCH_REPORT=1 ITLMON_REQUIRE_REAL=1 $(GO) test -count=1 -run '^TestEdgeReport$$' -v ./e2e 2>&1 | sed -n '/edge Worker report/,/^\s*$$/p' | tee -a /tmp/itlmon-bench.txt
+	ITLMON_REQUIRE_REAL=1 $(GO) test -count=1 -run '^TestEdgeConcurrent$$' -v ./e2e 2>&1 | grep -o 'edge concurrency report:.*' | tee -a /tmp/itlmon-bench.txt
 	@echo "browser module's WebSocket: one handshake per burst (time, bytes), open sockets vs open tabs with and without the idle close"
 	ITLMON_BENCH_REPORT=1 ITLMON_REQUIRE_REAL=1 $(GO) test -count=1 -run '^TestSocketReport$$' -v ./e2e 2>&1 | sed -n '/WebSocket per burst report/,/^$$/p' | tee -a /tmp/itlmon-bench.txt
 

@@ -668,12 +668,9 @@ func TestEdgeReport(t *testing.T) {
 	o, starts := startEdgeOrigin(t, sink)
 	wd := startWorkerd(t, o.URL, sink.URL)
 	const n = 40
-	type row struct {
-		name              string
-		cpuPerReq, wallMs float64
-	}
-	var rows []row
-	run := func(name, base, path string, body bool) {
+	// measure is one row's CPU (workerd's, per request) and wall time (p50).
+	type measure struct{ cpuPerReq, wallMs float64 }
+	run := func(name, base, path string, body bool) measure {
 		do := func() time.Duration {
 			var req *http.Request
 			if body {
@@ -715,14 +712,38 @@ func TestEdgeReport(t *testing.T) {
 		}
 		cpu := wd.cpu(t) - cpu0
 		slices.Sort(walls)
-		rows = append(rows, row{name, float64(cpu.Microseconds()) / 1e3 / n, walls[n/2]})
+		return measure{float64(cpu.Microseconds()) / 1e3 / n, walls[n/2]}
 	}
+	// Each row: the Go Worker and the JavaScript pass-through in turn, two
+	// rounds, the best of each (the machine is shared: the lower figure is
+	// the one less disturbed).
 	stream := "/v1/chat/completions?tokens=200&interval_ms=0"
-	run("Go Worker, /plain (instance start + a small JSON response)", wd.URL, "/plain", false)
-	run("JS pass-through, /plain", wd.JSURL, "/plain", false)
-	run("Go Worker, 200-event SSE stream, not measured", wd.BareURL, stream, true)
-	run("Go Worker, 200-event SSE stream (+ meter, + timeline POST)", wd.URL, stream, true)
-	run("JS pass-through, 200-event SSE stream", wd.JSURL, stream, true)
+	type row struct {
+		name     string
+		goURL    string
+		path     string
+		body     bool
+		goal     float64 // at most this many times the pass-through's CPU
+		goM, jsM measure
+	}
+	rows := []row{
+		{name: "route not measured, small JSON (/plain)", goURL: wd.URL, path: "/plain", goal: 1.2},
+		{name: "route not measured, 200-event SSE stream", goURL: wd.BareURL, path: stream, body: true, goal: 1.2},
+		{name: "measured 200-event SSE stream, timeline posted", goURL: wd.URL, path: stream, body: true, goal: 2},
+	}
+	best := func(a, b measure) measure {
+		if a.cpuPerReq == 0 || b.cpuPerReq < a.cpuPerReq {
+			return b
+		}
+		return a
+	}
+	for range 2 {
+		for i := range rows {
+			r := &rows[i]
+			r.goM = best(r.goM, run(r.name, r.goURL, r.path, r.body))
+			r.jsM = best(r.jsM, run(r.name, wd.JSURL, r.path, r.body))
+		}
+	}
 
 	// Added latency per chunk: a stream of 50 tokens 20 ms apart, 8 times
 	// each way; each content event's arrival at the client minus its emit
@@ -766,15 +787,17 @@ func TestEdgeReport(t *testing.T) {
 	direct, viaJS, viaGo := lat(o.URL), lat(wd.JSURL), lat(wd.URL)
 
 	var b strings.Builder
-	fmt.Fprintf(&b, "edge Worker report (workerd %s, %d requests each, sequential)\n", workerdVersion(), n)
-	fmt.Fprintf(&b, "  size: %.2f MB raw, %.2f MB gzip (Cloudflare: 3 MB compressed on the free plan, 10 MB paid, 64 MB uncompressed)\n", float64(raw)/1e6, float64(gz)/1e6)
-	fmt.Fprintf(&b, "  %-62s %14s %14s\n", "", "CPU ms/req", "wall ms (p50)")
+	fmt.Fprintf(&b, "edge Worker report (workerd %s, %d requests each, sequential, best of 2 rounds; one Go runtime per isolate)\n", workerdVersion(), n)
+	fmt.Fprintf(&b, "  size: %.2f MB raw, %.2f MB gzip (Cloudflare: 64 MB uncompressed on every plan)\n", float64(raw)/1e6, float64(gz)/1e6)
+	fmt.Fprintf(&b, "  %-48s %12s %12s %7s %6s %12s %12s\n", "CPU per request (workerd's)", "Go ms/req", "JS ms/req", "ratio", "goal", "Go wall p50", "JS wall p50")
 	for _, r := range rows {
-		fmt.Fprintf(&b, "  %-62s %14.1f %14.1f\n", r.name, r.cpuPerReq, r.wallMs)
+		fmt.Fprintf(&b, "  %-48s %12.2f %12.2f %6.2fx %5.1fx %12.1f %12.1f\n", r.name, r.goM.cpuPerReq, r.jsM.cpuPerReq,
+			r.goM.cpuPerReq/max(r.jsM.cpuPerReq, 0.01), r.goal, r.goM.wallMs, r.jsM.wallMs)
 	}
-	fmt.Fprintf(&b, "  (Cloudflare's free plan allows 10 ms CPU per request; the paid plan 30 s by default)\n")
-	fmt.Fprintf(&b, "  origin emit -> client read per content event, median of 8 streams x 50 events 20 ms apart:\n    direct %.2f ms, JS pass-through %.2f ms (%+.2f), Go Worker %.2f ms (%+.2f)\n",
-		direct, viaJS, viaJS-direct, viaGo, viaGo-direct)
+	fmt.Fprintf(&b, "  (CPU in 10 ms ticks of the whole workerd process over %d requests: +-%.2f ms/req)\n", n, 10.0/n)
+	fmt.Fprintf(&b, "  added latency per chunk, origin emit -> client read, median of 8 streams x 50 events 20 ms apart:\n")
+	fmt.Fprintf(&b, "    direct %.2f ms; JS pass-through %.2f ms (%+.2f); Go Worker %.2f ms (%+.2f); Go over the pass-through %+.2f ms (goal +0.10)\n",
+		direct, viaJS, viaJS-direct, viaGo, viaGo-direct, viaGo-viaJS)
 	t.Log("\n" + b.String())
 }
 
