@@ -3,6 +3,7 @@ package e2e
 import (
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"strings"
@@ -69,7 +70,18 @@ func TestEdgeConcurrent(t *testing.T) {
 	if v := os.Getenv("ITLMON_EDGE_STREAMS"); v != "" {
 		fmt.Sscan(v, &n)
 	}
-	sink := startEdgeSink(t)
+	// The sink without serve's header timeout: the n POSTs start together
+	// as the streams end, and on a loaded machine workerd may take longer
+	// than that to send them all.
+	sink, h := newEdgeSink()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: h}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	sink.URL = "http://" + ln.Addr().String()
 	g := startGatedOrigin(t)
 	wd := startWorkerd(t, g.URL, sink.URL)
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: n, DisableCompression: true}}

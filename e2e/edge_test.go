@@ -65,8 +65,15 @@ type edgeSink struct {
 
 func startEdgeSink(t *testing.T) *edgeSink {
 	t.Helper()
+	s, h := newEdgeSink()
+	s.URL, _ = serve(t, h)
+	return s
+}
+
+// newEdgeSink is an edgeSink and its handler, not yet served.
+func newEdgeSink() (*edgeSink, http.Handler) {
 	s := &edgeSink{}
-	s.URL, _ = serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	return s, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		fail := func(code int, msg string) {
 			s.mu.Lock()
 			s.errs = append(s.errs, msg)
@@ -97,8 +104,7 @@ func startEdgeSink(t *testing.T) *edgeSink {
 		s.mu.Unlock()
 		s.changed.Notify()
 		w.WriteHeader(http.StatusNoContent)
-	}))
-	return s
+	})
 }
 
 // pair waits for the origin's and the edge's timeline of stream id.
