@@ -613,9 +613,10 @@ func TestEdgeWorker(t *testing.T) {
 		t.Logf("through the JS pass-through Worker: %d chunks; origin stopped after %d content events (%d µs)", abJS.Chunks, found.ContentEvents, found.DurationUs)
 	})
 
-	// A client that goes away while the origin is silent: workerd notices
-	// it at the next chunk it sends the client (the origin's 3rd token,
-	// after its pause), through either Worker, and the origin learns it
+	// A client that goes away while the origin is silent: through the Go
+	// Worker workerd notices it at the next chunk it sends the client (the
+	// origin's 3rd token, after its pause; the pass-through, whose body
+	// workerd pipes itself, noticed at once here), and the origin learns it
 	// then, well before its 6th token (200 ms apart).
 	t.Run("abort reaches the origin", func(t *testing.T) {
 		for _, w := range []struct{ name, url string }{{"go", wd.URL}, {"js", wd.JSURL}} {
