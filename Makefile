@@ -42,6 +42,14 @@ WORKERD_VERSION := 1.20261117.1
 WORKERD_DIR := $(CACHE_DIR)/workerd-$(WORKERD_VERSION)
 WORKERD_BIN ?= $(WORKERD_DIR)/node_modules/@cloudflare/workerd-linux-64/bin/workerd
 export WORKERD_BIN
+# wrangler, Cloudflare's CLI (npm): the e2e checks that docs/edge.md's wrangler.toml builds (`wrangler deploy
+# --dry-run`) and serves (`wrangler dev --local`, with the workerd it ships). Pinned exactly, installed once by
+# the targets that need it (test), offline afterwards. 4.86.0 is the last release that runs on Node 20 (later
+# ones want Node 22); deploying works the same with a newer one.
+WRANGLER_VERSION := 4.86.0
+WRANGLER_DIR := $(CACHE_DIR)/wrangler-$(WRANGLER_VERSION)
+WRANGLER_BIN ?= $(WRANGLER_DIR)/node_modules/wrangler/bin/wrangler.js
+export WRANGLER_BIN
 # The default GeoIP database (country and ISO 3166-2 region without an edge): DB-IP's IP to City Lite
 # (CC BY 4.0, attribution required: see docs/operating.md, "Country and region") in ip-location-db's mmdb layout,
 # IPv4 and IPv6 halves in one directory (~135 MB). Pinned exactly, installed once, offline afterwards;
@@ -66,7 +74,7 @@ TEST_TIMEOUT ?= 25m
 # one engine the join tests share on 2 cores (promotions missed their deadlines); 2 is what passes there.
 TEST_PARALLEL ?= 2
 
-.PHONY: vendor-uplot build run check test unit bench fuzz vet depscheck wasm edge deps deps-apt deps-chdb deps-geoip deps-go deps-openai-js deps-sdk-js deps-ts deps-workerd subdivisions clean
+.PHONY: vendor-uplot build run check test unit bench fuzz vet depscheck wasm edge deps deps-apt deps-chdb deps-geoip deps-go deps-openai-js deps-sdk-js deps-ts deps-workerd deps-wrangler subdivisions clean
 
 ## deps: install what is missing (apt packages, the pinned ClickHouse engine and GeoIP database from npm, Go modules)
 deps: deps-apt deps-chdb deps-geoip deps-go deps-sdk-js deps-ts deps-workerd
@@ -148,6 +156,14 @@ $(WORKERD_BIN):
 	@mkdir -p $(WORKERD_DIR)
 	cd $(WORKERD_DIR) && npm install --no-save --no-audit --no-fund --loglevel=error @cloudflare/workerd-linux-64@$(WORKERD_VERSION)
 	@test -x $@ || { echo "workerd not found at $@ after npm install" >&2; exit 1; }
+
+deps-wrangler: $(WRANGLER_BIN)
+
+$(WRANGLER_BIN):
+	@echo "installing wrangler $(WRANGLER_VERSION) (npm) into $(WRANGLER_DIR)"
+	@mkdir -p $(WRANGLER_DIR)
+	cd $(WRANGLER_DIR) && npm install --no-save --no-audit --no-fund --loglevel=error wrangler@$(WRANGLER_VERSION)
+	@test -f $@ || { echo "wrangler not found at $@ after npm install" >&2; exit 1; }
 
 # uPlot, the dashboard's charting library (MIT), vendored into web/static/dashboard/vendor/uplot as npm
 # ships it (the minified IIFE build, its CSS and licence) and embedded with the dashboard: nothing is
@@ -262,7 +278,7 @@ check: deps-chdb deps-geoip deps-ts vet depscheck wasm
 	ITLMON_REQUIRE_REAL=1 ITLMON_NO_BROWSERS=1 $(GO) test -count=1 -p 2 -parallel $(TEST_PARALLEL) -timeout $(TEST_TIMEOUT) $(CHECK_PKGS)
 
 ## test: everything: vet, depscheck, unit, integration (real ClickHouse engine), e2e (real Chromium, nginx, workerd)
-test: deps vet depscheck wasm edge
+test: deps deps-wrangler vet depscheck wasm edge
 	ITLMON_REQUIRE_REAL=1 $(GO) test -count=1 -p 2 -parallel $(TEST_PARALLEL) -timeout $(TEST_TIMEOUT) $(SLOW_PKGS) ./...
 
 ## bench: benchmarks and the size/cost reports
@@ -284,8 +300,9 @@ bench: deps wasm edge
 	ITLMON_REQUIRE_REAL=1 $(GO) test -count=1 -run '^TestAttribution' -v ./e2e 2>&1 | sed -n '/attribution scenario table/,/^[^ ]/p' | tee -a /tmp/itlmon-bench.txt
 	@echo "browser module, in Chromium: the page's load with the snippet and with the one tag against without (goal +3 ms), itl.wasm sizes, time to ready against the page's own first fetch, main-thread cost per chunk against a plain read (goal 1.0x)"
 	ITLMON_BENCH_REPORT=1 ITLMON_REQUIRE_REAL=1 $(GO) test -count=1 -run '^TestBrowserReport$$' -v ./e2e 2>&1 | sed -n '/browser module report/,/^$$/p' | tee -a /tmp/itlmon-bench.txt
-	@echo "edge Worker: size against Cloudflare's limits, workerd CPU and wall time per request vs a JS pass-through Worker"
+	@echo "edge Worker: size, workerd CPU per request and added latency per chunk next to a JS pass-through Worker in the same workerd (goals beside them); workerd RSS per concurrent stream"
 	ITLMON_BENCH_REPORT=1 ITLMON_REQUIRE_REAL=1 $(GO) test -count=1 -run '^TestEdgeReport$$' -v ./e2e 2>&1 | sed -n '/edge Worker report/,/^\s*$$/p' | tee -a /tmp/itlmon-bench.txt
+	ITLMON_REQUIRE_REAL=1 $(GO) test -count=1 -run '^TestEdgeConcurrent$$' -v ./e2e 2>&1 | grep -o 'edge concurrency report:.*' | tee -a /tmp/itlmon-bench.txt
 	@echo "browser module's WebSocket: one handshake per burst (time, bytes), open sockets vs open tabs with and without the idle close"
 	ITLMON_BENCH_REPORT=1 ITLMON_REQUIRE_REAL=1 $(GO) test -count=1 -run '^TestSocketReport$$' -v ./e2e 2>&1 | sed -n '/WebSocket per burst report/,/^$$/p' | tee -a /tmp/itlmon-bench.txt
 

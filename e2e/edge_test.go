@@ -65,8 +65,15 @@ type edgeSink struct {
 
 func startEdgeSink(t *testing.T) *edgeSink {
 	t.Helper()
+	s, h := newEdgeSink()
+	s.URL, _ = serve(t, h)
+	return s
+}
+
+// newEdgeSink is an edgeSink and its handler, not yet served.
+func newEdgeSink() (*edgeSink, http.Handler) {
 	s := &edgeSink{}
-	s.URL, _ = serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	return s, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		fail := func(code int, msg string) {
 			s.mu.Lock()
 			s.errs = append(s.errs, msg)
@@ -97,8 +104,7 @@ func startEdgeSink(t *testing.T) *edgeSink {
 		s.mu.Unlock()
 		s.changed.Notify()
 		w.WriteHeader(http.StatusNoContent)
-	}))
-	return s
+	})
 }
 
 // pair waits for the origin's and the edge's timeline of stream id.
@@ -278,9 +284,10 @@ const passThroughJS = `export default {
 };
 `
 
-// startWorkerd runs workerd with a generated capnp config: two sockets on
-// freeport ports, each taking request.cf from the cf-blob header.
-func startWorkerd(t testing.TB, originURL, collectorURL string) *workerd {
+// startWorkerd runs workerd with a generated capnp config: three sockets on
+// freeport ports, each taking request.cf from the cf-blob header. goVars
+// are set on the Go Worker (URL) besides the usual ones.
+func startWorkerd(t testing.TB, originURL, collectorURL string, goVars ...[2]string) *workerd {
 	t.Helper()
 	bin := os.Getenv("WORKERD_BIN")
 	if _, err := os.Stat(bin); bin == "" || err != nil {
@@ -322,6 +329,7 @@ func startWorkerd(t testing.TB, originURL, collectorURL string) *workerd {
 		return strings.Join(bindings, ", ")
 	}
 	bare := append(slices.Clone(vars[:len(vars)-1]), [2]string{"ITLMON_ROUTES", "/not-measured"})
+	vars = append(vars, goVars...)
 	config := `using Workerd = import "/workerd/workerd.capnp";
 const config :Workerd.Config = (
   services = [
@@ -401,6 +409,23 @@ const jsWorker :Workerd.Worker = (
 		}
 	}
 	return w
+}
+
+// rss is the workerd process's resident set size now, in bytes.
+func (w *workerd) rss(t testing.TB) int64 {
+	t.Helper()
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(w.cmd.Process.Pid) + "/status")
+	if err != nil {
+		t.Fatalf("workerd rss: %v", err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			return kb << 10
+		}
+	}
+	t.Fatal("workerd rss: no VmRSS")
+	return 0
 }
 
 // cpu is the workerd process's CPU time so far (user + system).
@@ -588,12 +613,15 @@ func TestEdgeWorker(t *testing.T) {
 		t.Logf("through the JS pass-through Worker: %d chunks; origin stopped after %d content events (%d µs)", abJS.Chunks, found.ContentEvents, found.DurationUs)
 	})
 
-	// A client that goes away while the origin is silent: the origin learns
-	// it through either Worker, and sends nothing after its pause.
+	// A client that goes away while the origin is silent: through the Go
+	// Worker workerd notices it at the next chunk it sends the client (the
+	// origin's 3rd token, after its pause; the pass-through, whose body
+	// workerd pipes itself, noticed at once here), and the origin learns it
+	// then, well before its 6th token (200 ms apart).
 	t.Run("abort reaches the origin", func(t *testing.T) {
 		for _, w := range []struct{ name, url string }{{"go", wd.URL}, {"js", wd.JSURL}} {
 			rctx, cancel := context.WithCancel(context.Background())
-			req, _ := http.NewRequestWithContext(rctx, "POST", w.url+"/v1/chat/completions?tokens=6&interval_ms=5&pause_at=2&pause_ms=1500", strings.NewReader(`{"model":"m","stream":true}`))
+			req, _ := http.NewRequestWithContext(rctx, "POST", w.url+"/v1/chat/completions?tokens=6&interval_ms=200&pause_at=2&pause_ms=1500", strings.NewReader(`{"model":"m","stream":true}`))
 			resp, err := http.DefaultClient.Do(req)
 			if err != nil {
 				t.Fatal(err)
@@ -647,12 +675,9 @@ func TestEdgeReport(t *testing.T) {
 	o, starts := startEdgeOrigin(t, sink)
 	wd := startWorkerd(t, o.URL, sink.URL)
 	const n = 40
-	type row struct {
-		name              string
-		cpuPerReq, wallMs float64
-	}
-	var rows []row
-	run := func(name, base, path string, body bool) {
+	// measure is one row's CPU (workerd's, per request) and wall time (p50).
+	type measure struct{ cpuPerReq, wallMs float64 }
+	run := func(name, base, path string, body bool) measure {
 		do := func() time.Duration {
 			var req *http.Request
 			if body {
@@ -694,14 +719,38 @@ func TestEdgeReport(t *testing.T) {
 		}
 		cpu := wd.cpu(t) - cpu0
 		slices.Sort(walls)
-		rows = append(rows, row{name, float64(cpu.Microseconds()) / 1e3 / n, walls[n/2]})
+		return measure{float64(cpu.Microseconds()) / 1e3 / n, walls[n/2]}
 	}
+	// Each row: the Go Worker and the JavaScript pass-through in turn, two
+	// rounds, the best of each (the machine is shared: the lower figure is
+	// the one less disturbed).
 	stream := "/v1/chat/completions?tokens=200&interval_ms=0"
-	run("Go Worker, /plain (instance start + a small JSON response)", wd.URL, "/plain", false)
-	run("JS pass-through, /plain", wd.JSURL, "/plain", false)
-	run("Go Worker, 200-event SSE stream, not measured", wd.BareURL, stream, true)
-	run("Go Worker, 200-event SSE stream (+ meter, + timeline POST)", wd.URL, stream, true)
-	run("JS pass-through, 200-event SSE stream", wd.JSURL, stream, true)
+	type row struct {
+		name     string
+		goURL    string
+		path     string
+		body     bool
+		goal     float64 // at most this many times the pass-through's CPU
+		goM, jsM measure
+	}
+	rows := []row{
+		{name: "route not measured, small JSON (/plain)", goURL: wd.URL, path: "/plain", goal: 1.2},
+		{name: "route not measured, 200-event SSE stream", goURL: wd.BareURL, path: stream, body: true, goal: 1.2},
+		{name: "measured 200-event SSE stream, timeline posted", goURL: wd.URL, path: stream, body: true, goal: 2},
+	}
+	best := func(a, b measure) measure {
+		if a.cpuPerReq == 0 || b.cpuPerReq < a.cpuPerReq {
+			return b
+		}
+		return a
+	}
+	for range 2 {
+		for i := range rows {
+			r := &rows[i]
+			r.goM = best(r.goM, run(r.name, r.goURL, r.path, r.body))
+			r.jsM = best(r.jsM, run(r.name, wd.JSURL, r.path, r.body))
+		}
+	}
 
 	// Added latency per chunk: a stream of 50 tokens 20 ms apart, 8 times
 	// each way; each content event's arrival at the client minus its emit
@@ -745,15 +794,17 @@ func TestEdgeReport(t *testing.T) {
 	direct, viaJS, viaGo := lat(o.URL), lat(wd.JSURL), lat(wd.URL)
 
 	var b strings.Builder
-	fmt.Fprintf(&b, "edge Worker report (workerd %s, %d requests each, sequential)\n", workerdVersion(), n)
-	fmt.Fprintf(&b, "  size: %.2f MB raw, %.2f MB gzip (Cloudflare: 3 MB compressed on the free plan, 10 MB paid, 64 MB uncompressed)\n", float64(raw)/1e6, float64(gz)/1e6)
-	fmt.Fprintf(&b, "  %-62s %14s %14s\n", "", "CPU ms/req", "wall ms (p50)")
+	fmt.Fprintf(&b, "edge Worker report (workerd %s, %d requests each, sequential, best of 2 rounds; one Go runtime per isolate)\n", workerdVersion(), n)
+	fmt.Fprintf(&b, "  size: %.2f MB raw, %.2f MB gzip (Cloudflare: 64 MB uncompressed on every plan)\n", float64(raw)/1e6, float64(gz)/1e6)
+	fmt.Fprintf(&b, "  %-48s %12s %12s %7s %6s %12s %12s\n", "CPU per request (workerd's)", "Go ms/req", "JS ms/req", "ratio", "goal", "Go wall p50", "JS wall p50")
 	for _, r := range rows {
-		fmt.Fprintf(&b, "  %-62s %14.1f %14.1f\n", r.name, r.cpuPerReq, r.wallMs)
+		fmt.Fprintf(&b, "  %-48s %12.2f %12.2f %6.2fx %5.1fx %12.1f %12.1f\n", r.name, r.goM.cpuPerReq, r.jsM.cpuPerReq,
+			r.goM.cpuPerReq/max(r.jsM.cpuPerReq, 0.01), r.goal, r.goM.wallMs, r.jsM.wallMs)
 	}
-	fmt.Fprintf(&b, "  (Cloudflare's free plan allows 10 ms CPU per request; the paid plan 30 s by default)\n")
-	fmt.Fprintf(&b, "  origin emit -> client read per content event, median of 8 streams x 50 events 20 ms apart:\n    direct %.2f ms, JS pass-through %.2f ms (%+.2f), Go Worker %.2f ms (%+.2f)\n",
-		direct, viaJS, viaJS-direct, viaGo, viaGo-direct)
+	fmt.Fprintf(&b, "  (CPU in 10 ms ticks of the whole workerd process over %d requests: +-%.2f ms/req)\n", n, 10.0/n)
+	fmt.Fprintf(&b, "  added latency per chunk, origin emit -> client read, median of 8 streams x 50 events 20 ms apart:\n")
+	fmt.Fprintf(&b, "    direct %.2f ms; JS pass-through %.2f ms (%+.2f); Go Worker %.2f ms (%+.2f); Go over the pass-through %+.2f ms (goal +0.10)\n",
+		direct, viaJS, viaJS-direct, viaGo, viaGo-direct, viaGo-viaJS)
 	t.Log("\n" + b.String())
 }
 

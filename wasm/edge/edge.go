@@ -1,15 +1,26 @@
-// Command edge is itlmon's third vantage point: a Cloudflare Worker, written
-// in Go (github.com/syumai/workers) and compiled to WebAssembly, that sits
-// between the browser and the origin of a chat API. It proxies every request
-// to the origin and streams the response back as it arrives (status, headers
-// and bytes unchanged, no buffering: an SSE or NDJSON chunk leaves the edge
-// when it arrives), and measures the token streams among them with the same
-// parser the browser module and the origin middleware use (wasm/meter): each
-// network read from the origin is stamped when it reaches the edge. After the
-// response ends it posts the edge timeline to the collector's /v1/origin
-// (beacon.OriginBatch, Vantage edge), off the response path, with what only
-// the edge knows: colo, country, region, city, ASN, the client's protocol,
-// TLS version and TCP round trip (request.cf).
+// Command edge is itlmon's third vantage point: a Cloudflare Worker that
+// sits between the browser and the origin of a chat API and measures the
+// token streams that pass through it, with the same parser the browser module
+// and the origin middleware use (wasm/meter), written in Go and compiled to
+// WebAssembly.
+//
+// The Worker is two halves. worker.mjs (JavaScript) owns the requests and
+// responses: it proxies every request to the origin and returns the origin's
+// response as the runtime gave it (status, headers, bytes; no header is ever
+// parsed or rebuilt), decides from the path alone whether a route is measured
+// (a route that is not never starts Go), and relays a measured body chunk by
+// chunk, stamping each chunk when it reaches the edge. This package (Go) gets
+// only what it measures: a few header values when the origin's headers
+// arrive (Begin), the chunks and their arrival times in batches (Feed), and
+// how the body ended (End); it returns the stream id to expose and, at the
+// end, the edge timeline, which it posts to the collector's /v1/origin
+// (beacon.OriginBatch, Vantage edge) off the response path (ctx.waitUntil),
+// with what only the edge knows: colo, country, region, city, ASN, the
+// client's protocol, TLS version and TCP round trip (request.cf).
+//
+// One Go runtime serves every measured request of an isolate: worker.mjs
+// starts it once, at the first measured request, and hands it each request's
+// env and context.
 //
 // The collector then sees each stream at up to three points, and can say on
 // which hop it was buffered or coalesced: origin→edge when the edge already
@@ -17,18 +28,15 @@
 // spaced and the browser did not.
 //
 // Configuration comes from the Worker's environment (wrangler vars, and a
-// secret for the key): see Config and docs/edge.md.
-// The proxy part (this file) is plain Go and is tested as such; main_js.go
-// wires it to the Workers runtime.
+// secret for the key): see Config and docs/edge.md. This file is plain Go and
+// is tested as such; main_js.go wires it to the Workers runtime.
 package main
 
 import (
 	"context"
 	"errors"
-	"io"
 	"math/rand/v2"
 	"net/http"
-	"net/url"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -40,7 +48,8 @@ import (
 )
 
 // Environment variables the Worker reads (wrangler.toml [vars], and
-// `wrangler secret put ITLMON_KEY`).
+// `wrangler secret put ITLMON_KEY`). worker.mjs reads EnvOrigin and
+// EnvRoutes (where requests go, which are measured); Go reads the rest.
 const (
 	EnvOrigin    = "ITLMON_ORIGIN"    // origin base URL, e.g. https://api.example.com (required)
 	EnvRoutes    = "ITLMON_ROUTES"    // comma-separated paths to measure; "/v1/*" is a prefix; empty: all
@@ -48,6 +57,9 @@ const (
 	EnvSite      = "ITLMON_SITE"      // the site key
 	EnvKey       = "ITLMON_KEY"       // the site's shared key (a secret)
 	EnvPaths     = "ITLMON_PATHS"     // "ids" (default: id-like segments become :id) or "raw"
+	// EnvPostTimeout bounds each timeline's POST, in milliseconds (default
+	// DefaultPostTimeout); a POST that takes longer is aborted and dropped.
+	EnvPostTimeout = "ITLMON_POST_TIMEOUT_MS"
 )
 
 // Defaults.
@@ -55,53 +67,45 @@ const (
 	// DefaultMaxEmits bounds the content event times kept per stream, as
 	// the origin middleware's (origin.DefaultMaxEmits).
 	DefaultMaxEmits = origin.DefaultMaxEmits
-	// readBuf is the most one read takes from the origin's body. The
-	// runtime hands over chunks of at most 64 KiB; a larger chunk is read
-	// in pieces, which the meter counts as separate reads at one time.
-	readBuf = 64 << 10
 	// timerFloor is the edge clock's resolution: Workers advance Date.now
 	// and performance.now only at I/O, in milliseconds.
 	timerFloor = meter.Millisecond
+	// DefaultPostTimeout bounds a timeline's POST. The runtime lets
+	// waitUntil work run on for 30 s after the response, not forever.
+	DefaultPostTimeout = 10 * time.Second
 )
 
-// Config is the Worker's configuration (from its environment).
+// Config is the Go half's configuration (from the Worker's environment).
 type Config struct {
-	Origin    *url.URL // where requests go: scheme and host, and a path prefix when set
-	Routes    []string // paths measured: exact, or a prefix when ending in "*"; empty: every path
-	Collector string   // collector base URL, no trailing slash; empty: no timelines
+	Collector string // collector base URL, no trailing slash; empty: no timelines
 	Site      string
 	Key       string
 	RawPaths  bool // store paths as they are instead of redacted (origin.RawPaths)
 	MaxEmits  int  // 0: DefaultMaxEmits
+	// PostTimeout bounds each timeline's POST (an AbortSignal's deadline
+	// under the Workers runtime, whose fetch ignores Go's context).
+	PostTimeout time.Duration
 }
 
 // ParseConfig reads the configuration through getenv (the Worker's env).
 func ParseConfig(getenv func(string) string) (Config, error) {
 	var c Config
-	o := strings.TrimSpace(getenv(EnvOrigin))
-	if o == "" {
-		return c, errors.New(EnvOrigin + " is not set")
-	}
-	u, err := url.Parse(o)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
-		return c, errors.New(EnvOrigin + ": want an http(s) base URL without query, e.g. https://api.example.com")
-	}
-	u.Path = strings.TrimSuffix(u.Path, "/")
-	u.RawPath = ""
-	c.Origin = u
-	for _, r := range strings.Split(getenv(EnvRoutes), ",") {
-		if r = strings.TrimSpace(r); r != "" {
-			if !strings.HasPrefix(r, "/") {
-				return c, errors.New(EnvRoutes + ": route " + r + " does not start with /")
-			}
-			c.Routes = append(c.Routes, r)
-		}
-	}
 	c.Collector = strings.TrimSuffix(strings.TrimSpace(getenv(EnvCollector)), "/")
 	c.Site = strings.TrimSpace(getenv(EnvSite))
 	c.Key = getenv(EnvKey)
 	if c.Collector != "" && c.Site == "" {
 		return c, errors.New(EnvSite + " is not set (needed with " + EnvCollector + ")")
+	}
+	if c.Collector != "" && !strings.HasPrefix(c.Collector, "https://") && !strings.HasPrefix(c.Collector, "http://") {
+		return c, errors.New(EnvCollector + ": want an http(s) URL, not " + c.Collector)
+	}
+	c.PostTimeout = DefaultPostTimeout
+	if v := strings.TrimSpace(getenv(EnvPostTimeout)); v != "" {
+		ms, err := strconv.Atoi(v)
+		if err != nil || ms <= 0 || ms > 30_000 {
+			return c, errors.New(EnvPostTimeout + ": want milliseconds from 1 to 30000, not " + v)
+		}
+		c.PostTimeout = time.Duration(ms) * time.Millisecond
 	}
 	switch p := getenv(EnvPaths); p {
 	case "", "ids":
@@ -113,349 +117,130 @@ func ParseConfig(getenv func(string) string) (Config, error) {
 	return c, nil
 }
 
-// Measured reports whether requests to path are measured (when their
-// response is a token stream).
-func (c *Config) Measured(path string) bool {
-	if len(c.Routes) == 0 {
-		return true
+// Target is the collector's URL for the timelines ("" without a collector).
+func (c *Config) Target() string {
+	if c.Collector == "" {
+		return ""
 	}
-	for _, r := range c.Routes {
-		if p, ok := strings.CutSuffix(r, "*"); ok && strings.HasPrefix(path, p) || r == path {
-			return true
-		}
-	}
-	return false
+	return c.Collector + origin.Path + "?site=" + queryEscape(c.Site)
 }
 
-// Proxy is the Worker's http.Handler. Its function fields are what the
-// runtime provides (main_js.go); tests provide net/http ones.
-type Proxy struct {
-	Config Config
-	// Fetch sends the request to the origin and returns its response
-	// without following redirects. Closing the response body cancels it.
-	Fetch func(*http.Request) (*http.Response, error)
-	// Post sends an encoded beacon.OriginBatch to the collector's
-	// /v1/origin (url), with the site's key, once. An answer other than
-	// 2xx is a *StatusError; any other error is the network's. The Proxy
-	// decides what to retry (postTimeline).
-	Post func(ctx context.Context, url, key string, body []byte) error
-	// Background runs f on its own, keeping the Worker alive until f returns
-	// (ctx.waitUntil), even after the response ended or the client went
-	// away. It is called as a measured response starts, while the request
-	// is alive; f waits for the timeline and posts it.
-	Background func(f func())
-	// Relay sends the status and headers already set on w, then the body as
-	// it arrives, and returns how the body ended. With observe not nil it
-	// calls observe with every chunk, in order, and the time the chunk
-	// arrived from the origin, before the body ended (not necessarily at
-	// once: the Worker's relay stamps chunks as they arrive and hands them
-	// over in batches). nil: a loop of Read and Write in Go (copyBody).
-	Relay func(ctx context.Context, w http.ResponseWriter, body io.ReadCloser, observe func(b []byte, at time.Time)) meter.Stop
-	// Facts returns the edge's facts on the request (request.cf).
-	Facts func(*http.Request) beacon.Edge
-	Now   func() time.Time
-	NewID func() string
-	Logf  func(format string, args ...any)
-
-	posted, rejected, retries, failed atomic.Uint64
-}
-
-// Timeline posts: each is retried with a jittered backoff doubling from
-// minPostBackoff to maxPostBackoff until it is accepted, refused for good,
-// or postTimeout after it began (the runtime lets waitUntil work run for
-// 30 s after the response, not forever).
-const (
-	postTimeout    = 10 * time.Second
-	minPostBackoff = 100 * time.Millisecond
-	maxPostBackoff = 2 * time.Second
-)
-
-// StatusError is the error Post returns when the collector answered with a
-// status other than 2xx.
-type StatusError struct {
-	Code int
-	Msg  string // the start of the answer's body
-}
-
-func (e *StatusError) Error() string {
-	return "collector answered " + strconv.Itoa(e.Code) + ": " + e.Msg
-}
-
-// retryable reports whether a failed post may succeed when sent again: the
-// network's errors, 429 and 5xx. Any other status (400 malformed or another
-// major version, 403 wrong key, 413 too big, 422 not storable) refuses
-// the timeline for good: sent again, it would be refused again.
-func retryable(err error) bool {
-	var se *StatusError
-	if !errors.As(err, &se) {
-		return true
-	}
-	return se.Code == http.StatusTooManyRequests || se.Code >= 500
-}
-
-// PostStats counts what a Proxy's timeline posts came to. The runtime runs
-// a Go instance per request (main_js.go), so they count one request's
-// post; each refusal and each post given up is also logged (wrangler tail,
-// Workers Logs), which is where an operator sees them.
-type PostStats struct {
-	Posted   uint64 // timelines the collector accepted
-	Rejected uint64 // timelines the collector refused for good (4xx other than 429): dropped, not retried
-	Retries  uint64 // failed attempts that were retried
-	Failed   uint64 // timelines given up when the post's deadline passed (the collector or the network down)
-}
-
-// Stats returns a snapshot of the counters.
-func (p *Proxy) Stats() PostStats {
-	return PostStats{Posted: p.posted.Load(), Rejected: p.rejected.Load(), Retries: p.retries.Load(), Failed: p.failed.Load()}
-}
-
-// postTimeline posts one encoded timeline, retrying what may succeed
-// later (retryable) until ctx ends, and dropping what the collector refused
-// for good. It logs every failure it gives up on.
-func (p *Proxy) postTimeline(ctx context.Context, target string, body []byte) {
-	backoff := minPostBackoff
-	for {
-		err := p.Post(ctx, target, p.Config.Key, body)
-		if err == nil {
-			p.posted.Add(1)
-			return
-		}
-		if !retryable(err) {
-			p.rejected.Add(1)
-			p.Logf("itlmon edge: timeline refused by the collector, dropped (not retried): %v", err)
-			return
-		}
-		wait := backoff/2 + rand.N(backoff/2)
-		backoff = min(2*backoff, maxPostBackoff)
-		t := time.NewTimer(wait)
-		select {
-		case <-t.C:
-			p.retries.Add(1)
-		case <-ctx.Done():
-			t.Stop()
-			p.failed.Add(1)
-			p.Logf("itlmon edge: post timeline: gave up after %v: %v", postTimeout, err)
-			return
-		}
-	}
-}
-
-// hopHeaders are not forwarded (RFC 9110 7.6.1); the runtime manages the
-// connections.
-var hopHeaders = [...]string{"Connection", "Keep-Alive", "Proxy-Connection", "Te", "Trailer", "Transfer-Encoding", "Upgrade", "Host"}
-
-// ServeHTTP proxies r to the origin. The request's context ends when the
-// client goes away: then the origin's response is cancelled too.
-func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	start := p.Now()
-	ctx := r.Context()
-	// The request's body streams to the origin while the response streams
-	// back. Without full duplex, Go's HTTP/1 server takes the body away at
-	// the first flush of the response, and the transport, still reading it
-	// (it reads once more to see the end), fails and closes the origin's
-	// connection under the response. A runtime whose writer cannot do it
-	// (workerd's) does not need it.
-	_ = http.NewResponseController(w).EnableFullDuplex()
-	up, err := p.upstreamRequest(r)
-	if err != nil {
-		http.Error(w, "itlmon edge: "+err.Error(), http.StatusBadGateway)
-		return
-	}
-	resp, err := p.Fetch(up)
-	if err != nil {
-		if ctx.Err() == nil {
-			p.Logf("itlmon edge: origin: %v", err)
-		}
-		http.Error(w, "itlmon edge: origin unreachable", http.StatusBadGateway)
-		return
-	}
-	headersAt := p.Now().Sub(start)
-	// A client that goes away cancels the origin's response at once, even
-	// while the origin is silent (a read in progress returns).
-	stop := context.AfterFunc(ctx, func() { resp.Body.Close() })
-	defer stop()
-	defer resp.Body.Close()
-
-	s := p.begin(r, resp, start, headersAt) // may set the stream id on resp.Header
-	h := w.Header()
-	for k, v := range resp.Header {
-		h[k] = v
-	}
-	for _, k := range hopHeaders {
-		h.Del(k)
-	}
-	var timeline chan []byte // the encoded batch, for the background POST
-	if s != nil && p.Config.Collector != "" {
-		timeline = make(chan []byte, 1)
-		defer close(timeline)
-		target := p.Config.Collector + origin.Path + "?site=" + url.QueryEscape(p.Config.Site)
-		p.Background(func() {
-			body, ok := <-timeline
-			if !ok {
-				return
-			}
-			// Its own deadline: the runtime lets waitUntil work run on for
-			// 30 s after the response, not forever.
-			pctx, cancel := context.WithTimeout(context.Background(), postTimeout)
-			defer cancel()
-			p.postTimeline(pctx, target, body)
-		})
-	}
-	w.WriteHeader(resp.StatusCode)
-	var observe func(b []byte, at time.Time)
-	if s != nil {
-		observe = func(b []byte, at time.Time) { s.m.Feed(b, meter.Duration(max(at.Sub(start), 0))) }
-	}
-	relay := p.Relay
-	if relay == nil {
-		relay = p.copyBody
-	}
-	how := relay(ctx, w, resp.Body, observe)
-	if s == nil {
-		return
-	}
-	if ctx.Err() != nil {
-		how = meter.StopAbort
-	}
-	s.m.EndBy(meter.Duration(p.Now().Sub(start)), how, resp.StatusCode)
-	if timeline == nil {
-		return
-	}
-	// One timeline per batch: a Worker instance serves one request. Seq
-	// stays 0 (the collector does not order an edge's batches).
-	body, err := (&beacon.OriginBatch{Site: p.Config.Site, Records: []beacon.Origin{s.record(p.Config.MaxEmits)}}).AppendBinary(nil)
-	if err != nil {
-		p.Logf("itlmon edge: encode timeline: %v", err)
-		return
-	}
-	timeline <- body
-}
-
-// copyBody is the Relay written in Go: it reads the body chunk by chunk
-// (io.Copy would hand a runtime's stream straight through with WriteTo, and
-// the chunks would never be seen), observes each and writes it to w.
-func (p *Proxy) copyBody(ctx context.Context, w http.ResponseWriter, body io.ReadCloser, observe func([]byte, time.Time)) meter.Stop {
-	flushHeaders(w)
-	buf := make([]byte, readBuf)
-	for {
-		n, rerr := body.Read(buf)
-		if n > 0 {
-			if observe != nil {
-				observe(buf[:n], p.Now())
-			}
-			if _, werr := w.Write(buf[:n]); werr != nil {
-				return meter.StopAbort // the client went away
-			}
-			if f, ok := w.(http.Flusher); ok {
-				f.Flush()
-			}
-		}
-		switch {
-		case rerr == nil:
-		case ctx.Err() != nil:
-			return meter.StopAbort
-		case rerr == io.EOF:
-			return meter.StopBodyEnd
+// queryEscape escapes s for a query value (net/url's QueryEscape, which the
+// Worker does not otherwise need).
+func queryEscape(s string) string {
+	const hex = "0123456789ABCDEF"
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9', c == '-', c == '_', c == '.', c == '~':
+			b.WriteByte(c)
 		default:
-			p.Logf("itlmon edge: origin body: %v", rerr)
-			return meter.StopError
+			b.WriteByte('%')
+			b.WriteByte(hex[c>>4])
+			b.WriteByte(hex[c&15])
 		}
 	}
+	return b.String()
 }
 
-// flushHeaders sends the status and headers before the first body byte (a
-// model's first token may take seconds). syumai/workers' ResponseWriter
-// hands the Response to the runtime on the first Write (its Flush does
-// nothing); net/http's sends the headers on Flush.
-func flushHeaders(w http.ResponseWriter) {
-	w.Write(nil)
-	if f, ok := w.(http.Flusher); ok {
-		f.Flush()
-	}
+// Response is what the Go half learns of a response on a measured route as
+// its headers reach the edge: the few values it needs, read by worker.mjs
+// with Headers.get (which joins repeated fields with ", "). The headers
+// themselves stay in JavaScript.
+type Response struct {
+	Path        string // the request's path as sent (escaped), without the query
+	Status      int
+	ContentType string
+	StreamID    string        // origin.HeaderStream
+	RequestID   string        // origin.HeaderRequestID
+	Expose      string        // origin.HeaderExpose
+	Start       time.Time     // when the request reached the edge
+	HeadersAt   time.Duration // when the origin's headers did, since Start
+	Edge        beacon.Edge   // request.cf
 }
 
-// upstreamRequest is r addressed to the origin: same method, path, query,
-// headers (less hop-by-hop ones) and body.
-func (p *Proxy) upstreamRequest(r *http.Request) (*http.Request, error) {
-	u := *p.Config.Origin
-	u.Path = p.Config.Origin.Path + r.URL.Path
-	u.RawPath = ""
-	if r.URL.RawPath != "" {
-		u.RawPath = p.Config.Origin.EscapedPath() + r.URL.RawPath
-	}
-	u.RawQuery = r.URL.RawQuery
-	var body io.Reader
-	if r.Method != http.MethodGet && r.Method != http.MethodHead {
-		body = r.Body // streamed through, not read here
-	}
-	up, err := http.NewRequestWithContext(r.Context(), r.Method, u.String(), body)
-	if err != nil {
-		return nil, err
-	}
-	for k, v := range r.Header {
-		up.Header[k] = v
-	}
-	for _, k := range hopHeaders {
-		up.Header.Del(k)
-	}
-	up.ContentLength = r.ContentLength
-	return up, nil
-}
+// Stream is one measured response.
+type Stream struct {
+	// ID is the stream id: the origin middleware's origin.HeaderStream,
+	// else the app's origin.HeaderRequestID, else a new one.
+	ID string
+	// SetID: the Worker sets origin.HeaderStream to ID on the response
+	// (neither the origin nor the app gave one).
+	SetID bool
+	// Expose is the header name the Worker appends to
+	// origin.HeaderExpose so the page can read the id; "" when listed.
+	Expose string
 
-// stream is one measured response.
-type stream struct {
 	m         meter.Meter
-	id        string
 	route     string
 	start     time.Time
 	headersAt time.Duration
 	status    int
 	edge      beacon.Edge
+	maxEmits  int
 }
 
-// begin decides whether the response is measured and, when it is, keeps or
-// assigns its stream id (X-Itlmon-Stream set by the origin middleware, else
-// the app's X-Request-Id, else a new one), exposes it to the page, and
-// starts the meter. nil: not measured.
-func (p *Proxy) begin(r *http.Request, resp *http.Response, start time.Time, headersAt time.Duration) *stream {
-	h := resp.Header
-	if !p.Config.Measured(r.URL.Path) || !origin.Streaming(r, h) {
+// Begin decides whether the response is measured (a token stream: SSE or
+// NDJSON) and, when it is, keeps or assigns its stream id and starts the
+// meter. nil: not measured. newID makes a new stream id.
+func (c *Config) Begin(r Response, newID func() string) *Stream {
+	if !origin.Streaming(nil, http.Header{"Content-Type": {r.ContentType}}) {
 		return nil
 	}
-	s := &stream{start: start, headersAt: headersAt, status: resp.StatusCode}
+	s := &Stream{start: r.Start, headersAt: r.HeadersAt, status: r.Status, edge: r.Edge, maxEmits: c.MaxEmits}
+	if s.maxEmits <= 0 {
+		s.maxEmits = DefaultMaxEmits
+	}
 	name := origin.HeaderStream
 	switch {
-	case origin.ValidID(h.Get(origin.HeaderStream)):
-		s.id = h.Get(origin.HeaderStream)
-	case origin.ValidID(h.Get(origin.HeaderRequestID)):
-		name, s.id = origin.HeaderRequestID, h.Get(origin.HeaderRequestID)
+	case origin.ValidID(r.StreamID):
+		s.ID = r.StreamID
+	case origin.ValidID(r.RequestID):
+		name, s.ID = origin.HeaderRequestID, r.RequestID
 	default:
-		s.id = p.NewID()
-		h.Set(origin.HeaderStream, s.id)
+		s.ID, s.SetID = newID(), true
 	}
-	origin.ExposeHeader(h, name)
-	s.route = r.URL.EscapedPath()
-	if !p.Config.RawPaths {
+	h := http.Header{}
+	if r.Expose != "" {
+		h[origin.HeaderExpose] = []string{r.Expose}
+	}
+	before := len(h[origin.HeaderExpose])
+	if origin.ExposeHeader(h, name); len(h[origin.HeaderExpose]) > before {
+		s.Expose = name
+	}
+	s.route = r.Path
+	if !c.RawPaths {
 		s.route = beacon.RedactPath(s.route)
 	}
-	s.edge = p.Facts(r)
-	max := p.Config.MaxEmits
-	if max <= 0 {
-		max = DefaultMaxEmits
-	}
-	s.m.Reset(meter.Options{ContentType: h.Get("Content-Type"), TimerFloor: timerFloor, MaxTimeline: max})
+	s.m.Reset(meter.Options{ContentType: r.ContentType, TimerFloor: timerFloor, MaxTimeline: s.maxEmits})
 	return s
 }
 
+// Feed gives the meter one chunk of the body and when it reached the edge.
+func (s *Stream) Feed(b []byte, at time.Time) {
+	s.m.Feed(b, meter.Duration(max(at.Sub(s.start), 0)))
+}
+
+// End ends the stream (how the body ended, at when) and returns its edge
+// timeline.
+func (s *Stream) End(at time.Time, how meter.Stop) beacon.Origin {
+	s.m.EndBy(meter.Duration(max(at.Sub(s.start), 0)), how, s.status)
+	return s.record()
+}
+
+// Batch encodes one timeline as the body of a POST to Target. Seq stays 0
+// (the collector does not order an edge's batches).
+func (c *Config) Batch(o beacon.Origin) ([]byte, error) {
+	return (&beacon.OriginBatch{Site: c.Site, Records: []beacon.Origin{o}}).AppendBinary(nil)
+}
+
 // record is the stream's edge timeline (see beacon.Origin, VantageEdge).
-func (s *stream) record(maxEmits int) beacon.Origin {
-	if maxEmits <= 0 {
-		maxEmits = DefaultMaxEmits
-	}
+func (s *Stream) record() beacon.Origin {
+	maxEmits := s.maxEmits
 	sum := s.m.Summary()
 	o := beacon.Origin{
 		Vantage:           beacon.VantageEdge,
-		ID:                s.id,
+		ID:                s.ID,
 		StartUnixMs:       s.start.UnixMilli(),
 		Route:             s.route,
 		Format:            uint8(sum.Format),
@@ -494,4 +279,99 @@ func micros(d time.Duration) uint32 {
 		return beacon.NoTime - 1
 	}
 	return uint32(us)
+}
+
+// Timeline posts are retried with a jittered backoff doubling from
+// minPostBackoff to maxPostBackoff until the collector accepts the
+// timeline, refuses it for good, or Config.PostTimeout after the first try.
+const (
+	minPostBackoff = 100 * time.Millisecond
+	maxPostBackoff = 2 * time.Second
+)
+
+// StatusError is the error a send returns when the collector answered with
+// a status other than 2xx.
+type StatusError struct {
+	Code int
+	Msg  string // the start of the answer's body
+}
+
+func (e *StatusError) Error() string {
+	return "collector answered " + strconv.Itoa(e.Code) + ": " + e.Msg
+}
+
+// retryable reports whether a failed post may succeed when sent again: the
+// network's errors (an aborted fetch among them), 429 and 5xx. Any other
+// status (400 malformed or another major version, 403 wrong key, 413 too
+// big, 422 not storable) refuses the timeline for good: sent again, it
+// would be refused again.
+func retryable(err error) bool {
+	var se *StatusError
+	if !errors.As(err, &se) {
+		return true
+	}
+	return se.Code == http.StatusTooManyRequests || se.Code >= 500
+}
+
+// PostStats counts what an isolate's timeline posts came to.
+type PostStats struct {
+	Posted   uint64 // timelines the collector accepted
+	Rejected uint64 // timelines the collector refused for good (4xx other than 429): dropped, not retried
+	Retries  uint64 // failed attempts that were retried
+	Failed   uint64 // timelines given up when the post's deadline passed (the collector or the network down)
+}
+
+// Poster posts encoded timelines to the collector. One serves an isolate:
+// its counters are the isolate's, and each timeline it drops is also
+// logged (wrangler tail, Workers Logs), which is where an operator sees
+// them.
+type Poster struct {
+	// Send makes one attempt, given up after timeout (under the Workers
+	// runtime an AbortSignal's deadline: its fetch ignores Go's context).
+	// An answer other than 2xx is a *StatusError; any other error is the
+	// network's.
+	Send    func(body []byte, timeout time.Duration) error
+	Timeout time.Duration // the deadline of all attempts together
+	Logf    func(format string, args ...any)
+
+	posted, rejected, retries, failed atomic.Uint64
+}
+
+// Stats returns a snapshot of the counters.
+func (p *Poster) Stats() PostStats {
+	return PostStats{Posted: p.posted.Load(), Rejected: p.rejected.Load(), Retries: p.retries.Load(), Failed: p.failed.Load()}
+}
+
+// Post posts one encoded timeline, retrying what may succeed later
+// (retryable) until p.Timeout after it began, and dropping what the
+// collector refused for good. It logs every timeline it drops.
+func (p *Poster) Post(body []byte) {
+	ctx, cancel := context.WithTimeout(context.Background(), p.Timeout)
+	defer cancel()
+	deadline, _ := ctx.Deadline()
+	backoff := minPostBackoff
+	for {
+		err := p.Send(body, time.Until(deadline))
+		if err == nil {
+			p.posted.Add(1)
+			return
+		}
+		if !retryable(err) {
+			p.rejected.Add(1)
+			p.Logf("itlmon edge: timeline refused by the collector, dropped (not retried): %v (%d refused in this isolate)", err, p.rejected.Load())
+			return
+		}
+		wait := backoff/2 + rand.N(backoff/2)
+		backoff = min(2*backoff, maxPostBackoff)
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+			p.retries.Add(1)
+		case <-ctx.Done():
+			t.Stop()
+			p.failed.Add(1)
+			p.Logf("itlmon edge: post timeline: gave up after %v: %v (%d dropped in this isolate)", p.Timeout, err, p.failed.Load())
+			return
+		}
+	}
 }

@@ -1,12 +1,7 @@
 package main
 
 import (
-	"bytes"
-	"context"
 	"errors"
-	"io"
-	"net/http"
-	"net/http/httptest"
 	"net/url"
 	"strings"
 	"testing"
@@ -32,13 +27,12 @@ func TestParseConfig(t *testing.T) {
 		env  func(string) string
 		err  string
 	}{
-		{"no origin", env(), "ITLMON_ORIGIN is not set"},
-		{"origin not http", env(EnvOrigin, "ftp://x"), "ITLMON_ORIGIN: want an http(s) base URL"},
-		{"origin with query", env(EnvOrigin, "https://x/?a=1"), "ITLMON_ORIGIN: want an http(s) base URL"},
-		{"route without slash", env(EnvOrigin, "https://x", EnvRoutes, "v1/chat"), "ITLMON_ROUTES: route v1/chat does not start with /"},
-		{"collector without site", env(EnvOrigin, "https://x", EnvCollector, "https://c"), "ITLMON_SITE is not set"},
-		{"bad paths", env(EnvOrigin, "https://x", EnvPaths, "some"), `ITLMON_PATHS: want "ids" or "raw", not some`},
-		{"ok", env(EnvOrigin, "https://api.example.com/base/", EnvRoutes, " /v1/chat/completions, /api/* ,", EnvCollector, "https://c/", EnvSite, "chat", EnvKey, "k", EnvPaths, "raw"), ""},
+		{"collector without site", env(EnvCollector, "https://c"), "ITLMON_SITE is not set"},
+		{"collector not http", env(EnvCollector, "c.example.com", EnvSite, "chat"), "ITLMON_COLLECTOR: want an http(s) URL"},
+		{"bad paths", env(EnvPaths, "some"), `ITLMON_PATHS: want "ids" or "raw", not some`},
+		{"bad post timeout", env(EnvPostTimeout, "10s"), "ITLMON_POST_TIMEOUT_MS: want milliseconds from 1 to 30000, not 10s"},
+		{"post timeout too long", env(EnvPostTimeout, "60000"), "ITLMON_POST_TIMEOUT_MS: want milliseconds"},
+		{"ok", env(EnvCollector, " https://c/ ", EnvSite, "chat & co", EnvKey, "k", EnvPaths, "raw", EnvPostTimeout, "2500"), ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c, err := ParseConfig(tc.env)
@@ -51,216 +45,124 @@ func TestParseConfig(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got, want := c.Origin.String(), "https://api.example.com/base"; got != want {
-				t.Fatalf("origin = %s, want %s", got, want)
-			}
-			if c.Collector != "https://c" || c.Site != "chat" || c.Key != "k" || !c.RawPaths || len(c.Routes) != 2 {
+			if c.Collector != "https://c" || c.Site != "chat & co" || c.Key != "k" || !c.RawPaths || c.PostTimeout != 2500*time.Millisecond {
 				t.Fatalf("config %+v", c)
+			}
+			if got, want := c.Target(), "https://c/v1/origin?site=chat%20%26%20co"; got != want {
+				t.Fatalf("Target() = %q, want %q", got, want)
 			}
 		})
 	}
+	if c, _ := ParseConfig(env()); c.PostTimeout != DefaultPostTimeout {
+		t.Fatalf("default post timeout %v", c.PostTimeout)
+	}
+	if got := (&Config{}).Target(); got != "" {
+		t.Fatalf("Target() without a collector = %q", got)
+	}
 }
 
-func TestMeasured(t *testing.T) {
-	c := Config{Routes: []string{"/v1/chat/completions", "/api/*"}}
-	for path, want := range map[string]bool{
-		"/v1/chat/completions": true, "/v1/chat/completions/x": false, "/api/chat": true, "/api/": true, "/apix": false, "/": false,
-	} {
-		if got := c.Measured(path); got != want {
-			t.Errorf("Measured(%q) = %v, want %v", path, got, want)
+func TestQueryEscape(t *testing.T) {
+	for _, s := range []string{"", "chat", "a b&c=d/é~._-", "%2F\x00\xff"} {
+		if got, want := queryEscape(s), url.QueryEscape(s); got != strings.ReplaceAll(want, "+", "%20") {
+			t.Errorf("queryEscape(%q) = %q, want %q", s, got, want)
 		}
 	}
-	if !(&Config{}).Measured("/anything") {
-		t.Error("no routes: every path is measured")
-	}
-}
-
-// fixture is an origin (the demo APIs, plus test routes) behind a Proxy
-// served by net/http, whose timelines land in posts.
-type fixture struct {
-	proxy    *httptest.Server
-	p        *Proxy
-	posts    chan []byte
-	originCx chan error // the origin handler's context error when its stream ended
 }
 
 var testFacts = beacon.Edge{Colo: "AMS", Country: "NL", ASN: 1136, ClientTCPRTTMs: beacon.NoTime}
 
-func newFixture(t *testing.T, routes ...string) *fixture {
-	t.Helper()
-	f := &fixture{posts: make(chan []byte, 8), originCx: make(chan error, 8)}
-	mux := http.NewServeMux()
-	mux.Handle("/base/v1/chat/completions", http.StripPrefix("/base", demo.Completions()))
-	mux.HandleFunc("/base/pause", func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/event-stream")
-		w.Header().Set(origin.HeaderStream, "origin-id-1")
-		io.WriteString(w, "data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\n\n")
-		w.(http.Flusher).Flush()
-		select {
-		case <-r.Context().Done():
-		case <-time.After(10 * time.Second):
-		}
-		f.originCx <- r.Context().Err()
-	})
-	mux.HandleFunc("/base/echo", func(w http.ResponseWriter, r *http.Request) {
-		b, _ := io.ReadAll(r.Body)
-		w.Header().Set("Content-Type", "application/x-ndjson")
-		w.Header().Set(origin.HeaderRequestID, "app-req-7")
-		w.Write([]byte(r.Method + " " + r.URL.RequestURI() + " " + string(b) + "\n"))
-	})
-	mux.HandleFunc("/base/moved", func(w http.ResponseWriter, r *http.Request) {
-		http.Redirect(w, r, "/elsewhere", http.StatusFound)
-	})
-	up := httptest.NewServer(mux)
-	t.Cleanup(up.Close)
-	u, _ := url.Parse(up.URL + "/base")
-	f.p = &Proxy{
-		Config: Config{Origin: u, Routes: routes, Collector: "https://collector.test", Site: "chat", Key: "secret"},
-		Fetch:  http.DefaultTransport.RoundTrip,
-		Post: func(_ context.Context, target, key string, body []byte) error {
-			if target != "https://collector.test/v1/origin?site=chat" || key != "secret" {
-				return errors.New("post to " + target + " with key " + key)
-			}
-			f.posts <- body
-			return nil
-		},
-		Background: func(fn func()) { go fn() },
-		Facts:      func(*http.Request) beacon.Edge { return testFacts },
-		Now:        time.Now,
-		NewID:      func() string { return "edge-id-1" },
-		Logf:       t.Logf,
-	}
-	f.proxy = httptest.NewServer(f.p)
-	t.Cleanup(f.proxy.Close)
-	return f
-}
-
-func (f *fixture) timeline(t *testing.T) beacon.Origin {
-	t.Helper()
-	select {
-	case body := <-f.posts:
-		b, err := beacon.DecodeOriginBatch(body, beacon.DefaultLimits)
-		if err != nil {
-			t.Fatalf("posted timeline: %v", err)
-		}
-		if len(b.Records) != 1 || b.Site != "chat" {
-			t.Fatalf("batch: site %q, %d records", b.Site, len(b.Records))
-		}
-		return b.Records[0]
-	case <-time.After(10 * time.Second):
-		t.Fatal("no timeline posted")
-	}
-	panic("unreachable")
-}
-
-func TestProxyStream(t *testing.T) {
-	f := newFixture(t, "/v1/*")
+// A measured stream: the demo's SSE body fed in chunks as worker.mjs does,
+// and its edge timeline.
+func TestStream(t *testing.T) {
+	c := Config{Collector: "https://c", Site: "chat"}
 	q := "tokens=40&interval_ms=2&crlf=1&split=1&comments=1"
 	vals, _ := url.ParseQuery(q)
 	params, err := demo.ParseParams(vals, "", []byte(`{"model":"m"}`))
 	if err != nil {
 		t.Fatal(err)
 	}
-	resp, err := http.Post(f.proxy.URL+"/v1/chat/completions?"+q, "application/json", strings.NewReader(`{"model":"m","stream":true}`))
-	if err != nil {
-		t.Fatal(err)
+	body := params.Body()
+	start := time.UnixMilli(1_800_000_000_000)
+	s := c.Begin(Response{Path: "/v1/chat/completions", Status: 200, ContentType: "text/event-stream; charset=utf-8",
+		Expose: "X-Other", Start: start, HeadersAt: 3 * time.Millisecond, Edge: testFacts}, func() string { return "edge-id-1" })
+	if s == nil {
+		t.Fatal("an SSE response is not measured")
 	}
-	got, err := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if err != nil {
-		t.Fatal(err)
+	if s.ID != "edge-id-1" || !s.SetID || s.Expose != origin.HeaderStream {
+		t.Fatalf("stream id %q (set %v), expose %q", s.ID, s.SetID, s.Expose)
 	}
-	if !bytes.Equal(got, params.Body()) {
-		t.Fatalf("body through the proxy differs from the origin's (%d vs %d bytes)", len(got), len(params.Body()))
+	at := start.Add(5 * time.Millisecond)
+	for len(body) > 0 {
+		n := min(len(body), 97)
+		s.Feed(body[:n], at)
+		body, at = body[n:], at.Add(time.Millisecond)
 	}
-	if id := resp.Header.Get(origin.HeaderStream); id != "edge-id-1" || !strings.Contains(resp.Header.Get(origin.HeaderExpose), origin.HeaderStream) {
-		t.Fatalf("stream id %q, expose %q", id, resp.Header.Get(origin.HeaderExpose))
-	}
-	o := f.timeline(t)
+	o := s.End(at, meter.StopBodyEnd)
 	if o.Vantage != beacon.VantageEdge || o.ID != "edge-id-1" || o.Route != "/v1/chat/completions" || o.HTTPStatus != 200 ||
-		meter.Status(o.Status) != meter.StatusComplete || meter.Format(o.Format) != meter.FormatOpenAIChat {
+		meter.Status(o.Status) != meter.StatusComplete || meter.Format(o.Format) != meter.FormatOpenAIChat || o.StartUnixMs != start.UnixMilli() {
 		t.Fatalf("timeline %+v", o)
 	}
-	if o.ContentEvents != 40 || len(o.EmitUs) != 40 || o.Bytes != uint64(len(got)) || o.Flushes == 0 {
-		t.Fatalf("timeline counts: %d content events, %d emits, %d bytes, %d reads", o.ContentEvents, len(o.EmitUs), o.Bytes, o.Flushes)
+	if o.ContentEvents != 40 || len(o.EmitUs) != 40 || o.Bytes != uint64(len(params.Body())) || o.Flushes == 0 || o.TTFBUs != 5000 {
+		t.Fatalf("timeline counts: %d content events, %d emits, %d bytes, %d reads, ttfb %d µs", o.ContentEvents, len(o.EmitUs), o.Bytes, o.Flushes, o.TTFBUs)
 	}
 	want := testFacts
-	want.HeadersUs = o.Edge.HeadersUs
-	if o.Edge != want || o.Edge.HeadersUs == beacon.NoTime || o.Edge.HeadersUs > o.TTFBUs {
-		t.Fatalf("edge facts %+v (ttfb %d), want %+v", o.Edge, o.TTFBUs, testFacts)
+	want.HeadersUs = 3000
+	if o.Edge != want {
+		t.Fatalf("edge facts %+v, want %+v", o.Edge, want)
+	}
+	b, err := c.Batch(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	batch, err := beacon.DecodeOriginBatch(b, beacon.DefaultLimits)
+	if err != nil || batch.Site != "chat" || len(batch.Records) != 1 || batch.Records[0].ID != "edge-id-1" {
+		t.Fatalf("batch: %+v, %v", batch, err)
 	}
 }
 
 // The origin's stream id (X-Itlmon-Stream, from the origin middleware) or
-// the app's X-Request-Id is kept; an abort reaches the origin and is stored.
-func TestProxyKeepsIDAndAborts(t *testing.T) {
-	f := newFixture(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	req, _ := http.NewRequestWithContext(ctx, "GET", f.proxy.URL+"/pause", nil)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
+// the app's X-Request-Id is kept, and exposed unless it is already; an
+// abort is stored as one; ids are redacted from the route unless RawPaths.
+func TestStreamID(t *testing.T) {
+	newID := func() string { t.Fatal("a new id while the response has one"); return "" }
+	c := Config{Collector: "https://c", Site: "chat"}
+	for _, tc := range []struct {
+		name                      string
+		r                         Response
+		id, expose, route, format string
+	}{
+		{"origin's id", Response{StreamID: "origin-id-1", RequestID: "app-1", Expose: "x-itlmon-stream, X-Other", ContentType: "text/event-stream", Path: "/v1/threads/3f9a1c2b4d5e6f708192a3b4c5d6e7f8/runs"},
+			"origin-id-1", "", "/v1/threads/:id/runs", "sse"},
+		{"app's id", Response{StreamID: "bad id", RequestID: "app-req-7", ContentType: "application/x-ndjson", Path: "/echo"},
+			"app-req-7", origin.HeaderRequestID, "/echo", "ndjson"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.r.Status, tc.r.Start = 200, time.Now()
+			s := c.Begin(tc.r, newID)
+			if s == nil || s.ID != tc.id || s.SetID || s.Expose != tc.expose {
+				t.Fatalf("stream %+v, want id %q, expose %q", s, tc.id, tc.expose)
+			}
+			s.Feed([]byte("data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\n\n"), tc.r.Start)
+			o := s.End(tc.r.Start.Add(time.Second), meter.StopAbort)
+			if o.ID != tc.id || meter.Status(o.Status) != meter.StatusAborted || o.Route != tc.route {
+				t.Fatalf("timeline: id %q status %v route %q", o.ID, meter.Status(o.Status), o.Route)
+			}
+		})
 	}
-	if id := resp.Header.Get(origin.HeaderStream); id != "origin-id-1" {
-		t.Fatalf("stream id %q, want the origin's", id)
-	}
-	buf := make([]byte, 100)
-	if _, err := resp.Body.Read(buf); err != nil {
-		t.Fatal(err)
-	}
-	cancel()
-	resp.Body.Close()
-	select {
-	case err := <-f.originCx:
-		if !errors.Is(err, context.Canceled) {
-			t.Fatalf("origin's context: %v, want canceled", err)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("the abort did not reach the origin")
-	}
-	if o := f.timeline(t); o.ID != "origin-id-1" || meter.Status(o.Status) != meter.StatusAborted || o.ContentEvents != 1 {
-		t.Fatalf("timeline: id %q status %v, %d content events", o.ID, meter.Status(o.Status), o.ContentEvents)
-	}
-
-	resp, err = http.Post(f.proxy.URL+"/echo?x=1", "text/plain", strings.NewReader("hello"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if string(b) != "POST /base/echo?x=1 hello\n" || resp.Header.Get(origin.HeaderStream) != "" {
-		t.Fatalf("echo through the proxy: %q, %s %q", b, origin.HeaderStream, resp.Header.Get(origin.HeaderStream))
-	}
-	if o := f.timeline(t); o.ID != "app-req-7" || o.Route != "/echo" || meter.Format(o.Format) != meter.FormatNDJSON {
-		t.Fatalf("timeline: id %q route %q format %v", o.ID, o.Route, meter.Format(o.Format))
+	raw := Config{Collector: "https://c", Site: "chat", RawPaths: true}
+	p := "/v1/threads/3f9a1c2b4d5e6f708192a3b4c5d6e7f8/runs"
+	if o := raw.Begin(Response{Path: p, ContentType: "text/event-stream", StreamID: "x"}, newID).End(time.Now(), meter.StopBodyEnd); o.Route != p {
+		t.Fatalf("raw route %q, want %q", o.Route, p)
 	}
 }
 
-// Responses on routes not measured, and redirects, pass through untouched.
-func TestProxyNotMeasured(t *testing.T) {
-	f := newFixture(t, "/v1/chat/completions")
-	resp, err := http.Post(f.proxy.URL+"/echo", "text/plain", strings.NewReader("x"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
-	if resp.Header.Get(origin.HeaderStream) != "" || resp.Header.Get(origin.HeaderExpose) != "" {
-		t.Fatalf("unmeasured route got %v", resp.Header)
-	}
-	c := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	resp, err = c.Get(f.proxy.URL + "/moved")
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusFound || resp.Header.Get("Location") != "/elsewhere" {
-		t.Fatalf("redirect through the proxy: %d %q", resp.StatusCode, resp.Header.Get("Location"))
-	}
-	select {
-	case <-f.posts:
-		t.Fatal("a timeline was posted for an unmeasured response")
-	case <-time.After(100 * time.Millisecond):
+// Responses that are not token streams are not measured.
+func TestNotMeasured(t *testing.T) {
+	c := Config{Collector: "https://c", Site: "chat"}
+	for _, ct := range []string{"application/json", "", "text/html", "text/event-streamx"} {
+		if s := c.Begin(Response{Path: "/v1/chat/completions", Status: 200, ContentType: ct}, func() string { return "x" }); s != nil {
+			t.Errorf("Content-Type %q measured", ct)
+		}
 	}
 }
 
@@ -288,16 +190,15 @@ func TestPostTimelineStatus(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				tries := 0
-				p := &Proxy{
-					Post: func(ctx context.Context, _, _ string, _ []byte) error {
+				p := &Poster{
+					Send: func(body []byte, _ time.Duration) error {
 						tries++
 						return tc.answers[min(tries, len(tc.answers))-1]
 					},
-					Logf: t.Logf,
+					Timeout: DefaultPostTimeout,
+					Logf:    t.Logf,
 				}
-				ctx, cancel := context.WithTimeout(context.Background(), postTimeout)
-				defer cancel()
-				p.postTimeline(ctx, "https://collector.test/v1/origin?site=chat", []byte("batch"))
+				p.Post([]byte("batch"))
 				if got := p.Stats(); got != tc.want || tries != tc.tries {
 					t.Fatalf("stats %+v after %d tries, want %+v after %d", got, tries, tc.want, tc.tries)
 				}
@@ -307,19 +208,26 @@ func TestPostTimelineStatus(t *testing.T) {
 	// The collector down for good: retried until the deadline, then given
 	// up and counted, never past the deadline.
 	synctest.Test(t, func(t *testing.T) {
-		p := &Proxy{Post: func(context.Context, string, string, []byte) error { return &StatusError{Code: 503} }, Logf: t.Logf}
-		ctx, cancel := context.WithTimeout(context.Background(), postTimeout)
-		defer cancel()
 		start := time.Now()
-		p.postTimeline(ctx, "u", nil)
+		// Each attempt is given up at the deadline of all of them: an
+		// attempt that hangs (a collector that accepts and never answers)
+		// ends there too.
+		p := &Poster{Timeout: DefaultPostTimeout, Logf: t.Logf,
+			Send: func(_ []byte, timeout time.Duration) error {
+				if end := time.Since(start) + timeout; end != DefaultPostTimeout {
+					t.Errorf("attempt given up %v after the first, want at the deadline %v", end, DefaultPostTimeout)
+				}
+				return &StatusError{Code: 503}
+			}}
+		p.Post(nil)
 		st := p.Stats()
 		// Waits in [50, 100), [100, 200), ... [800, 1600) ms, then [1, 2) s
 		// each: 9 to 13 of them end within 10 s.
 		if st.Failed != 1 || st.Posted+st.Rejected != 0 || st.Retries < 9 || st.Retries > 13 {
 			t.Fatalf("stats %+v, want 1 failed after 9-13 retries", st)
 		}
-		if got := time.Since(start); got != postTimeout {
-			t.Fatalf("gave up after %v, want the deadline %v", got, postTimeout)
+		if got := time.Since(start); got != DefaultPostTimeout {
+			t.Fatalf("gave up after %v, want the deadline %v", got, DefaultPostTimeout)
 		}
 	})
 }

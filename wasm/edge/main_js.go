@@ -3,18 +3,14 @@ package main
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"strconv"
-	"sync"
 	"syscall/js"
 	"time"
 	"unicode/utf8"
 
-	"github.com/syumai/workers"
-	"github.com/syumai/workers/cloudflare"
 	"github.com/syumai/workers/cloudflare/fetch"
 
 	"github.com/itlmon/itlmon/origin"
@@ -22,239 +18,176 @@ import (
 	"github.com/itlmon/itlmon/wasm/meter"
 )
 
-// main serves one request: worker.mjs starts a new Go instance for every
-// request (nothing survives between requests). It returns once the response
-// body is done and the timeline is posted, which ends the instance.
+// main starts the Go half once per isolate: it hands worker.mjs the
+// functions it calls for every measured request (begin, feed, end) through
+// the runtime context's ready, then waits for those calls for as long as the
+// isolate lives.
+//
+// Every call comes from worker.mjs in the async context of the request it is
+// about, and a goroutine it starts runs until it blocks before the call
+// returns (Go's js/wasm scheduler): so the timeline's fetch, and the
+// callbacks of its promises, belong to that request, as the runtime wants
+// of I/O. The Go half sets no timer of its own for that reason (the POST's
+// deadline is an AbortSignal's).
 func main() {
-	// The Workers global is a Proxy (worker.mjs); fetch must be called on
-	// the real global object.
-	client := fetch.NewClient(fetch.WithBinding(js.Global().Get("globalThis")))
-	var pending sync.WaitGroup
-	var h http.Handler
-	cfg, err := ParseConfig(cloudflare.Getenv)
+	w := &worker{streams: map[int]*Stream{}}
+	api := js.Global().Get("Object").New()
+	api.Set("begin", js.FuncOf(w.begin))
+	api.Set("feed", js.FuncOf(w.feed))
+	api.Set("end", js.FuncOf(w.end))
+	js.Global().Get("context").Call("ready", api)
+	select {} // the functions above are the program from now on
+}
+
+// worker is the Go half's state in the isolate: the measured streams in
+// flight, by handle, and the configuration of the last env seen.
+type worker struct {
+	streams map[int]*Stream
+	next    int
+	env     js.Value // the env cfg was read from
+	read    bool     // env is set
+	cfg     Config
+	cfgErr  error
+	buf     []byte // feed's copy of a batch
+	poster  *Poster // the isolate's timeline posts (cfg's target, key and deadline)
+}
+
+// config reads env (the request's env) unless it is the one read last: an
+// isolate's env does not change between requests.
+func (w *worker) config(env js.Value) (*Config, error) {
+	if !w.read || !w.env.Equal(env) {
+		w.env, w.read = env, true
+		w.cfg, w.cfgErr = ParseConfig(func(k string) string {
+			if v := env.Get(k); v.Type() == js.TypeString {
+				return v.String()
+			}
+			return ""
+		})
+		target, key := w.cfg.Target(), w.cfg.Key
+		w.poster = &Poster{Timeout: w.cfg.PostTimeout, Logf: logf,
+			Send: func(body []byte, timeout time.Duration) error {
+				return post(context.Background(), target, key, body, timeout)
+			}}
+	}
+	return &w.cfg, w.cfgErr
+}
+
+// begin(env, info): info holds the request's path, the response's status,
+// the header values Response lists, start and headersAt (Date.now()
+// milliseconds) and request.cf. It returns null when the response is not
+// measured, else {handle, id, setID, expose}; {error} for a configuration
+// error (worker.mjs answers 500). It never panics: a panic in a callback
+// would end the Go program, and with it every stream in the isolate.
+func (w *worker) begin(_ js.Value, args []js.Value) any {
+	env, info := args[0], args[1]
+	cfg, err := w.config(env)
 	if err != nil {
-		h = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			http.Error(w, "itlmon edge: "+err.Error(), http.StatusInternalServerError)
-		})
-	} else {
-		p := &Proxy{
-			Config: cfg,
-			Fetch: func(r *http.Request) (*http.Response, error) {
-				return client.Do(&fetch.Request{Request: r}, &fetch.RequestInit{Redirect: fetch.RedirectModeManual})
-			},
-			Post: func(ctx context.Context, url, key string, body []byte) error {
-				return post(ctx, client, url, key, body)
-			},
-			Background: func(f func()) {
-				pending.Add(1)
-				cloudflare.WaitUntil(func() {
-					defer pending.Done()
-					f()
-				})
-			},
-			Facts: func(*http.Request) beacon.Edge { return facts(js.Global().Get("context").Get("cf")) },
-			Now:   time.Now,
-			NewID: origin.NewID,
-			Logf:  func(format string, args ...any) { fmt.Printf(format+"\n", args...) },
+		res := js.Global().Get("Object").New()
+		res.Set("error", "itlmon edge: "+err.Error())
+		return res
+	}
+	str := func(k string) string {
+		if v := info.Get(k); v.Type() == js.TypeString {
+			return v.String()
 		}
-		p.Relay = func(ctx context.Context, w http.ResponseWriter, body io.ReadCloser, observe func([]byte, time.Time)) meter.Stop {
-			if how, ok := relayJS(w, body, observe, p.Logf); ok {
-				return how
-			}
-			return p.copyBody(ctx, w, body, observe)
-		}
-		h = p
+		return ""
 	}
-	started := make(chan struct{})
-	workers.ServeNonBlock(streamed(h, &pending, started))
-	workers.Ready()
-	<-started
-	pending.Wait() // the handler, then the timeline's POST (waitUntil): the instance must live until both end
-}
-
-// streamed serves h with a response body of its own (bodyWriter) and a
-// request context that ends when the client goes away. It holds pending
-// while h runs, and closes started once it has.
-func streamed(h http.Handler, pending *sync.WaitGroup, started chan<- struct{}) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		pending.Add(1)
-		close(started)
-		defer pending.Done()
-		ctx, cancel := context.WithCancel(r.Context())
-		defer cancel()
-		bw := &bodyWriter{ResponseWriter: w, clientGone: cancel, pending: pending}
-		defer bw.close()
-		h.ServeHTTP(bw, r.WithContext(ctx))
-	})
-}
-
-// errClientGone is what a write returns once the runtime cancelled the
-// response body (the client went away).
-var errClientGone = errors.New("client went away")
-
-// bodyWriter replaces syumai/workers' response body. Its own sends the
-// status and headers on the first Write and streams each Write to the
-// runtime as one chunk, like syumai's; unlike syumai's (v0.32.0), a body
-// cancelled by the runtime (the client went away) makes Write fail and ends
-// the request's context instead of crashing the instance (its pull closes a
-// cancelled stream, which throws, and the panic ends the Go program).
-type bodyWriter struct {
-	http.ResponseWriter // syumai/workers' *jshttp.ResponseWriter
-	clientGone          func()
-	pending             *sync.WaitGroup // held from the first Write until the runtime has the whole body, or cancelled it
-	pw                  *io.PipeWriter
-	raw                 bool // the body is a JS stream of relayJS's
-}
-
-// sendRaw makes stream the response body and hands the Response to the
-// runtime. Only before the first Write.
-func (b *bodyWriter) sendRaw(stream js.Value) {
-	b.raw = true
-	b.ResponseWriter.(interface{ WriteRawJSBody(js.Value) }).WriteRawJSBody(stream)
-	b.ResponseWriter.(interface{ Ready() }).Ready()
-}
-
-// relayJS relays the origin's body with worker.mjs's relay: the chunks go
-// from the origin's stream to the response's in JavaScript, stamped there as
-// they arrive, and observe sees them in batches. It returns once the body
-// ended or was cancelled; false when it cannot (w or body not the runtime's,
-// or headers already sent).
-func relayJS(w http.ResponseWriter, body io.ReadCloser, observe func([]byte, time.Time), logf func(string, ...any)) (meter.Stop, bool) {
-	bw, ok := w.(*bodyWriter)
-	rb, ok2 := body.(interface{ GetRawJSBody() js.Value })
-	relay := js.Global().Get("context").Get("relay")
-	if !ok || !ok2 || bw.pw != nil || relay.Type() != js.TypeFunction {
-		return 0, false
+	start := jsTime(info.Get("start"))
+	r := Response{
+		Path:        str("path"),
+		Status:      info.Get("status").Int(),
+		ContentType: str("contentType"),
+		StreamID:    str("streamID"),
+		RequestID:   str("requestID"),
+		Expose:      str("expose"),
+		Start:       start,
+		HeadersAt:   jsTime(info.Get("headersAt")).Sub(start),
 	}
-	if observe == nil {
-		// Not measured: the runtime pipes the origin's body itself, and how
-		// it ends is not needed.
-		bw.sendRaw(rb.GetRawJSBody())
-		return meter.StopBodyEnd, true
-	}
-	onChunks := js.Undefined()
-	{
-		var buf []byte
-		f := js.FuncOf(func(_ js.Value, args []js.Value) any {
-			bytes, lengths, times := args[0], args[1], args[2]
-			n := bytes.Get("byteLength").Int()
-			if cap(buf) < n {
-				buf = make([]byte, max(n, 16<<10))
-			}
-			js.CopyBytesToGo(buf[:n], bytes)
-			off := 0
-			for i, k := 0, lengths.Length(); i < k; i++ {
-				l := lengths.Index(i).Int()
-				observe(buf[off:off+l], time.UnixMicro(int64(times.Index(i).Float()*1000)))
-				off += l
-			}
-			return nil
-		})
-		defer f.Release() // after done: relay calls it no more
-		onChunks = f.Value
-	}
-	res := relay.Invoke(rb.GetRawJSBody(), onChunks)
-	bw.sendRaw(res.Get("readable"))
-	how := await(res.Get("done")).String()
-	switch {
-	case how == "end":
-		return meter.StopBodyEnd, true
-	case how == "abort":
-		bw.clientGone()
-		return meter.StopAbort, true
-	default:
-		logf("itlmon edge: origin body: %s", how)
-		return meter.StopError, true
-	}
-}
-
-// await waits for a promise that resolves (relay's done never rejects).
-func await(p js.Value) js.Value {
-	ch := make(chan js.Value, 1)
-	var then js.Func
-	then = js.FuncOf(func(_ js.Value, args []js.Value) any {
-		then.Release()
-		ch <- args[0]
+	if !cfg.measures() {
 		return nil
-	})
-	p.Call("then", then)
-	return <-ch
+	}
+	r.Edge = facts(info.Get("cf"))
+	s := cfg.Begin(r, origin.NewID)
+	if s == nil {
+		return nil
+	}
+	w.next++
+	w.streams[w.next] = s
+	res := js.Global().Get("Object").New()
+	res.Set("handle", w.next)
+	res.Set("id", s.ID)
+	res.Set("setID", s.SetID)
+	res.Set("expose", s.Expose)
+	return res
 }
 
-func (b *bodyWriter) Write(p []byte) (int, error) {
-	if b.pw == nil {
-		pr, pw := io.Pipe()
-		b.pw = pw
-		b.pending.Add(1)
-		b.ResponseWriter.(interface{ WriteRawJSBody(js.Value) }).WriteRawJSBody(readableStream(pr, b.clientGone, b.pending.Done))
-		b.ResponseWriter.(interface{ Ready() }).Ready() // the runtime gets the Response now
+// measures: without a collector there is nothing to measure for.
+func (c *Config) measures() bool { return c.Collector != "" }
+
+// feed(handle, bytes, lengths, times): chunks of a stream, concatenated in
+// bytes, their lengths and arrival times (Date.now()) in order.
+func (w *worker) feed(_ js.Value, args []js.Value) any {
+	s := w.streams[args[0].Int()]
+	if s == nil {
+		return nil
 	}
-	if len(p) == 0 {
-		return 0, nil
+	data, lengths, times := args[1], args[2], args[3]
+	n := data.Get("byteLength").Int()
+	if cap(w.buf) < n {
+		w.buf = make([]byte, max(n, 16<<10))
 	}
-	return b.pw.Write(p)
+	buf := w.buf[:n]
+	js.CopyBytesToGo(buf, data)
+	off := 0
+	for i, k := 0, lengths.Length(); i < k; i++ {
+		l := lengths.Index(i).Int()
+		s.Feed(buf[off:off+l], jsTime(times.Index(i)))
+		off += l
+	}
+	if cap(w.buf) > 1<<20 { // one large batch does not stay with the isolate
+		w.buf = nil
+	}
+	return nil
 }
 
-// Flush does nothing: each Write is handed to the runtime as it happens.
-func (b *bodyWriter) Flush() {}
-
-// close ends the body once the handler returned.
-func (b *bodyWriter) close() {
-	if b.raw {
-		return
+// end(handle, how, at, ctx): the body ended ("end"), the client went away
+// ("abort") or the origin's body failed ("error: ..."), at at (Date.now()).
+// The timeline's POST runs under ctx.waitUntil.
+func (w *worker) end(_ js.Value, args []js.Value) any {
+	h := args[0].Int()
+	s := w.streams[h]
+	if s == nil {
+		return nil
 	}
-	if b.pw == nil {
-		b.Write(nil)
+	delete(w.streams, h)
+	how := meter.StopError
+	switch v := args[1].String(); v {
+	case "end":
+		how = meter.StopBodyEnd
+	case "abort":
+		how = meter.StopAbort
+	default:
+		logf("itlmon edge: origin body: %s", v)
 	}
-	b.pw.Close()
+	body, err := w.cfg.Batch(s.End(jsTime(args[2]), how))
+	if err != nil {
+		logf("itlmon edge: encode timeline: %v", err)
+		return nil
+	}
+	poster := w.poster
+	args[3].Call("waitUntil", promise(func(resolve js.Value) {
+		defer resolve.Invoke()
+		poster.Post(body)
+	}))
+	return nil
 }
 
-// readableStream is a JS ReadableStream that pulls each chunk from pr when
-// the runtime asks for one (high water mark 0: nothing is read ahead). Its
-// cancel closes pr and calls gone. It calls ended once, when it closed (pr's
-// end) or was cancelled: the runtime will not call into Go for it again.
-func readableStream(pr *io.PipeReader, gone, ended func()) js.Value {
-	var once sync.Once
-	end := func() { once.Do(ended) }
-	buf := make([]byte, readBuf)
-	// pull and cancel are not released: they live as long as the instance,
-	// which serves one request.
-	pull := js.FuncOf(func(_ js.Value, args []js.Value) any {
-		controller := args[0]
-		return promise(func(resolve js.Value) {
-			n, err := pr.Read(buf)
-			jsSafe(func() {
-				if n > 0 {
-					chunk := js.Global().Get("Uint8Array").New(n)
-					js.CopyBytesToJS(chunk, buf[:n])
-					controller.Call("enqueue", chunk)
-				}
-				switch {
-				case err == io.EOF:
-					controller.Call("close")
-				case err != nil:
-					controller.Call("error", js.Global().Get("Error").New(err.Error()))
-				}
-			})
-			resolve.Invoke()
-			if err != nil {
-				end()
-			}
-		})
-	})
-	cancel := js.FuncOf(func(js.Value, []js.Value) any {
-		pr.CloseWithError(errClientGone)
-		gone()
-		end()
-		return js.Undefined()
-	})
-	src := js.Global().Get("Object").New()
-	src.Set("pull", pull)
-	src.Set("cancel", cancel)
-	strategy := js.Global().Get("Object").New()
-	strategy.Set("highWaterMark", 0)
-	return js.Global().Get("ReadableStream").New(src, strategy)
+// jsTime is a Date.now() value as a time.
+func jsTime(v js.Value) time.Time {
+	return time.UnixMicro(int64(v.Float() * 1000))
 }
+
+func logf(format string, args ...any) { fmt.Printf(format+"\n", args...) }
 
 // promise returns a JS Promise resolved by f, which runs on a goroutine.
 func promise(f func(resolve js.Value)) js.Value {
@@ -268,21 +201,12 @@ func promise(f func(resolve js.Value)) js.Value {
 	return js.Global().Get("Promise").New(executor)
 }
 
-// jsSafe runs f, recovering the panic of a JS exception (a stream the
-// runtime closed meanwhile).
-func jsSafe(f func()) {
-	defer func() {
-		if e := recover(); e != nil {
-			if _, ok := e.(js.Error); !ok {
-				panic(e)
-			}
-		}
-	}()
-	f()
-}
-
-// post sends body to the collector through the Workers fetch.
-func post(ctx context.Context, client *fetch.Client, url, key string, body []byte) error {
+// post sends body to the collector through the Workers fetch, bounded by
+// timeout: the fetch is called on worker.mjs's deadlineFetch, which adds an
+// AbortSignal.timeout to it (the Workers fetch ignores ctx), and the
+// signal aborts the response's body too.
+func post(ctx context.Context, url, key string, body []byte, timeout time.Duration) error {
+	client := fetch.NewClient(fetch.WithBinding(js.Global().Get("context").Call("deadlineFetch", timeout.Milliseconds())))
 	req, err := fetch.NewRequest(ctx, http.MethodPost, url, bytes.NewReader(body))
 	if err != nil {
 		return err
