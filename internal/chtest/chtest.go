@@ -11,7 +11,10 @@ package chtest
 import (
 	"context"
 	"fmt"
+	"io"
+	"io/fs"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -32,16 +35,26 @@ var (
 	seq    atomic.Int64
 )
 
-// Main runs the tests and then stops the engine, if one was started.
+// Main runs the tests and then stops the engine, if one was started (Stop).
 func Main(m *testing.M) int {
 	code := m.Run()
+	Stop()
+	return code
+}
+
+// Stop stops the shared engine and removes its directory and
+// SeedEngineDir's, for a TestMain that runs its tests otherwise than
+// through Main.
+func Stop() {
 	if engine != nil {
 		engine.Close(context.Background())
 	}
 	if dir != "" {
 		os.RemoveAll(dir)
 	}
-	return code
+	if seedDir != "" {
+		os.RemoveAll(filepath.Dir(seedDir))
+	}
 }
 
 // Engine returns the shared engine, starting it on first use. Without
@@ -198,4 +211,104 @@ func templateSchema(tb testing.TB) ([]string, error) {
 		templateStmts = append(templateStmts, "INSERT INTO "+templateRef+"schema_migrations SELECT * FROM `"+templateDB+"`.schema_migrations")
 	})
 	return templateStmts, templateErr
+}
+
+// The engine directory SeedEngineDir copies: made once per test binary.
+var (
+	seedOnce sync.Once
+	seedDir  string // its clickhouse/ holds the migrated schema in database itlmon
+	seedErr  error
+)
+
+// SeedEngineDir fills dir, which must not exist yet, with the files of an
+// embedded engine whose database itlmon holds the migrated schema, as a
+// collector's first start leaves them (`itlmon serve --data D` keeps its
+// engine in D/clickhouse): a collector started on it finds every migration
+// applied instead of applying them (the longest step of a first start). The
+// first call starts an engine of its own, migrates it and stops it; each
+// call copies its directory (symbolic links into it are pointed at the
+// copy). It skips or fails tb as Engine does when the engine library is
+// missing. Tests of the migrations, or of a first start, start on an
+// empty directory instead.
+func SeedEngineDir(tb testing.TB, dir string) {
+	tb.Helper()
+	lib := libPath(tb)
+	seedOnce.Do(func() {
+		var root string
+		if root, seedErr = os.MkdirTemp("", "itlmon-test-seed-"); seedErr != nil {
+			return
+		}
+		seedDir = filepath.Join(root, "clickhouse")
+		ctx := context.Background()
+		e, err := chdb.Start(ctx, chdb.Options{LibPath: lib, Dir: seedDir, Logger: zerolog.New(os.Stderr).Level(zerolog.WarnLevel)})
+		if err != nil {
+			seedErr = err
+			return
+		}
+		defer e.Close(ctx)
+		db, err := store.Open(ctx, store.Options{Addr: e.NativeAddr(), Dial: e.DialContext, Database: "itlmon",
+			CreateDatabase: true, Logger: zerolog.Nop()})
+		if err != nil {
+			seedErr = err
+			return
+		}
+		defer db.Close()
+		seedErr = db.Migrate(ctx)
+	})
+	if seedErr != nil {
+		tb.Fatalf("seed engine directory: %v", seedErr)
+	}
+	if err := copyTree(seedDir, dir); err != nil {
+		tb.Fatalf("seed engine directory: %v", err)
+	}
+}
+
+// copyTree copies the directory from to to (which must not exist): files,
+// directories and symbolic links, a link to a path under from pointed at
+// the same path under to.
+func copyTree(from, to string) error {
+	return filepath.WalkDir(from, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(from, path)
+		if err != nil {
+			return err
+		}
+		dst := filepath.Join(to, rel)
+		switch {
+		case d.Type()&fs.ModeSymlink != 0:
+			target, err := os.Readlink(path)
+			if err != nil {
+				return err
+			}
+			if r, err := filepath.Rel(from, target); err == nil && filepath.IsAbs(target) && !strings.HasPrefix(r, "..") {
+				target = filepath.Join(to, r)
+			}
+			return os.Symlink(target, dst)
+		case d.IsDir():
+			return os.Mkdir(dst, 0o750)
+		case d.Type().IsRegular():
+			return copyFile(path, dst)
+		default:
+			return nil // sockets, pipes: none a stopped engine leaves
+		}
+	})
+}
+
+func copyFile(from, to string) error {
+	src, err := os.Open(from)
+	if err != nil {
+		return err
+	}
+	defer src.Close()
+	dst, err := os.OpenFile(to, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o640)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(dst, src); err != nil {
+		dst.Close()
+		return err
+	}
+	return dst.Close()
 }
