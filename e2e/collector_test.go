@@ -10,6 +10,8 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -18,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/itlmon/itlmon/internal/chtest"
 	"github.com/itlmon/itlmon/internal/freeport"
 )
 
@@ -69,6 +72,12 @@ func StartCollectorArgs(t *testing.T, args []string, sites ...string) *Collector
 		requireReal(t, "clickhouse engine (CHDB_LIB_PATH)", fmt.Errorf("%q: %v", lib, err))
 	}
 	c := &Collector{Data: t.TempDir(), logs: &syncBuf{}}
+	// The embedded engine (--data D keeps it in D/clickhouse) starts with
+	// the migrated schema: the collector finds every migration applied
+	// instead of applying them, the longest step of its first start.
+	if !slices.Contains(args, "--clickhouse") {
+		chtest.SeedEngineDir(t, filepath.Join(c.Data, "clickhouse"))
+	}
 	// A port picked free can still be taken before the collector binds it
 	// (by another test's server): a start that loses that race is retried
 	// on another port.

@@ -68,6 +68,7 @@ import (
 	"github.com/itlmon/itlmon/collector/demo"
 	"github.com/itlmon/itlmon/e2e/browsers"
 	"github.com/itlmon/itlmon/e2e/nginx"
+	"github.com/itlmon/itlmon/internal/chtest"
 	"github.com/itlmon/itlmon/web"
 )
 
@@ -91,6 +92,7 @@ func TestMain(m *testing.M) {
 		flag.Parse()
 		defer closeEngines() // Firefox and WebKit, launched by the first test that asks (engine_test.go)
 		defer stopShared()   // the shared collector (SharedCollector), started by the first test that asks
+		defer chtest.Stop()  // the seeded engine directory (chtest.SeedEngineDir)
 		if testing.Short() {
 			browserErr = errSkipShort
 			return m.Run()

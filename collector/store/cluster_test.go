@@ -70,7 +70,11 @@ func clusterMigrations(tb testing.TB) []schema.Migration {
 // see all of them, each shard's rollup view fills its local rollup and the
 // Distributed rollup adds up to the total. Every Distributed table has its
 // local table's columns after all the ALTERs. Migrating again changes
-// nothing.
+// nothing. A collector's check that the layout is there (ClusterSchemaReady,
+// asked of the other node) fails with ErrSchemaPending before the migration
+// and passes after it; the shards it lists are the two nodes in order.
+// (One test: a cluster migration is the longest step of the package's
+// integration tests.)
 func TestMigrateCluster(t *testing.T) {
 	const cluster = "itl"
 	nodes := chtest.Cluster(t, cluster, 2)
@@ -93,11 +97,31 @@ func TestMigrateCluster(t *testing.T) {
 		t.Fatalf("cluster nodes from node 2 = %s, want %s", got, want)
 	}
 
+	ready, err := store.Open(ctx, store.Options{Addr: nodes[1].NativeAddr(), Database: "default",
+		Logger: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.InfoLevel)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ready.Close()
+	if err := ready.ClusterSchemaReady(ctx, l); !errors.Is(err, store.ErrSchemaPending) {
+		t.Fatalf("ClusterSchemaReady before migrating = %v, want ErrSchemaPending", err)
+	}
+
 	began := time.Now()
 	if err := db.MigrateClusterWith(ctx, l, migs); err != nil {
 		t.Fatalf("migrate cluster: %v", err)
 	}
 	t.Logf("cluster layout applied to both nodes in %v", time.Since(began).Round(time.Millisecond))
+	if err := ready.ClusterSchemaReady(ctx, l); err != nil {
+		t.Fatalf("ClusterSchemaReady after migrating: %v", err)
+	}
+	readyNodes, err := ready.ClusterNodes(ctx, cluster)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if shards := store.Shards(readyNodes); len(shards) != 2 || shards[0].Addr() != nodes[0].NativeAddr() || shards[1].Addr() != nodes[1].NativeAddr() {
+		t.Fatalf("shards = %v, want the two nodes in order", shards)
+	}
 
 	locals := make([]driver.Conn, len(nodes))
 	mains := make([]driver.Conn, len(nodes))
@@ -273,36 +297,6 @@ func TestMigrateCluster(t *testing.T) {
 	query(t, locals[1], "SELECT count() FROM schema_migrations", nil, &recorded)
 	if recorded != uint64(len(migs)) {
 		t.Errorf("shard 2 records %d migrations, want %d", recorded, len(migs))
-	}
-}
-
-// TestClusterSchemaReady: a collector's check that the cluster layout is
-// there fails (ErrSchemaPending) before migrate --cluster and passes after.
-func TestClusterSchemaReady(t *testing.T) {
-	nodes := chtest.Cluster(t, "itl", 2)
-	ctx := context.Background()
-	l := store.NewClusterLayout("itl", "itlmon", store.NoReplication)
-	db, err := store.Open(ctx, store.Options{Addr: nodes[1].NativeAddr(), Database: "default",
-		Logger: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.InfoLevel)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	if err := db.ClusterSchemaReady(ctx, l); !errors.Is(err, store.ErrSchemaPending) {
-		t.Fatalf("ClusterSchemaReady before migrating = %v, want ErrSchemaPending", err)
-	}
-	if err := db.MigrateCluster(ctx, l); err != nil {
-		t.Fatalf("migrate cluster: %v", err)
-	}
-	if err := db.ClusterSchemaReady(ctx, l); err != nil {
-		t.Fatalf("ClusterSchemaReady after migrating: %v", err)
-	}
-	listed, err := db.ClusterNodes(ctx, "itl")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if shards := store.Shards(listed); len(shards) != 2 || shards[0].Addr() != nodes[0].NativeAddr() || shards[1].Addr() != nodes[1].NativeAddr() {
-		t.Fatalf("shards = %v, want the two nodes in order", shards)
 	}
 }
 

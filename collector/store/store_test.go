@@ -14,7 +14,7 @@ import (
 )
 
 func TestMigrateIdempotent(t *testing.T) {
-	db := chtest.NewDB(t, store.Options{StreamsTTL: 30 * 24 * time.Hour})
+	db := chtest.NewMigratedDB(t, store.Options{StreamsTTL: 30 * 24 * time.Hour})
 	ctx := context.Background()
 	if err := db.Migrate(ctx); err != nil {
 		t.Fatalf("second migrate: %v", err)

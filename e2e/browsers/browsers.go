@@ -170,6 +170,6 @@ func removeAllLater(dir string) {
 		if os.RemoveAll(dir) == nil {
 			return
 		}
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(100 * time.Millisecond) // real time: another process (the killed browser) lets go of its files
 	}
 }

@@ -276,7 +276,7 @@ func (p *Proxy) release(client net.Conn, q *queue) {
 			return
 		}
 		if d := time.Until(first.at); d > 0 {
-			time.Sleep(d)
+			time.Sleep(d) // the delay the proxy injects (the scenario), not a wait for a condition
 		}
 		out = q.popDue(time.Now(), out[:0])
 		if _, err := client.Write(out); err != nil {

@@ -18,6 +18,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -35,6 +36,7 @@ import (
 	"github.com/itlmon/itlmon/collector/chdb"
 	"github.com/itlmon/itlmon/collector/ingest"
 	"github.com/itlmon/itlmon/collector/server"
+	"github.com/itlmon/itlmon/internal/chtest"
 	"github.com/itlmon/itlmon/wasm/beacon"
 )
 
@@ -60,7 +62,8 @@ func ChdbLib(t testing.TB) string {
 }
 
 // StartMain runs the real program in-process on a free loopback port with
-// the embedded engine in a temp dir.
+// the embedded engine in a temp dir, seeded with the migrated schema
+// (chtest.SeedEngineDir).
 func StartMain(t testing.TB, mod func(*server.Config)) *server.Main {
 	t.Helper()
 	m := server.NewMain()
@@ -73,6 +76,14 @@ func StartMain(t testing.TB, mod func(*server.Config)) *server.Main {
 	m.Config.ShutdownTimeout = 30 * time.Second
 	if mod != nil {
 		mod(&m.Config)
+	}
+	// The embedded engine's directory (Data/clickhouse) starts with the
+	// migrated schema unless the test brought one (a restart on the same
+	// data): the collector finds every migration applied.
+	if engineDir := filepath.Join(m.Config.Data, "clickhouse"); m.Config.ClickHouse.IsZero() && m.Config.ChdbLib != "" {
+		if _, err := os.Stat(engineDir); errors.Is(err, os.ErrNotExist) {
+			chtest.SeedEngineDir(t, engineDir)
+		}
 	}
 	log := zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)
 	m.Log = &log
@@ -337,9 +348,15 @@ func (p *Proc) EngineAddr() string {
 }
 
 // StartProcess starts the collector (Exe) on data with site "test", plus
-// extra serve flags, and waits until it serves.
+// extra serve flags, and waits until it serves. A data root without an
+// engine directory gets a seeded one (chtest.SeedEngineDir).
 func StartProcess(t *testing.T, lib, data string, extra ...string) *Proc {
 	t.Helper()
+	// A fresh data root's engine starts with the migrated schema, as in
+	// StartMain; a restart on the same data finds its own.
+	if _, err := os.Stat(filepath.Join(data, "clickhouse")); errors.Is(err, os.ErrNotExist) && !slices.Contains(extra, "--clickhouse") {
+		chtest.SeedEngineDir(t, filepath.Join(data, "clickhouse"))
+	}
 	args := []string{"serve", "--addr", "127.0.0.1:0", "--data", data, "--chdb-lib", lib,
 		"--site", "test=" + PageOrigin, "--log-format", "json", "--conn-rate", "0", "--site-rate", "0"}
 	cmd := exec.Command(Exe(t), append(args, extra...)...)
@@ -486,7 +503,7 @@ var (
 // (chdb.MaybeRunChild), the tests, then the built binary removed.
 func Main(m *testing.M) int {
 	chdb.MaybeRunChild()
-	code := m.Run()
+	code := chtest.Main(m) // removes the seeded engine directory too
 	if exeDir != "" {
 		os.RemoveAll(exeDir)
 	}
