@@ -15,7 +15,7 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/itlmon/itlmon/collector/ingest"
-	"github.com/itlmon/itlmon/collector/join"
+	"github.com/itlmon/itlmon/collector/promoter"
 	"github.com/itlmon/itlmon/collector/secret"
 	"github.com/itlmon/itlmon/collector/server"
 	"github.com/itlmon/itlmon/internal/chtest"
@@ -124,12 +124,12 @@ func TestClusterCollectors(t *testing.T) {
 	// A promoter of Replicated shards looks for running inbox inserts on
 	// every server of the cluster: the real engine takes that query (the
 	// window then read after SYSTEM SYNC REPLICA needs Keeper, not here).
-	p, err := join.NewPromoter([]join.Shard{{Conn: locals[0], Replicas: "itl"}}, join.PromoterConfig{})
+	p, err := promoter.New([]promoter.Shard{{Conn: locals[0], Replicas: "itl"}}, promoter.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if did, _, err := p.Step(t.Context(), join.Shard{Conn: locals[0], Replicas: "itl"}); err != nil || did {
-		t.Errorf("Step on a promoted shard, looking at every replica's inserts: promoted %v, err %v; want nothing to do", did, err)
+	if look, err := p.Step(t.Context(), promoter.Shard{Conn: locals[0], Replicas: "itl"}); err != nil || look.Promoted {
+		t.Errorf("Step on a promoted shard, looking at every replica's inserts: promoted %v, err %v; want nothing to do", look.Promoted, err)
 	}
 	// Both shards hold some of the streams.
 	for i, c := range locals {
