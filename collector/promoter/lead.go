@@ -9,11 +9,14 @@ import (
 )
 
 // Leadership: promoters beat every beatEvery; those seen within leaderTTL
-// are ranked by id, and rank r promotes a window once its age reaches
-// r × takeoverLag (rank 0, the leader, at once). So when the leader is gone
-// or stuck, the next takes over at 10 s, the one after it at 20 s: the
-// collectors of a fleet do not all promote the same window at once.
-// Correctness never depends on it (the tokens do).
+// are ranked by id. Rank 0 leads: it promotes each window once sealed. Rank
+// r promotes only once no other promoter has moved the watermark for
+// r × takeoverLag while a sealed window waited, and then goes on until
+// another moves it again. So when the leader is gone or stuck (or cannot
+// promote a window: an older collector during an upgrade), the next takes
+// over at 10 s, the one after it at 20 s if that one is stuck too: the
+// collectors of a fleet do not all promote the same window at once, even
+// far behind. Correctness never depends on it (the tokens do).
 const (
 	beatEvery   = 2 * time.Second
 	leaderTTL   = 10 * time.Second
@@ -69,24 +72,37 @@ func (p *Promoter) unranked(listed int) int {
 	return max(listed, 1) + int(h.Sum32()%unrankedSlots)
 }
 
-// progress is what p saw of a shard's watermark: when it last moved.
+// progress is what p saw of a shard's watermark.
 type progress struct {
 	watermark time.Time // the last promoted window
-	since     time.Time // this process's clock when p first saw it
+	since     time.Time // this process's clock when another promoter last moved it
+	mine      time.Time // the last window p promoted itself
 }
 
-// stalled is how long the promotion of sh has not moved while a window
-// waited sealed for waited: the watermark's age in p's eyes, at most waited.
+// stalled is how long no other promoter has moved the watermark of sh
+// while a window waited sealed for waited: at most waited. A window p
+// promoted itself does not count as progress, so a promoter that took over
+// goes on until the leader moves again.
 func (p *Promoter) stalled(sh Shard, watermark time.Time, waited time.Duration) time.Duration {
 	now := time.Now()
 	p.beatMu.Lock()
 	defer p.beatMu.Unlock()
 	pr := p.progress[sh.Name]
-	if pr.since.IsZero() || !pr.watermark.Equal(watermark) {
-		pr = progress{watermark, now}
-		p.progress[sh.Name] = pr
+	if pr.since.IsZero() || !pr.watermark.Equal(watermark) && !watermark.Equal(pr.mine) {
+		pr.since = now
 	}
+	pr.watermark = watermark
+	p.progress[sh.Name] = pr
 	return min(now.Sub(pr.since), waited)
+}
+
+// promoted records that p promoted window start of sh.
+func (p *Promoter) promoted(sh Shard, start time.Time) {
+	p.beatMu.Lock()
+	defer p.beatMu.Unlock()
+	pr := p.progress[sh.Name]
+	pr.mine = start
+	p.progress[sh.Name] = pr
 }
 
 // mayPromote reports whether p promotes the waiting window of sh now: p

@@ -2,6 +2,7 @@ package promoter
 
 import (
 	"context"
+	"encoding/hex"
 	"fmt"
 	"slices"
 	"time"
@@ -73,8 +74,9 @@ func readPage(ctx context.Context, conn driver.Conn, start, end time.Time, after
 	args := []any{micros(start), micros(end)}
 	if after != nil {
 		where += ` AND (kind, site, stream_id, ingested_at, received_at, cityHash64(payload)) >
-			(?, ?, ?, fromUnixTimestamp64Micro(?), fromUnixTimestamp64Milli(?), toUInt64(?))`
-		args = append(args, after.Kind, after.Site, after.StreamID, micros(after.IngestedAt), after.ReceivedAt.UnixMilli(), after.hash)
+			(?, ?, unhex(?), fromUnixTimestamp64Micro(?), fromUnixTimestamp64Milli(?), toUInt64(?))`
+		// The stream id is binary: sent in hex, never as a literal.
+		args = append(args, after.Kind, after.Site, hex.EncodeToString([]byte(after.StreamID)), micros(after.IngestedAt), after.ReceivedAt.UnixMilli(), after.hash)
 	}
 	args = append(args, limit)
 	q, err := conn.Query(ctx, `SELECT `+inboxColumns+` FROM itl_inbox WHERE `+where+` ORDER BY `+inboxOrder+` LIMIT ?`, args...)

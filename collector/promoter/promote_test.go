@@ -87,15 +87,30 @@ func newFixture(t *testing.T, hold time.Duration) *fixture {
 // newCollector is a collector's pipeline on db: several on one db are
 // several collectors on one ClickHouse.
 func newCollector(t *testing.T, db *store.DB, hold time.Duration) *fixture {
+	return newCollectorWith(t, db, promoter.Config{Hold: hold}, nil)
+}
+
+// newCollectorWith is newCollector with cfg (Grace, Interval and Logger
+// set when zero) and setup called on the promoter before it runs.
+func newCollectorWith(t *testing.T, db *store.DB, cfg promoter.Config, setup func(*promoter.Promoter)) *fixture {
 	log := zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)
 	w, err := store.NewWriter(db, store.WriterOptions{SpoolDir: t.TempDir(), FlushInterval: 50 * time.Millisecond, Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := promoter.New([]promoter.Shard{{Conn: db.Conn()}}, promoter.Config{
-		Hold: hold, Grace: 50 * time.Millisecond, Interval: 20 * time.Millisecond, Logger: log})
+	if cfg.Grace == 0 {
+		cfg.Grace = 50 * time.Millisecond
+	}
+	if cfg.Interval == 0 {
+		cfg.Interval = 20 * time.Millisecond
+	}
+	cfg.Logger = log
+	p, err := promoter.New([]promoter.Shard{{Conn: db.Conn()}}, cfg)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if setup != nil {
+		setup(p)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	ran := make(chan struct{})

@@ -447,3 +447,68 @@ func offsets(at []time.Time, start time.Time) []time.Duration {
 	}
 	return out
 }
+
+// The lag is the age of the oldest sealed, unpromoted window, failures
+// included: it grows while every step fails, from the last age a shard
+// told, or from the last time it said none waited; it is 0 when idle.
+func TestRunLagWhileStepsFail(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p, _ := newTestPromoter(t, shards("1", "2"))
+		var failing atomic.Bool
+		s := &stepper{answer: func(_ context.Context, shard string, n int) (promoter.Look, error) {
+			switch {
+			case failing.Load():
+				return promoter.Look{}, errors.New("connection refused")
+			case shard == "1" && n == 0:
+				// A window sealed, waiting for another promoter (5 s after its end).
+				return promoter.Look{Known: true, Age: 5 * time.Second}, nil
+			}
+			return promoter.Look{Known: true}, nil // idle
+		}}
+		runPromoter(t, p, s)
+		synctest.Wait()
+		if got, want := p.Stats().Lag, 5*time.Second; got != want {
+			t.Fatalf("lag %v, want %v", got, want)
+		}
+		time.Sleep(interval)
+		synctest.Wait()
+		if got := p.Stats().Lag; got != 0 {
+			t.Fatalf("lag %v once the window was promoted, want 0", got)
+		}
+		// A quiet minute: still 0 (no jump from the last promoted window).
+		time.Sleep(time.Minute)
+		synctest.Wait()
+		if got := p.Stats().Lag; got != 0 {
+			t.Fatalf("lag %v after a quiet minute, want 0", got)
+		}
+		// ClickHouse goes away: the lag grows from the last clear answer.
+		failing.Store(true)
+		began := time.Now()
+		time.Sleep(30*time.Second + interval/2)
+		synctest.Wait()
+		if got, want := p.Stats().Lag, time.Since(began).Truncate(interval); got != want {
+			t.Fatalf("lag %v after %v of failures, want %v", got, time.Since(began), want)
+		}
+	})
+}
+
+// A sealed window that fails to promote keeps its age growing.
+func TestRunLagWhilePromotionFails(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p, _ := newTestPromoter(t, shards("1"))
+		start := time.Now()
+		s := &stepper{answer: func(_ context.Context, _ string, n int) (promoter.Look, error) {
+			// Found sealed, 4 s old, at the first step; every insert fails.
+			return promoter.Look{Known: true, Age: 4*time.Second + time.Since(start)}, errors.New("insert: timeout")
+		}}
+		runPromoter(t, p, s)
+		time.Sleep(10*time.Second + interval/2)
+		synctest.Wait()
+		if got, want := p.Stats().Lag, 14*time.Second; got != want {
+			t.Fatalf("lag %v, want %v", got, want)
+		}
+		if st := p.Stats(); st.Errors != 41 {
+			t.Fatalf("%d errors, want one per step (41)", st.Errors)
+		}
+	})
+}

@@ -115,6 +115,7 @@ func (p *Promoter) promoteOldest(ctx context.Context, sh Shard, always bool) (Lo
 		return l, err
 	}
 	p.unblock(sh)
+	p.promoted(sh, start)
 	p.busyNanos.Add(int64(time.Since(began)))
 	l.Promoted = true
 	return l, nil
