@@ -108,7 +108,8 @@ func TestPagedWindow(t *testing.T) {
 		streams = append(streams, clientOf(pausedOrigin(fmt.Sprintf("page-%d", i)), "chat"))
 	}
 	f.submit(t, append(streams, streams...)...) // each twice in one insert: one window
-	eventually(t, db, "SELECT count() FROM itl_streams WHERE origin_id LIKE 'page-%'", uint64(12))
+	// Five pages of a dozen queries each: slower than one window's promotion.
+	eventuallyWithin(t, 30*time.Second, db, "SELECT count() FROM itl_streams WHERE origin_id LIKE 'page-%'", uint64(12))
 	eventually(t, db, "SELECT toString((sum(records), sum(streams), sum(copies))) FROM itl_promoted", "(24,12,12)")
 	eventually(t, db, "SELECT count() FROM itl_promoted_ids WHERE kind = 'client'", uint64(12))
 }

@@ -2,7 +2,6 @@ package promoter
 
 import (
 	"context"
-	"encoding/hex"
 	"fmt"
 	"slices"
 	"time"
@@ -66,36 +65,59 @@ func windowKinds(ctx context.Context, conn driver.Conn, start, end time.Time) (m
 	return out, q.Err()
 }
 
-// readPage reads the next at most limit rows of window [start, end) after
-// the row after (none when nil), in inboxOrder. Pages are the same on any
-// rerun: the window is sealed.
-func readPage(ctx context.Context, conn driver.Conn, start, end time.Time, after *inboxRead, limit int) ([]inboxRead, error) {
-	where := "ingested_at >= fromUnixTimestamp64Micro(?) AND ingested_at < fromUnixTimestamp64Micro(?)"
-	args := []any{micros(start), micros(end)}
-	if after != nil {
-		where += ` AND (kind, site, stream_id, ingested_at, received_at, cityHash64(payload)) >
-			(?, ?, unhex(?), fromUnixTimestamp64Micro(?), fromUnixTimestamp64Milli(?), toUInt64(?))`
-		// The stream id is binary: sent in hex, never as a literal.
-		args = append(args, after.Kind, after.Site, hex.EncodeToString([]byte(after.StreamID)), micros(after.IngestedAt), after.ReceivedAt.UnixMilli(), after.hash)
-	}
-	args = append(args, limit)
-	q, err := conn.Query(ctx, `SELECT `+inboxColumns+` FROM itl_inbox WHERE `+where+` ORDER BY `+inboxOrder+` LIMIT ?`, args...)
+// readPages reads window [start, end) in one query, in inboxOrder, and
+// calls page with each run of at most limit rows as they come (n from 0;
+// prev is the last row of the page before, nil for the first). The server
+// sends blocks of at most limit rows, and page's rows are reused after it
+// returns: the collector holds one page, whatever the window's size. The
+// order is total (a record's copies that tie on every key are the same
+// bytes), so the pages are the same on any rerun: the window is sealed.
+func readPages(ctx context.Context, conn driver.Conn, start, end time.Time, limit int,
+	page func(n int, rows []inboxRead, prev *inboxRead) error) error {
+	qctx, cancel := context.WithCancel(clickhouse.Context(ctx, clickhouse.WithSettings(clickhouse.Settings{"max_block_size": limit})))
+	defer cancel()
+	q, err := conn.Query(qctx, `SELECT `+inboxColumns+` FROM itl_inbox
+		WHERE ingested_at >= fromUnixTimestamp64Micro(?) AND ingested_at < fromUnixTimestamp64Micro(?)
+		ORDER BY `+inboxOrder, micros(start), micros(end))
 	if err != nil {
-		return nil, fmt.Errorf("promoter: read inbox: %w", err)
+		return fmt.Errorf("promoter: read inbox: %w", err)
 	}
 	defer q.Close()
-	out := make([]inboxRead, 0, limit)
+	rows := make([]inboxRead, 0, min(limit, 1024))
+	var prev inboxRead
+	n := 0
+	flush := func() error {
+		var p *inboxRead
+		if n > 0 {
+			p = &prev
+		}
+		if err := page(n, rows, p); err != nil {
+			return err
+		}
+		prev = rows[len(rows)-1]
+		rows = rows[:0]
+		n++
+		return nil
+	}
 	for q.Next() {
 		r, err := scanInbox(q)
 		if err != nil {
-			return nil, fmt.Errorf("promoter: read inbox: %w", err)
+			return fmt.Errorf("promoter: read inbox: %w", err)
 		}
-		out = append(out, r)
+		rows = append(rows, r)
+		if len(rows) == limit {
+			if err := flush(); err != nil {
+				return err
+			}
+		}
 	}
 	if err := q.Err(); err != nil {
-		return nil, fmt.Errorf("promoter: read inbox: %w", err)
+		return fmt.Errorf("promoter: read inbox: %w", err)
 	}
-	return out, nil
+	if len(rows) > 0 {
+		return flush()
+	}
+	return nil
 }
 
 // readInbox reads inbox rows matching where (with args), in inboxOrder.

@@ -76,23 +76,8 @@ func (p *Promoter) promote(ctx context.Context, sh Shard, start time.Time) error
 		}
 		w.records += int(n)
 	}
-	var after *inboxRead
-	for n := 0; ; n++ {
-		rows, err := readPage(ctx, sh.Conn, w.start, w.end, after, p.cfg.PageRows)
-		if err != nil {
-			return err
-		}
-		if len(rows) == 0 {
-			break
-		}
-		last := after
-		after = &rows[len(rows)-1]
-		if err := w.promotePage(n, rows, last); err != nil {
-			return err
-		}
-		if len(rows) < p.cfg.PageRows {
-			break
-		}
+	if err := readPages(ctx, sh.Conn, w.start, w.end, p.cfg.PageRows, w.promotePage); err != nil {
+		return err
 	}
 	return w.finish()
 }
