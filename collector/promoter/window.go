@@ -89,6 +89,7 @@ func (p *Promoter) promoteOldest(ctx context.Context, sh Shard, always bool) (Lo
 	}
 	start := f.next.Truncate(Window)
 	end := start.Add(Window)
+	p.unblockBefore(sh, start)
 	// Sealed: the server clock is past the window's end plus the hold and
 	// the grace, and no inbox insert that began before end+hold is running.
 	sealedAt := end.Add(p.cfg.Hold + p.cfg.Grace)
@@ -145,6 +146,17 @@ func (p *Promoter) block(sh Shard, start time.Time, err error) {
 		}
 	}
 	p.blocked[sh.Name] = blockedWindow{start: start, tried: time.Now()}
+}
+
+// unblockBefore forgets sh's blocked window if it is before start: another
+// collector promoted it.
+func (p *Promoter) unblockBefore(sh Shard, start time.Time) {
+	p.blockMu.Lock()
+	b, ok := p.blocked[sh.Name]
+	p.blockMu.Unlock()
+	if ok && b.start.Before(start) {
+		p.unblock(sh)
+	}
 }
 
 // unblock forgets sh's blocked window: promoted (by p or another).
