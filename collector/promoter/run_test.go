@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
 	"github.com/itlmon/itlmon/collector/promoter"
@@ -511,4 +512,29 @@ func TestRunLagWhilePromotionFails(t *testing.T) {
 			t.Fatalf("%d errors, want one per step (41)", st.Errors)
 		}
 	})
+}
+
+func TestRegisterMetrics(t *testing.T) {
+	p, _ := newTestPromoter(t, shards("1"))
+	reg := prometheus.NewRegistry()
+	if err := p.RegisterMetrics(reg); err != nil {
+		t.Fatal(err)
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := map[string]bool{}
+	for _, mf := range mfs {
+		names[mf.GetName()] = true
+	}
+	for _, want := range []string{"itlmon_promote_lag_seconds", "itlmon_promote_blocked_shards", "itlmon_promote_blocked_windows_total",
+		"itlmon_promote_join_conflicts_total", "itlmon_promote_heartbeat_errors_total", "itlmon_promote_windows_total"} {
+		if !names[want] {
+			t.Errorf("%s not registered; got %v", want, names)
+		}
+	}
+	if got, want := len(mfs), 14+2; got != want {
+		t.Errorf("%d metric families, want %d", got, want)
+	}
 }
