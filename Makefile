@@ -290,6 +290,8 @@ bench: deps wasm edge
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime 5x -count=1 ./collector/store | tee -a /tmp/itlmon-bench.txt
 	@echo "collector: end-to-end WebSocket ingest vs direct clickhouse-go insert (same run), memory per idle connection at 5,000 and 20,000, half-sent frames against the ingest memory budget"
 	ITLMON_BENCH_REPORT=1 $(GO) test -count=1 -v -run '^TestReport' ./collector/internal/benchreport 2>&1 | grep -v -e '^=== RUN' -e '\.go:[0-9]*: {' | tee -a /tmp/itlmon-bench.txt
+	@echo "promoter: a replayed backlog promoted in pages and in whole windows (same run): catch-up rate, peak memory"
+	ITLMON_BENCH_REPORT=1 $(GO) test -count=1 -v -run '^TestReportBacklog$$' ./collector/promoter 2>&1 | sed -n '/promoter backlog report/,/paged \/ whole/p' | tee -a /tmp/itlmon-bench.txt
 	$(GO) test -run '^$$' -bench . -benchmem -count=1 ./collector/enrich ./collector/ingest | tee -a /tmp/itlmon-bench.txt
 	@echo "dashboard: every read endpoint over seeded streams (ITLMON_DASH_STREAMS, default 10,000,000 over 30 days; ITLMON_DASH_REPS runs, default 7) and the same aggregates over raw rows, same run"
 	ITLMON_BENCH_REPORT=1 ITLMON_REQUIRE_REAL=1 $(GO) test -count=1 -timeout 180m -v -run '^TestDashboardReport$$' ./collector/internal/benchreport 2>&1 | grep -v -e '^=== RUN' | tee -a /tmp/itlmon-bench.txt

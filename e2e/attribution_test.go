@@ -38,6 +38,7 @@ import (
 	"github.com/itlmon/itlmon/collector/httpapi"
 	"github.com/itlmon/itlmon/collector/ingest"
 	"github.com/itlmon/itlmon/collector/join"
+	"github.com/itlmon/itlmon/collector/promoter"
 	"github.com/itlmon/itlmon/collector/secret"
 	"github.com/itlmon/itlmon/collector/store"
 	"github.com/itlmon/itlmon/e2e/jitterproxy"
@@ -457,7 +458,7 @@ func wantOriginSmooth(t *testing.T, o *beacon.Origin, r *join.Result) {
 type attrCollector struct {
 	URL string
 	DB  *store.DB
-	P   *join.Promoter
+	P   *promoter.Promoter
 }
 
 var (
@@ -530,7 +531,7 @@ func startAttrCollector(t *testing.T) *attrCollector {
 		t.Fatal(err)
 	}
 	keys := join.StaticKeys(map[string]secret.Token{attrSite: secret.New(attrKey)})
-	p, err := join.NewPromoter([]join.Shard{{Conn: db.Conn()}}, join.PromoterConfig{Hold: 3 * time.Second, Interval: 50 * time.Millisecond, Logger: log})
+	p, err := promoter.New([]promoter.Shard{{Conn: db.Conn()}}, promoter.Config{Hold: 3 * time.Second, Interval: 50 * time.Millisecond, Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,24 +9,21 @@
 // Where the join happens: in ClickHouse's inbox, not in a collector's memory.
 // Any collector takes any record: browser batches through ingest and the
 // store's Writer, origin and edge timelines through Intake (POST /v1/origin),
-// all into itl_inbox. The Promoter turns the inbox into the tables users read
-// one sealed window at a time, exactly once (schema/007_inbox.sql): it joins
-// a window's client records with the origin timelines that reached the inbox
-// up to PromoterConfig.Hold after them (their refined causes go into
-// itl_streams and its rollups), and writes every joined pair to itl_origin,
-// whose rollup itl_origin_1m carries stalls and stalled ms per refined cause.
+// all into itl_inbox. The promoter (collector/promoter) turns the inbox into
+// the tables users read one sealed window at a time, exactly once, and calls
+// Attribute and AttributeEdge on each pair it joins; this package keeps the
+// attribution and the intake.
 //
 // Wiring (collector/server):
 //
-//	m.Intake = join.NewIntake(m.Writer, log)                        // --origin-key set
-//	m.Intake.Register(mux, join.StaticKeys(keys))                   // POST /v1/origin?site=KEY, X-Itlmon-Key
-//	m.Promoter, _ = join.NewPromoter([]join.Shard{{Conn: conn}}, cfg) // or NewClusterPromoter
-//	go m.Promoter.Run(ctx)
+//	m.Intake = join.NewIntake(m.Writer, log)      // --origin-key set
+//	m.Intake.Register(mux, join.StaticKeys(keys)) // POST /v1/origin?site=KEY, X-Itlmon-Key
 package join
 
 import (
 	"slices"
 
+	"github.com/itlmon/itlmon/collector"
 	"github.com/itlmon/itlmon/wasm/beacon"
 	"github.com/itlmon/itlmon/wasm/hist"
 	"github.com/itlmon/itlmon/wasm/meter"
@@ -56,12 +53,33 @@ type Result struct {
 	AddedP50Us, AddedP99Us    int64
 	HasAddedTTFT, HasAddedITL bool
 
-	// Refined attribution of the client's stalls (indexed by meter.Cause).
-	StallsByCause  [meter.NumCauses]uint32
-	StalledByCause [meter.NumCauses]uint64 // microseconds
+	// Refined attribution of the client's stalls.
+	Causes
+	ByIndex int // stalls matched to origin events by index (the rest by time)
+}
+
+// Causes is a client record's attribution as a join refines it: what
+// Apply copies into the client's itl_streams row. Both joins (the origin's,
+// Result, and the edge's, EdgeResult) carry one.
+type Causes struct {
+	StallsByCause  [meter.NumCauses]uint32 // indexed by meter.Cause
+	StalledByCause [meter.NumCauses]uint64 // microseconds, indexed by meter.Cause
 	TTFTCause      uint8
 	StallCauses    []uint8 // refined cause per entry of the client's StallList
-	ByIndex        int     // stalls matched to origin events by index (the rest by time)
+}
+
+// Apply puts the refined causes into st (a copy of its stall list, so a
+// stream sharing its list with another is left alone).
+func (c *Causes) Apply(st *collector.Stream) {
+	st.StallsByCause = c.StallsByCause
+	st.StalledByCause = c.StalledByCause
+	st.TTFTCause = c.TTFTCause
+	if len(c.StallCauses) == len(st.StallList) && len(st.StallList) > 0 {
+		st.StallList = append([]beacon.Stall(nil), st.StallList...)
+		for i := range st.StallList {
+			st.StallList[i].Cause = c.StallCauses[i]
+		}
+	}
 }
 
 // Attribute joins client record c with origin timeline o.

@@ -270,22 +270,15 @@ func TestParseOriginKey(t *testing.T) {
 
 func TestRegisterMetrics(t *testing.T) {
 	in := NewIntake(nil, zerolog.Nop())
-	p, err := NewPromoter([]Shard{{}}, PromoterConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
 	reg := prometheus.NewRegistry()
 	if err := in.RegisterMetrics(reg); err != nil {
-		t.Fatal(err)
-	}
-	if err := p.RegisterMetrics(reg); err != nil {
 		t.Fatal(err)
 	}
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, want := len(mfs), 6+12; got != want {
+	if got, want := len(mfs), 6; got != want {
 		t.Fatalf("%d metric families, want %d", got, want)
 	}
 }

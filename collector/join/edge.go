@@ -31,13 +31,10 @@ type EdgeResult struct {
 	HasOriginEdgeITL, HasEdgeBrowserITL, HasOrigin bool
 	OriginTTFTUs, OriginGapP50Us, OriginGapP99Us   uint32 // the origin side (OriginTTFTUs NoTime without it)
 
-	// The client's attribution once the edge's evidence is in (indexed by
-	// meter.Cause), and the hop of each network delay.
-	StallsByCause  [meter.NumCauses]uint32
-	StalledByCause [meter.NumCauses]uint64
-	TTFTCause      uint8
-	StallCauses    []uint8 // per entry of the client's StallList
-	Hops           collector.Hops
+	// The client's attribution once the edge's evidence is in, and the hop
+	// of each network delay.
+	Causes
+	Hops collector.Hops
 }
 
 // AttributeEdge joins client record c with edge timeline e and, when not
@@ -226,32 +223,26 @@ func longestOverlap(arrive []uint32, lo, hi int64) (int, bool) {
 	return best, best > 0
 }
 
-// applyEdge puts the edge's facts and attribution r into the client stream:
+// ApplyEdge puts the edge's facts and attribution r into the client stream:
 // colo, country and region from request.cf (more exact than a GeoIP guess),
 // the refined causes and the hops.
-func applyEdge(st *collector.Stream, e *beacon.Origin, r *EdgeResult) {
-	st.Colo = cleanCode(e.Edge.Colo, 8)
-	if c := cleanCode(e.Edge.Country, 2); len(c) == 2 && c != "XX" && c != "T1" && isAlpha(c) {
-		if rc := strings.TrimPrefix(cleanCode(e.Edge.RegionCode, 6), c+"-"); rc != "" && len(rc) <= 3 {
+func ApplyEdge(st *collector.Stream, e *beacon.Origin, r *EdgeResult) {
+	st.Colo = CleanCode(e.Edge.Colo, 8)
+	if c := CleanCode(e.Edge.Country, 2); len(c) == 2 && c != "XX" && c != "T1" && isAlpha(c) {
+		if rc := strings.TrimPrefix(CleanCode(e.Edge.RegionCode, 6), c+"-"); rc != "" && len(rc) <= 3 {
 			st.Region = c + "-" + rc
 		} else if c != st.Country {
 			st.Region = "unknown" // the GeoIP region was another country's
 		}
 		st.Country = c
 	}
-	st.StallsByCause, st.StalledByCause, st.TTFTCause = r.StallsByCause, r.StalledByCause, r.TTFTCause
-	if len(r.StallCauses) == len(st.StallList) && len(st.StallList) > 0 {
-		st.StallList = append([]beacon.Stall(nil), st.StallList...)
-		for i := range st.StallList {
-			st.StallList[i].Cause = r.StallCauses[i]
-		}
-	}
+	r.Causes.Apply(st)
 	st.Hops = r.Hops
 }
 
-// cleanCode is s trimmed and upper-cased, "" when longer than n bytes or
+// CleanCode is s trimmed and upper-cased, "" when longer than n bytes or
 // not letters, digits and '-'.
-func cleanCode(s string, n int) string {
+func CleanCode(s string, n int) string {
 	s = strings.ToUpper(strings.TrimSpace(s))
 	if len(s) > n {
 		return ""

@@ -151,7 +151,7 @@ func TestApplyEdgeLocation(t *testing.T) {
 		st := collector.Stream{Country: tt.geoCountry, Region: tt.geoRegion}
 		e := beacon.Origin{Vantage: beacon.VantageEdge, Edge: tt.edge}
 		r := AttributeEdge(&st.Record, &e, nil)
-		applyEdge(&st, &e, &r)
+		ApplyEdge(&st, &e, &r)
 		if st.Country != tt.country || st.Region != tt.region || st.Colo != tt.colo {
 			t.Errorf("%+v on %s/%s: %s %s %q, want %s %s %q", tt.edge, tt.geoCountry, tt.geoRegion,
 				st.Country, st.Region, st.Colo, tt.country, tt.region, tt.colo)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/itlmon/itlmon/collector"
 	"github.com/itlmon/itlmon/collector/join"
+	"github.com/itlmon/itlmon/collector/promoter"
 	"github.com/itlmon/itlmon/collector/secret"
 	"github.com/itlmon/itlmon/collector/store"
 	"github.com/itlmon/itlmon/origin"
@@ -38,7 +39,7 @@ func startUpgradeCollector(t *testing.T, db *store.DB) *upgradeCollector {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := join.NewPromoter([]join.Shard{{Conn: db.Conn()}}, join.PromoterConfig{
+	p, err := promoter.New([]promoter.Shard{{Conn: db.Conn()}}, promoter.Config{
 		Hold: 100 * time.Millisecond, Grace: 50 * time.Millisecond, Interval: 20 * time.Millisecond, Logger: log})
 	if err != nil {
 		t.Fatal(err)

@@ -57,9 +57,12 @@
 // exporter: each minute is claimed in itl_otlp_exports
 // (schema/008_otlp_exports.sql) by an insert whose deduplication token is
 // the minute's, so the engine keeps the first claim only, and only the
-// exporter named in it sends the minute. A minute is read once it is closed
-// and has settled (Config.Settle: rows land in the minute their batch was
-// received, after the writer's batching delay), and sent as delta points
+// exporter named in it sends the minute. A minute is read once it is closed,
+// has settled (Config.Settle: rows land in the minute their batch was
+// received, after the writer's batching delay), and every promotion window
+// up to its end plus Settle that holds inbox rows is promoted, on every
+// shard (itl_inbox against itl_promoted, by shardNum(): what ClickHouse
+// says, whichever collector promotes), and sent as delta points
 // whose start and end are the minute's bounds. A failed send is retried by
 // the claiming exporter at the next interval, up to MaxBacklog minutes back;
 // an exporter that dies between its claim and its send loses that minute
@@ -107,7 +110,7 @@ import (
 // Defaults of Config.
 const (
 	DefaultInterval   = time.Minute
-	DefaultSettle     = 30 * time.Second
+	DefaultSettle     = 5 * time.Second
 	DefaultMaxBacklog = 60 // minutes
 	DefaultTimeout    = 10 * time.Second
 	// maxMinutesPerRequest bounds one request's size while catching up.
@@ -146,7 +149,9 @@ type Config struct {
 	Conn Conn
 	// Interval between looks for newly closed minutes (DefaultInterval).
 	Interval time.Duration
-	// Settle is how long after a minute ends it is read (DefaultSettle).
+	// Settle is how long after a minute ends it may be read, at the
+	// earliest (DefaultSettle): the writer's batching delay. It is read once
+	// the promotion has also caught up with its end plus Settle.
 	Settle time.Duration
 	// MaxBacklog is how many minutes back an export that keeps failing is
 	// retried; older minutes are skipped and logged (DefaultMaxBacklog).
@@ -317,6 +322,18 @@ func (e *Exporter) ExportDue(ctx context.Context) (int, error) {
 		e.skipped.Add(uint64(oldest.Sub(e.next) / time.Minute))
 		e.next = oldest
 	}
+	if e.next.Before(end) {
+		// Only minutes whose records are promoted: the first window not
+		// promoted bounds them.
+		w, ok, err := firstUnpromoted(ctx, e.cfg.Conn, e.next, end.Add(e.cfg.Settle))
+		if err != nil {
+			e.errs.Add(1)
+			return 0, err
+		}
+		if ok {
+			end = minTime(end, w.Add(-e.cfg.Settle).Truncate(time.Minute))
+		}
+	}
 	sent := 0
 	for e.next.Before(end) {
 		to := e.next.Add(maxMinutesPerRequest * time.Minute)
@@ -364,6 +381,60 @@ func (e *Exporter) ExportDue(ctx context.Context) (int, error) {
 		e.next = to
 	}
 	return sent, nil
+}
+
+// firstUnpromoted returns the first promotion window in [from, to) that
+// holds inbox rows and is not promoted yet on its shard, false when every
+// such window is. The promoter promotes a shard's windows in order, so the
+// earlier ones are promoted too. Through a cluster's Distributed tables,
+// shardNum() tells the shards apart; on a single server it is 0.
+func firstUnpromoted(ctx context.Context, conn Conn, from, to time.Time) (time.Time, bool, error) {
+	type win struct {
+		shard uint32
+		at    int64 // unix seconds
+	}
+	read := func(query string) (map[win]bool, error) {
+		rs, err := conn.Query(ctx, query, from.UnixMicro(), to.UnixMicro())
+		if err != nil {
+			return nil, fmt.Errorf("read promotion windows: %w", err)
+		}
+		defer rs.Close()
+		out := map[win]bool{}
+		for rs.Next() {
+			var w win
+			var at time.Time
+			if err := rs.Scan(&w.shard, &at); err != nil {
+				return nil, fmt.Errorf("read promotion windows: %w", err)
+			}
+			w.at = at.Unix()
+			out[w] = true
+		}
+		return out, rs.Err()
+	}
+	inbox, err := read(`SELECT DISTINCT shardNum(), toDateTime(toStartOfSecond(ingested_at), 'UTC') FROM itl_inbox
+		WHERE ingested_at >= fromUnixTimestamp64Micro(?) AND ingested_at < fromUnixTimestamp64Micro(?)`)
+	if err != nil {
+		return time.Time{}, false, err
+	}
+	promoted, err := read(`SELECT DISTINCT shardNum(), promoted_window FROM itl_promoted
+		WHERE promoted_window >= toDateTime(fromUnixTimestamp64Micro(?)) AND promoted_window < fromUnixTimestamp64Micro(?)`)
+	if err != nil {
+		return time.Time{}, false, err
+	}
+	first, found := int64(0), false
+	for w := range inbox {
+		if !promoted[w] && (!found || w.at < first) {
+			first, found = w.at, true
+		}
+	}
+	return time.Unix(first, 0).UTC(), found, nil
+}
+
+func minTime(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
 }
 
 // claimToken is the insert_deduplication_token of a minute's claim: every

@@ -566,3 +566,54 @@ func TestSeveralExporters(t *testing.T) {
 		t.Errorf("after the restart: %v, want %v", got, w)
 	}
 }
+
+// A minute goes out only once every promotion window up to its end (plus
+// the settle) that holds inbox rows is promoted, whatever the clock says.
+func TestExportWaitsForPromotion(t *testing.T) {
+	db := chtest.NewDB(t, store.Options{})
+	ctx := context.Background()
+	m0 := time.Now().UTC().Truncate(time.Minute).Add(-10 * time.Minute)
+	s := seed{"Chrome", "gpt-x", m0.Add(10 * time.Second), 300 * time.Millisecond, gapsOf(30, 20*time.Millisecond, 0, 0), meter.CauseUnknown, meter.StatusComplete}
+	if err := store.InsertDirect(ctx, db.Conn(), []collector.Stream{s.stream()}); err != nil {
+		t.Fatal(err)
+	}
+	// Inbox rows in windows m0+20s (promoted) and m0+50s (not yet), and
+	// one just after the minute, within the settle (not yet).
+	for _, at := range []time.Duration{20 * time.Second, 50 * time.Second, 61 * time.Second} {
+		if err := db.Conn().Exec(ctx, "INSERT INTO itl_inbox (kind, site, stream_id, ingested_at, payload) VALUES ('client', 'shop', ?, fromUnixTimestamp64Micro(?), '')",
+			at.String(), m0.Add(at+300*time.Millisecond).UnixMicro()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	promote := func(at time.Duration) {
+		t.Helper()
+		if err := db.Conn().Exec(ctx, "INSERT INTO itl_promoted (promoted_window, records) VALUES (fromUnixTimestamp64Micro(?), 1)", m0.Add(at).UnixMicro()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	promote(20 * time.Second)
+
+	rc := &receiver{t: t}
+	srv := httptest.NewServer(rc)
+	defer srv.Close()
+	clk := &clock{t: m0.Add(5 * time.Second)}
+	e, err := otlp.New(otlp.Config{Endpoint: srv.URL, Conn: db.Conn(), Settle: 5 * time.Second, Now: clk.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk.Set(m0.Add(3 * time.Minute)) // m0 settled long ago by the clock
+	if n, err := e.ExportDue(ctx); err != nil || n != 0 {
+		t.Fatalf("ExportDue with m0's window at 50 s unpromoted = %d, %v; want 0 minutes", n, err)
+	}
+	promote(50 * time.Second)
+	if n, err := e.ExportDue(ctx); err != nil || n != 0 {
+		t.Fatalf("ExportDue with the window at 61 s (within the settle) unpromoted = %d, %v; want 0 minutes", n, err)
+	}
+	promote(61 * time.Second)
+	if n, err := e.ExportDue(ctx); err != nil || n != 2 {
+		t.Fatalf("ExportDue once promoted = %d, %v; want m0 and the minute after it", n, err)
+	}
+	if got := streamsPerMinute(t, rc.take()); got[m0] != 1 {
+		t.Fatalf("streams per minute %v, want 1 in %v", got, m0)
+	}
+}

@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"github.com/itlmon/itlmon/collector/internal/itlmontest"
 	"net/http"
+	"net/http/httptest"
 	"os/exec"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -15,7 +17,8 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/itlmon/itlmon/collector/ingest"
-	"github.com/itlmon/itlmon/collector/join"
+	"github.com/itlmon/itlmon/collector/otlp"
+	"github.com/itlmon/itlmon/collector/promoter"
 	"github.com/itlmon/itlmon/collector/secret"
 	"github.com/itlmon/itlmon/collector/server"
 	"github.com/itlmon/itlmon/internal/chtest"
@@ -124,12 +127,12 @@ func TestClusterCollectors(t *testing.T) {
 	// A promoter of Replicated shards looks for running inbox inserts on
 	// every server of the cluster: the real engine takes that query (the
 	// window then read after SYSTEM SYNC REPLICA needs Keeper, not here).
-	p, err := join.NewPromoter([]join.Shard{{Conn: locals[0], Replicas: "itl"}}, join.PromoterConfig{})
+	p, err := promoter.New([]promoter.Shard{{Conn: locals[0], Replicas: "itl"}}, promoter.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if did, _, err := p.Step(t.Context(), join.Shard{Conn: locals[0], Replicas: "itl"}); err != nil || did {
-		t.Errorf("Step on a promoted shard, looking at every replica's inserts: promoted %v, err %v; want nothing to do", did, err)
+	if look, err := p.Step(t.Context(), promoter.Shard{Conn: locals[0], Replicas: "itl"}); err != nil || look.Promoted {
+		t.Errorf("Step on a promoted shard, looking at every replica's inserts: promoted %v, err %v; want nothing to do", look.Promoted, err)
 	}
 	// Both shards hold some of the streams.
 	for i, c := range locals {
@@ -137,6 +140,30 @@ func TestClusterCollectors(t *testing.T) {
 		if err := c.QueryRow(t.Context(), "SELECT count() FROM itl_streams").Scan(&n); err != nil || n == 0 {
 			t.Errorf("shard %d: %d streams (err %v), want some", i+1, n, err)
 		}
+	}
+	// The OTLP export waits for the promotion of every shard: through the
+	// Distributed tables, shardNum() tells the shards' windows apart.
+	var shardNums uint64
+	if err := a.DB.Conn().QueryRow(t.Context(), "SELECT uniqExact(shardNum()) FROM itl_inbox").Scan(&shardNums); err != nil || shardNums != 2 {
+		t.Errorf("itl_inbox through the Distributed table: %d shard numbers (err %v), want 2", shardNums, err)
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	defer srv.Close()
+	var ahead atomic.Int64 // the exporter's clock runs ahead once it started
+	exp, err := otlp.New(otlp.Config{Endpoint: srv.URL, Conn: a.DB.Conn(), Now: func() time.Time { return time.Now().Add(time.Duration(ahead.Load())) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ahead.Store(int64(2 * time.Minute))
+	var exported int
+	var exportErr error
+	itlmontest.Settle(t, 30*time.Second, func() bool {
+		n, err := exp.ExportDue(t.Context())
+		exported, exportErr = exported+n, err
+		return err == nil && exported > 0
+	})
+	if exported == 0 || exportErr != nil {
+		t.Errorf("OTLP export on the cluster, two minutes on: %d minutes, err %v; want some", exported, exportErr)
 	}
 }
 

@@ -13,8 +13,8 @@ import (
 
 	"github.com/itlmon/itlmon/collector/enrich"
 	"github.com/itlmon/itlmon/collector/ingest"
-	"github.com/itlmon/itlmon/collector/join"
 	"github.com/itlmon/itlmon/collector/otlp"
+	"github.com/itlmon/itlmon/collector/promoter"
 	"github.com/itlmon/itlmon/collector/secret"
 	"github.com/itlmon/itlmon/collector/store"
 )
@@ -61,7 +61,7 @@ func DefaultConfig() Config {
 		ConnRate:        ingest.DefaultConnRate,
 		SiteRate:        ingest.DefaultSiteRate,
 		ShutdownTimeout: 30 * time.Second,
-		JoinHold:        join.DefaultHold,
+		JoinHold:        promoter.DefaultHold,
 		SpoolMax:        store.DefaultMaxSpoolBytes,
 		OTLPInterval:    otlp.DefaultInterval,
 	}

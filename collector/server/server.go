@@ -30,6 +30,7 @@ import (
 	"github.com/itlmon/itlmon/collector/httpapi"
 	"github.com/itlmon/itlmon/collector/ingest"
 	"github.com/itlmon/itlmon/collector/join"
+	"github.com/itlmon/itlmon/collector/promoter"
 	"github.com/itlmon/itlmon/collector/secret"
 	"github.com/itlmon/itlmon/collector/store"
 	"github.com/itlmon/itlmon/origin"
@@ -50,7 +51,7 @@ type Main struct {
 	DB       *store.DB
 	Writer   *store.Writer
 	Intake   *join.Intake // origin timelines; nil without --origin-key
-	Promoter *join.Promoter
+	Promoter *promoter.Promoter
 	Ingest   *ingest.Handler
 	Registry *prometheus.Registry
 
@@ -156,19 +157,19 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	// Records land in the inbox (the writer); the promoter turns the inbox
 	// into the tables, joined and exactly once, whichever collector took them.
 	host, _ := os.Hostname()
-	pcfg := join.PromoterConfig{Hold: c.JoinHold, Collector: host, Logger: log}
+	pcfg := promoter.Config{Hold: c.JoinHold, Collector: host, Logger: log}
 	if c.Cluster == "" {
-		m.Promoter, err = join.NewPromoter([]join.Shard{{Conn: m.DB.Conn()}}, pcfg)
+		m.Promoter, err = promoter.New([]promoter.Shard{{Conn: m.DB.Conn()}}, pcfg)
 	} else {
 		// Every shard's local database, wherever the records of a stream landed.
-		m.Promoter, err = join.NewClusterPromoter(func(ctx context.Context) ([]join.Shard, error) {
+		m.Promoter, err = promoter.NewCluster(func(ctx context.Context) ([]promoter.Shard, error) {
 			scs, err := m.DB.ShardConns(ctx)
 			if err != nil {
 				return nil, err
 			}
-			shards := make([]join.Shard, len(scs))
+			shards := make([]promoter.Shard, len(scs))
 			for i, sc := range scs {
-				shards[i] = join.Shard{Name: strconv.Itoa(int(sc.Shard)), Conn: sc.Conn}
+				shards[i] = promoter.Shard{Name: strconv.Itoa(int(sc.Shard)), Conn: sc.Conn}
 				if sc.Replicated {
 					shards[i].Replicas = c.Cluster
 				}

@@ -38,7 +38,7 @@
 //
 // Exactly once: the writer lands records in itl_inbox at least once (a
 // resend, a replay or another collector may land a copy); the promoter
-// (collector/join.Promoter) stores each once in the tables users read,
+// (collector/promoter) stores each once in the tables users read,
 // using InsertStreams and InsertRows with TokenSettings. See
 // schema/007_inbox.sql.
 //

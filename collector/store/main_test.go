@@ -11,7 +11,7 @@ import (
 
 	"github.com/itlmon/itlmon/collector"
 	"github.com/itlmon/itlmon/collector/chdb"
-	"github.com/itlmon/itlmon/collector/join"
+	"github.com/itlmon/itlmon/collector/promoter"
 	"github.com/itlmon/itlmon/collector/store"
 	"github.com/itlmon/itlmon/internal/chtest"
 	"github.com/itlmon/itlmon/wasm/beacon"
@@ -111,7 +111,7 @@ func promote(tb testing.TB, db *store.DB) {
 // tryPromote is promote returning the promoter's error.
 func tryPromote(tb testing.TB, db *store.DB) error {
 	tb.Helper()
-	p, err := join.NewPromoter([]join.Shard{{Conn: db.Conn()}}, join.PromoterConfig{
+	p, err := promoter.New([]promoter.Shard{{Conn: db.Conn()}}, promoter.Config{
 		Hold: 10 * time.Millisecond, Grace: 10 * time.Millisecond, Logger: zerolog.New(zerolog.NewTestWriter(tb)),
 	})
 	if err != nil {

@@ -1,9 +1,10 @@
-package join
+package promoter
 
 import (
 	"time"
 
 	"github.com/itlmon/itlmon/collector"
+	"github.com/itlmon/itlmon/collector/join"
 	"github.com/itlmon/itlmon/wasm/beacon"
 	"github.com/itlmon/itlmon/wasm/meter"
 )
@@ -103,12 +104,12 @@ func edgeRow(site string, receivedAt time.Time, e *beacon.Origin) EdgeRow {
 		GapP50Us: o.GapP50Us, GapP99Us: o.GapP99Us, GapMaxUs: o.GapMaxUs, Stalls: o.Stalls,
 		ITLIdx: o.ITLIdx, ITLCnt: o.ITLCnt, ITLZero: o.ITLZero, ITLSum: o.ITLSum, ITLMin: o.ITLMin, ITLMax: o.ITLMax,
 		ArriveUs: o.EmitUs, ArrivalsDropped: o.EmitsDropped,
-		Colo: cleanCode(g.Colo, 8), EdgeCountry: cleanCode(g.Country, 2), RegionName: g.Region, City: g.City,
+		Colo: join.CleanCode(g.Colo, 8), EdgeCountry: join.CleanCode(g.Country, 2), RegionName: g.Region, City: g.City,
 		ASN: g.ASN, ClientProto: g.HTTPProto, ClientTLS: g.TLSVersion, ClientTCPRTTMs: optTime(g.ClientTCPRTTMs),
 		StreamID: o.StreamID, ClientReceivedAt: o.ClientReceivedAt,
 		TTFTCause: meter.Name(meter.CauseNames[:], meter.CauseNone), StallCause: []string{}, StallHop: []string{},
 	}
-	if rc := cleanCode(g.RegionCode, 6); rc != "" && row.EdgeCountry != "" {
+	if rc := join.CleanCode(g.RegionCode, 6); rc != "" && row.EdgeCountry != "" {
 		row.EdgeRegion = row.EdgeCountry + "-" + trimCountry(rc, row.EdgeCountry)
 	}
 	return row
@@ -123,7 +124,7 @@ func trimCountry(code, country string) string {
 
 // edgeJoinedRow is the version 1 row: base plus client stream s (as stored
 // in itl_streams when inStreams) and the attribution r.
-func edgeJoinedRow(base EdgeRow, s *collector.Stream, r *EdgeResult, inStreams bool) EdgeRow {
+func edgeJoinedRow(base EdgeRow, s *collector.Stream, r *join.EdgeResult, inStreams bool) EdgeRow {
 	row := base
 	row.Version = 1
 	row.StreamID = string(s.StreamID[:])

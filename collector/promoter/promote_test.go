@@ -1,4 +1,4 @@
-package join_test
+package promoter_test
 
 import (
 	"bytes"
@@ -14,6 +14,7 @@ import (
 
 	"github.com/itlmon/itlmon/collector"
 	"github.com/itlmon/itlmon/collector/join"
+	"github.com/itlmon/itlmon/collector/promoter"
 	"github.com/itlmon/itlmon/collector/secret"
 	"github.com/itlmon/itlmon/collector/store"
 	"github.com/itlmon/itlmon/origin"
@@ -75,7 +76,7 @@ type fixture struct {
 	db   *store.DB
 	w    *store.Writer
 	in   *join.Intake
-	p    *join.Promoter
+	p    *promoter.Promoter
 	stop func() // stops the promoter (Run returns); idempotent
 }
 
@@ -86,15 +87,30 @@ func newFixture(t *testing.T, hold time.Duration) *fixture {
 // newCollector is a collector's pipeline on db: several on one db are
 // several collectors on one ClickHouse.
 func newCollector(t *testing.T, db *store.DB, hold time.Duration) *fixture {
+	return newCollectorWith(t, db, promoter.Config{Hold: hold}, nil)
+}
+
+// newCollectorWith is newCollector with cfg (Grace, Interval and Logger
+// set when zero) and setup called on the promoter before it runs.
+func newCollectorWith(t *testing.T, db *store.DB, cfg promoter.Config, setup func(*promoter.Promoter)) *fixture {
 	log := zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)
 	w, err := store.NewWriter(db, store.WriterOptions{SpoolDir: t.TempDir(), FlushInterval: 50 * time.Millisecond, Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := join.NewPromoter([]join.Shard{{Conn: db.Conn()}}, join.PromoterConfig{
-		Hold: hold, Grace: 50 * time.Millisecond, Interval: 20 * time.Millisecond, Logger: log})
+	if cfg.Grace == 0 {
+		cfg.Grace = 50 * time.Millisecond
+	}
+	if cfg.Interval == 0 {
+		cfg.Interval = 20 * time.Millisecond
+	}
+	cfg.Logger = log
+	p, err := promoter.New([]promoter.Shard{{Conn: db.Conn()}}, cfg)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if setup != nil {
+		setup(p)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	ran := make(chan struct{})
@@ -134,7 +150,7 @@ func (f *fixture) addOrigin(t *testing.T, site string, o ...beacon.Origin) {
 
 // waitStats polls p's stats until ok (the counters move after a window's
 // last insert, a moment after its rows are readable) or 10 s pass.
-func waitStats(t *testing.T, p *join.Promoter, want string, ok func(join.PromoterStats) bool) {
+func waitStats(t *testing.T, p *promoter.Promoter, want string, ok func(promoter.Stats) bool) {
 	t.Helper()
 	// Real time: the promoter runs against the real engine, on its own clock.
 	for deadline := time.Now().Add(10 * time.Second); !ok(p.Stats()); time.Sleep(20 * time.Millisecond) {
@@ -147,10 +163,16 @@ func waitStats(t *testing.T, p *join.Promoter, want string, ok func(join.Promote
 // eventually polls query until it scans want into got or 10 s pass.
 func eventually[T comparable](t *testing.T, db *store.DB, query string, want T, args ...any) {
 	t.Helper()
+	eventuallyWithin(t, 10*time.Second, db, query, want, args...)
+}
+
+// eventuallyWithin is eventually with another deadline.
+func eventuallyWithin[T comparable](t *testing.T, within time.Duration, db *store.DB, query string, want T, args ...any) {
+	t.Helper()
 	var got T
 	var err error
 	// Real time: the rows are promoted inside the real engine.
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+	for deadline := time.Now().Add(within); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
 		if err = db.Conn().QueryRow(context.Background(), query, args...).Scan(&got); err == nil && got == want {
 			return
 		}
@@ -181,7 +203,7 @@ func TestOriginFirst(t *testing.T) {
 		"(1,1,620000,1)")
 	eventually(t, f.db, "SELECT toString((sum(stalls_origin), sum(stalled_us_origin), sum(ttft_origin))) FROM itl_rollup_1m WHERE site = 'chat'",
 		"(1,620000,1)")
-	waitStats(t, f.p, "joined 1, in streams", func(st join.PromoterStats) bool { return st.Joined == 1 && st.JoinedInStreams == 1 })
+	waitStats(t, f.p, "joined 1, in streams", func(st promoter.Stats) bool { return st.Joined == 1 && st.JoinedInStreams == 1 })
 }
 
 // The client record comes first; its timeline, within the hold, still
@@ -200,7 +222,7 @@ func TestClientWaitsForOrigin(t *testing.T) {
 	f.submit(t, clientOf(o, "chat"))
 	eventually(t, f.db, "SELECT stalls_origin FROM itl_streams WHERE origin_id = 'req-2'", uint32(1))
 	eventually(t, f.db, "SELECT toString((version, in_streams)) FROM itl_origin FINAL WHERE origin_id = 'req-2'", "(1,true)")
-	waitStats(t, f.p, "joined 1, in streams", func(st join.PromoterStats) bool { return st.Joined == 1 && st.JoinedInStreams == 1 })
+	waitStats(t, f.p, "joined 1, in streams", func(st promoter.Stats) bool { return st.Joined == 1 && st.JoinedInStreams == 1 })
 }
 
 // The timeline comes after the hold: itl_streams keeps the client's causes,
@@ -213,7 +235,7 @@ func TestLateOrigin(t *testing.T) {
 	f.addOrigin(t, "chat", o)
 	eventually(t, f.db, "SELECT toString((version, stalls_origin, stalls_unknown, in_streams)) FROM itl_origin FINAL WHERE origin_id = 'req-3'",
 		"(1,1,0,false)")
-	waitStats(t, f.p, "1 join, not in streams", func(st join.PromoterStats) bool { return st.Joined == 1 && st.JoinedInStreams == 0 })
+	waitStats(t, f.p, "1 join, not in streams", func(st promoter.Stats) bool { return st.Joined == 1 && st.JoinedInStreams == 0 })
 	// A resend of the client record (lost ack) joins nothing twice.
 	c := clientOf(o, "chat")
 	f.submit(t, c)
@@ -318,9 +340,11 @@ func TestOnePromoterLeads(t *testing.T) {
 	}
 	leader.stop()
 	began := time.Now()
-	leader.submit(t, clientOf(pausedOrigin("lead-after"), "chat"))                                 // its writer still works
-	eventually(t, db, "SELECT count() FROM itl_streams WHERE origin_id = 'lead-after'", uint64(1)) // within 10 s
+	leader.submit(t, clientOf(pausedOrigin("lead-after"), "chat")) // its writer still works
+	// The other takes over once the promotion has stalled 10 s with a
+	// sealed window waiting, or once the leader's last heartbeat is 10 s old.
+	eventuallyWithin(t, 20*time.Second, db, "SELECT count() FROM itl_streams WHERE origin_id = 'lead-after'", uint64(1))
 	t.Logf("the other promoter took over %v after the leader stopped", time.Since(began).Round(100*time.Millisecond))
-	waitStats(t, other.p, "windows promoted by the other promoter", func(st join.PromoterStats) bool { return st.Windows > 0 })
+	waitStats(t, other.p, "windows promoted by the other promoter", func(st promoter.Stats) bool { return st.Windows > 0 })
 	eventually(t, db, "SELECT count() FROM itl_streams WHERE origin_id LIKE 'lead-%'", uint64(5))
 }

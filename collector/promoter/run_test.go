@@ -1,4 +1,4 @@
-package join_test
+package promoter_test
 
 import (
 	"context"
@@ -13,9 +13,10 @@ import (
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
-	"github.com/itlmon/itlmon/collector/join"
+	"github.com/itlmon/itlmon/collector/promoter"
 )
 
 // The promoter's Run loop under testing/synctest: the shards' Step is a fake
@@ -34,12 +35,12 @@ type stepCall struct {
 // on a shard reports.
 type stepper struct {
 	mu     sync.Mutex
-	answer func(ctx context.Context, shard string, n int) (bool, time.Duration, error)
+	answer func(ctx context.Context, shard string, n int) (promoter.Look, error)
 	calls  []stepCall
 	n      map[string]int
 }
 
-func (s *stepper) step(ctx context.Context, sh join.Shard) (bool, time.Duration, error) {
+func (s *stepper) step(ctx context.Context, sh promoter.Shard) (promoter.Look, error) {
 	s.mu.Lock()
 	if s.n == nil {
 		s.n = map[string]int{}
@@ -50,12 +51,12 @@ func (s *stepper) step(ctx context.Context, sh join.Shard) (bool, time.Duration,
 	answer := s.answer
 	s.mu.Unlock()
 	if answer == nil {
-		return false, 0, nil
+		return promoter.Look{}, nil
 	}
 	return answer(ctx, sh.Name, n) // may block: outside the lock
 }
 
-func (s *stepper) setAnswer(answer func(ctx context.Context, shard string, n int) (bool, time.Duration, error)) {
+func (s *stepper) setAnswer(answer func(ctx context.Context, shard string, n int) (promoter.Look, error)) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.answer = answer
@@ -128,17 +129,17 @@ func (c *fakeConn) Close() error {
 	return nil
 }
 
-func shards(names ...string) []join.Shard {
-	out := make([]join.Shard, len(names))
+func shards(names ...string) []promoter.Shard {
+	out := make([]promoter.Shard, len(names))
 	for i, n := range names {
-		out[i] = join.Shard{Name: n, Conn: &fakeConn{}}
+		out[i] = promoter.Shard{Name: n, Conn: &fakeConn{}}
 	}
 	return out
 }
 
 // runPromoter runs p with s as its step until stop; done is closed when
 // Run returns. The test's end stops it and waits for it.
-func runPromoter(t *testing.T, p *join.Promoter, s *stepper) (stop func(), done <-chan struct{}) {
+func runPromoter(t *testing.T, p *promoter.Promoter, s *stepper) (stop func(), done <-chan struct{}) {
 	p.SetStep(s.step)
 	ctx, stop := context.WithCancel(context.Background())
 	ch := make(chan struct{})
@@ -153,10 +154,10 @@ func runPromoter(t *testing.T, p *join.Promoter, s *stepper) (stop func(), done 
 	return stop, ch
 }
 
-func newTestPromoter(t *testing.T, sh []join.Shard) (*join.Promoter, *logSink) {
+func newTestPromoter(t *testing.T, sh []promoter.Shard) (*promoter.Promoter, *logSink) {
 	t.Helper()
 	log, logs := testLogger(t)
-	p, err := join.NewPromoter(sh, join.PromoterConfig{Interval: interval, Logger: log})
+	p, err := promoter.New(sh, promoter.Config{Interval: interval, Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -176,8 +177,8 @@ func TestRunPollsAtIntervalWhenIdle(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		sh := shards("1", "2")
 		p, _ := newTestPromoter(t, sh)
-		s := &stepper{answer: func(context.Context, string, int) (bool, time.Duration, error) {
-			return false, 1500 * time.Millisecond, nil
+		s := &stepper{answer: func(context.Context, string, int) (promoter.Look, error) {
+			return promoter.Look{Known: true, Age: 1500 * time.Millisecond}, nil
 		}}
 		start := time.Now()
 		stop, done := runPromoter(t, p, s)
@@ -206,11 +207,11 @@ func TestRunBackToBackWhileWindowsAreSealed(t *testing.T) {
 		// Shard 1 has 5 sealed windows, shard 2 has 2: rounds go on without
 		// a pause while either promoted one.
 		sealed := map[string]int{"1": 5, "2": 2}
-		s := &stepper{answer: func(_ context.Context, shard string, n int) (bool, time.Duration, error) {
+		s := &stepper{answer: func(_ context.Context, shard string, n int) (promoter.Look, error) {
 			if n < sealed[shard] {
-				return true, time.Duration(sealed[shard]-n) * time.Second, nil
+				return promoter.Look{Promoted: true, Known: true, Age: time.Duration(sealed[shard]-n) * time.Second}, nil
 			}
-			return false, 0, nil
+			return promoter.Look{Known: true}, nil
 		}}
 		start := time.Now()
 		stop, done := runPromoter(t, p, s)
@@ -239,11 +240,11 @@ func TestRunKeepsGoingAfterStepErrors(t *testing.T) {
 		// Shard 1 is unreachable; shard 2 has 3 sealed windows.
 		var failing atomic.Bool
 		failing.Store(true)
-		s := &stepper{answer: func(_ context.Context, shard string, n int) (bool, time.Duration, error) {
+		s := &stepper{answer: func(_ context.Context, shard string, n int) (promoter.Look, error) {
 			if shard == "1" && failing.Load() {
-				return false, 0, fmt.Errorf("promoter: look for a window: %w", errors.New("connection refused"))
+				return promoter.Look{}, fmt.Errorf("promoter: look for a window: %w", errors.New("connection refused"))
 			}
-			return shard == "2" && n < 3, 0, nil
+			return promoter.Look{Promoted: shard == "2" && n < 3, Known: true}, nil
 		}}
 		start := time.Now()
 		runPromoter(t, p, s)
@@ -320,9 +321,9 @@ func TestRunStopsOnCancel(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			p, logs := newTestPromoter(t, shards("1", "2"))
 			// Shard 1's step waits for its query, which the cancel ends.
-			s := &stepper{answer: func(ctx context.Context, shard string, _ int) (bool, time.Duration, error) {
+			s := &stepper{answer: func(ctx context.Context, shard string, _ int) (promoter.Look, error) {
 				<-ctx.Done()
-				return false, 0, fmt.Errorf("promoter: look for a window: %w", ctx.Err())
+				return promoter.Look{}, fmt.Errorf("promoter: look for a window: %w", ctx.Err())
 			}}
 			stop, done := runPromoter(t, p, s)
 			synctest.Wait()
@@ -349,7 +350,7 @@ func TestClusterPromoterRetriesTheResolver(t *testing.T) {
 		sh := shards("1", "2")
 		var mu sync.Mutex
 		var resolved []time.Time
-		resolve := func(ctx context.Context) ([]join.Shard, error) {
+		resolve := func(ctx context.Context) ([]promoter.Shard, error) {
 			mu.Lock()
 			defer mu.Unlock()
 			resolved = append(resolved, time.Now())
@@ -363,7 +364,7 @@ func TestClusterPromoterRetriesTheResolver(t *testing.T) {
 			}
 		}
 		log, logs := testLogger(t)
-		p, err := join.NewClusterPromoter(resolve, join.PromoterConfig{Interval: interval, Logger: log})
+		p, err := promoter.NewCluster(resolve, promoter.Config{Interval: interval, Logger: log})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -413,11 +414,11 @@ func TestClusterPromoterRetriesTheResolver(t *testing.T) {
 func TestClusterPromoterStopsWhileResolving(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var calls atomic.Int32
-		resolve := func(ctx context.Context) ([]join.Shard, error) {
+		resolve := func(ctx context.Context) ([]promoter.Shard, error) {
 			calls.Add(1)
 			return nil, errors.New("connection refused")
 		}
-		p, err := join.NewClusterPromoter(resolve, join.PromoterConfig{Interval: interval, Logger: zerolog.Nop()})
+		p, err := promoter.NewCluster(resolve, promoter.Config{Interval: interval, Logger: zerolog.Nop()})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -446,4 +447,94 @@ func offsets(at []time.Time, start time.Time) []time.Duration {
 		out[i] = t.Sub(start)
 	}
 	return out
+}
+
+// The lag is the age of the oldest sealed, unpromoted window, failures
+// included: it grows while every step fails, from the last age a shard
+// told, or from the last time it said none waited; it is 0 when idle.
+func TestRunLagWhileStepsFail(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p, _ := newTestPromoter(t, shards("1", "2"))
+		var failing atomic.Bool
+		s := &stepper{answer: func(_ context.Context, shard string, n int) (promoter.Look, error) {
+			switch {
+			case failing.Load():
+				return promoter.Look{}, errors.New("connection refused")
+			case shard == "1" && n == 0:
+				// A window sealed, waiting for another promoter (5 s after its end).
+				return promoter.Look{Known: true, Age: 5 * time.Second}, nil
+			}
+			return promoter.Look{Known: true}, nil // idle
+		}}
+		runPromoter(t, p, s)
+		synctest.Wait()
+		if got, want := p.Stats().Lag, 5*time.Second; got != want {
+			t.Fatalf("lag %v, want %v", got, want)
+		}
+		time.Sleep(interval)
+		synctest.Wait()
+		if got := p.Stats().Lag; got != 0 {
+			t.Fatalf("lag %v once the window was promoted, want 0", got)
+		}
+		// A quiet minute: still 0 (no jump from the last promoted window).
+		time.Sleep(time.Minute)
+		synctest.Wait()
+		if got := p.Stats().Lag; got != 0 {
+			t.Fatalf("lag %v after a quiet minute, want 0", got)
+		}
+		// ClickHouse goes away: the lag grows from the last clear answer.
+		failing.Store(true)
+		began := time.Now()
+		time.Sleep(30*time.Second + interval/2)
+		synctest.Wait()
+		if got, want := p.Stats().Lag, time.Since(began).Truncate(interval); got != want {
+			t.Fatalf("lag %v after %v of failures, want %v", got, time.Since(began), want)
+		}
+	})
+}
+
+// A sealed window that fails to promote keeps its age growing.
+func TestRunLagWhilePromotionFails(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p, _ := newTestPromoter(t, shards("1"))
+		start := time.Now()
+		s := &stepper{answer: func(_ context.Context, _ string, n int) (promoter.Look, error) {
+			// Found sealed, 4 s old, at the first step; every insert fails.
+			return promoter.Look{Known: true, Age: 4*time.Second + time.Since(start)}, errors.New("insert: timeout")
+		}}
+		runPromoter(t, p, s)
+		time.Sleep(10*time.Second + interval/2)
+		synctest.Wait()
+		if got, want := p.Stats().Lag, 14*time.Second; got != want {
+			t.Fatalf("lag %v, want %v", got, want)
+		}
+		if st := p.Stats(); st.Errors != 41 {
+			t.Fatalf("%d errors, want one per step (41)", st.Errors)
+		}
+	})
+}
+
+func TestRegisterMetrics(t *testing.T) {
+	p, _ := newTestPromoter(t, shards("1"))
+	reg := prometheus.NewRegistry()
+	if err := p.RegisterMetrics(reg); err != nil {
+		t.Fatal(err)
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := map[string]bool{}
+	for _, mf := range mfs {
+		names[mf.GetName()] = true
+	}
+	for _, want := range []string{"itlmon_promote_lag_seconds", "itlmon_promote_blocked_shards", "itlmon_promote_blocked_windows_total",
+		"itlmon_promote_join_conflicts_total", "itlmon_promote_heartbeat_errors_total", "itlmon_promote_windows_total"} {
+		if !names[want] {
+			t.Errorf("%s not registered; got %v", want, names)
+		}
+	}
+	if got, want := len(mfs), 14+2; got != want {
+		t.Errorf("%d metric families, want %d", got, want)
+	}
 }

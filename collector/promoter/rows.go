@@ -1,10 +1,11 @@
-package join
+package promoter
 
 import (
 	"strings"
 	"time"
 
 	"github.com/itlmon/itlmon/collector"
+	"github.com/itlmon/itlmon/collector/join"
 	"github.com/itlmon/itlmon/wasm/beacon"
 	"github.com/itlmon/itlmon/wasm/hist"
 	"github.com/itlmon/itlmon/wasm/meter"
@@ -98,7 +99,7 @@ var rowColumns = strings.Join([]string{
 func originRow(site string, receivedAt time.Time, o *beacon.Origin) Row {
 	var zero beacon.Record
 	zero.TTFTUs = beacon.NoTime
-	r := Attribute(&zero, o) // the origin side only
+	r := join.Attribute(&zero, o) // the origin side only
 	row := Row{
 		ReceivedAt:        receivedAt,
 		Site:              site,
@@ -137,7 +138,7 @@ func originRow(site string, receivedAt time.Time, o *beacon.Origin) Row {
 
 // joinedRow is the version 1 row: the origin row plus the client side and
 // the attribution r of client stream s.
-func joinedRow(base Row, s *collector.Stream, r *Result, inStreams bool) Row {
+func joinedRow(base Row, s *collector.Stream, r *join.Result, inStreams bool) Row {
 	row := base
 	row.Version = 1
 	row.StreamID = string(s.StreamID[:])

@@ -1,4 +1,4 @@
-package join_test
+package promoter_test
 
 import (
 	"context"
@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/itlmon/itlmon/collector"
-	"github.com/itlmon/itlmon/collector/join"
+	"github.com/itlmon/itlmon/collector/promoter"
 	"github.com/itlmon/itlmon/collector/query"
 	"github.com/itlmon/itlmon/wasm/beacon"
 	"github.com/itlmon/itlmon/wasm/meter"
@@ -137,7 +137,7 @@ func TestEdgeStallBeforeEdge(t *testing.T) {
 		"(1,true,true,5000,40000,1,['origin_edge'],'FRA','DE-BE',12,16,15,1)")
 	eventually(t, f.db, "SELECT toString((sum(streams), sum(stalls_origin_edge), sum(stalls_edge_browser))) FROM itl_rollup_1m WHERE site = 'chat' AND colo = 'FRA'",
 		"(1,1,0)")
-	waitStats(t, f.p, "1 edge, joined", func(st join.PromoterStats) bool { return st.Edges == 1 && st.EdgeJoined == 1 && st.Joined == 1 })
+	waitStats(t, f.p, "1 edge, joined", func(st promoter.Stats) bool { return st.Edges == 1 && st.EdgeJoined == 1 && st.Joined == 1 })
 }
 
 // A stall held between the edge and the browser (the edge got the events on
@@ -195,9 +195,9 @@ func TestLateEdgeAndCopies(t *testing.T) {
 	f.addOrigin(t, "chat", e) // a resend (lost ack)
 	eventually(t, f.db, "SELECT toString((version, in_streams, region, stall_cause, stall_hop)) FROM itl_edge FINAL WHERE origin_id = 'edge-3'",
 		"(1,false,'DE-BE',['network'],['edge_browser'])")
-	waitStats(t, f.p, "1 edge, 1 copy", func(st join.PromoterStats) bool { return st.Edges == 1 && st.EdgeJoined == 1 && st.Copies == 1 })
+	waitStats(t, f.p, "1 edge, 1 copy", func(st promoter.Stats) bool { return st.Edges == 1 && st.EdgeJoined == 1 && st.Copies == 1 })
 	f.addOrigin(t, "chat", e) // a later resend: a copy of a promoted timeline
-	waitStats(t, f.p, "1 edge, 2 copies", func(st join.PromoterStats) bool { return st.Copies == 2 })
+	waitStats(t, f.p, "1 edge, 2 copies", func(st promoter.Stats) bool { return st.Copies == 2 })
 	eventually(t, f.db, "SELECT sum(copies) FROM itl_promoted", uint64(2))
 	if st := f.p.Stats(); st.Edges != 1 || st.EdgeJoined != 1 {
 		t.Fatalf("stats %+v after resends, want 1 edge, 1 edge join", st)
@@ -225,5 +225,5 @@ func TestEdgeFirstOriginLast(t *testing.T) {
 	eventually(t, f.db, "SELECT toString((version, has_origin, in_streams, added_ttft_origin_edge_us, added_ttft_edge_browser_us, stall_hop)) FROM itl_edge FINAL WHERE origin_id = 'edge-4'",
 		"(1,true,true,5000,40000,['origin_edge'])")
 	eventually(t, f.db, "SELECT toString((version, in_streams, stall_cause)) FROM itl_origin FINAL WHERE origin_id = 'edge-4'", "(1,true,['network'])")
-	waitStats(t, f.p, "1 edge join, 1 origin join", func(st join.PromoterStats) bool { return st.EdgeJoined == 1 && st.Joined == 1 })
+	waitStats(t, f.p, "1 edge join, 1 origin join", func(st promoter.Stats) bool { return st.EdgeJoined == 1 && st.Joined == 1 })
 }

@@ -1,0 +1,27 @@
+package promoter
+
+import (
+	"context"
+	"time"
+)
+
+// SetStep makes Run call step instead of Step for each shard. Set it before
+// Run.
+func (p *Promoter) SetStep(step func(ctx context.Context, sh Shard) (Look, error)) {
+	p.step = step
+}
+
+// SetKinds makes p know only these inbox kinds: an older collector's
+// promoter. Set it before Run.
+func (p *Promoter) SetKinds(kinds ...string) {
+	p.kinds = map[string]bool{}
+	for _, k := range kinds {
+		p.kinds[k] = true
+	}
+}
+
+// SetTakeover shortens the stall after which the next promoter takes over.
+func (p *Promoter) SetTakeover(d time.Duration) { p.takeover = d }
+
+// ID is p's id in itl_promoters.
+func (p *Promoter) ID() string { return p.id }

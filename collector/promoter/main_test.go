@@ -1,0 +1,21 @@
+package promoter_test
+
+import (
+	"os"
+	"testing"
+
+	"github.com/itlmon/itlmon/collector/chdb"
+	"github.com/itlmon/itlmon/collector/store"
+	"github.com/itlmon/itlmon/internal/chtest"
+)
+
+func TestMain(m *testing.M) {
+	chdb.MaybeRunChild()
+	os.Exit(chtest.Main(m))
+}
+
+// newDB opens a fresh, migrated database on the real engine (chtest).
+func newDB(tb testing.TB) *store.DB {
+	tb.Helper()
+	return chtest.NewDB(tb, store.Options{})
+}
