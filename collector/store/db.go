@@ -55,6 +55,14 @@ type DB struct {
 	attempts atomic.Int64 // of MigrateInBackground, for tests
 	mu       sync.Mutex
 	cause    error
+
+	bootstrapped atomic.Bool // bootstrapDDL ran
+	holder       string      // this DB in the schema lock
+	leaseTiming  leaseTiming // of the schema lock
+	// stmtHook, set only by tests before migrating, is called after
+	// statement k (from 1) of migration m has run; an error cuts the
+	// migration there.
+	stmtHook func(ctx context.Context, m schema.Migration, k int) error
 }
 
 // ErrSchemaPending is returned by SchemaReady while MigrateInBackground has
@@ -83,7 +91,8 @@ func Open(ctx context.Context, opts Options) (*DB, error) {
 		return nil, fmt.Errorf("store: open: %w", err)
 	}
 	db := &DB{conn: conn, opts: opts, database: chOpts.Auth.Database, cluster: opts.Cluster,
-		log: opts.Logger.With().Str("component", "store").Logger()}
+		log:    opts.Logger.With().Str("component", "store").Logger(),
+		holder: newHolder(), leaseTiming: defaultLeaseTiming}
 	if opts.Lazy {
 		return db, nil
 	}
@@ -158,53 +167,108 @@ func (db *DB) Conn() driver.Conn { return db.conn }
 func (db *DB) Close() error { return db.conn.Close() }
 
 // Migrate applies the embedded schema/*.sql files not yet recorded in
-// schema_migrations, in order, then sets the raw tables' TTL. Every statement
-// is idempotent (a column rename is skipped once its new name exists, see
-// schema.RenameColumn), so a migration interrupted half-way is simply applied
-// again.
+// schema_migrations, in order, then sets the raw tables' TTL. It holds the
+// schema lock (lease.go) while it applies them, so that of several
+// collectors starting at once one applies and the others wait; with every
+// migration recorded it takes no lock. Every statement is idempotent (a
+// column rename is skipped once its new name exists, see
+// schema.RenameColumn), so a migration interrupted half-way is simply
+// applied again, and recorded once.
 func (db *DB) Migrate(ctx context.Context) error {
 	return db.migrateUpTo(ctx, ^uint32(0))
 }
 
-// migrateUpTo is Migrate applying only the migrations up to version last.
+// bootstrapDDL creates the tables Migrate itself uses, in the current
+// database.
+func bootstrapDDL() []string {
+	return []string{
+		`CREATE TABLE IF NOT EXISTS schema_migrations
+		(version UInt32, name String, applied_at DateTime DEFAULT now())
+		ENGINE = ReplacingMergeTree ORDER BY version`,
+		lockTableDDL(lockTable, "", "MergeTree", "non_replicated_deduplication_window"),
+	}
+}
+
+// migrateUpTo is Migrate applying only the migrations up to version last;
+// the TTL is set only when last takes in every migration.
 func (db *DB) migrateUpTo(ctx context.Context, last uint32) error {
 	migs, err := schema.Migrations()
 	if err != nil {
 		return err
 	}
-	if err := db.conn.Exec(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations
-		(version UInt32, name String, applied_at DateTime DEFAULT now())
-		ENGINE = ReplacingMergeTree ORDER BY version`); err != nil {
-		return fmt.Errorf("store: create schema_migrations: %w", err)
+	if !db.bootstrapped.Load() {
+		for _, q := range bootstrapDDL() {
+			if err := db.conn.Exec(ctx, q); err != nil {
+				return fmt.Errorf("store: bootstrap: %.60s: %w", strings.TrimSpace(q), err)
+			}
+		}
+		db.bootstrapped.Store(true)
 	}
-	applied, err := db.appliedVersions(ctx)
-	if err != nil {
+	done := func(ctx context.Context) (bool, error) {
+		applied, err := db.appliedVersions(ctx)
+		if err != nil {
+			return false, err
+		}
+		for _, m := range migs {
+			if m.Version <= last && !applied[m.Version] {
+				return false, nil
+			}
+		}
+		return true, nil
+	}
+	err = db.withLease(ctx, db.conn, lockTable, db.database, done, func(ctx context.Context) error {
+		applied, err := db.appliedVersions(ctx) // under the lock
+		if err != nil {
+			return err
+		}
+		for _, m := range migs {
+			if applied[m.Version] || m.Version > last {
+				continue
+			}
+			if err := db.applyMigration(ctx, m); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil || last != ^uint32(0) {
 		return err
 	}
-	for _, m := range migs {
-		if applied[m.Version] || m.Version > last {
-			continue
+	return db.applyTTL(ctx, db.conn, "")
+}
+
+// applyMigration runs m's statements and records m.
+func (db *DB) applyMigration(ctx context.Context, m schema.Migration) error {
+	for k, stmt := range m.Statements {
+		if err := ctx.Err(); err != nil { // the lease lost: stop before the next statement
+			return fmt.Errorf("store: migration %s: %w", m.Name, context.Cause(ctx))
 		}
-		for _, stmt := range m.Statements {
-			if table, _, to, ok := schema.RenameColumn(stmt); ok {
-				done, err := db.hasColumn(ctx, table, to)
-				if err != nil {
-					return fmt.Errorf("store: migration %s: %w", m.Name, err)
-				}
-				if done {
-					continue
-				}
-			}
-			if err := db.conn.Exec(ctx, stmt); err != nil {
+		if err := db.execStatement(ctx, stmt); err != nil {
+			return fmt.Errorf("store: migration %s: %w", m.Name, err)
+		}
+		if db.stmtHook != nil {
+			if err := db.stmtHook(ctx, m, k+1); err != nil {
 				return fmt.Errorf("store: migration %s: %w", m.Name, err)
 			}
 		}
-		if err := db.conn.Exec(ctx, "INSERT INTO schema_migrations (version, name) VALUES (?, ?)", m.Version, m.Name); err != nil {
-			return fmt.Errorf("store: record migration %s: %w", m.Name, err)
-		}
-		db.log.Info().Str("migration", m.Name).Msg("schema migration applied")
 	}
-	return db.applyTTL(ctx, db.conn, "")
+	if err := db.conn.Exec(ctx, "INSERT INTO schema_migrations (version, name) VALUES (?, ?)", m.Version, m.Name); err != nil {
+		return fmt.Errorf("store: record migration %s: %w", m.Name, err)
+	}
+	db.log.Info().Str("migration", m.Name).Msg("schema migration applied")
+	return nil
+}
+
+// execStatement runs one statement of a file, unless it is a column rename
+// already done.
+func (db *DB) execStatement(ctx context.Context, stmt string) error {
+	if table, _, to, ok := schema.RenameColumn(stmt); ok {
+		done, err := db.hasColumn(ctx, table, to)
+		if err != nil || done {
+			return err
+		}
+	}
+	return db.conn.Exec(ctx, stmt)
 }
 
 // hasColumn reports whether table (in the current database) has a column

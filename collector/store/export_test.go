@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/gob"
+	"time"
 
 	"github.com/rs/zerolog"
 
@@ -160,4 +161,29 @@ func SetBlockRows(tb interface{ Cleanup(func()) }, n int) {
 	old := blockRows
 	blockRows = n
 	tb.Cleanup(func() { blockRows = old })
+}
+
+// SetMigrateHook makes Migrate call hook after statement k (from 1) of
+// migration m; an error from hook cuts the migration there. Set it before
+// migrating.
+func (db *DB) SetMigrateHook(hook func(ctx context.Context, m schema.Migration, k int) error) { db.stmtHook = hook }
+
+// SetLeaseTiming sets the schema lock's lease length, renewal and poll
+// periods. Set it before migrating.
+func (db *DB) SetLeaseTiming(ttl, renew, poll time.Duration) {
+	db.leaseTiming = leaseTiming{TTL: ttl, Renew: renew, Poll: poll}
+}
+
+// LeaseHolder is how db names itself in the schema lock.
+func (db *DB) LeaseHolder() string { return db.holder }
+
+// Bootstrap creates the tables Migrate uses itself (schema_migrations and
+// the schema lock's), nothing else.
+func (db *DB) Bootstrap(ctx context.Context) error {
+	for _, q := range bootstrapDDL() {
+		if err := db.conn.Exec(ctx, q); err != nil {
+			return err
+		}
+	}
+	return nil
 }
