@@ -166,7 +166,9 @@ func SetBlockRows(tb interface{ Cleanup(func()) }, n int) {
 // SetMigrateHook makes Migrate call hook after statement k (from 1) of
 // migration m; an error from hook cuts the migration there. Set it before
 // migrating.
-func (db *DB) SetMigrateHook(hook func(ctx context.Context, m schema.Migration, k int) error) { db.stmtHook = hook }
+func (db *DB) SetMigrateHook(hook func(ctx context.Context, m schema.Migration, k int) error) {
+	db.stmtHook = hook
+}
 
 // SetLeaseTiming sets the schema lock's lease length, renewal and poll
 // periods. Set it before migrating.
