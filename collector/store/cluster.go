@@ -38,6 +38,16 @@ import (
 // recorded yet (every statement is idempotent, so a partial run is simply
 // run again).
 //
+// Migrations hold the schema lock (lease.go) of the cluster: the lease
+// table LocalDB.schema_lock on the cluster's first node (shard 1, replica
+// 1, as system.clusters orders them), so two `itlmon migrate --cluster`
+// started at once apply one after the other, the second finding every
+// migration recorded. Every migrator reads and writes the lease through that
+// one node, which a migration cannot do without anyway; with replication
+// the table is Replicated, and Keeper deduplicates the claims across its
+// replicas. The lease guards the whole cluster's DDL, every shard's, not
+// one server's. Collectors in cluster mode take no lock: they run no DDL.
+//
 // A column change of a local table (ALTER TABLE ADD, DROP, MODIFY, RENAME,
 // COMMENT COLUMN) is applied to its Distributed table too, by the same
 // ALTER; a DROP TABLE drops both. Other ALTERs (MODIFY QUERY, TTL, SETTING,
@@ -291,6 +301,28 @@ func (db *DB) migrateCluster(ctx context.Context, l ClusterLayout, migs []schema
 	if err != nil {
 		return err
 	}
+	// The schema lock of the cluster: the lease table on its first node
+	// (shard 1, replica 1; see the top of this file).
+	first := nodes[0]
+	lockConn, err := db.connect(ctx, []string{first.Addr()}, "default")
+	if err != nil {
+		return fmt.Errorf("store: node %s (shard %d, the schema lock): %w", first.Addr(), first.Shard, err)
+	}
+	defer lockConn.Close()
+	for _, q := range bootDDL(l) {
+		if err := lockConn.Exec(ctx, q); err != nil {
+			return fmt.Errorf("store: %.60s: %w", q, err)
+		}
+	}
+	where := l.Name + " (" + first.Addr() + ")"
+	notYet := func(context.Context) (bool, error) { return false, nil }
+	return db.withLease(ctx, lockConn, schema.QuoteIdent(l.LocalDB)+"."+lockTable, where, notYet, func(ctx context.Context) error {
+		return db.migrateNodes(ctx, l, migs, nodes)
+	})
+}
+
+// migrateNodes applies migs to nodes as the layout l says.
+func (db *DB) migrateNodes(ctx context.Context, l ClusterLayout, migs []schema.Migration, nodes []ClusterNode) error {
 	if l.Replication == Replicated {
 		var recs []driver.Conn
 		defer func() {
@@ -325,15 +357,17 @@ func (db *DB) migrateCluster(ctx context.Context, l ClusterLayout, migs []schema
 func bootDDL(l ClusterLayout) []string {
 	sc := l.schema()
 	on := sc.OnCluster()
-	engine := "ReplacingMergeTree"
+	engine, lockEngine, dedup := "ReplacingMergeTree", "MergeTree", "non_replicated_deduplication_window"
 	if sc.Replicated {
-		engine = "ReplicatedReplacingMergeTree('" + schema.ReplicatedPath + "', '" + schema.ReplicaName + "')"
+		args := "('" + schema.ReplicatedPath + "', '" + schema.ReplicaName + "')"
+		engine, lockEngine, dedup = "ReplicatedReplacingMergeTree"+args, "ReplicatedMergeTree"+args, "replicated_deduplication_window"
 	}
 	return []string{
 		"CREATE DATABASE IF NOT EXISTS " + schema.QuoteIdent(l.LocalDB) + on,
 		"CREATE DATABASE IF NOT EXISTS " + schema.QuoteIdent(l.Database) + on,
 		"CREATE TABLE IF NOT EXISTS " + schema.QuoteIdent(l.LocalDB) + ".schema_migrations" + on +
 			" (version UInt32, name String, applied_at DateTime DEFAULT now()) ENGINE = " + engine + " ORDER BY version",
+		lockTableDDL(schema.QuoteIdent(l.LocalDB)+"."+lockTable, on, lockEngine, dedup),
 	}
 }
 
@@ -381,9 +415,17 @@ func (db *DB) migrateOn(ctx context.Context, l ClusterLayout, migs []schema.Migr
 		if done {
 			continue
 		}
-		for _, stmt := range m.Statements {
+		for k, stmt := range m.Statements {
+			if err := ctx.Err(); err != nil { // the lease lost: stop before the next statement
+				return fmt.Errorf("store: migration %s: %w", m.Name, context.Cause(ctx))
+			}
 			if err := db.clusterStatement(ctx, conn, l, stmt); err != nil {
 				return fmt.Errorf("store: migration %s: %w", m.Name, err)
+			}
+			if db.stmtHook != nil {
+				if err := db.stmtHook(ctx, m, k+1); err != nil {
+					return fmt.Errorf("store: migration %s: %w", m.Name, err)
+				}
 			}
 		}
 		for i, r := range records {

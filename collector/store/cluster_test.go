@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 	"testing"
 	"time"
@@ -116,7 +117,7 @@ func TestMigrateCluster(t *testing.T) {
 	}
 	for i, c := range locals {
 		var localTables, views, dist []string
-		query(t, c, "SELECT groupArrayIf(name, engine NOT LIKE '%View' AND name != 'schema_migrations'), groupArrayIf(name, engine LIKE '%View') FROM (SELECT name, engine FROM system.tables WHERE database = ? ORDER BY name)",
+		query(t, c, "SELECT groupArrayIf(name, engine NOT LIKE '%View' AND name NOT IN ('schema_migrations', 'schema_lock')), groupArrayIf(name, engine LIKE '%View') FROM (SELECT name, engine FROM system.tables WHERE database = ? ORDER BY name)",
 			[]any{l.LocalDB}, &localTables, &views)
 		query(t, c, "SELECT groupArray(name) FROM (SELECT name FROM system.tables WHERE database = ? AND engine = 'Distributed' ORDER BY name)",
 			[]any{l.Database}, &dist)
@@ -291,8 +292,61 @@ func TestClusterSchemaReady(t *testing.T) {
 	if err := db.ClusterSchemaReady(ctx, l); !errors.Is(err, store.ErrSchemaPending) {
 		t.Fatalf("ClusterSchemaReady before migrating = %v, want ErrSchemaPending", err)
 	}
-	if err := db.MigrateCluster(ctx, l); err != nil {
-		t.Fatalf("migrate cluster: %v", err)
+	// Two migrators at once, through either node: one applies, the other
+	// waits for it (the first statement's holder waits until the other
+	// said so), then finds every migration recorded.
+	var logs [2]*logBuf
+	var migrators [2]*store.DB
+	for i := range migrators {
+		logs[i] = &logBuf{}
+		m, err := store.Open(ctx, store.Options{DSN: "clickhouse://" + nodes[i].NativeAddr() + "/itlmon", Lazy: true,
+			Logger: zerolog.New(io.MultiWriter(logs[i], zerolog.NewTestWriter(t))).Level(zerolog.InfoLevel)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer m.Close()
+		m.SetLeaseTiming(30*time.Second, 10*time.Second, 50*time.Millisecond)
+		migrators[i] = m
+	}
+	mctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	errs := make(chan error, len(migrators))
+	for i, m := range migrators {
+		other := logs[1-i]
+		m.SetMigrateHook(func(ctx context.Context, mig schema.Migration, k int) error {
+			for mig.Version == 1 && k == 1 && len(lines(other.String(), "waiting for it", m.LeaseHolder())) == 0 {
+				select {
+				case <-ctx.Done():
+					return errors.New("the other migrator never waited")
+				case <-time.After(20 * time.Millisecond): // polling the other's log
+				}
+			}
+			return nil
+		})
+		go func() { errs <- m.MigrateCluster(mctx, l) }()
+	}
+	for range migrators {
+		if err := <-errs; err != nil {
+			t.Fatalf("migrate cluster: %v", err)
+		}
+	}
+	applied := 0
+	for _, l := range logs {
+		applied += len(lines(l.String(), "schema migration applied"))
+	}
+	migs, err := schema.Migrations()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := 2 * len(migs); applied != want {
+		t.Errorf("%d 'schema migration applied' lines, want %d (each migration once per node)", applied, want)
+	}
+	for i, e := range nodes {
+		var n, versions uint64
+		query(t, mustConn(t, e, l.LocalDB), "SELECT count(), uniqExact(version) FROM schema_migrations", nil, &n, &versions)
+		if n != uint64(len(migs)) || versions != uint64(len(migs)) {
+			t.Errorf("node %d: %d schema_migrations rows of %d versions, want %d of %d", i+1, n, versions, len(migs), len(migs))
+		}
 	}
 	if err := db.ClusterSchemaReady(ctx, l); err != nil {
 		t.Fatalf("ClusterSchemaReady after migrating: %v", err)
