@@ -52,7 +52,8 @@ type DB struct {
 	// pending is set while MigrateInBackground has not applied the schema
 	// yet; cause says why (guarded by mu).
 	pending  atomic.Bool
-	attempts atomic.Int64 // of MigrateInBackground, for tests
+	applied  chan struct{} // closed once MigrateInBackground applied the schema
+	attempts atomic.Int64  // of MigrateInBackground, for tests
 	mu       sync.Mutex
 	cause    error
 
@@ -92,7 +93,7 @@ func Open(ctx context.Context, opts Options) (*DB, error) {
 	}
 	db := &DB{conn: conn, opts: opts, database: chOpts.Auth.Database, cluster: opts.Cluster,
 		log:    opts.Logger.With().Str("component", "store").Logger(),
-		holder: newHolder(), leaseTiming: defaultLeaseTiming}
+		holder: newHolder(), leaseTiming: defaultLeaseTiming, applied: make(chan struct{})}
 	if opts.Lazy {
 		return db, nil
 	}
@@ -344,6 +345,22 @@ func (db *DB) SchemaReady() error {
 	return fmt.Errorf("%w: %w", ErrSchemaPending, cause)
 }
 
+// WaitSchema returns nil once SchemaReady does (at once unless
+// MigrateInBackground is still applying the schema), or ctx's error when it
+// ends first. Whatever reads or writes the tables itself, not through a
+// Writer (the promoter), starts after it.
+func (db *DB) WaitSchema(ctx context.Context) error {
+	if !db.pending.Load() {
+		return nil
+	}
+	select {
+	case <-db.applied:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
 // MigrateInBackground applies the schema as Migrate does, in a goroutine that
 // retries with a jittered backoff capped at maxRetry until it succeeds or ctx
 // ends; it logs once per change of state (unreachable, a migration error with
@@ -362,6 +379,7 @@ func (db *DB) MigrateInBackground(ctx context.Context) <-chan struct{} {
 			db.attempts.Add(1)
 			if err == nil {
 				db.pending.Store(false)
+				close(db.applied)
 				db.log.Info().Msg("clickhouse answers: schema applied, inserts start")
 				return
 			}
@@ -377,9 +395,13 @@ func (db *DB) MigrateInBackground(ctx context.Context) <-chan struct{} {
 			}
 			if s != state {
 				state = s
-				if errors.Is(err, errUnreachable) {
+				switch {
+				case errors.Is(err, errUnreachable):
 					db.log.Warn().Err(err).Msg("clickhouse unreachable: spooling until it answers, then migrating")
-				} else {
+				case errors.Is(err, ErrSchemaPending):
+					// A cluster's collector waits for itlmon migrate --cluster.
+					db.log.Warn().Err(err).Msg("waiting for the cluster schema; spooling meanwhile")
+				default:
 					db.log.Error().Err(err).Msg("schema migration failed; retrying with backoff, spooling meanwhile")
 				}
 			}
