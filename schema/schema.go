@@ -1,5 +1,9 @@
 // Package schema holds the ClickHouse DDL of itlmon as numbered .sql files,
-// embedded in the binary and applied in order by store.Migrate.
+// embedded in the binary and applied in order by store.Migrate, one
+// migrator at a time (store's schema lock). A migration may be cut after
+// any statement (a killed collector) and is then run again from its first
+// statement by the next migrator, on whatever the cut left: hence the rule
+// below that every statement be idempotent.
 //
 // API summary:
 //
