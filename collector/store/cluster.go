@@ -292,6 +292,8 @@ func (db *DB) migrateCluster(ctx context.Context, l ClusterLayout, migs []schema
 	if err := l.validate(); err != nil {
 		return err
 	}
+	db.migrating.Lock()
+	defer db.migrating.Unlock()
 	seed, err := db.connect(ctx, nil, "default")
 	if err != nil {
 		return err

@@ -57,9 +57,9 @@ type DB struct {
 	mu       sync.Mutex
 	cause    error
 
-	bootstrapped atomic.Bool // bootstrapDDL ran
-	holder       string      // this DB in the schema lock
-	leaseTiming  leaseTiming // of the schema lock
+	migrating   sync.Mutex  // one Migrate or MigrateCluster at a time: one holder of the schema lock
+	holder      string      // this DB in the schema lock
+	leaseTiming leaseTiming // of the schema lock
 	// stmtHook, set only by tests before migrating, is called after
 	// statement k (from 1) of migration m has run; an error cuts the
 	// migration there.
@@ -197,13 +197,12 @@ func (db *DB) migrateUpTo(ctx context.Context, last uint32) error {
 	if err != nil {
 		return err
 	}
-	if !db.bootstrapped.Load() {
-		for _, q := range bootstrapDDL() {
-			if err := db.conn.Exec(ctx, q); err != nil {
-				return fmt.Errorf("store: bootstrap: %.60s: %w", strings.TrimSpace(q), err)
-			}
+	db.migrating.Lock()
+	defer db.migrating.Unlock()
+	for _, q := range bootstrapDDL() {
+		if err := db.conn.Exec(ctx, q); err != nil {
+			return fmt.Errorf("store: bootstrap: %.60s: %w", strings.TrimSpace(q), err)
 		}
-		db.bootstrapped.Store(true)
 	}
 	done := func(ctx context.Context) (bool, error) {
 		applied, err := db.appliedVersions(ctx)

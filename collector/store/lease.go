@@ -190,6 +190,18 @@ func (l *lease) acquire(ctx context.Context, done func(context.Context) (bool, e
 		if err != nil {
 			return err
 		}
+		if !s.free() && s.holder == l.holder {
+			// Ours: a claim whose answer was lost, or an earlier attempt
+			// of this DB (its attempts run one at a time) that could not
+			// release it. Go on with it rather than wait for its expiry.
+			if err := l.conn.QueryRow(ctx, "SELECT toUInt32(max(seq) + 1) FROM "+l.table+" WHERE epoch = ? AND holder = ?",
+				s.epoch, l.holder).Scan(&l.seq); err != nil {
+				return fmt.Errorf("store: read schema lock: %w", err)
+			}
+			l.epoch = s.epoch
+			l.log.Debug().Str("where", l.where).Uint64("lease", s.epoch).Msg("schema lock still ours")
+			return nil
+		}
 		if !s.free() {
 			if s.epoch != waitedFor {
 				waitedFor = s.epoch

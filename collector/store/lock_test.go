@@ -419,3 +419,33 @@ func TestLeaseReleasedByHand(t *testing.T) {
 // releaseByHand is docs/operating.md's statement that clears a stuck lease.
 const releaseByHand = `INSERT INTO schema_lock (epoch, holder, seq, ttl_ms)
 SELECT max(epoch), 'released by hand', 4294967295, 0 FROM schema_lock`
+
+// TestLeaseResumedByItsHolder: a lease this migrator claimed without
+// learning it (the claim's answer lost) or could not release is taken up
+// again by its next attempt, not waited out for its 30 s.
+func TestLeaseResumedByItsHolder(t *testing.T) {
+	e := chtest.Engine(t)
+	db, log := openLogged(t, e, freshName("resume"))
+	ctx := context.Background()
+	if err := db.Bootstrap(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Conn().Exec(ctx, "INSERT INTO schema_lock (epoch, holder, seq, ttl_ms) VALUES (1, ?, 0, 30000), (1, ?, 1, 30000)",
+		db.LeaseHolder(), db.LeaseHolder()); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Migrate(ctx); err != nil {
+		t.Fatalf("migrate: %v", err)
+	}
+	if l := lines(log.String(), "waiting for it"); len(l) > 0 {
+		t.Errorf("waited for its own lease: %q", l)
+	}
+	var epochs, released, seqs uint64
+	if err := db.Conn().QueryRow(ctx, "SELECT uniqExact(epoch), countIf(ttl_ms = 0), toUInt64(uniqExact(seq) = count()) FROM schema_lock").Scan(&epochs, &released, &seqs); err != nil {
+		t.Fatal(err)
+	}
+	if epochs != 1 || released != 1 || seqs != 1 {
+		t.Errorf("schema_lock: %d leases, %d releases, distinct seqs %v; want the one lease, released once, every row its own seq", epochs, released, seqs == 1)
+	}
+	wantOneRowPerVersion(t, db)
+}
