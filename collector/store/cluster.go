@@ -447,8 +447,8 @@ func (db *DB) migrateOn(ctx context.Context, l ClusterLayout, migs []schema.Migr
 // clusterStatement runs one statement of a file in its cluster form on
 // conn (whose default database is l.LocalDB), then what keeps the
 // Distributed table in step: its creation after a CREATE TABLE, the column
-// changes of an ALTER, the drop of a DROP TABLE. A column rename is skipped
-// where the new name exists, as Migrate does.
+// changes of an ALTER, the drop of a DROP TABLE. A statement done already is
+// skipped, as Migrate does (execUnlessDone).
 func (db *DB) clusterStatement(ctx context.Context, conn driver.Conn, l ClusterLayout, stmt string) error {
 	sc := l.schema()
 	s, err := schema.Parse(stmt)
@@ -459,7 +459,7 @@ func (db *DB) clusterStatement(ctx context.Context, conn driver.Conn, l ClusterL
 	if err != nil {
 		return err
 	}
-	if err := execUnlessRenamed(ctx, conn, l.LocalDB, stmt, local); err != nil {
+	if err := execUnlessDone(ctx, conn, l.LocalDB, stmt, local); err != nil {
 		return err
 	}
 	switch s.Kind {
@@ -478,7 +478,7 @@ func (db *DB) clusterStatement(ctx context.Context, conn driver.Conn, l ClusterL
 		if n == 0 {
 			return nil // a view, or a table made outside the files
 		}
-		return execUnlessRenamed(ctx, conn, l.Database, stmt, q)
+		return execUnlessDone(ctx, conn, l.Database, stmt, q)
 	case schema.DropTable:
 		q, _ := sc.DistributedDrop(s, l.Database)
 		if err := conn.Exec(ctx, q); err != nil {
@@ -488,15 +488,26 @@ func (db *DB) clusterStatement(ctx context.Context, conn driver.Conn, l ClusterL
 	return nil
 }
 
-// execUnlessRenamed runs q, the form of the file's statement stmt for
-// database, unless stmt is a column rename whose new name the table in
-// database already has.
-func execUnlessRenamed(ctx context.Context, conn driver.Conn, database, stmt, q string) error {
+// execUnlessDone runs q, the form of the file's statement stmt for
+// database, unless stmt is done there already: a column rename whose new
+// name the table has (schema.RenameColumn), or a CREATE ... IF NOT EXISTS
+// of an object that exists (schema.CreateIfMissing).
+func execUnlessDone(ctx context.Context, conn driver.Conn, database, stmt, q string) error {
 	if table, _, to, ok := schema.RenameColumn(stmt); ok {
 		var n uint64
 		if err := conn.QueryRow(ctx, "SELECT count() FROM system.columns WHERE database = ? AND table = ? AND name = ?",
 			database, table, to).Scan(&n); err != nil {
 			return fmt.Errorf("read columns of %s.%s: %w", database, table, err)
+		}
+		if n > 0 {
+			return nil
+		}
+	}
+	if object, ok := schema.CreateIfMissing(stmt); ok {
+		var n uint64
+		if err := conn.QueryRow(ctx, "SELECT count() FROM system.tables WHERE database = ? AND name = ?",
+			database, object).Scan(&n); err != nil {
+			return fmt.Errorf("read tables of %s: %w", database, err)
 		}
 		if n > 0 {
 			return nil

@@ -197,6 +197,21 @@ func (db *DB) migrateUpTo(ctx context.Context, last uint32) error {
 	if err != nil {
 		return err
 	}
+	var upTo []schema.Migration
+	for _, m := range migs {
+		if m.Version <= last {
+			upTo = append(upTo, m)
+		}
+	}
+	if err := db.migrateWith(ctx, upTo); err != nil || last != ^uint32(0) {
+		return err
+	}
+	return db.applyTTL(ctx, db.conn, "")
+}
+
+// migrateWith applies the migrations of migs not yet recorded, in order,
+// under the schema lock.
+func (db *DB) migrateWith(ctx context.Context, migs []schema.Migration) error {
 	db.migrating.Lock()
 	defer db.migrating.Unlock()
 	for _, q := range bootstrapDDL() {
@@ -210,19 +225,19 @@ func (db *DB) migrateUpTo(ctx context.Context, last uint32) error {
 			return false, err
 		}
 		for _, m := range migs {
-			if m.Version <= last && !applied[m.Version] {
+			if !applied[m.Version] {
 				return false, nil
 			}
 		}
 		return true, nil
 	}
-	err = db.withLease(ctx, db.conn, lockTable, db.database, done, func(ctx context.Context) error {
+	return db.withLease(ctx, db.conn, lockTable, db.database, done, func(ctx context.Context) error {
 		applied, err := db.appliedVersions(ctx) // under the lock
 		if err != nil {
 			return err
 		}
 		for _, m := range migs {
-			if applied[m.Version] || m.Version > last {
+			if applied[m.Version] {
 				continue
 			}
 			if err := db.applyMigration(ctx, m); err != nil {
@@ -231,10 +246,6 @@ func (db *DB) migrateUpTo(ctx context.Context, last uint32) error {
 		}
 		return nil
 	})
-	if err != nil || last != ^uint32(0) {
-		return err
-	}
-	return db.applyTTL(ctx, db.conn, "")
 }
 
 // applyMigration runs m's statements and records m.
@@ -259,28 +270,10 @@ func (db *DB) applyMigration(ctx context.Context, m schema.Migration) error {
 	return nil
 }
 
-// execStatement runs one statement of a file, unless it is a column rename
-// already done.
+// execStatement runs one statement of a file, unless it is done already
+// (execUnlessDone).
 func (db *DB) execStatement(ctx context.Context, stmt string) error {
-	if table, _, to, ok := schema.RenameColumn(stmt); ok {
-		done, err := db.hasColumn(ctx, table, to)
-		if err != nil || done {
-			return err
-		}
-	}
-	return db.conn.Exec(ctx, stmt)
-}
-
-// hasColumn reports whether table (in the current database) has a column
-// named column.
-func (db *DB) hasColumn(ctx context.Context, table, column string) (bool, error) {
-	var n uint64
-	err := db.conn.QueryRow(ctx, "SELECT count() FROM system.columns"+
-		" WHERE database = currentDatabase() AND table = ? AND name = ?", table, column).Scan(&n)
-	if err != nil {
-		return false, fmt.Errorf("read columns of %s: %w", table, err)
-	}
-	return n > 0, nil
+	return execUnlessDone(ctx, db.conn, db.database, stmt, stmt)
 }
 
 func (db *DB) appliedVersions(ctx context.Context) (map[uint32]bool, error) {

@@ -189,3 +189,8 @@ func (db *DB) Bootstrap(ctx context.Context) error {
 	}
 	return nil
 }
+
+// MigrateWith applies migs instead of the embedded schema (no TTL step).
+func (db *DB) MigrateWith(ctx context.Context, migs []schema.Migration) error {
+	return db.migrateWith(ctx, migs)
+}
