@@ -459,7 +459,7 @@ func (db *DB) clusterStatement(ctx context.Context, conn driver.Conn, l ClusterL
 	if err != nil {
 		return err
 	}
-	if err := execUnlessDone(ctx, conn, l.LocalDB, stmt, local); err != nil {
+	if err := execUnlessDone(ctx, conn, l.LocalDB, stmt, local, !sc.Replicated); err != nil {
 		return err
 	}
 	switch s.Kind {
@@ -478,7 +478,7 @@ func (db *DB) clusterStatement(ctx context.Context, conn driver.Conn, l ClusterL
 		if n == 0 {
 			return nil // a view, or a table made outside the files
 		}
-		return execUnlessDone(ctx, conn, l.Database, stmt, q)
+		return execUnlessDone(ctx, conn, l.Database, stmt, q, false)
 	case schema.DropTable:
 		q, _ := sc.DistributedDrop(s, l.Database)
 		if err := conn.Exec(ctx, q); err != nil {
@@ -490,9 +490,12 @@ func (db *DB) clusterStatement(ctx context.Context, conn driver.Conn, l ClusterL
 
 // execUnlessDone runs q, the form of the file's statement stmt for
 // database, unless stmt is done there already: a column rename whose new
-// name the table has (schema.RenameColumn), or a CREATE ... IF NOT EXISTS
-// of an object that exists (schema.CreateIfMissing).
-func execUnlessDone(ctx context.Context, conn driver.Conn, database, stmt, q string) error {
+// name the table has (schema.RenameColumn), or, with creates, a CREATE ...
+// IF NOT EXISTS of an object that exists (schema.CreateIfMissing). An ON
+// CLUSTER statement goes to every server: that it is done on the one
+// answering does not say it is on all (a shard added since), so its
+// CREATE runs again (IF NOT EXISTS).
+func execUnlessDone(ctx context.Context, conn driver.Conn, database, stmt, q string, creates bool) error {
 	if table, _, to, ok := schema.RenameColumn(stmt); ok {
 		var n uint64
 		if err := conn.QueryRow(ctx, "SELECT count() FROM system.columns WHERE database = ? AND table = ? AND name = ?",
@@ -503,7 +506,7 @@ func execUnlessDone(ctx context.Context, conn driver.Conn, database, stmt, q str
 			return nil
 		}
 	}
-	if object, ok := schema.CreateIfMissing(stmt); ok {
+	if object, ok := schema.CreateIfMissing(stmt); ok && creates {
 		var n uint64
 		if err := conn.QueryRow(ctx, "SELECT count() FROM system.tables WHERE database = ? AND name = ?",
 			database, object).Scan(&n); err != nil {

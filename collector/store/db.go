@@ -273,7 +273,7 @@ func (db *DB) applyMigration(ctx context.Context, m schema.Migration) error {
 // execStatement runs one statement of a file, unless it is done already
 // (execUnlessDone).
 func (db *DB) execStatement(ctx context.Context, stmt string) error {
-	return execUnlessDone(ctx, db.conn, db.database, stmt, stmt)
+	return execUnlessDone(ctx, db.conn, db.database, stmt, stmt, true)
 }
 
 func (db *DB) appliedVersions(ctx context.Context) (map[uint32]bool, error) {
