@@ -33,24 +33,29 @@ import (
 // times are the server's (DEFAULT now64), so the migrators' clocks do not
 // matter.
 //
-// The holder renews the lease every leaseRenew while it migrates, so a long
-// statement keeps it; a holder that dies stops renewing, and its lease is
-// taken over once it has expired (leaseTTL after its last renewal). A
+// The holder renews the lease every Renew (10 s) while it migrates, so a
+// long statement keeps it; a holder that dies stops renewing, and its lease
+// is taken over once it has expired (TTL, 30 s, after its last renewal). A
 // holder that finds its lease gone when it renews (expired while it could
 // not reach ClickHouse, and maybe taken; or released by an operator) stops
 // before its next statement. Every statement is idempotent, so a migration
 // cut by that, or by a kill, completes under the next holder.
 //
-// Waiters poll: they log once per lease whom they wait for, stop waiting as
-// soon as every migration they know is recorded (the holder applied them),
-// and otherwise claim the lease once it is free.
+// Waiters poll (every Poll, 1 s): they log once per lease whom they wait
+// for, stop waiting as soon as every migration they know is recorded (the
+// holder applied them), and otherwise claim the lease once it is free. A
+// migrator that finds the lease held under its own name (its claim's answer
+// was lost, or an earlier attempt could not release it; one DB migrates one
+// at a time) goes on with it. A claim that left no row at all (its token
+// still in the deduplication window from before the table was emptied by
+// hand) moves every claimant on to the next epoch.
 
 // lockTable is the lease's table, next to schema_migrations.
 const lockTable = "schema_lock"
 
 // lockTableDDL creates the lease's table as name, with engine and the
 // ON CLUSTER clause on (empty on one server). Rows are few (a claim, a
-// renewal every leaseRenew while a migration runs, a release): no TTL, which
+// renewal every Renew while a migration runs, a release): no TTL, which
 // could empty the table and restart the epochs at tokens still in the
 // deduplication window.
 func lockTableDDL(name, on, engine, dedupSetting string) string {
@@ -63,8 +68,8 @@ func lockTableDDL(name, on, engine, dedupSetting string) string {
 	) ENGINE = ` + engine + ` ORDER BY (epoch, at, seq) SETTINGS ` + dedupSetting + ` = 1000`
 }
 
-// Lease timing: a lease lasts leaseTTL after its holder's last renewal,
-// renewed every leaseRenew; waiters look again every leasePoll.
+// leaseTiming: a lease lasts TTL after its holder's last renewal, renewed
+// every Renew; waiters look again every Poll.
 type leaseTiming struct {
 	TTL, Renew, Poll time.Duration
 }
