@@ -86,8 +86,9 @@ type lease struct {
 	// where names the database the lease guards, for the log.
 	where string
 
-	epoch uint64 // held, once acquired
-	seq   uint32 // rows written in epoch
+	epoch   uint64    // held, once acquired
+	seq     uint32    // rows written in epoch
+	renewed time.Time // local time no later than the server's time of the lease's latest row
 }
 
 // leaseState is the latest lease: its epoch (0: none yet), holder, and the
@@ -204,6 +205,7 @@ func (l *lease) acquire(ctx context.Context, done func(context.Context) (bool, e
 				return fmt.Errorf("store: read schema lock: %w", err)
 			}
 			l.epoch = s.epoch
+			l.renewed = time.Now().Add(time.Duration(s.leftMs)*time.Millisecond - l.timing.TTL)
 			l.log.Debug().Str("where", l.where).Uint64("lease", s.epoch).Msg("schema lock still ours")
 			return nil
 		}
@@ -218,6 +220,7 @@ func (l *lease) acquire(ctx context.Context, done func(context.Context) (bool, e
 		}
 		epoch := max(s.epoch+1, floor)
 		l.seq = 0
+		l.renewed = time.Now() // before the claim's row gets its time
 		if err := l.write(ctx, epoch, l.timing.TTL, "itlmon-schema-lock-"+strconv.FormatUint(epoch, 10)); err != nil {
 			return err
 		}
@@ -244,9 +247,11 @@ var errNothingToDo = errors.New("nothing to do")
 
 // hold renews the lease every Renew until ctx ends, and cancels the
 // migration (lost) with ErrLeaseLost when it finds the lease no longer its
-// own, or could not renew it before it would have expired.
+// own, or when a renewal failed and the next could come too late: it gives
+// the lease up before it can expire (the last renewal's send time plus
+// TTL, which is no later than the server's expiry), so that no other
+// migrator can take it over while this one starts another statement.
 func (l *lease) hold(ctx context.Context, lost context.CancelCauseFunc) {
-	renewed := time.Now() // the claim
 	t := time.NewTicker(l.timing.Renew)
 	defer t.Stop()
 	for {
@@ -255,17 +260,19 @@ func (l *lease) hold(ctx context.Context, lost context.CancelCauseFunc) {
 			return
 		case <-t.C:
 		}
+		sent := time.Now()
 		err := l.renew(ctx)
 		switch {
 		case err == nil:
-			renewed = time.Now()
+			l.renewed = sent
 		case errors.Is(err, ErrLeaseLost):
 			lost(err)
 			return
 		case ctx.Err() != nil:
 			return
-		case time.Since(renewed) >= l.timing.TTL:
-			lost(fmt.Errorf("%w: not renewed for %v: %w", ErrLeaseLost, l.timing.TTL, err))
+		case time.Since(l.renewed)+l.timing.Renew >= l.timing.TTL:
+			lost(fmt.Errorf("%w: not renewed for %v, it would expire before the next try: %w",
+				ErrLeaseLost, time.Since(l.renewed).Round(time.Millisecond), err))
 			return
 		default:
 			l.log.Warn().Err(err).Str("where", l.where).Msg("schema lock not renewed; retrying")

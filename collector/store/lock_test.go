@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -495,4 +496,76 @@ ALTER TABLE t_mv MODIFY QUERY SELECT countIf(a = '1') AS n FROM t;
 	if n != 1 {
 		t.Errorf("the view counted %d, want 1 (its modified query)", n)
 	}
+}
+
+// cutNet dials through dial until Cut, which closes every connection it
+// made and refuses new ones: ClickHouse unreachable for one DB only.
+type cutNet struct {
+	dial  func(ctx context.Context, addr string) (net.Conn, error)
+	mu    sync.Mutex
+	conns []net.Conn
+	cut   bool
+}
+
+func (c *cutNet) Dial(ctx context.Context, addr string) (net.Conn, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.cut {
+		return nil, errors.New("cut off")
+	}
+	conn, err := c.dial(ctx, addr)
+	if err == nil {
+		c.conns = append(c.conns, conn)
+	}
+	return conn, err
+}
+
+func (c *cutNet) Cut() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.cut = true
+	for _, conn := range c.conns {
+		conn.Close()
+	}
+}
+
+// TestLeaseGivenUpWhenUnrenewable: a holder cut off from ClickHouse in the
+// middle of a migration cannot renew its lease; it gives the lease up
+// (ErrLeaseLost, before its next statement) instead of going on, and the
+// next migrator takes the lock once the lease has expired and completes
+// the schema.
+func TestLeaseGivenUpWhenUnrenewable(t *testing.T) {
+	e := chtest.Engine(t)
+	name := freshName("cutoff")
+	cn := &cutNet{dial: e.DialContext}
+	a, err := store.Open(context.Background(), store.Options{Addr: e.NativeAddr(), Dial: cn.Dial,
+		CreateDatabase: true, Database: name, Logger: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.InfoLevel)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	b, blog := openLogged(t, e, name)
+	a.SetLeaseTiming(2*time.Second, 250*time.Millisecond, 50*time.Millisecond)
+	b.SetLeaseTiming(2*time.Second, 250*time.Millisecond, 50*time.Millisecond)
+	a.SetMigrateHook(func(ctx context.Context, m schema.Migration, k int) error {
+		if m.Version != 2 || k != 1 {
+			return nil
+		}
+		cn.Cut()
+		<-ctx.Done() // only giving the lease up ends this
+		return nil
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := a.Migrate(ctx); !errors.Is(err, store.ErrLeaseLost) {
+		t.Fatalf("a cut off: %v, want ErrLeaseLost", err)
+	}
+	if err := b.Migrate(ctx); err != nil {
+		t.Fatalf("b: %v", err)
+	}
+	if got, want := schemaOf(t, b), referenceSchema(t, e); got != want {
+		t.Errorf("schema:\n%s\nwant\n%s", got, want)
+	}
+	wantOneRowPerVersion(t, b)
+	t.Logf("b: %q", lines(blog.String(), "waiting for it"))
 }
