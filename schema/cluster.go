@@ -44,11 +44,12 @@ const (
 
 // Statement is a schema statement with the position of its object's name.
 type Statement struct {
-	Kind   Kind
-	Object string // the table or view, unquoted
-	text   string
-	toks   []token
-	name   int // index in toks of the object's name
+	Kind        Kind
+	Object      string // the table or view, unquoted
+	IfNotExists bool   // CREATE ... IF NOT EXISTS
+	text        string
+	toks        []token
+	name        int // index in toks of the object's name
 }
 
 // Cluster says how statements become their cluster form.
@@ -102,6 +103,7 @@ func Parse(stmt string) (Statement, error) {
 	}
 	switch {
 	case kw(i, "IF", "NOT", "EXISTS"):
+		s.IfNotExists = true
 		i += 3
 	case kw(i, "IF", "EXISTS"):
 		i += 2

@@ -1,5 +1,9 @@
 // Package schema holds the ClickHouse DDL of itlmon as numbered .sql files,
-// embedded in the binary and applied in order by store.Migrate.
+// embedded in the binary and applied in order by store.Migrate, one
+// migrator at a time (store's schema lock). A migration may be cut after
+// any statement (a killed collector) and is then run again from its first
+// statement by the next migrator, on whatever the cut left: hence the rule
+// below that every statement be idempotent.
 //
 // API summary:
 //
@@ -11,7 +15,11 @@
 // EXISTS), statements end with ";" at the end of a line, no data-rewriting
 // mutations. The one statement ClickHouse cannot make idempotent, ALTER TABLE
 // t RENAME COLUMN [IF EXISTS] a TO b, is skipped by the runner when t already
-// has a column b (see RenameColumn). Tables: itl_inbox (records as they
+// has a column b (see RenameColumn). A CREATE ... IF NOT EXISTS of an object
+// that exists is skipped by the runner too (see CreateIfMissing): ClickHouse
+// analyses a view's query before it looks for the view, so run again after
+// a later statement of its file changed a column the query reads, it would
+// fail. Tables: itl_inbox (records as they
 // arrived, at least once), itl_promoted_ids and itl_promoted (what the
 // promoter moved, exactly once, into:) itl_streams (raw, one row per
 // stream), itl_rollup_1m (per-minute aggregates via materialized views),
@@ -155,4 +163,16 @@ func unquote(id string) string {
 		return id[1 : len(id)-1]
 	}
 	return id
+}
+
+// CreateIfMissing reports whether stmt is a CREATE TABLE or CREATE
+// [MATERIALIZED] VIEW ... IF NOT EXISTS, and returns the object it creates.
+// Such a statement is done once the object exists, and the runner skips it
+// then.
+func CreateIfMissing(stmt string) (object string, ok bool) {
+	s, err := Parse(stmt)
+	if err != nil || !s.IfNotExists || s.Kind != CreateTable && s.Kind != CreateView {
+		return "", false
+	}
+	return s.Object, true
 }

@@ -90,3 +90,25 @@ func TestRenamesGuarded(t *testing.T) {
 		}
 	}
 }
+
+func TestCreateIfMissing(t *testing.T) {
+	tests := []struct {
+		in     string
+		object string
+		ok     bool
+	}{
+		{"CREATE TABLE IF NOT EXISTS itl_streams (x UInt8) ENGINE = MergeTree ORDER BY x", "itl_streams", true},
+		{"-- why\ncreate materialized view if not exists `v 1` TO t AS SELECT 1", "v 1", true},
+		{"CREATE VIEW IF NOT EXISTS v AS SELECT 1", "v", true},
+		{"CREATE TABLE t (x UInt8) ENGINE = Memory", "", false},
+		{"ALTER TABLE t ADD COLUMN IF NOT EXISTS x UInt8", "", false},
+		{"DROP TABLE IF EXISTS t", "", false},
+		{"RENAME TABLE a TO b", "", false},
+	}
+	for _, tt := range tests {
+		object, ok := CreateIfMissing(tt.in)
+		if object != tt.object || ok != tt.ok {
+			t.Errorf("CreateIfMissing(%q) = %q, %v, want %q, %v", tt.in, object, ok, tt.object, tt.ok)
+		}
+	}
+}

@@ -185,7 +185,16 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	}
 	pctx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	promoted := make(chan struct{})
-	go func() { defer close(promoted); m.Promoter.Run(pctx) }()
+	go func() {
+		defer close(promoted)
+		// With a DSN the schema may still be on its way (MigrateInBackground,
+		// or another collector holding the schema lock): the promoter reads
+		// and writes the tables itself, so it starts once they are there.
+		if m.DB.WaitSchema(pctx) != nil {
+			return
+		}
+		m.Promoter.Run(pctx)
+	}()
 	m.stopPromote = func() { stop(); <-promoted }
 	originKeys := c.OriginKeys
 	var demoKey secret.Token

@@ -38,6 +38,16 @@ import (
 // recorded yet (every statement is idempotent, so a partial run is simply
 // run again).
 //
+// Migrations hold the schema lock (lease.go) of the cluster: the lease
+// table LocalDB.schema_lock on the cluster's first node (shard 1, replica
+// 1, as system.clusters orders them), so two `itlmon migrate --cluster`
+// started at once apply one after the other, the second finding every
+// migration recorded. Every migrator reads and writes the lease through that
+// one node, which a migration cannot do without anyway; with replication
+// the table is Replicated, and Keeper deduplicates the claims across its
+// replicas. The lease guards the whole cluster's DDL, every shard's, not
+// one server's. Collectors in cluster mode take no lock: they run no DDL.
+//
 // A column change of a local table (ALTER TABLE ADD, DROP, MODIFY, RENAME,
 // COMMENT COLUMN) is applied to its Distributed table too, by the same
 // ALTER; a DROP TABLE drops both. Other ALTERs (MODIFY QUERY, TTL, SETTING,
@@ -282,6 +292,8 @@ func (db *DB) migrateCluster(ctx context.Context, l ClusterLayout, migs []schema
 	if err := l.validate(); err != nil {
 		return err
 	}
+	db.migrating.Lock()
+	defer db.migrating.Unlock()
 	seed, err := db.connect(ctx, nil, "default")
 	if err != nil {
 		return err
@@ -291,6 +303,28 @@ func (db *DB) migrateCluster(ctx context.Context, l ClusterLayout, migs []schema
 	if err != nil {
 		return err
 	}
+	// The schema lock of the cluster: the lease table on its first node
+	// (shard 1, replica 1; see the top of this file).
+	first := nodes[0]
+	lockConn, err := db.connect(ctx, []string{first.Addr()}, "default")
+	if err != nil {
+		return fmt.Errorf("store: node %s (shard %d, the schema lock): %w", first.Addr(), first.Shard, err)
+	}
+	defer lockConn.Close()
+	for _, q := range bootDDL(l) {
+		if err := lockConn.Exec(ctx, q); err != nil {
+			return fmt.Errorf("store: %.60s: %w", q, err)
+		}
+	}
+	where := l.Name + " (" + first.Addr() + ")"
+	notYet := func(context.Context) (bool, error) { return false, nil }
+	return db.withLease(ctx, lockConn, schema.QuoteIdent(l.LocalDB)+"."+lockTable, where, notYet, func(ctx context.Context) error {
+		return db.migrateNodes(ctx, l, migs, nodes)
+	})
+}
+
+// migrateNodes applies migs to nodes as the layout l says.
+func (db *DB) migrateNodes(ctx context.Context, l ClusterLayout, migs []schema.Migration, nodes []ClusterNode) error {
 	if l.Replication == Replicated {
 		var recs []driver.Conn
 		defer func() {
@@ -325,15 +359,17 @@ func (db *DB) migrateCluster(ctx context.Context, l ClusterLayout, migs []schema
 func bootDDL(l ClusterLayout) []string {
 	sc := l.schema()
 	on := sc.OnCluster()
-	engine := "ReplacingMergeTree"
+	engine, lockEngine, dedup := "ReplacingMergeTree", "MergeTree", "non_replicated_deduplication_window"
 	if sc.Replicated {
-		engine = "ReplicatedReplacingMergeTree('" + schema.ReplicatedPath + "', '" + schema.ReplicaName + "')"
+		args := "('" + schema.ReplicatedPath + "', '" + schema.ReplicaName + "')"
+		engine, lockEngine, dedup = "ReplicatedReplacingMergeTree"+args, "ReplicatedMergeTree"+args, "replicated_deduplication_window"
 	}
 	return []string{
 		"CREATE DATABASE IF NOT EXISTS " + schema.QuoteIdent(l.LocalDB) + on,
 		"CREATE DATABASE IF NOT EXISTS " + schema.QuoteIdent(l.Database) + on,
 		"CREATE TABLE IF NOT EXISTS " + schema.QuoteIdent(l.LocalDB) + ".schema_migrations" + on +
 			" (version UInt32, name String, applied_at DateTime DEFAULT now()) ENGINE = " + engine + " ORDER BY version",
+		lockTableDDL(schema.QuoteIdent(l.LocalDB)+"."+lockTable, on, lockEngine, dedup),
 	}
 }
 
@@ -381,9 +417,17 @@ func (db *DB) migrateOn(ctx context.Context, l ClusterLayout, migs []schema.Migr
 		if done {
 			continue
 		}
-		for _, stmt := range m.Statements {
+		for k, stmt := range m.Statements {
+			if err := ctx.Err(); err != nil { // the lease lost: stop before the next statement
+				return fmt.Errorf("store: migration %s: %w", m.Name, context.Cause(ctx))
+			}
 			if err := db.clusterStatement(ctx, conn, l, stmt); err != nil {
 				return fmt.Errorf("store: migration %s: %w", m.Name, err)
+			}
+			if db.stmtHook != nil {
+				if err := db.stmtHook(ctx, m, k+1); err != nil {
+					return fmt.Errorf("store: migration %s: %w", m.Name, err)
+				}
 			}
 		}
 		for i, r := range records {
@@ -403,8 +447,8 @@ func (db *DB) migrateOn(ctx context.Context, l ClusterLayout, migs []schema.Migr
 // clusterStatement runs one statement of a file in its cluster form on
 // conn (whose default database is l.LocalDB), then what keeps the
 // Distributed table in step: its creation after a CREATE TABLE, the column
-// changes of an ALTER, the drop of a DROP TABLE. A column rename is skipped
-// where the new name exists, as Migrate does.
+// changes of an ALTER, the drop of a DROP TABLE. A statement done already is
+// skipped, as Migrate does (execUnlessDone).
 func (db *DB) clusterStatement(ctx context.Context, conn driver.Conn, l ClusterLayout, stmt string) error {
 	sc := l.schema()
 	s, err := schema.Parse(stmt)
@@ -415,7 +459,7 @@ func (db *DB) clusterStatement(ctx context.Context, conn driver.Conn, l ClusterL
 	if err != nil {
 		return err
 	}
-	if err := execUnlessRenamed(ctx, conn, l.LocalDB, stmt, local); err != nil {
+	if err := execUnlessDone(ctx, conn, l.LocalDB, stmt, local, !sc.Replicated); err != nil {
 		return err
 	}
 	switch s.Kind {
@@ -434,7 +478,7 @@ func (db *DB) clusterStatement(ctx context.Context, conn driver.Conn, l ClusterL
 		if n == 0 {
 			return nil // a view, or a table made outside the files
 		}
-		return execUnlessRenamed(ctx, conn, l.Database, stmt, q)
+		return execUnlessDone(ctx, conn, l.Database, stmt, q, false)
 	case schema.DropTable:
 		q, _ := sc.DistributedDrop(s, l.Database)
 		if err := conn.Exec(ctx, q); err != nil {
@@ -444,15 +488,29 @@ func (db *DB) clusterStatement(ctx context.Context, conn driver.Conn, l ClusterL
 	return nil
 }
 
-// execUnlessRenamed runs q, the form of the file's statement stmt for
-// database, unless stmt is a column rename whose new name the table in
-// database already has.
-func execUnlessRenamed(ctx context.Context, conn driver.Conn, database, stmt, q string) error {
+// execUnlessDone runs q, the form of the file's statement stmt for
+// database, unless stmt is done there already: a column rename whose new
+// name the table has (schema.RenameColumn), or, with creates, a CREATE ...
+// IF NOT EXISTS of an object that exists (schema.CreateIfMissing). An ON
+// CLUSTER statement goes to every server: that it is done on the one
+// answering does not say it is on all (a shard added since), so its
+// CREATE runs again (IF NOT EXISTS).
+func execUnlessDone(ctx context.Context, conn driver.Conn, database, stmt, q string, creates bool) error {
 	if table, _, to, ok := schema.RenameColumn(stmt); ok {
 		var n uint64
 		if err := conn.QueryRow(ctx, "SELECT count() FROM system.columns WHERE database = ? AND table = ? AND name = ?",
 			database, table, to).Scan(&n); err != nil {
 			return fmt.Errorf("read columns of %s.%s: %w", database, table, err)
+		}
+		if n > 0 {
+			return nil
+		}
+	}
+	if object, ok := schema.CreateIfMissing(stmt); ok && creates {
+		var n uint64
+		if err := conn.QueryRow(ctx, "SELECT count() FROM system.tables WHERE database = ? AND name = ?",
+			database, object).Scan(&n); err != nil {
+			return fmt.Errorf("read tables of %s: %w", database, err)
 		}
 		if n > 0 {
 			return nil

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 	"testing"
 	"time"
@@ -82,12 +83,23 @@ func TestMigrateCluster(t *testing.T) {
 	migs := clusterMigrations(t)
 	l := store.NewClusterLayout(cluster, "itlmon", store.NoReplication)
 
-	db, err := store.Open(ctx, store.Options{DSN: "clickhouse://" + nodes[0].NativeAddr() + "/itlmon", Lazy: true,
-		Logger: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.InfoLevel)})
-	if err != nil {
-		t.Fatal(err)
+	// Two migrators at once, one through each node: one applies, the other
+	// waits for it (the holder's first statement waits until the other
+	// said so), then finds every migration recorded.
+	var logs [2]*logBuf
+	var migrators [2]*store.DB
+	for i := range migrators {
+		logs[i] = &logBuf{}
+		m, err := store.Open(ctx, store.Options{DSN: "clickhouse://" + nodes[i].NativeAddr() + "/itlmon", Lazy: true,
+			Logger: zerolog.New(io.MultiWriter(logs[i], zerolog.NewTestWriter(t))).Level(zerolog.InfoLevel)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer m.Close()
+		m.SetLeaseTiming(30*time.Second, 10*time.Second, 50*time.Millisecond)
+		migrators[i] = m
 	}
-	defer db.Close()
+	db := migrators[0]
 	listed, err := store.ClusterNodes(ctx, mustConn(t, nodes[1], "default"), cluster)
 	if err != nil {
 		t.Fatal(err)
@@ -108,10 +120,36 @@ func TestMigrateCluster(t *testing.T) {
 	}
 
 	began := time.Now()
-	if err := db.MigrateClusterWith(ctx, l, migs); err != nil {
-		t.Fatalf("migrate cluster: %v", err)
+	mctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	errs := make(chan error, len(migrators))
+	for i, m := range migrators {
+		other := logs[1-i]
+		m.SetMigrateHook(func(ctx context.Context, mig schema.Migration, k int) error {
+			for mig.Version == migs[0].Version && k == 1 && len(lines(other.String(), "waiting for it", m.LeaseHolder())) == 0 {
+				select {
+				case <-ctx.Done():
+					return errors.New("the other migrator never waited")
+				case <-time.After(20 * time.Millisecond): // polling the other's log
+				}
+			}
+			return nil
+		})
+		go func() { errs <- m.MigrateClusterWith(mctx, l, migs) }()
+	}
+	for range migrators {
+		if err := <-errs; err != nil {
+			t.Fatalf("migrate cluster: %v", err)
+		}
 	}
 	t.Logf("cluster layout applied to both nodes in %v", time.Since(began).Round(time.Millisecond))
+	applied := 0
+	for _, l := range logs {
+		applied += len(lines(l.String(), "schema migration applied"))
+	}
+	if want := len(nodes) * len(migs); applied != want {
+		t.Errorf("%d 'schema migration applied' lines, want %d (each migration once per node)", applied, want)
+	}
 	if err := ready.ClusterSchemaReady(ctx, l); err != nil {
 		t.Fatalf("ClusterSchemaReady after migrating: %v", err)
 	}
@@ -140,7 +178,7 @@ func TestMigrateCluster(t *testing.T) {
 	}
 	for i, c := range locals {
 		var localTables, views, dist []string
-		query(t, c, "SELECT groupArrayIf(name, engine NOT LIKE '%View' AND name != 'schema_migrations'), groupArrayIf(name, engine LIKE '%View') FROM (SELECT name, engine FROM system.tables WHERE database = ? ORDER BY name)",
+		query(t, c, "SELECT groupArrayIf(name, engine NOT LIKE '%View' AND name NOT IN ('schema_migrations', 'schema_lock')), groupArrayIf(name, engine LIKE '%View') FROM (SELECT name, engine FROM system.tables WHERE database = ? ORDER BY name)",
 			[]any{l.LocalDB}, &localTables, &views)
 		query(t, c, "SELECT groupArray(name) FROM (SELECT name FROM system.tables WHERE database = ? AND engine = 'Distributed' ORDER BY name)",
 			[]any{l.Database}, &dist)

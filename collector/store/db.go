@@ -52,9 +52,18 @@ type DB struct {
 	// pending is set while MigrateInBackground has not applied the schema
 	// yet; cause says why (guarded by mu).
 	pending  atomic.Bool
-	attempts atomic.Int64 // of MigrateInBackground, for tests
+	applied  chan struct{} // closed once MigrateInBackground applied the schema
+	attempts atomic.Int64  // of MigrateInBackground, for tests
 	mu       sync.Mutex
 	cause    error
+
+	migrating   sync.Mutex  // one Migrate or MigrateCluster at a time: one holder of the schema lock
+	holder      string      // this DB in the schema lock
+	leaseTiming leaseTiming // of the schema lock
+	// stmtHook, set only by tests before migrating, is called after
+	// statement k (from 1) of migration m has run; an error cuts the
+	// migration there.
+	stmtHook func(ctx context.Context, m schema.Migration, k int) error
 }
 
 // ErrSchemaPending is returned by SchemaReady while MigrateInBackground has
@@ -83,7 +92,8 @@ func Open(ctx context.Context, opts Options) (*DB, error) {
 		return nil, fmt.Errorf("store: open: %w", err)
 	}
 	db := &DB{conn: conn, opts: opts, database: chOpts.Auth.Database, cluster: opts.Cluster,
-		log: opts.Logger.With().Str("component", "store").Logger()}
+		log:    opts.Logger.With().Str("component", "store").Logger(),
+		holder: newHolder(), leaseTiming: defaultLeaseTiming, applied: make(chan struct{})}
 	if opts.Lazy {
 		return db, nil
 	}
@@ -158,65 +168,112 @@ func (db *DB) Conn() driver.Conn { return db.conn }
 func (db *DB) Close() error { return db.conn.Close() }
 
 // Migrate applies the embedded schema/*.sql files not yet recorded in
-// schema_migrations, in order, then sets the raw tables' TTL. Every statement
-// is idempotent (a column rename is skipped once its new name exists, see
-// schema.RenameColumn), so a migration interrupted half-way is simply applied
-// again.
+// schema_migrations, in order, then sets the raw tables' TTL. It holds the
+// schema lock (lease.go) while it applies them, so that of several
+// collectors starting at once one applies and the others wait; with every
+// migration recorded it takes no lock. Every statement is idempotent (a
+// column rename is skipped once its new name exists, see
+// schema.RenameColumn), so a migration interrupted half-way is simply
+// applied again, and recorded once.
 func (db *DB) Migrate(ctx context.Context) error {
 	return db.migrateUpTo(ctx, ^uint32(0))
 }
 
-// migrateUpTo is Migrate applying only the migrations up to version last.
+// bootstrapDDL creates the tables Migrate itself uses, in the current
+// database.
+func bootstrapDDL() []string {
+	return []string{
+		`CREATE TABLE IF NOT EXISTS schema_migrations
+		(version UInt32, name String, applied_at DateTime DEFAULT now())
+		ENGINE = ReplacingMergeTree ORDER BY version`,
+		lockTableDDL(lockTable, "", "MergeTree", "non_replicated_deduplication_window"),
+	}
+}
+
+// migrateUpTo is Migrate applying only the migrations up to version last;
+// the TTL is set only when last takes in every migration.
 func (db *DB) migrateUpTo(ctx context.Context, last uint32) error {
 	migs, err := schema.Migrations()
 	if err != nil {
 		return err
 	}
-	if err := db.conn.Exec(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations
-		(version UInt32, name String, applied_at DateTime DEFAULT now())
-		ENGINE = ReplacingMergeTree ORDER BY version`); err != nil {
-		return fmt.Errorf("store: create schema_migrations: %w", err)
-	}
-	applied, err := db.appliedVersions(ctx)
-	if err != nil {
-		return err
-	}
+	var upTo []schema.Migration
 	for _, m := range migs {
-		if applied[m.Version] || m.Version > last {
-			continue
+		if m.Version <= last {
+			upTo = append(upTo, m)
 		}
-		for _, stmt := range m.Statements {
-			if table, _, to, ok := schema.RenameColumn(stmt); ok {
-				done, err := db.hasColumn(ctx, table, to)
-				if err != nil {
-					return fmt.Errorf("store: migration %s: %w", m.Name, err)
-				}
-				if done {
-					continue
-				}
-			}
-			if err := db.conn.Exec(ctx, stmt); err != nil {
-				return fmt.Errorf("store: migration %s: %w", m.Name, err)
-			}
-		}
-		if err := db.conn.Exec(ctx, "INSERT INTO schema_migrations (version, name) VALUES (?, ?)", m.Version, m.Name); err != nil {
-			return fmt.Errorf("store: record migration %s: %w", m.Name, err)
-		}
-		db.log.Info().Str("migration", m.Name).Msg("schema migration applied")
+	}
+	if err := db.migrateWith(ctx, upTo); err != nil || last != ^uint32(0) {
+		return err
 	}
 	return db.applyTTL(ctx, db.conn, "")
 }
 
-// hasColumn reports whether table (in the current database) has a column
-// named column.
-func (db *DB) hasColumn(ctx context.Context, table, column string) (bool, error) {
-	var n uint64
-	err := db.conn.QueryRow(ctx, "SELECT count() FROM system.columns"+
-		" WHERE database = currentDatabase() AND table = ? AND name = ?", table, column).Scan(&n)
-	if err != nil {
-		return false, fmt.Errorf("read columns of %s: %w", table, err)
+// migrateWith applies the migrations of migs not yet recorded, in order,
+// under the schema lock.
+func (db *DB) migrateWith(ctx context.Context, migs []schema.Migration) error {
+	db.migrating.Lock()
+	defer db.migrating.Unlock()
+	for _, q := range bootstrapDDL() {
+		if err := db.conn.Exec(ctx, q); err != nil {
+			return fmt.Errorf("store: bootstrap: %.60s: %w", strings.TrimSpace(q), err)
+		}
 	}
-	return n > 0, nil
+	done := func(ctx context.Context) (bool, error) {
+		applied, err := db.appliedVersions(ctx)
+		if err != nil {
+			return false, err
+		}
+		for _, m := range migs {
+			if !applied[m.Version] {
+				return false, nil
+			}
+		}
+		return true, nil
+	}
+	return db.withLease(ctx, db.conn, lockTable, db.database, done, func(ctx context.Context) error {
+		applied, err := db.appliedVersions(ctx) // under the lock
+		if err != nil {
+			return err
+		}
+		for _, m := range migs {
+			if applied[m.Version] {
+				continue
+			}
+			if err := db.applyMigration(ctx, m); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// applyMigration runs m's statements and records m.
+func (db *DB) applyMigration(ctx context.Context, m schema.Migration) error {
+	for k, stmt := range m.Statements {
+		if err := ctx.Err(); err != nil { // the lease lost: stop before the next statement
+			return fmt.Errorf("store: migration %s: %w", m.Name, context.Cause(ctx))
+		}
+		if err := db.execStatement(ctx, stmt); err != nil {
+			return fmt.Errorf("store: migration %s: %w", m.Name, err)
+		}
+		if db.stmtHook != nil {
+			if err := db.stmtHook(ctx, m, k+1); err != nil {
+				return fmt.Errorf("store: migration %s: %w", m.Name, err)
+			}
+		}
+	}
+	if err := db.conn.Exec(ctx, "INSERT INTO schema_migrations (version, name) VALUES (?, ?)", m.Version, m.Name); err != nil {
+		return fmt.Errorf("store: record migration %s: %w", m.Name, err)
+	}
+	db.log.Info().Str("migration", m.Name).Msg("schema migration applied")
+	return nil
+}
+
+// execStatement runs one statement of a file, unless it is done already
+// (execUnlessDone).
+func (db *DB) execStatement(ctx context.Context, stmt string) error {
+	return execUnlessDone(ctx, db.conn, db.database, stmt, stmt, true)
 }
 
 func (db *DB) appliedVersions(ctx context.Context) (map[uint32]bool, error) {
@@ -280,6 +337,22 @@ func (db *DB) SchemaReady() error {
 	return fmt.Errorf("%w: %w", ErrSchemaPending, cause)
 }
 
+// WaitSchema returns nil once SchemaReady does (at once unless
+// MigrateInBackground is still applying the schema), or ctx's error when it
+// ends first. Whatever reads or writes the tables itself, not through a
+// Writer (the promoter), starts after it.
+func (db *DB) WaitSchema(ctx context.Context) error {
+	if !db.pending.Load() {
+		return nil
+	}
+	select {
+	case <-db.applied:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
 // MigrateInBackground applies the schema as Migrate does, in a goroutine that
 // retries with a jittered backoff capped at maxRetry until it succeeds or ctx
 // ends; it logs once per change of state (unreachable, a migration error with
@@ -298,6 +371,7 @@ func (db *DB) MigrateInBackground(ctx context.Context) <-chan struct{} {
 			db.attempts.Add(1)
 			if err == nil {
 				db.pending.Store(false)
+				close(db.applied)
 				db.log.Info().Msg("clickhouse answers: schema applied, inserts start")
 				return
 			}
@@ -313,9 +387,13 @@ func (db *DB) MigrateInBackground(ctx context.Context) <-chan struct{} {
 			}
 			if s != state {
 				state = s
-				if errors.Is(err, errUnreachable) {
+				switch {
+				case errors.Is(err, errUnreachable):
 					db.log.Warn().Err(err).Msg("clickhouse unreachable: spooling until it answers, then migrating")
-				} else {
+				case errors.Is(err, ErrSchemaPending):
+					// A cluster's collector waits for itlmon migrate --cluster.
+					db.log.Warn().Err(err).Msg("waiting for the cluster schema; spooling meanwhile")
+				default:
 					db.log.Error().Err(err).Msg("schema migration failed; retrying with backoff, spooling meanwhile")
 				}
 			}

@@ -6,7 +6,9 @@
 //	db, err := store.Open(ctx, store.Options{DSN: "clickhouse://u:p@host:9000/db"})
 //	db, err := store.Open(ctx, store.Options{Addr: e.NativeAddr(), Dial: e.DialContext,
 //	                                         Database: "itlmon", CreateDatabase: true}) // embedded chdb engine
-//	err = db.Migrate(ctx)                      // schema/*.sql in order, recorded in schema_migrations; idempotent
+//	err = db.Migrate(ctx)                      // schema/*.sql in order, recorded in schema_migrations; idempotent;
+//	                                           // under the schema lock (lease.go): one migrator at a time
+//	err = db.WaitSchema(ctx)                   // returns once MigrateInBackground has applied the schema
 //	w, err := store.NewWriter(db, store.WriterOptions{SpoolDir: filepath.Join(data, "spool")})
 //	w.Submit(ctx, batch, done)                 // collector.Sink: blocks while the queue is full
 //	w.Stats()                                  // counters/gauges for Prometheus (CounterFunc/GaugeFunc)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/gob"
+	"time"
 
 	"github.com/rs/zerolog"
 
@@ -187,4 +188,36 @@ func SpoolRawFrames(dir string, payloads ...[]byte) error {
 		}
 	}
 	return nil
+}
+
+// SetMigrateHook makes Migrate call hook after statement k (from 1) of
+// migration m; an error from hook cuts the migration there. Set it before
+// migrating.
+func (db *DB) SetMigrateHook(hook func(ctx context.Context, m schema.Migration, k int) error) {
+	db.stmtHook = hook
+}
+
+// SetLeaseTiming sets the schema lock's lease length, renewal and poll
+// periods. Set it before migrating.
+func (db *DB) SetLeaseTiming(ttl, renew, poll time.Duration) {
+	db.leaseTiming = leaseTiming{TTL: ttl, Renew: renew, Poll: poll}
+}
+
+// LeaseHolder is how db names itself in the schema lock.
+func (db *DB) LeaseHolder() string { return db.holder }
+
+// Bootstrap creates the tables Migrate uses itself (schema_migrations and
+// the schema lock's), nothing else.
+func (db *DB) Bootstrap(ctx context.Context) error {
+	for _, q := range bootstrapDDL() {
+		if err := db.conn.Exec(ctx, q); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// MigrateWith applies migs instead of the embedded schema (no TTL step).
+func (db *DB) MigrateWith(ctx context.Context, migs []schema.Migration) error {
+	return db.migrateWith(ctx, migs)
 }
