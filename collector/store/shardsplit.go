@@ -20,9 +20,9 @@ import (
 // whole, so what landed here lands once more later: a copy, which the
 // promoter drops as it drops a resend (itl_promoted_ids).
 
-// inboxShardKey is the value the Distributed itl_inbox is sharded by
-// (ShardingKey gives it cityHash64(if(origin_id != '', origin_id,
-// stream_id))).
+// inboxShardKey is the value the Distributed itl_inbox is sharded by:
+// ShardingKey gives it the cityHash64 of origin_id when not empty, else of
+// stream_id.
 func inboxShardKey(r *InboxRow) string {
 	if r.OriginID != "" {
 		return r.OriginID
