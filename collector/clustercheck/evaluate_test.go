@@ -73,7 +73,7 @@ func healthy(shards, replicas int, replicated bool) []nodeState {
 // ReplicatedMergeTree itl_inbox registered in ZooKeeper: system.replicas'
 // (is_readonly, is_session_expired, absolute_delay, queue_size,
 // total_replicas, active_replicas, zookeeper_exception) =
-// (1, 0, 1796222587, 0, 1, 0, ''), and SYSTEM SYNC REPLICA's error.
+// (1, 0, 1796222587, 0, 1, 0, ”), and SYSTEM SYNC REPLICA's error.
 var engineReadOnly = replica{Table: "itl_inbox", ReadOnly: true, AbsoluteDelay: 1796222587, TotalReplicas: 1, ActiveReplica: 0}
 
 const engineSyncErr = "code: 242, message: Table is in readonly mode (replica path: /clickhouse/tables/01/itlmon_local/itl_inbox/replicas/r1)"
@@ -99,7 +99,9 @@ func TestEvaluate(t *testing.T) {
 				n11 + ": sync: SYSTEM SYNC REPLICA itlmon_local.itl_inbox, which the promoter runs before every window: " + engineSyncErr,
 			}},
 		{name: "a shard down", nodes: healthy(2, 1, false),
-			edit: func(ns []nodeState) { ns[1] = nodeState{Node: ns[1].Node, Err: errors.New("dial tcp: connection refused")} },
+			edit: func(ns []nodeState) {
+				ns[1] = nodeState{Node: ns[1].Node, Err: errors.New("dial tcp: connection refused")}
+			},
 			want: []string{n21 + ": reachable: does not answer: dial tcp: connection refused"}},
 		{name: "a migration missing", nodes: healthy(2, 1, false),
 			edit: func(ns []nodeState) { ns[1].Migrations = []uint32{1, 2} },
