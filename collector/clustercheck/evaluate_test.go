@@ -72,8 +72,8 @@ func healthy(shards, replicas int, replicated bool) []nodeState {
 // engineReadOnly is what the embedded engine (26.7) answered for its
 // ReplicatedMergeTree itl_inbox registered in ZooKeeper: system.replicas'
 // (is_readonly, is_session_expired, absolute_delay, queue_size,
-// total_replicas, active_replicas, zookeeper_exception) =
-// (1, 0, 1796222587, 0, 1, 0, ”), and SYSTEM SYNC REPLICA's error.
+// total_replicas, active_replicas) = (1, 0, 1796222587, 0, 1, 0) with an
+// empty zookeeper_exception, and SYSTEM SYNC REPLICA's error.
 var engineReadOnly = replica{Table: "itl_inbox", ReadOnly: true, AbsoluteDelay: 1796222587, TotalReplicas: 1, ActiveReplica: 0}
 
 const engineSyncErr = "code: 242, message: Table is in readonly mode (replica path: /clickhouse/tables/01/itlmon_local/itl_inbox/replicas/r1)"
