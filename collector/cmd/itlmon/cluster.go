@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 
+	"github.com/ClickHouse/clickhouse-go/v2"
 	"github.com/rs/zerolog"
 
 	"github.com/itlmon/itlmon/collector/clustercheck"
@@ -54,7 +55,20 @@ func runCluster(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	}
 	defer db.Close()
 	o.Database, o.Connect = db.Database(), db.ConnectNode
-	rep, err := clustercheck.Check(ctx, db.Conn(), o)
+	// The cluster is listed through the DSN's server, in database default:
+	// the main database may not exist yet.
+	parsed, err := clickhouse.ParseDSN(dsn.Reveal())
+	if err != nil || len(parsed.Addr) == 0 {
+		fmt.Fprintf(stderr, "itlmon cluster check: %s: no server in the DSN (%v)\n", dsn, err)
+		return 2
+	}
+	seed, err := db.ConnectNode(ctx, parsed.Addr[0], "default")
+	if err != nil {
+		fmt.Fprintf(stderr, "itlmon cluster check: %s: %v\n", dsn, err)
+		return 2
+	}
+	defer seed.Close()
+	rep, err := clustercheck.Check(ctx, seed, o)
 	if err != nil {
 		fmt.Fprintf(stderr, "itlmon cluster check: %s: %v\n", dsn, err)
 		return 2
@@ -68,7 +82,11 @@ func runCluster(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		fmt.Fprintln(stdout, p)
 	}
 	if !rep.OK() {
-		fmt.Fprintf(stdout, "%d problems: the promoter cannot rely on this cluster\n", len(rep.Problems))
+		noun := "problems"
+		if len(rep.Problems) == 1 {
+			noun = "problem"
+		}
+		fmt.Fprintf(stdout, "%d %s: the promoter cannot rely on this cluster\n", len(rep.Problems), noun)
 		return 1
 	}
 	fmt.Fprintln(stdout, "ok: every node answers and has what the promoter relies on")

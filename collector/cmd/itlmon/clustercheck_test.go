@@ -70,7 +70,7 @@ func TestClusterCheckSharded(t *testing.T) {
 		t.Fatalf("migrate --cluster exited %d: %s", code, stderr.String())
 	}
 	code, out = clusterCheck(t, "--clickhouse", dsn, "--cluster", "itl")
-	if want := "cluster itl: 2 shards, 2 nodes; replicated: no\nok: "; code != 0 || !strings.HasPrefix(out, want) {
+	if want := "cluster itl: 2 shards, 2 nodes; replicated: no (one copy per shard)\nok: "; code != 0 || !strings.HasPrefix(out, want) {
 		t.Fatalf("after migrate: exit %d, want 0 and %q:\n%s", code, want, out)
 	}
 	t.Logf("healthy:\n%s", out)
