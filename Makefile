@@ -66,7 +66,9 @@ CLDR_SUBDIV_VERSION := 48.2.0
 CLDR_SUBDIV_DIR := $(CACHE_DIR)/cldr-subdivisions-$(CLDR_SUBDIV_VERSION)
 # The edge Worker (`make edge`): app.wasm, its wasm_exec.js and worker.mjs, ready for wrangler or workerd.
 EDGE_OUT    ?= bin/edge
-APT_PKGS    := chromium chromium-driver nginx libnginx-mod-http-brotli-filter brotli firefox-esr webkit2gtk-driver xvfb
+# zookeeper: Debian's ZooKeeper 3.8 (Java), for the test of `itlmon cluster check` against the engine's real
+# answers for a Replicated table (collector/cmd/itlmon, TestClusterCheckReplicated).
+APT_PKGS    := chromium chromium-driver nginx libnginx-mod-http-brotli-filter brotli firefox-esr webkit2gtk-driver xvfb zookeeper
 SUDO        := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 WASM_OUT    := web/dist
 TEST_TIMEOUT ?= 25m

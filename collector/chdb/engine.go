@@ -248,8 +248,26 @@ func (e *Engine) Ready(ctx context.Context) error {
 // once it has exited: the engine is down then (Ready waits), and the
 // supervisor restarts it after a backoff.
 func (e *Engine) Kill() error {
+	return e.kill(false)
+}
+
+// Crash sends SIGKILL to the current child, as Kill does, and keeps the
+// engine down until Restart: a server that died and was not brought back
+// yet (a shard away).
+func (e *Engine) Crash() error {
+	return e.kill(true)
+}
+
+func (e *Engine) kill(hold bool) error {
 	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		return ErrClosed
+	}
 	c := e.proc
+	if hold && c != nil {
+		e.stopped = true
+	}
 	e.mu.Unlock()
 	if c == nil {
 		return errors.New("chdb: engine not running")

@@ -181,6 +181,43 @@ func TestStopRestartClose(t *testing.T) {
 	})
 }
 
+// TestCrashHolds: a crashed engine (SIGKILL) stays down however long, as a
+// stopped one does, until Restart, which brings it up at once; a killed one
+// comes back by itself after the backoff.
+func TestCrashHolds(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := &fakeLauncher{}
+		e := startFake(t, f, time.Second)
+		ctx := context.Background()
+		if err := e.Crash(); err != nil {
+			t.Fatal(err)
+		}
+		if pid := e.PID(); pid != 0 {
+			t.Fatalf("PID after Crash = %d, want 0", pid)
+		}
+		time.Sleep(time.Hour)
+		if n, pid := f.count(), e.PID(); n != 1 || pid != 0 {
+			t.Fatalf("an hour after Crash: %d launches, PID %d; want 1 and down", n, pid)
+		}
+		began := time.Now()
+		if err := e.Restart(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if n, took := f.count(), time.Since(began); n != 2 || took != 0 {
+			t.Fatalf("Restart after Crash: %d launches after %v, want 2 at once", n, took)
+		}
+		if err := e.Kill(); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.Ready(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if n, took := f.count(), time.Since(began); n != 3 || took != minBackoff {
+			t.Fatalf("after Kill: %d launches after %v, want 3 after %v (the backoff)", n, took, minBackoff)
+		}
+	})
+}
+
 // TestStopTimeout: a child that ignores SIGTERM is killed after StopTimeout.
 func TestStopTimeout(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {

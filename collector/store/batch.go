@@ -123,7 +123,8 @@ var insertHook atomic.Pointer[func(table string, sent bool) error]
 
 // insertInbox lands rows in itl_inbox: one plain insert, no deduplication
 // (copies are the promoter's business). On a cluster the insert goes through
-// the Distributed table and returns once the shards have the rows.
+// the Distributed table and returns once the shards have the rows; when it
+// fails, the rows of the shards that answer are landed anyway (landByShard).
 func (db *DB) insertInbox(ctx context.Context, rows []InboxRow) error {
 	if len(rows) == 0 {
 		return nil
@@ -132,7 +133,14 @@ func (db *DB) insertInbox(ctx context.Context, rows []InboxRow) error {
 	if db.cluster != "" {
 		set["distributed_foreground_insert"] = 1
 	}
-	return insertRows(ctx, db.conn, "itl_inbox", inboxColumns, set, rows)
+	err := insertRows(ctx, db.conn, "itl_inbox", inboxColumns, set, rows)
+	if err != nil && db.cluster != "" && !refused(err) && ctx.Err() == nil {
+		// A shard may be away: the others get their rows now (shardsplit.go).
+		if n, lerr := db.landByShard(ctx, rows, set); n > 0 || lerr != nil {
+			db.log.Debug().Err(lerr).Int("rows", len(rows)).Int("landed", n).Msg("inbox insert failed; landed the rows of the shards that answer")
+		}
+	}
+	return err
 }
 
 // InsertStreams inserts the timelines of streams into itl_timelines, then

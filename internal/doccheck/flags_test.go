@@ -15,11 +15,15 @@ import (
 
 const operatingPath = "../../docs/operating.md"
 
+// clusterCheckFile defines the flags of `itlmon cluster check`, which
+// docs/reference.md lists (TestClusterCheckFlags), not operating.md.
+const clusterCheckFile = "cluster.go"
+
 // TestOperatingFlags compares the flags itlmon serve and migrate define
 // (collector/cmd/itlmon) with the first cells of the flag table under
 // "## Flags" in docs/operating.md ("| `--addr address` | ...").
 func TestOperatingFlags(t *testing.T) {
-	defined := commandFlags(t, "../../collector/cmd/itlmon")
+	defined := commandFlags(t, "../../collector/cmd/itlmon", func(file string) bool { return file != clusterCheckFile })
 	b, err := os.ReadFile(operatingPath)
 	if err != nil {
 		t.Fatal(err)
@@ -48,9 +52,43 @@ func TestOperatingFlags(t *testing.T) {
 	}
 }
 
+// TestClusterCheckFlags compares the flags of `itlmon cluster check`
+// (collector/cmd/itlmon/cluster.go) with the first cells of the table under
+// "### `itlmon cluster check`" in docs/reference.md.
+func TestClusterCheckFlags(t *testing.T) {
+	defined := commandFlags(t, "../../collector/cmd/itlmon", func(file string) bool { return file == clusterCheckFile })
+	b, err := os.ReadFile(referencePath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rowRe := regexp.MustCompile("^\\| `--([a-z0-9-]+)[^`]*` \\|")
+	var documented []string
+	section := ""
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(line, "#") {
+			section = line
+			continue
+		}
+		if m := rowRe.FindStringSubmatch(line); m != nil && section == "### `itlmon cluster check`" {
+			documented = append(documented, m[1])
+		}
+	}
+	for _, f := range defined {
+		if !slices.Contains(documented, f) {
+			t.Errorf("flag --%s of itlmon cluster check is not in the table under \"### `itlmon cluster check`\" in %s", f, referencePath)
+		}
+	}
+	for _, f := range documented {
+		if !slices.Contains(defined, f) {
+			t.Errorf("%s documents --%s, which itlmon cluster check does not define", referencePath, f)
+		}
+	}
+}
+
 // commandFlags returns the names of the flags registered in dir's non-test
-// files: the string literal naming the flag in each FlagSet method call.
-func commandFlags(t *testing.T, dir string) []string {
+// files that keep holds for: the string literal naming the flag in each
+// FlagSet method call.
+func commandFlags(t *testing.T, dir string, keep func(file string) bool) []string {
 	t.Helper()
 	nameArg := map[string]int{
 		"String": 0, "Bool": 0, "Int": 0, "Int64": 0, "Uint": 0, "Float64": 0, "Duration": 0, "Func": 0, "TextVar": 1,
@@ -63,7 +101,7 @@ func commandFlags(t *testing.T, dir string) []string {
 	var names []string
 	fset := token.NewFileSet()
 	for _, path := range files {
-		if strings.HasSuffix(path, "_test.go") {
+		if strings.HasSuffix(path, "_test.go") || !keep(filepath.Base(path)) {
 			continue
 		}
 		f, err := parser.ParseFile(fset, path, nil, 0)
