@@ -16,8 +16,8 @@ import (
 )
 
 // cpuTimes is the CPU time spent so far by this test process (the
-// collector, in process, and the benchmark's clients) and by the engine's
-// process.
+// collector, in process; the ingest report's load clients run in a
+// process of their own) and by the engine's process.
 type cpuTimes struct{ self, engine time.Duration }
 
 func cpuNow(t testing.TB, enginePID int) cpuTimes {
@@ -58,7 +58,7 @@ func phaseCPU(t testing.TB, conn driver.Conn, enginePID int, cpu0 cpuTimes) cpuT
 
 // cpuSplit places the collector and the engine on separate CPUs, as they
 // run in production (on separate machines): this test process (the
-// collector, its benchmark clients or the direct insert's client) on the
+// collector or the direct insert's client) on the
 // first CPU it may use, the engine's process on the others. ok is false
 // with fewer than two CPUs allowed.
 type cpuSplit struct {

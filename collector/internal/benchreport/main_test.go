@@ -7,4 +7,7 @@ import (
 	"github.com/itlmon/itlmon/collector/internal/itlmontest"
 )
 
-func TestMain(m *testing.M) { os.Exit(itlmontest.Main(m)) }
+func TestMain(m *testing.M) {
+	maybeRunClients()
+	os.Exit(itlmontest.Main(m))
+}

@@ -76,14 +76,9 @@ func TestReportIngest(t *testing.T) {
 	if err := conn.Exec(t.Context(), "CREATE TABLE itl_inbox_direct AS itl_inbox"); err != nil {
 		t.Fatal(err)
 	}
-	conns := make([]*websocket.Conn, clients)
-	for i := range conns {
-		c, _, err := itlmontest.DialWS(t, m.URL(), "test", itlmontest.PageOrigin)
-		if err != nil {
-			t.Fatal(err)
-		}
-		conns[i] = c
-	}
+	// The clients run in a process of their own: the CPU counted for
+	// this process is the collector's (clients_test.go).
+	cl := startClients(t, clientsConfig{URL: m.URL(), Clients: clients, Batches: batches, PerBatch: perBatch, InFlight: inFlight})
 
 	// Two placements, alternating in every round: shared (the collector and
 	// the engine scheduled on every CPU, as the machine runs them) and
@@ -94,9 +89,11 @@ func TestReportIngest(t *testing.T) {
 		name                    string
 		pinned                  bool
 		e2eTimes, directTimes   []time.Duration
-		e2eSteady, directSteady []float64 // records/s once under way (steady)
-		e2eCPU, directCPU       cpuTimes  // all rounds
-		promotedInE2E           uint64    // records promoted while the WebSocket phases' CPU was counted
+		e2eSteady, directSteady []float64     // records/s once under way (steady)
+		e2eCPU, directCPU       cpuTimes      // all rounds
+		clientsCPU              time.Duration // the clients' process in the WebSocket phases, all rounds
+		ratios                  []float64     // per round: acked steady rate / the direct insert's
+		promotedInE2E           uint64        // records promoted while the WebSocket phases' CPU was counted
 	}
 	places := []*placement{{name: "shared CPUs"}}
 	if split.ok {
@@ -107,26 +104,29 @@ func TestReportIngest(t *testing.T) {
 	sent := uint64(0)
 	for round := 0; round < rounds; round++ {
 		for k, pl := range places {
-			frames, streams := ingestRound(t, uint32(round*len(places)+k), clients, batches, perBatch)
+			r := uint32(round*len(places) + k)
+			cl.prepare(t, r)
+			streams := roundStreams(r, clients, batches, perBatch)
 			if pl.pinned {
 				split.pin(t, pid)
+				// The clients (browsers elsewhere in production) on the
+				// engine's CPUs: the collector's CPU is its own.
+				setAffinity(t, cl.pid(), &split.engine)
 			}
 			quiesce(t, conn)
 			cpu0 := cpuNow(t, pid)
+			clients0 := procCPU(cl.pid())
 			promoted0 := m.Promoter.Stats().Records
 			stopProfile := func() {}
 			if !pl.pinned {
 				stopProfile = profileTo(t, os.Getenv("ITLMON_INGEST_CPUPROFILE"), round)
 			}
 			began := time.Now()
-			sd := &steady{total: totalRecs}
-			d, err := runClients(conns, frames, inFlight, perBatch, sd)
+			d, e2eRate := cl.run(t)
 			stopProfile()
-			if err != nil {
-				t.Fatal(err)
-			}
+			pl.clientsCPU += time.Duration((procCPU(cl.pid()) - clients0) * float64(time.Second))
 			pl.e2eTimes = append(pl.e2eTimes, d)
-			pl.e2eSteady = append(pl.e2eSteady, sd.rate())
+			pl.e2eSteady = append(pl.e2eSteady, e2eRate)
 			pl.e2eCPU = pl.e2eCPU.add(phaseCPU(t, conn, pid, cpu0))
 			pl.promotedInE2E += m.Promoter.Stats().Records - promoted0
 			sent += totalRecs
@@ -138,18 +138,17 @@ func TestReportIngest(t *testing.T) {
 			if !pl.pinned {
 				readableTimes = append(readableTimes, time.Since(began))
 			}
-			for i := range streams {
-				streams[i].Site = "direct" // not counted as the WebSocket's
-			}
 			rows := inboxRows(t, streams)
 			quiesce(t, conn)
 			cpu0 = cpuNow(t, pid)
-			sd = &steady{total: totalRecs}
+			sd := &steady{total: totalRecs}
 			pl.directTimes = append(pl.directTimes, insertInboxDirect(t, m, rows, sd))
 			pl.directSteady = append(pl.directSteady, sd.rate())
 			pl.directCPU = pl.directCPU.add(phaseCPU(t, conn, pid, cpu0))
+			pl.ratios = append(pl.ratios, e2eRate/sd.rate())
 			if pl.pinned {
 				split.unpin(t, pid)
+				setAffinity(t, cl.pid(), &split.all)
 			} else {
 				streamsTimes = append(streamsTimes, insertDirect(t, m, streams))
 			}
@@ -201,16 +200,29 @@ func TestReportIngest(t *testing.T) {
 	}
 	// CPU per record, all rounds: what each side costs, whatever the
 	// machine's other load did to the wall-clock times. The test process
-	// is the collector plus its benchmark clients (which only write
-	// prepared frames and read acks), or the clickhouse-go client of the
-	// direct insert (its rows encoded beforehand, outside the timing).
+	// is the collector (its load clients run in a process of their own,
+	// counted apart), or the clickhouse-go client of the direct insert
+	// (its rows encoded beforehand, outside the timing).
 	perRec := func(d time.Duration) float64 { return float64(d.Microseconds()) / float64(rounds*totalRecs) }
 	fmt.Fprintf(&b, "CPU per record, all rounds (us): %-48s %8s %8s %8s\n", "", "test", "engine", "total")
 	for _, pl := range places {
-		fmt.Fprintf(&b, "  %-78s %8.1f %8.1f %8.1f\n", pl.name+": WebSocket -> itl_inbox (test = collector + clients)",
+		fmt.Fprintf(&b, "  %-78s %8.1f %8.1f %8.1f\n", pl.name+": WebSocket -> itl_inbox (test = the collector)",
 			perRec(pl.e2eCPU.self), perRec(pl.e2eCPU.engine), perRec(pl.e2eCPU.self+pl.e2eCPU.engine))
+		fmt.Fprintf(&b, "  %-78s %8.1f\n", pl.name+": its 50 load clients, a process of their own (not in the figure above)", perRec(pl.clientsCPU))
 		fmt.Fprintf(&b, "  %-78s %8.1f %8.1f %8.1f\n", pl.name+": direct insert into itl_inbox (test = clickhouse-go client)",
 			perRec(pl.directCPU.self), perRec(pl.directCPU.engine), perRec(pl.directCPU.self+pl.directCPU.engine))
+	}
+	// The goals, each next to its figure and baseline.
+	fmt.Fprintf(&b, "goals (baseline: the direct clickhouse-go insert of the same inbox rows, same rounds):\n")
+	for _, pl := range places {
+		e2e, direct := pl.e2eCPU.self+pl.e2eCPU.engine, pl.directCPU.self+pl.directCPU.engine
+		ratio := float64(e2e) / float64(direct)
+		fmt.Fprintf(&b, "  %s: CPU per record, collector + engine / client + engine of the direct insert: %.2fx (%.1f vs %.1f us)   goal at most 1.25x: %s\n",
+			pl.name, ratio, perRec(e2e), perRec(direct), verdict(ratio <= 1.25))
+		sorted := slices.Clone(pl.ratios)
+		slices.Sort(sorted)
+		fmt.Fprintf(&b, "  %s: steady acked rate / direct insert's, per round %.2f: worst %.2f, median %.2f, best %.2f   goal at least 0.8 in every round: %s\n",
+			pl.name, pl.ratios, sorted[0], sorted[len(sorted)/2], sorted[len(sorted)-1], verdict(sorted[0] >= 0.8))
 	}
 	for _, pl := range places {
 		fmt.Fprintf(&b, "  %s: %d records promoted while the WebSocket phases' engine CPU was counted (0: no promotion in that figure)\n",
@@ -298,8 +310,9 @@ func (s *steady) rate() float64 {
 }
 
 // profileTo starts a CPU profile of this process into prefix.N.pprof when
-// prefix is set (ITLMON_INGEST_CPUPROFILE: the WebSocket phases only, to
-// read with go tool pprof -tagignore role=bench-client), and returns its stop.
+// prefix is set (ITLMON_INGEST_CPUPROFILE: the WebSocket phases only; the
+// load clients run in a process of their own, so it is the collector's),
+// and returns its stop.
 func profileTo(t *testing.T, prefix string, n int) func() {
 	if prefix == "" {
 		return func() {}
@@ -337,77 +350,26 @@ func roundAll(ds []time.Duration) []time.Duration {
 	return out
 }
 
-// ingestRound prepares each client's frames and the same rows as streams
-// (with other ids) for the direct insert. Frames are encoded up front: the
-// clients measure the collector, not the encoder.
-func ingestRound(t *testing.T, round uint32, clients, batches, perBatch int) ([][][]byte, []collector.Stream) {
-	frames := make([][][]byte, clients)
-	var streams []collector.Stream
+// roundStreams are round's records (roundRecords) as the direct insert's
+// streams, each with a stream id of its own.
+func roundStreams(round uint32, clients, batches, perBatch int) []collector.Stream {
+	recs := roundRecords(round, clients, batches, perBatch)
+	streams := make([]collector.Stream, len(recs))
 	now := time.Now().UTC()
-	for c := range frames {
-		for b := 0; b < batches; b++ {
-			recs := make([]beacon.Record, perBatch)
-			for j := range recs {
-				recs[j] = benchRecord(100+round, uint32((c*batches+b)*perBatch+j))
-				s := collector.Stream{Record: recs[j], Site: "test", ReceivedAt: now, ConnType: "4g",
-					Country: "DE", Region: "unknown", Browser: "Firefox", BrowserMajor: 133, OS: "Linux", Device: "desktop"}
-				rand.Read(s.StreamID[:]) // distinct rows for the baseline
-				streams = append(streams, s)
-			}
-			frames[c] = append(frames[c], itlmontest.BatchBytes(t, uint64(b+1), recs))
-		}
+	for i, r := range recs {
+		streams[i] = collector.Stream{Record: r, Site: "direct", ReceivedAt: now, ConnType: "4g",
+			Country: "DE", Region: "unknown", Browser: "Firefox", BrowserMajor: 133, OS: "Linux", Device: "desktop"}
+		rand.Read(streams[i].StreamID[:])
 	}
-	return frames, streams
+	return streams
 }
 
-// runClients sends every client's frames with at most inFlight unacked and
-// returns the time until the last ack.
-func runClients(conns []*websocket.Conn, frames [][][]byte, inFlight, perFrame int, sd *steady) (time.Duration, error) {
-	began := time.Now()
-	var wg sync.WaitGroup
-	errs := make(chan error, len(conns))
-	for i, c := range conns {
-		wg.Add(1)
-		// Labelled, so a CPU profile of the report (-cpuprofile, then
-		// pprof -tagignore role=bench-client) shows the collector alone.
-		go pprof.Do(context.Background(), pprof.Labels("role", "bench-client"), func(context.Context) {
-			defer wg.Done()
-			window := make(chan struct{}, inFlight)
-			done := make(chan error, 1)
-			go func() { // acks
-				for n := 0; n < len(frames[i]); n++ {
-					_, p, err := c.ReadMessage()
-					if err == nil {
-						var a beacon.Ack
-						if a, err = beacon.DecodeAck(p); err == nil && a.Reject != beacon.RejectNone {
-							err = fmt.Errorf("batch %d refused: %v", a.Seq, a.Reject)
-						}
-					}
-					if err != nil {
-						done <- err
-						return
-					}
-					sd.done(perFrame)
-					<-window
-				}
-				done <- nil
-			}()
-			for _, f := range frames[i] {
-				window <- struct{}{}
-				if err := c.WriteMessage(websocket.BinaryMessage, f); err != nil {
-					errs <- err
-					return
-				}
-			}
-			if err := <-done; err != nil {
-				errs <- err
-			}
-		})
+// verdict is how a figure stands against its goal.
+func verdict(met bool) string {
+	if met {
+		return "met"
 	}
-	wg.Wait()
-	d := time.Since(began)
-	close(errs)
-	return d, <-errs
+	return "NOT met"
 }
 
 // insertDirect is the baseline: the rows straight into the same ClickHouse
