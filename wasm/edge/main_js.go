@@ -48,7 +48,7 @@ type worker struct {
 	read    bool     // env is set
 	cfg     Config
 	cfgErr  error
-	buf     []byte // feed's copy of a batch
+	buf     []byte  // feed's copy of a batch
 	poster  *Poster // the isolate's timeline posts (cfg's target, key and deadline)
 }
 
