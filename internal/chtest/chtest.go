@@ -100,7 +100,8 @@ func libPath(tb testing.TB) string {
 // The schema is copied, not migrated again: the first call migrates a
 // template database (store's Migrate, every schema file in order), and each
 // database gets the template's tables, then its views, from the CREATE
-// statements the engine keeps for them, plus its schema_migrations rows; then
+// statements the engine keeps for them, plus the rows the migrations wrote
+// (schema_migrations, itl_rollup_1h_from); then
 // Migrate runs on it as on any database (nothing left to apply; the TTL of
 // opts). A migration is ~120 statements, several of them slow ALTERs; the
 // copy is ~20 CREATEs, a few times faster, and every test of the package
@@ -170,7 +171,8 @@ var (
 
 // templateSchema migrates the template database on first use and returns
 // the statements that copy it: its tables, then its views (each view's
-// source and target tables exist by then), then its schema_migrations rows.
+// source and target tables exist by then), then the rows the migrations
+// wrote.
 // They name the template's objects as templateRef.
 func templateSchema(tb testing.TB) ([]string, error) {
 	tb.Helper()
@@ -208,7 +210,18 @@ func templateSchema(tb testing.TB) ([]string, error) {
 		if templateErr = rows.Err(); templateErr != nil {
 			return
 		}
-		templateStmts = append(templateStmts, "INSERT INTO "+templateRef+"schema_migrations SELECT * FROM `"+templateDB+"`.schema_migrations")
+		// The rows the migrations wrote (schema_migrations, and rows such as
+		// itl_rollup_1h_from's that say from when a table is complete), but
+		// the template's own schema lock.
+		var filled []string
+		if templateErr = db.Conn().QueryRow(ctx, `SELECT groupArray(name) FROM system.tables
+			WHERE database = ? AND engine NOT LIKE '%View' AND NOT startsWith(name, '.inner')
+			AND name != 'schema_lock' AND total_rows > 0`, templateDB).Scan(&filled); templateErr != nil {
+			return
+		}
+		for _, name := range filled {
+			templateStmts = append(templateStmts, "INSERT INTO "+templateRef+name+" SELECT * FROM `"+templateDB+"`."+name)
+		}
 	})
 	return templateStmts, templateErr
 }
