@@ -336,7 +336,7 @@ func evaluate(o Options, want []uint32, nodes []nodeState) Report {
 		}
 		// Distributed tables and their sharding keys.
 		for _, t := range n.Locals {
-			if t.Name == "schema_migrations" || strings.HasPrefix(t.Name, ".inner") {
+			if slices.Contains(store.RunnerTables, t.Name) || strings.HasPrefix(t.Name, ".inner") {
 				continue
 			}
 			full, ok := n.Distributed[t.Name]

@@ -36,6 +36,7 @@ func healthyTables(replicated bool) ([]localTable, map[string]string) {
 		{Name: "itl_streams", Engine: prefix + "ReplacingMergeTree", SortingKey: "site, toStartOfHour(start), stream_id",
 			Columns: []string{"site", "start", "stream_id", "origin_id", "tokens"}},
 		{Name: "schema_migrations", Engine: prefix + "ReplacingMergeTree", SortingKey: "version", Columns: []string{"version", "name", "applied_at"}},
+		{Name: "schema_lock", Engine: prefix + "MergeTree", SortingKey: "lease", Columns: []string{"lease", "holder"}},
 	}
 	dist := map[string]string{
 		"itl_inbox":   "Distributed('itl', 'itlmon_local', 'itl_inbox', cityHash64(if(origin_id != '', origin_id, stream_id)))",

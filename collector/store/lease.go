@@ -53,6 +53,11 @@ import (
 // lockTable is the lease's table, next to schema_migrations.
 const lockTable = "schema_lock"
 
+// RunnerTables are the tables the migration runner keeps for itself in a
+// database (on a cluster, in each node's local database): schema_migrations
+// and the schema lock's. They have no Distributed table.
+var RunnerTables = []string{"schema_migrations", lockTable}
+
 // lockTableDDL creates the lease's table as name, with engine and the
 // ON CLUSTER clause on (empty on one server). Rows are few (a claim, a
 // renewal every Renew while a migration runs, a release): no TTL, which
