@@ -269,8 +269,8 @@ unit: wasm
 # The packages in the order `go test -p 2` starts them: it runs them in the order given (the rest of
 # ./... after these, deduplicated), so the longest start first and the short ones fill the other
 # slot; the suite ends when its longest chain does. docs/development.md has the times per package.
-SLOW_PKGS   := ./e2e ./collector/cmd/itlmon ./collector/join ./collector/store ./collector/query \
-	./collector/grafana ./collector/otlp ./collector/chdb
+SLOW_PKGS   := ./e2e ./collector/scenario ./collector/store ./collector/cmd/itlmon ./collector/promoter ./collector/query \
+	./collector/join ./collector/grafana ./collector/otlp ./collector/chdb
 # make check: every package but the browser end-to-end ones (e2e, e2e/browsers); ITLMON_NO_BROWSERS=1
 # skips the few browser tests elsewhere (the dashboard page in collector/query).
 CHECK_PKGS   = $(filter-out ./e2e,$(SLOW_PKGS)) $(shell $(GO) list ./... | grep -v -e '/e2e$$' -e '/e2e/browsers$$')
