@@ -349,5 +349,17 @@ func (w *webkit) Exited() (bool, string) {
 	if w.driver.exited() || w.xvfb.exited() {
 		return true, w.log.String()
 	}
+	// A driver whose process is still there but no longer answers (CI saw
+	// "connection refused" from a driver whose process had not ended) is
+	// as gone.
+	root, _, _ := strings.Cut(w.base, "/session/")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var status struct {
+		Ready bool `json:"ready"`
+	}
+	if err := w.do(ctx, http.MethodGet, root+"/status", nil, &status); err != nil {
+		return true, w.log.String() + "\n(the driver's process is there but /status failed: " + err.Error() + ")"
+	}
 	return false, ""
 }
