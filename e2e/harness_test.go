@@ -337,12 +337,16 @@ e2e.stream = async function (query, opts) {
     parts.push(u8); out.bytes += u8.byteLength; out.reads++;
     if (out.ttftMs < 0) { text += dec.decode(u8, { stream: true }); if (text.indexOf('"delta":{"content":') >= 0) out.ttftMs = performance.now() - t0; }
   };
-  if (opts.abortAfterMs) setTimeout(function () { ctrl.abort(); }, opts.abortAfterMs);
+  var body = JSON.stringify({ model: opts.model || 'e2e-model', stream: true, messages: [{ role: 'user', content: 'hi' }] });
   try {
-    var resp = await fetch((opts.path || '/v1/chat/completions') + '?' + query, {
-      method: 'POST', signal: ctrl.signal, headers: { 'Content-Type': 'application/json' },
-      body: JSON.stringify({ model: opts.model || 'e2e-model', stream: true, messages: [{ role: 'user', content: 'hi' }] }),
+    var pending = fetch((opts.path || '/v1/chat/completions') + '?' + query, {
+      method: 'POST', signal: ctrl.signal, headers: { 'Content-Type': 'application/json' }, body: body,
     });
+    // The abort's timer starts once fetch was called: the stream's start
+    // (stamped in the call) is before it, so the time waited is at least
+    // abortAfterMs however late a busy machine ran the call.
+    if (opts.abortAfterMs) setTimeout(function () { ctrl.abort(); }, opts.abortAfterMs);
+    var resp = await pending;
     out.status = resp.status; out.url = resp.url; out.type = resp.type; out.redirected = resp.redirected;
     out.ctype = resp.headers.get('content-type') || '';
     var mode = opts.mode || 'reader';
