@@ -37,6 +37,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -81,6 +82,15 @@ type Options struct {
 	// trying new ones, for engines other servers reach by a configured port.
 	FixedPorts  bool
 	StopTimeout time.Duration // SIGTERM grace before SIGKILL; default 10 s
+	// LogFile is the engine's own log (its --logger.log), where it writes
+	// why it failed: a fatal signal's stack, a logical error. Default
+	// DIR/engine.log; "-" keeps no log. A child that dies has the log's
+	// fatal lines since its start copied into Logger's "clickhouse engine
+	// died" entry.
+	LogFile string
+	// LogLevel is the engine log's level (ClickHouse's names: fatal, error,
+	// warning, information, debug, trace); default warning.
+	LogLevel string
 }
 
 // Engine is a running, supervised ClickHouse child process. Its methods are
@@ -110,10 +120,11 @@ type Engine struct {
 
 // child is one engine process.
 type child struct {
-	pid    int
-	signal func(os.Signal) error // the process's Signal
-	exited chan struct{}         // closed after Wait returned
-	err    error                 // Wait's result, valid after exited
+	pid     int
+	logFrom int64                 // size of the engine log when the child started
+	signal  func(os.Signal) error // the process's Signal
+	exited  chan struct{}         // closed after Wait returned
+	err     error                 // Wait's result, valid after exited
 }
 
 // Start launches the engine, waits until it answers /ping and supervises it
@@ -188,6 +199,12 @@ func (o *Options) setDefaults() error {
 	}
 	if o.ReadyTimeout <= 0 {
 		o.ReadyTimeout = defaultReadyTimeout
+	}
+	if o.LogFile == "" {
+		o.LogFile = filepath.Join(o.Dir, "engine.log")
+	}
+	if o.LogLevel == "" {
+		o.LogLevel = "warning"
 	}
 	if o.StopTimeout <= 0 {
 		o.StopTimeout = defaultStopTimeout
@@ -381,8 +398,11 @@ func (e *Engine) supervise(ctx context.Context, started chan<- error) {
 				if time.Since(began) > stableAfter {
 					backoff = minBackoff
 				}
-				e.log.Error().Err(c.err).Dur("uptime", time.Since(began)).
-					Dur("restart_in", backoff).Msg("clickhouse engine died")
+				ev := e.log.Error().Err(c.err).Dur("uptime", time.Since(began)).Dur("restart_in", backoff)
+				if lines := e.deathLines(c); len(lines) > 0 {
+					ev = ev.Strs("engine_log", lines).Str("engine_log_file", e.opts.LogFile)
+				}
+				ev.Msg("clickhouse engine died")
 				if !e.sleep(backoff) {
 					return
 				}
@@ -531,6 +551,13 @@ func (e *Engine) spawn(native, httpPort int) (*child, error) {
 	if e.opts.ConfigFile != "" {
 		args = append([]string{"--config-file=" + e.opts.ConfigFile}, args...)
 	}
+	var logFrom int64
+	if e.opts.LogFile != "-" {
+		args = append(args, "--logger.log="+e.opts.LogFile, "--log-level="+e.opts.LogLevel)
+		if fi, err := os.Stat(e.opts.LogFile); err == nil {
+			logFrom = fi.Size()
+		}
+	}
 	cmd := exec.Command(e.opts.Exe, args...)
 	cmd.Dir = e.opts.Dir
 	cmd.Env = append(os.Environ(), childEnv+"=1", libEnv+"="+e.opts.LibPath)
@@ -545,7 +572,7 @@ func (e *Engine) spawn(native, httpPort int) (*child, error) {
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("chdb: start child: %w", err)
 	}
-	c := &child{pid: cmd.Process.Pid, signal: cmd.Process.Signal, exited: make(chan struct{})}
+	c := &child{pid: cmd.Process.Pid, logFrom: logFrom, signal: cmd.Process.Signal, exited: make(chan struct{})}
 	logged := make(chan struct{})
 	go func() {
 		defer close(logged)
@@ -564,6 +591,12 @@ func (e *Engine) logStderr(r io.Reader, pid int) {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 0, 4096), 1<<20)
 	for sc.Scan() {
+		if strings.HasPrefix(sc.Text(), "Logging ") && strings.Contains(sc.Text(), " to ") {
+			// "Logging warning to DIR/engine.log": the engine says where
+			// its log goes at each start.
+			e.log.Debug().Int("pid", pid).Str("stderr", sc.Text()).Msg("clickhouse engine")
+			continue
+		}
 		e.log.Warn().Int("pid", pid).Str("stderr", sc.Text()).Msg("clickhouse engine")
 	}
 }
@@ -621,4 +654,51 @@ func freePorts() (native, httpPort int, err error) {
 		l.Close()
 	}
 	return ls[0].Addr().(*net.TCPAddr).Port, ls[1].Addr().(*net.TCPAddr).Port, nil
+}
+
+// Bounds of what deathLines copies from the engine log.
+const (
+	deathLogBytes = 64 << 10
+	deathLogLines = 40
+)
+
+// deathLines returns what the engine logged about its end since c started:
+// its <Fatal> lines (a signal's report and stack), or else its last lines.
+func (e *Engine) deathLines(c *child) []string {
+	if e.opts.LogFile == "-" {
+		return nil
+	}
+	f, err := os.Open(e.opts.LogFile)
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil || fi.Size() <= c.logFrom {
+		return nil // rotated, or nothing written
+	}
+	from := max(c.logFrom, fi.Size()-deathLogBytes)
+	b := make([]byte, fi.Size()-from)
+	if _, err := f.ReadAt(b, from); err != nil && !errors.Is(err, io.EOF) {
+		return nil
+	}
+	all := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if from > c.logFrom && len(all) > 1 {
+		all = all[1:] // the first line was cut
+	}
+	var fatal []string
+	for _, l := range all {
+		if strings.Contains(l, "<Fatal>") {
+			fatal = append(fatal, l)
+		}
+	}
+	if len(fatal) == 0 && len(all) > 10 {
+		fatal = all[len(all)-10:] // a kill: what it was doing
+	} else if len(fatal) == 0 {
+		fatal = all
+	}
+	if len(fatal) > deathLogLines {
+		fatal = fatal[len(fatal)-deathLogLines:]
+	}
+	return fatal
 }

@@ -2,13 +2,16 @@ package chdb_test
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -143,7 +146,8 @@ func TestEngineLifecycle(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	dir := t.TempDir()
-	log := zerolog.New(zerolog.NewTestWriter(t))
+	var died syncBuffer
+	log := zerolog.New(zerolog.MultiLevelWriter(zerolog.NewTestWriter(t), &died))
 
 	began := time.Now()
 	e, err := chdb.Start(ctx, chdb.Options{LibPath: lib, Dir: dir, Logger: log})
@@ -198,6 +202,25 @@ func TestEngineLifecycle(t *testing.T) {
 	}
 	if got, want := readyCount(t, ctx, e, conn), uint64(1000); got != want {
 		t.Fatalf("count after crash = %d, want %d", got, want)
+	}
+
+	// An engine that aborts by itself: the supervisor's entry carries what
+	// the engine logged of its end (the signal and its stack), read from
+	// its own log.
+	died.Reset()
+	if err := syscall.Kill(e.PID(), syscall.SIGABRT); err != nil {
+		t.Fatalf("SIGABRT: %v", err)
+	}
+	entry, err := died.WaitFor(ctx, `"message":"clickhouse engine died"`)
+	if err != nil {
+		t.Fatalf("no entry for the aborted engine: %v", err)
+	}
+	if got, want := readyCount(t, ctx, e, conn), uint64(1000); got != want {
+		t.Fatalf("count after abort = %d, want %d", got, want)
+	}
+	if !strings.Contains(entry, `"message":"clickhouse engine died"`) || !strings.Contains(entry, "Received signal") ||
+		!strings.Contains(entry, filepath.Join(dir, "engine.log")) {
+		t.Fatalf("the supervisor's entry on an abort lacks the engine's own report: %s", entry)
 	}
 
 	if err := e.Close(ctx); err != nil {
@@ -322,4 +345,55 @@ func TestDedupGhostRepaired(t *testing.T) {
 	if got := rows(); got != 1 {
 		t.Fatalf("rows after the retry = %d, want 1: the retry was dropped as a duplicate of a part that does not exist", got)
 	}
+}
+
+// syncBuffer is a bytes.Buffer safe for the supervisor's goroutine and the
+// test's, which can wait for what it holds.
+type syncBuffer struct {
+	mu      sync.Mutex
+	b       bytes.Buffer
+	written chan struct{} // closed and replaced at each Write
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.written != nil {
+		close(s.written)
+		s.written = nil
+	}
+	return s.b.Write(p)
+}
+
+// WaitFor returns the buffer once it contains sub, or ctx's error.
+func (s *syncBuffer) WaitFor(ctx context.Context, sub string) (string, error) {
+	for {
+		s.mu.Lock()
+		text := s.b.String()
+		if s.written == nil {
+			s.written = make(chan struct{})
+		}
+		written := s.written
+		s.mu.Unlock()
+		if strings.Contains(text, sub) {
+			return text, nil
+		}
+		select {
+		case <-written:
+		case <-ctx.Done():
+			return text, ctx.Err()
+		}
+	}
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func (s *syncBuffer) Reset() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.b.Reset()
 }
