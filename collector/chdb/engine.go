@@ -43,6 +43,8 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+
+	"github.com/itlmon/itlmon/internal/halfclose"
 )
 
 const (
@@ -239,10 +241,11 @@ func (e *Engine) PID() int {
 
 // DialContext dials the engine's current native address whatever addr says,
 // so a client configured once keeps working after a restart on new ports.
-// Its signature fits clickhouse.Options.DialContext.
+// Its signature fits clickhouse.Options.DialContext. Its connections end
+// without a TCP reset however the client closes them (internal/halfclose):
+// a reset that reaches the engine midway through a statement aborts it.
 func (e *Engine) DialContext(ctx context.Context, _ string) (net.Conn, error) {
-	var d net.Dialer
-	return d.DialContext(ctx, "tcp", e.NativeAddr())
+	return halfclose.Dial(ctx, &net.Dialer{}, "tcp", e.NativeAddr())
 }
 
 // Ready blocks until a child is up and answering, or ctx ends.

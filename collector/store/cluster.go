@@ -240,7 +240,7 @@ func (db *DB) connect(ctx context.Context, addrs []string, database string) (dri
 		return nil, err
 	}
 	if addrs != nil {
-		o.Addr, o.DialContext = addrs, nil
+		o.Addr, o.DialContext = addrs, halfCloseDial(o)
 	}
 	o.Auth.Database = database
 	conn, err := clickhouse.Open(o)

@@ -15,6 +15,7 @@ import (
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 	"github.com/rs/zerolog"
 
+	"github.com/itlmon/itlmon/internal/halfclose"
 	"github.com/itlmon/itlmon/schema"
 )
 
@@ -121,11 +122,12 @@ func clickhouseOptions(opts Options) (*clickhouse.Options, error) {
 	if o.Auth.Database == "" {
 		o.Auth.Database = "default"
 	}
-	if opts.Dial != nil {
-		o.DialContext = opts.Dial
-	}
 	if o.DialTimeout == 0 || o.DialTimeout > 5*time.Second {
 		o.DialTimeout = 2 * time.Second // fail fast to the spool
+	}
+	o.DialContext = opts.Dial
+	if o.DialContext == nil {
+		o.DialContext = halfCloseDial(o)
 	}
 	// A ClickHouse elsewhere gets LZ4 blocks, unless its DSN chose
 	// (compress=lz4, zstd, ..., or false for none). The embedded engine
@@ -136,6 +138,20 @@ func clickhouseOptions(opts Options) (*clickhouse.Options, error) {
 		o.Compression = &clickhouse.Compression{Method: clickhouse.CompressionLZ4}
 	}
 	return o, nil
+}
+
+// halfCloseDial is o's dial with connections that end without a reset
+// (internal/halfclose: a reset mid-statement aborts the embedded engine,
+// which a DSN may name too), or nil, clickhouse-go's own dial, for TLS,
+// which clickhouse-go applies only when it dials itself.
+func halfCloseDial(o *clickhouse.Options) func(context.Context, string) (net.Conn, error) {
+	if o.TLS != nil {
+		return nil
+	}
+	d := &net.Dialer{Timeout: o.DialTimeout}
+	return func(ctx context.Context, addr string) (net.Conn, error) {
+		return halfclose.Dial(ctx, d, "tcp", addr)
+	}
 }
 
 // dsnSets reports whether dsn has the query parameter name.
