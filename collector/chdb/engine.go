@@ -691,17 +691,37 @@ func (e *Engine) deathLines(c *child) []string {
 	}
 	var fatal []string
 	for _, l := range all {
-		if strings.Contains(l, "<Fatal>") {
+		if i := strings.Index(l, "<Fatal>"); i >= 0 && !stackFrame(l[i:]) {
 			fatal = append(fatal, l)
 		}
 	}
 	if len(fatal) == 0 && len(all) > 10 {
-		fatal = all[len(all)-10:] // a kill: what it was doing
+		return all[len(all)-10:] // a kill: what it was doing
 	} else if len(fatal) == 0 {
-		fatal = all
+		return all
 	}
 	if len(fatal) > deathLogLines {
-		fatal = fatal[len(fatal)-deathLogLines:]
+		fatal = fatal[:deathLogLines] // the first say why
 	}
 	return fatal
+}
+
+// stackFrame reports whether a <Fatal> line is one frame of a stack trace
+// ("<Fatal> ClientBase: 12. ? @ 0x000000001c8fa4b3"): the addresses of a
+// stripped library, which the log file keeps.
+func stackFrame(l string) bool {
+	_, rest, ok := strings.Cut(l, ": ")
+	if !ok {
+		return false
+	}
+	num, _, ok := strings.Cut(strings.TrimSpace(rest), ". ")
+	if !ok || num == "" {
+		return false
+	}
+	for _, r := range num {
+		if r < '0' || r > '9' {
+			return false
+		}
+	}
+	return true
 }

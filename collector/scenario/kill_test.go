@@ -104,6 +104,15 @@ func TestKillHuntsTheCut(t *testing.T) {
 		time.Sleep(time.Duration(200+rand.IntN(800)) * time.Millisecond) // let the pages stream
 		p := cur.Load()
 		k := killEvent{engine: round%2 == 1, hunted: [...]string{"inbox", "inbox", "promoter", "promoter"}[round%4]}
+		// Half the engine's deaths are its own abort (SIGABRT, what an
+		// uncaught exception ends in): the engine's fatal-signal handler
+		// reports it while its other threads still run, and refuses
+		// statements meanwhile ("shutting down due to a fatal error"),
+		// unlike an outright kill.
+		k.signal = syscall.SIGKILL
+		if k.engine && round%8 >= 4 {
+			k.signal = syscall.SIGABRT
+		}
 		tables := []string{"itl_inbox"}
 		if k.hunted == "promoter" {
 			tables = promoterTables
@@ -120,8 +129,8 @@ func TestKillHuntsTheCut(t *testing.T) {
 		}
 		k.at = time.Now()
 		if k.engine {
-			if err := syscall.Kill(engine, syscall.SIGKILL); err != nil {
-				t.Fatalf("kill engine %d: %v", engine, err)
+			if err := syscall.Kill(engine, k.signal); err != nil {
+				t.Fatalf("kill engine %d (%v): %v", engine, k.signal, err)
 			}
 			waitEngine(t, p, engine)
 		} else {
@@ -520,9 +529,10 @@ func explainLost(t *testing.T, conn driver.Conn, hexIDs []string) {
 
 // killEvent is one SIGKILL of the hunt.
 type killEvent struct {
-	engine bool   // the engine alone, else the collector (and its engine)
-	hunted string // "inbox" or "promoter"
-	hit    string // the table whose insert was running, "" if none showed
+	engine bool           // the engine alone, else the collector (and its engine)
+	signal syscall.Signal // what the engine alone got: SIGKILL or SIGABRT
+	hunted string         // "inbox" or "promoter"
+	hit    string         // the table whose insert was running, "" if none showed
 	at     time.Time
 }
 
@@ -530,7 +540,9 @@ func kills2str(ks []killEvent) []string {
 	out := make([]string, len(ks))
 	for i, k := range ks {
 		who := "collector"
-		if k.engine {
+		if k.engine && k.signal == syscall.SIGABRT {
+			who = "engine (abort)"
+		} else if k.engine {
 			who = "engine"
 		}
 		out[i] = fmt.Sprintf("%s %s in %s", k.at.UTC().Format("15:04:05.000"), who, cmp.Or(k.hit, "(none)"))

@@ -402,7 +402,16 @@ func StartProcess(t *testing.T, lib, data string, extra ...string) *Proc {
 		io.Copy(io.Discard, stderr)
 	}()
 	go func() { cmd.Wait(); close(p.Done) }()
-	t.Cleanup(func() { p.Kill(t) })
+	t.Cleanup(func() {
+		p.Kill(t)
+		if w := p.Warnings(); t.Failed() && len(w) > 0 {
+			// What the collector (and its engine) said went wrong: the
+			// first place to look when a test of it fails.
+			const most = 40
+			t.Logf("collector %d logged %d warnings and errors (the last %d):\n%s",
+				cmd.Process.Pid, len(w), min(len(w), most), strings.Join(w[max(0, len(w)-most):], "\n"))
+		}
+	})
 	select {
 	case <-ready:
 	case <-p.Done:
