@@ -379,8 +379,8 @@ func TestClusterBalanced(t *testing.T) {
 	}
 	victim.Kill(t)
 	killed := time.Now()
-	// The scenario, not a wait for a condition: the collector stays down a
-	// second while the pages' answers go on (their modules see the socket
+	// sleep: the scenario, not a wait for a condition: the collector stays
+	// down a second while the pages' answers go on (their modules see the socket
 	// close and retry against the other collector or the restarted one).
 	time.Sleep(time.Second)
 	victim.Start(t)

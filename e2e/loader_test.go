@@ -697,7 +697,7 @@ func TestBodyNetworkError(t *testing.T) {
 		for i := range 3 {
 			fmt.Fprintf(w, "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":%q}}]}\n\n", demo.Token(i))
 			w.(http.Flusher).Flush()
-			time.Sleep(20 * time.Millisecond) // the stream's cadence (the origin's side of the scenario), not a wait
+			time.Sleep(20 * time.Millisecond) // sleep: the stream's cadence (the origin's side of the scenario), not a wait
 		}
 		if c, _, err := w.(http.Hijacker).Hijack(); err == nil {
 			c.Close() // mid-body: the chunked encoding never ends
@@ -759,7 +759,7 @@ func TestCancelAfterDone(t *testing.T) {
 			}
 			w.Write([]byte(ev))
 			f.Flush()
-			time.Sleep(5 * time.Millisecond) // the stream's cadence (the origin's side of the scenario), not a wait
+			time.Sleep(5 * time.Millisecond) // sleep: the stream's cadence (the origin's side of the scenario), not a wait
 		}
 		select {
 		case <-time.After(3 * time.Second):

@@ -167,7 +167,7 @@ func TestShardAway(t *testing.T) {
 	if code := readyz(t, a); code != http.StatusOK {
 		t.Errorf("collector %s on shard 1's node: /readyz %d while shard 2 is away, want 200", a.Addr, code)
 	}
-	// The one real wait: the shard stays away awayFor by the clock, as a
+	// sleep: the one real wait, the shard stays away awayFor by the clock, as a
 	// server that is down for that long would (the collectors' retries and
 	// back-off run on their own clocks in their own processes).
 	time.Sleep(time.Until(killed.Add(awayFor)))

@@ -96,7 +96,7 @@ func TestSocketReport(t *testing.T) {
 		end := time.Now().Add(rounds * period)
 		for time.Now().Before(end) {
 			samples = append(samples, collectorMetric(t, c, "itlmon_ingest_connections"))
-			time.Sleep(200 * time.Millisecond) // the sampling period of a measurement over a fixed time, not a wait
+			time.Sleep(200 * time.Millisecond) // sleep: the sampling period of a measurement over a fixed time, not a wait
 		}
 		s := sockets{max: slices.Max(samples), handshakes: collectorMetric(t, c, "itlmon_ingest_connections_total") - before, ok: true}
 		for _, v := range samples {

@@ -199,7 +199,7 @@ func TestRefusedSite(t *testing.T) {
 			t.Errorf("%s: %v connection attempts before giving up, want 3 to 5", tc.site, st["connects"])
 		}
 		RunStream(t, ctx, StreamOpts{Query: q})
-		// Nothing to wait for: the assertion is that nothing happens. 3 s is
+		// sleep: nothing to wait for, the assertion is that nothing happens. 3 s is
 		// longer than the module's backoff before its last attempt, so a
 		// retry it still had scheduled would show in connects.
 		time.Sleep(3 * time.Second)

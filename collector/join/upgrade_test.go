@@ -17,6 +17,7 @@ import (
 	"github.com/itlmon/itlmon/collector/promoter"
 	"github.com/itlmon/itlmon/collector/secret"
 	"github.com/itlmon/itlmon/collector/store"
+	"github.com/itlmon/itlmon/internal/poll"
 	"github.com/itlmon/itlmon/origin"
 	"github.com/itlmon/itlmon/wasm/beacon"
 )
@@ -275,13 +276,12 @@ func TestPoisonedBatchRefusedOnce(t *testing.T) {
 	for range 2 {
 		h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("POST", "/v1/chat/completions", nil))
 		// One batch at a time (BatchSize 1): the first is the poisoned one.
-		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) { // real time: a real HTTP round trip
-			if st := rp.Stats(); st.Rejected+st.Sent == st.Queued {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("reporter stats %+v: a batch neither sent nor rejected", rp.Stats())
-			}
+		// Its round trip reaches the real engine.
+		if !poll.Until(10*time.Second, 10*time.Millisecond, func() bool {
+			st := rp.Stats()
+			return st.Rejected+st.Sent == st.Queued
+		}) {
+			t.Fatalf("reporter stats %+v: a batch neither sent nor rejected", rp.Stats())
 		}
 	}
 	if err := rp.Shutdown(context.Background()); err != nil {
@@ -302,11 +302,12 @@ func waitRow[T comparable](t *testing.T, db *store.DB, query string, want T) {
 	t.Helper()
 	var got T
 	var err error
-	// Real time: the rows are promoted inside the real engine, on its clock.
-	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		if err = db.Conn().QueryRow(context.Background(), query).Scan(&got); err == nil && got == want {
-			return
-		}
+	// The rows are promoted inside the real engine, on its clock.
+	if poll.Until(15*time.Second, 50*time.Millisecond, func() bool {
+		err = db.Conn().QueryRow(context.Background(), query).Scan(&got)
+		return err == nil && got == want
+	}) {
+		return
 	}
 	t.Fatalf("%s\n= %v (err %v), want %v", query, got, err, want)
 }

@@ -149,7 +149,7 @@ func TestEdgeStallAfterEdge(t *testing.T) {
 	o := smoothOrigin("edge-2")
 	atEdge := shifted(o.EmitUs, 5*ms)
 	go func() {
-		// Real time: the later timeline arrives 300 ms after the earlier one, as
+		// sleep: the later timeline arrives 300 ms after the earlier one, as
 		// on the wire, while the real promoters hold the earlier one's window
 		// (its join hold); waiting for the promoter to have read the earlier
 		// record instead let it be promoted before the join.
@@ -213,7 +213,7 @@ func TestEdgeFirstOriginLast(t *testing.T) {
 	atEdge := heldFrom(shifted(o.EmitUs, 5*ms), 15, 600*ms)
 	f.addOrigin(t, "chat", edgeView(o, atEdge))
 	f.submit(t, browserView(o, shifted(atEdge, 40*ms), meter.CauseUnknown))
-	// Real time: the origin's timeline comes last, 300 ms later, within the
+	// sleep: the origin's timeline comes last, 300 ms later, within the
 	// real promoters' join hold (see TestEdgeStallAfterEdge).
 	time.Sleep(300 * time.Millisecond)
 	f.addOrigin(t, "chat", o)

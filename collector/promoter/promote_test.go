@@ -17,6 +17,7 @@ import (
 	"github.com/itlmon/itlmon/collector/promoter"
 	"github.com/itlmon/itlmon/collector/secret"
 	"github.com/itlmon/itlmon/collector/store"
+	"github.com/itlmon/itlmon/internal/poll"
 	"github.com/itlmon/itlmon/origin"
 	"github.com/itlmon/itlmon/wasm/beacon"
 	"github.com/itlmon/itlmon/wasm/meter"
@@ -152,11 +153,9 @@ func (f *fixture) addOrigin(t *testing.T, site string, o ...beacon.Origin) {
 // last insert, a moment after its rows are readable) or 10 s pass.
 func waitStats(t *testing.T, p *promoter.Promoter, want string, ok func(promoter.Stats) bool) {
 	t.Helper()
-	// Real time: the promoter runs against the real engine, on its own clock.
-	for deadline := time.Now().Add(10 * time.Second); !ok(p.Stats()); time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("promoter stats %+v, want %s", p.Stats(), want)
-		}
+	// The promoter runs against the real engine, on its own clock.
+	if !poll.Until(10*time.Second, 20*time.Millisecond, func() bool { return ok(p.Stats()) }) {
+		t.Fatalf("promoter stats %+v, want %s", p.Stats(), want)
 	}
 }
 
@@ -171,11 +170,12 @@ func eventuallyWithin[T comparable](t *testing.T, within time.Duration, db *stor
 	t.Helper()
 	var got T
 	var err error
-	// Real time: the rows are promoted inside the real engine.
-	for deadline := time.Now().Add(within); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		if err = db.Conn().QueryRow(context.Background(), query, args...).Scan(&got); err == nil && got == want {
-			return
-		}
+	// The rows are promoted inside the real engine.
+	if poll.Until(within, 50*time.Millisecond, func() bool {
+		err = db.Conn().QueryRow(context.Background(), query, args...).Scan(&got)
+		return err == nil && got == want
+	}) {
+		return
 	}
 	t.Fatalf("%s\n= %v (err %v), want %v", query, got, err, want)
 }
@@ -212,7 +212,7 @@ func TestClientWaitsForOrigin(t *testing.T) {
 	f := newFixture(t, 2*time.Second)
 	o := pausedOrigin("req-2")
 	go func() {
-		// Real time: the later timeline arrives 300 ms after the earlier one, as
+		// sleep: the later timeline arrives 300 ms after the earlier one, as
 		// on the wire, while the real promoters hold the earlier one's window
 		// (its join hold); waiting for the promoter to have read the earlier
 		// record instead let it be promoted before the join.
@@ -323,7 +323,7 @@ func TestOnePromoterLeads(t *testing.T) {
 	for i := range 4 {
 		f := []*fixture{a, b}[i%2]
 		f.submit(t, clientOf(pausedOrigin(fmt.Sprintf("lead-%d", i)), "chat"))
-		// Real time: the records spread over several of the real promoters'
+		// sleep: the records spread over several of the real promoters'
 		// windows (100 ms) while both collectors beat (a variant waiting for
 		// each record to be read saw the leadership move once on a loaded
 		// machine; kept as it was).

@@ -11,6 +11,7 @@ import (
 
 	"github.com/itlmon/itlmon/collector/internal/itlmontest"
 	"github.com/itlmon/itlmon/collector/store"
+	"github.com/itlmon/itlmon/internal/poll"
 	"github.com/itlmon/itlmon/wasm/beacon"
 )
 
@@ -247,10 +248,11 @@ func TestCrashAfterAcks(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	deadline := time.Now().Add(90 * time.Second)
-	for {
+	// The restarted process replays its spool into the real engine.
+	var missing, storedN int
+	if !poll.Until(90*time.Second, 300*time.Millisecond, func() bool {
 		stored := itlmontest.StoredIDs(t, db.Conn(), "test")
-		missing := 0
+		missing, storedN = 0, len(stored)
 		for s := range got {
 			for j := 0; j < perBatch; j++ {
 				var id [16]byte
@@ -265,13 +267,9 @@ func TestCrashAfterAcks(t *testing.T) {
 				t.Fatalf("stream %x stored %d times", id, n)
 			}
 		}
-		if missing == 0 {
-			t.Logf("all %d acked records stored once (%d stored in all)", len(got)*perBatch, len(stored))
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d acked records missing after the restart", missing)
-		}
-		time.Sleep(300 * time.Millisecond) // real time: the restarted process replays its spool into the real engine
+		return missing == 0
+	}) {
+		t.Fatalf("%d acked records missing after the restart", missing)
 	}
+	t.Logf("all %d acked records stored once (%d stored in all)", len(got)*perBatch, storedN)
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/itlmon/itlmon/collector/internal/itlmontest"
+	"github.com/itlmon/itlmon/internal/poll"
 	"github.com/itlmon/itlmon/origin"
 	"github.com/itlmon/itlmon/wasm/beacon"
 )
@@ -99,8 +100,8 @@ func TestKillHuntsTheCut(t *testing.T) {
 	// The hunt.
 	var kills []killEvent
 	for round := range rounds {
-		// Real time, random on purpose: the kill lands at a moment of the
-		// real process and engine the test does not choose.
+		// sleep: random on purpose, the kill lands at a moment of the real
+		// process and engine the test does not choose.
 		time.Sleep(time.Duration(200+rand.IntN(800)) * time.Millisecond) // let the pages stream
 		p := cur.Load()
 		k := killEvent{engine: round%2 == 1, hunted: [...]string{"inbox", "inbox", "promoter", "promoter"}[round%4]}
@@ -125,7 +126,7 @@ func TestKillHuntsTheCut(t *testing.T) {
 		if round%3 != 0 && k.hit != "" {
 			// Into the insert, not only at its start: its part commit,
 			// its views' parts and the next table's insert come later.
-			time.Sleep(time.Duration(rand.IntN(15_000)) * time.Microsecond) // real time, random on purpose
+			time.Sleep(time.Duration(rand.IntN(15_000)) * time.Microsecond) // sleep: random on purpose, into the insert
 		}
 		k.at = time.Now()
 		if k.engine {
@@ -467,8 +468,9 @@ type inboxKey struct{ kind, id string }
 // waitInbox waits until itl_inbox holds every record of want.
 func waitInbox(t *testing.T, conn driver.Conn, want map[inboxKey]bool, timeout time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
+	// The real engine, after the collector's restart.
+	missing := 0
+	if !poll.Until(timeout, 500*time.Millisecond, func() bool {
 		rows, err := conn.Query(t.Context(), "SELECT DISTINCT kind, stream_id FROM itl_inbox")
 		if err != nil {
 			t.Fatal(err)
@@ -482,19 +484,15 @@ func waitInbox(t *testing.T, conn driver.Conn, want map[inboxKey]bool, timeout t
 			have[k] = true
 		}
 		rows.Close()
-		missing := 0
+		missing = 0
 		for k := range want {
 			if !have[k] {
 				missing++
 			}
 		}
-		if missing == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d acked records not in itl_inbox %v after the last kill", missing, timeout)
-		}
-		time.Sleep(500 * time.Millisecond) // real time: polls the real engine after the collector's restart
+		return missing == 0
+	}) {
+		t.Fatalf("%d acked records not in itl_inbox %v after the last kill", missing, timeout)
 	}
 }
 
@@ -588,7 +586,7 @@ func (pg *killPage) run(run uint32, stop <-chan struct{}) {
 				}
 			default:
 			}
-			time.Sleep(100 * time.Millisecond) // real time: the page redials a collector being restarted, as a browser does
+			time.Sleep(100 * time.Millisecond) // sleep: the page redials a collector being restarted, as a browser does
 			continue
 		}
 		dead, quit := make(chan struct{}), make(chan struct{})
@@ -787,7 +785,7 @@ func (r *originReporter) run(stop <-chan struct{}) {
 				}
 			}
 			r.retries++
-			time.Sleep(100 * time.Millisecond) // real time: retries a collector being killed and restarted, as the origin reporter does
+			time.Sleep(100 * time.Millisecond) // sleep: retries a collector being killed and restarted, as the origin reporter does
 		}
 		r.mu.Lock()
 		for _, o := range batch {
@@ -813,7 +811,7 @@ func huntInsert(t *testing.T, addr string, tables []string, timeout time.Duratio
 	for ctx.Err() == nil {
 		rows, err := conn.Query(ctx, "SELECT query FROM system.processes WHERE query_kind = 'Insert'")
 		if err != nil {
-			time.Sleep(20 * time.Millisecond) // the engine restarting after the previous kill
+			time.Sleep(20 * time.Millisecond) // sleep: the hunt's pace while the engine restarts after the previous kill
 			continue
 		}
 		var hit string
@@ -855,22 +853,19 @@ func insertTable(query string, tables []string) string {
 // old) with a new one that answers.
 func waitEngine(t *testing.T, p *itlmontest.Proc, old int) {
 	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for ; ; time.Sleep(50 * time.Millisecond) { // real time: another process restarts its engine
-		if time.Now().After(deadline) {
-			t.Fatalf("collector %d did not restart its engine within 60 s", p.Cmd.Process.Pid)
-		}
+	// Another process restarts its engine.
+	if !poll.Until(60*time.Second, 50*time.Millisecond, func() bool {
 		if c := itlmontest.EngineChild(p.Cmd.Process.Pid); c == 0 || c == old {
-			continue
+			return false
 		}
 		conn, err := clickhouse.Open(&clickhouse.Options{Addr: []string{p.EngineAddr()}, DialTimeout: time.Second})
 		if err != nil {
-			continue
+			return false
 		}
 		err = conn.Ping(t.Context())
 		conn.Close()
-		if err == nil {
-			return
-		}
+		return err == nil
+	}) {
+		t.Fatalf("collector %d did not restart its engine within 60 s", p.Cmd.Process.Pid)
 	}
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/itlmon/itlmon/collector/store"
 	"github.com/itlmon/itlmon/internal/chtest"
+	"github.com/itlmon/itlmon/internal/poll"
 )
 
 // syncBuffer is a bytes.Buffer safe for the logger's goroutines.
@@ -66,12 +67,9 @@ func TestMigrateInBackgroundError(t *testing.T) {
 	defer func() { cancel(); <-done }()
 
 	// Three attempts fail (the backoff starts at about a second).
-	deadline := time.Now().Add(60 * time.Second)
-	for db.MigrationAttempts() < 3 {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d migration attempts in 60 s: %s", db.MigrationAttempts(), logs.String())
-		}
-		time.Sleep(50 * time.Millisecond) // real time: the attempts run against the real engine, on their backoff
+	// They run against the real engine, on the real backoff.
+	if !poll.Until(60*time.Second, 50*time.Millisecond, func() bool { return db.MigrationAttempts() >= 3 }) {
+		t.Fatalf("%d migration attempts in 60 s: %s", db.MigrationAttempts(), logs.String())
 	}
 	err = db.SchemaReady()
 	if err == nil || !strings.Contains(err.Error(), "schema_migrations") {
@@ -87,12 +85,8 @@ func TestMigrateInBackgroundError(t *testing.T) {
 	if err := mk.Conn().Exec(t.Context(), "DROP TABLE schema_migrations"); err != nil {
 		t.Fatal(err)
 	}
-	deadline = time.Now().Add(90 * time.Second)
-	for db.SchemaReady() != nil {
-		if time.Now().After(deadline) {
-			t.Fatalf("schema not applied after the cause was removed: %v\n%s", db.SchemaReady(), logs.String())
-		}
-		time.Sleep(50 * time.Millisecond) // real time: the next attempt comes on the real backoff
+	if !poll.Until(90*time.Second, 50*time.Millisecond, func() bool { return db.SchemaReady() == nil }) {
+		t.Fatalf("schema not applied after the cause was removed: %v\n%s", db.SchemaReady(), logs.String())
 	}
 	var n uint64
 	if err := db.Conn().QueryRow(t.Context(), "SELECT count() FROM itl_streams").Scan(&n); err != nil {

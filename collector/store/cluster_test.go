@@ -17,6 +17,7 @@ import (
 	"github.com/itlmon/itlmon/collector/chdb"
 	"github.com/itlmon/itlmon/collector/store"
 	"github.com/itlmon/itlmon/internal/chtest"
+	"github.com/itlmon/itlmon/internal/poll"
 	"github.com/itlmon/itlmon/schema"
 )
 
@@ -324,7 +325,19 @@ func TestMigrateCluster(t *testing.T) {
 		return b.String()
 	}
 	before := snapshot()
-	time.Sleep(1100 * time.Millisecond) // metadata_modification_time has whole seconds
+	// The times have whole seconds: wait until each node's clock has left
+	// the second the snapshot was taken in, so that a statement the second
+	// migration ran would show in them.
+	for i, c := range locals {
+		var taken, now uint32
+		query(t, c, "SELECT toUInt32(now())", nil, &taken)
+		if !poll.Until(10*time.Second, 20*time.Millisecond, func() bool {
+			query(t, c, "SELECT toUInt32(now())", nil, &now)
+			return now > taken
+		}) {
+			t.Fatalf("shard %d: the engine's clock stays at %d", i+1, taken)
+		}
+	}
 	if err := db.MigrateClusterWith(ctx, l, migs); err != nil {
 		t.Fatalf("migrate cluster again: %v", err)
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/itlmon/itlmon/collector/store"
 	"github.com/itlmon/itlmon/internal/chtest"
 	"github.com/itlmon/itlmon/internal/freeport"
+	"github.com/itlmon/itlmon/internal/poll"
 )
 
 // acked collects the ids of streams whose done reported success.
@@ -56,12 +57,9 @@ func (a *acked) submit(t *testing.T, w *store.Writer, streams []collector.Stream
 // waitSpoolEmpty waits until the writer has replayed its spool.
 func waitSpoolEmpty(t *testing.T, w *store.Writer) {
 	t.Helper()
-	deadline := time.Now().Add(2 * time.Minute)
-	for w.Stats().SpoolSegments > 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("spool not replayed: %+v", w.Stats())
-		}
-		time.Sleep(50 * time.Millisecond) // real time: the replay inserts into the real engine
+	// The replay inserts into the real engine.
+	if !poll.Until(2*time.Minute, 50*time.Millisecond, func() bool { return w.Stats().SpoolSegments == 0 }) {
+		t.Fatalf("spool not replayed: %+v", w.Stats())
 	}
 }
 
@@ -130,7 +128,7 @@ func TestOutageMidIngest(t *testing.T) {
 			}
 		}
 		a.submit(t, w, makeStreams(20, "demo", at.Add(time.Duration(i)*time.Second)))
-		time.Sleep(10 * time.Millisecond) // real time: the batches spread over the real engine's stop and restart
+		time.Sleep(10 * time.Millisecond) // sleep: the scenario's pace, batches spread over the real engine's stop and restart
 	}
 	a.wg.Wait()
 	if a.err != nil {
@@ -248,9 +246,9 @@ func TestOutageLogsOnce(t *testing.T) {
 	began := time.Now()
 	for time.Since(began) < 3*time.Second {
 		submit(t, w, makeStreams(2, "demo", time.Now()))
-		// Real time: the real driver's refused connections over several of
-		// the writer's backoffs (the log rate itself is tested on a fake
-		// clock in writer_synctest_test.go).
+		// sleep: the scenario's pace, the real driver's refused connections
+		// over several of the writer's backoffs for 3 s (the log rate itself
+		// is tested on a fake clock in writer_synctest_test.go).
 		time.Sleep(100 * time.Millisecond)
 	}
 	st := w.Stats()
@@ -290,12 +288,9 @@ func TestReplayKeepsCorruptSegment(t *testing.T) {
 	}
 
 	w := newWriter(t, db, store.WriterOptions{SpoolDir: spoolDir, FlushInterval: 20 * time.Millisecond})
-	deadline := time.Now().Add(time.Minute)
-	for w.Stats().SpoolSegments > 1 {
-		if time.Now().After(deadline) {
-			t.Fatalf("later segment not replayed: %+v", w.Stats())
-		}
-		time.Sleep(20 * time.Millisecond) // real time: the replay inserts into the real engine
+	// The replay inserts into the real engine.
+	if !poll.Until(time.Minute, 20*time.Millisecond, func() bool { return w.Stats().SpoolSegments <= 1 }) {
+		t.Fatalf("later segment not replayed: %+v", w.Stats())
 	}
 	if err := w.Shutdown(context.Background()); err != nil {
 		t.Fatalf("shutdown: %v", err)
@@ -342,12 +337,9 @@ func TestReplaySetsAsideRefusedStreams(t *testing.T) {
 	}
 
 	w := newWriter(t, db, store.WriterOptions{SpoolDir: spoolDir, FlushInterval: 20 * time.Millisecond})
-	deadline := time.Now().Add(time.Minute)
-	for w.Stats().InsertErrors == 0 { // the replay's first refusal
-		if time.Now().After(deadline) {
-			t.Fatalf("no refusal within a minute: %+v", w.Stats())
-		}
-		time.Sleep(10 * time.Millisecond) // real time: the refusal comes from the real engine
+	// The replay's first refusal, from the real engine.
+	if !poll.Until(time.Minute, 10*time.Millisecond, func() bool { return w.Stats().InsertErrors > 0 }) {
+		t.Fatalf("no refusal within a minute: %+v", w.Stats())
 	}
 	live := makeStreams(5, "demo", at)
 	submit(t, w, live)
@@ -517,7 +509,7 @@ func TestSlowClickHouse(t *testing.T) {
 	began := time.Now()
 	for range 40 {
 		a.submit(t, w, makeStreams(5, "demo", at))
-		time.Sleep(25 * time.Millisecond) // real time: batches keep coming while the real engine's slow insert runs
+		time.Sleep(25 * time.Millisecond) // sleep: the scenario's pace, batches keep coming while the real engine's slow insert runs
 	}
 	a.wg.Wait()
 	if a.err != nil {

@@ -33,7 +33,7 @@ func startUpstream(t *testing.T, n, size int, every time.Duration) (addr string,
 					if _, err := c.Write(want[i*size : (i+1)*size]); err != nil {
 						return
 					}
-					time.Sleep(every) // the upstream's cadence (the scenario), not a wait
+					time.Sleep(every) // sleep: the upstream's cadence (the scenario), not a wait
 				}
 			}()
 		}

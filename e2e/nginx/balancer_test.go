@@ -228,7 +228,7 @@ func TestBalancerRetry(t *testing.T) {
 	t.Logf("delivered twice: %q (a answered late, b at once)", got)
 	a.unblock()
 
-	// The scenario, not a wait for a condition: the WebSocket idles longer
+	// sleep: the scenario, not a wait for a condition: the WebSocket idles longer
 	// than RetryAfter, and must still be open after.
 	time.Sleep(2 * retryAfter)
 	echo(t, ws)

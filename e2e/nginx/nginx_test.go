@@ -46,7 +46,7 @@ func newSSEOrigin(t *testing.T) (*sseOrigin, *httptest.Server) {
 				continue
 			}
 			if i > 0 {
-				time.Sleep(cadence) // the stream's cadence (the origin's side of the scenario), not a wait
+				time.Sleep(cadence) // sleep: the stream's cadence (the origin's side of the scenario), not a wait
 			}
 			w.Write(e)
 			rc.Flush()

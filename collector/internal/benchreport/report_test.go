@@ -26,6 +26,7 @@ import (
 	"github.com/itlmon/itlmon/collector/server"
 	"github.com/itlmon/itlmon/collector/store"
 	"github.com/itlmon/itlmon/internal/benchrec"
+	"github.com/itlmon/itlmon/internal/poll"
 	"github.com/itlmon/itlmon/wasm/beacon"
 )
 
@@ -441,14 +442,12 @@ func reportIdle(t *testing.T, conns int) {
 		t.Fatalf("%d of %d connections: %v", len(open), conns, dialErr)
 	}
 	// Wait until the collector counts them all, then let it idle.
-	deadline := time.Now().Add(60 * time.Second)
-	for metricValue(t, p.ReadURL, "itlmon_ingest_connections") < float64(conns) {
-		if time.Now().After(deadline) {
-			t.Fatalf("collector counts %v connections, want %d", metricValue(t, p.ReadURL, "itlmon_ingest_connections"), conns)
-		}
-		time.Sleep(100 * time.Millisecond) // real time: another process's /metrics
+	if !poll.Until(60*time.Second, 100*time.Millisecond, func() bool { // another process's /metrics
+		return metricValue(t, p.ReadURL, "itlmon_ingest_connections") >= float64(conns)
+	}) {
+		t.Fatalf("collector counts %v connections, want %d", metricValue(t, p.ReadURL, "itlmon_ingest_connections"), conns)
 	}
-	time.Sleep(2 * time.Second) // real time: the report measures connections that have idled
+	time.Sleep(2 * time.Second) // sleep: the report measures connections that have idled for 2 s
 	after := sampleMem(t, p)
 
 	var b strings.Builder

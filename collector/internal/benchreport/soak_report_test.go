@@ -141,7 +141,7 @@ func TestReportSoak(t *testing.T) {
 	began := time.Now()
 	engine := childPID(pid)
 	for time.Since(began) < length && !t.Failed() {
-		time.Sleep(sampleEach) // real time: the soak samples a real process over minutes
+		time.Sleep(sampleEach) // sleep: the sampling period, the soak samples a real process over minutes
 		samples = append(samples, sample{
 			at: time.Since(began), rss: procRSS(t, pid), cpu: procCPU(pid), engineCPU: procCPU(engine),
 			sockets: metricValue(t, p.ReadURL, "itlmon_ingest_connections"), acked: float64(acked.Load()),

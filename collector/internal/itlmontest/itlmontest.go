@@ -37,6 +37,7 @@ import (
 	"github.com/itlmon/itlmon/collector/ingest"
 	"github.com/itlmon/itlmon/collector/server"
 	"github.com/itlmon/itlmon/internal/chtest"
+	"github.com/itlmon/itlmon/internal/poll"
 	"github.com/itlmon/itlmon/wasm/beacon"
 )
 
@@ -270,25 +271,22 @@ func (a *AckReader) Snapshot() map[uint64]bool {
 func WaitRows(t testing.TB, m *server.Main, site string, want int, timeout time.Duration) (rows, uniq, rollup int) {
 	t.Helper()
 	ctx := t.Context()
-	deadline := time.Now().Add(timeout)
-	for {
-		var r, u, ru uint64
-		err := m.DB.Conn().QueryRow(ctx, "SELECT count(), uniqExact(stream_id) FROM itl_streams WHERE site = ?", site).Scan(&r, &u)
+	var r, u, ru uint64
+	var err error
+	// Rows and the rollup's view commit inside the real engine; nothing
+	// tells the test when.
+	if !poll.Until(timeout, 200*time.Millisecond, func() bool {
+		err = m.DB.Conn().QueryRow(ctx, "SELECT count(), uniqExact(stream_id) FROM itl_streams WHERE site = ?", site).Scan(&r, &u)
 		if err == nil {
 			err = m.DB.Conn().QueryRow(ctx, "SELECT toUInt64(sum(streams)) FROM itl_rollup_1m WHERE site = ?", site).Scan(&ru)
 		}
 		// The rollup's materialized view commits after the rows become
 		// visible: wait for both.
-		if err == nil && int(r) >= want && int(ru) >= want {
-			return int(r), int(u), int(ru)
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after %v: %d rows and %d in the rollup, want %d (err %v, writer %+v)", timeout, r, ru, want, err, m.Writer.Stats())
-		}
-		// Real time: rows and the rollup's view commit inside the real
-		// engine; nothing tells the test when, so it polls.
-		time.Sleep(200 * time.Millisecond)
+		return err == nil && int(r) >= want && int(ru) >= want
+	}) {
+		t.Fatalf("after %v: %d rows and %d in the rollup, want %d (err %v, writer %+v)", timeout, r, ru, want, err, m.Writer.Stats())
 	}
+	return int(r), int(u), int(ru)
 }
 
 // StoredIDs counts the rows of each stream id of site.
@@ -569,34 +567,28 @@ func WaitPromoted(t testing.TB, conn driver.Conn) {
 	if err := conn.QueryRow(t.Context(), "SELECT now64(6)").Scan(&until); err != nil {
 		t.Fatal(err)
 	}
-	// Real time: the promoter may run in another process; the inbox is
-	// polled in the real engine.
-	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		var pending uint64
-		err := conn.QueryRow(t.Context(), `SELECT count() FROM itl_inbox WHERE ingested_at < fromUnixTimestamp64Micro(?)
+	// The promoter may run in another process; the inbox is polled in the
+	// real engine.
+	var pending uint64
+	var err error
+	if !poll.Until(60*time.Second, 100*time.Millisecond, func() bool {
+		err = conn.QueryRow(t.Context(), `SELECT count() FROM itl_inbox WHERE ingested_at < fromUnixTimestamp64Micro(?)
 			AND ingested_at >= (SELECT max(promoted_window) FROM itl_promoted) + INTERVAL 1 SECOND`, until.UnixMicro()).Scan(&pending)
-		if err == nil && pending == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("inbox rows not promoted within 60s: %d pending (err %v)", pending, err)
-		}
+		return err == nil && pending == 0
+	}) {
+		t.Fatalf("inbox rows not promoted within 60s: %d pending (err %v)", pending, err)
 	}
 }
 
 // EnginePID returns the pid of the engine child of the collector process pid.
 func EnginePID(t *testing.T, pid int) int {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		if c := EngineChild(pid); c > 0 {
-			return c
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no engine child of collector %d after 30 s", pid)
-		}
-		time.Sleep(50 * time.Millisecond) // real time: another process's child, seen in /proc only
+	var c int
+	// Another process's child, seen in /proc only.
+	if !poll.Until(30*time.Second, 50*time.Millisecond, func() bool { c = EngineChild(pid); return c > 0 }) {
+		t.Fatalf("no engine child of collector %d after 30 s", pid)
 	}
+	return c
 }
 
 // EngineChild finds, in /proc, a child of pid whose environment marks it as
@@ -661,22 +653,16 @@ func QueryRow(t *testing.T, conn driver.Conn, q string, dest ...any) {
 // Settle polls done until it reports true or timeout passes.
 func Settle(t testing.TB, timeout time.Duration, done func() bool) {
 	t.Helper()
-	for deadline := time.Now().Add(timeout); !done() && time.Now().Before(deadline); {
-		time.Sleep(200 * time.Millisecond) // real time: done reads the real engine or process state
-	}
+	poll.Until(timeout, 200*time.Millisecond, done) // done reads the real engine or process state
 }
 
 // WaitSchema waits until m (on a DSN: migrated in the background) has its schema.
 func WaitSchema(t testing.TB, m *server.Main) {
 	t.Helper()
-	deadline := time.Now().Add(90 * time.Second)
-	for m.DB.SchemaReady() != nil {
-		if time.Now().After(deadline) {
-			t.Fatalf("schema not ready after 90 s: %v", m.DB.SchemaReady())
-		}
-		// Real time: the migration runs against the real engine with its
-		// own backoff; SchemaReady has no event to wait on.
-		time.Sleep(50 * time.Millisecond)
+	// The migration runs against the real engine with its own backoff;
+	// SchemaReady has no event to wait on.
+	if !poll.Until(90*time.Second, 50*time.Millisecond, func() bool { return m.DB.SchemaReady() == nil }) {
+		t.Fatalf("schema not ready after 90 s: %v", m.DB.SchemaReady())
 	}
 }
 
