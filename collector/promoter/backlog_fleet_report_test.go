@@ -155,7 +155,7 @@ func TestReportBacklogFleet(t *testing.T) {
 
 	var streams, ids, origins uint64
 	itlmontest.QueryRow(t, conn, "SELECT count(), uniqExact(stream_id) FROM itl_streams", &streams, &ids)
-	itlmontest.QueryRow(t, conn, "SELECT count() FROM itl_origin", &origins)
+	itlmontest.QueryRow(t, conn, "SELECT count() FROM itl_origin FINAL", &origins) // two versions of a joined row until merged
 	if streams != uint64(records) || ids != uint64(records) {
 		t.Errorf("itl_streams: %d rows of %d stream ids, want %d of %d (each record promoted exactly once)", streams, ids, records, records)
 	}
@@ -176,8 +176,8 @@ func TestReportBacklogFleet(t *testing.T) {
 		st := scrapePromote(t, p.ReadURL)
 		fmt.Fprintf(&b, "  %-10d %14.1f %16.1f %12.1f %12.1f %10.0f %10.0f %10.0f\n", i, mb(m.before), mb(m.peak), mb(m.hwm),
 			mb(catchUpBudget), st["windows_total"], st["records_total"], st["streams_total"])
-		if m.hwm > catchUpBudget {
-			t.Errorf("collector %d: peak RSS %.1f MB over the budget of %.1f MB", i, mb(m.hwm), mb(catchUpBudget))
+		if peak := max(m.peak, m.hwm); peak > catchUpBudget {
+			t.Errorf("collector %d: peak RSS %.1f MB over the budget of %.1f MB", i, mb(peak), mb(catchUpBudget))
 		}
 		if w := p.Warnings(); len(w) > 0 {
 			t.Logf("collector %d logged %d warnings, the first: %s", i, len(w), w[0])
