@@ -22,12 +22,13 @@ import (
 )
 
 // Budget of a collector's RSS while it catches up, as docs/operating.md
-// derives it: a collector idle on a DSN, plus one page of the promoter
-// (DefaultPageRows rows, each held as its inbox payload, its decoded
-// record and the rows inserted for it), plus the Go runtime's headroom (the
-// heap grows to twice its live size before a collection, GOGC=100).
+// derives it: a collector idle on a DSN (65-72 MB measured), plus one page
+// of the promoter, DefaultPageRows rows, each held as its inbox payload (up
+// to 4 KB), its decoded record and the rows inserted for it with the
+// driver's column buffers (16 KB in all, generously), twice over: the Go
+// heap grows to twice its live size before a collection (GOGC=100).
 const (
-	idleRSSBudget = 64 << 20 // a collector on a DSN with no traffic
+	idleRSSBudget = 80 << 20 // a collector on a DSN with no traffic
 	pageRowBudget = 16 << 10 // per inbox row of a page, everything it costs
 	catchUpBudget = idleRSSBudget + 2*promoter.DefaultPageRows*pageRowBudget
 )
