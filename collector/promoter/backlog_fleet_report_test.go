@@ -22,11 +22,12 @@ import (
 )
 
 // Budget of a collector's RSS while it catches up, as docs/operating.md
-// derives it: a collector idle on a DSN (65-72 MB measured), plus one page
-// of the promoter, DefaultPageRows rows, each held as its inbox payload (up
-// to 4 KB), its decoded record and the rows inserted for it with the
-// driver's column buffers (16 KB in all, generously), twice over: the Go
-// heap grows to twice its live size before a collection (GOGC=100).
+// derives it (142.5 MiB): a collector idle on a DSN (65-72 MiB measured),
+// plus one page of the promoter, DefaultPageRows rows, each held as its
+// inbox payload (up to 4 KB), its decoded record and the rows inserted for
+// it with the driver's column buffers (16 KiB in all, generously), twice
+// over: the Go heap grows to twice its live size before a collection
+// (GOGC=100).
 const (
 	idleRSSBudget = 80 << 20 // a collector on a DSN with no traffic
 	pageRowBudget = 16 << 10 // per inbox row of a page, everything it costs
@@ -171,7 +172,7 @@ func TestReportBacklogFleet(t *testing.T) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "promoter fleet backlog report: %d browser records started over %v (+%d origin timelines), replayed by %d spools at once in frames of %d rows: %d windows, the largest %d rows; %d collectors (itlmon serve on one engine), pages of %d rows\n",
 		records, outage, wantOrigins, collectors, frameRows, windows, maxWindow, collectors, promoter.DefaultPageRows)
-	fmt.Fprintf(&b, "  %-10s %14s %16s %12s %12s %10s %10s %10s\n", "collector", "RSS before MB", "peak RSS MB", "VmHWM MB", "budget MB", "windows", "records", "streams")
+	fmt.Fprintf(&b, "  %-10s %14s %16s %12s %12s %10s %10s %10s\n", "collector", "RSS before MiB", "peak RSS MiB", "VmHWM MiB", "budget MiB", "windows", "records", "streams")
 	for i, p := range procs {
 		m := mem[i]
 		st := scrapePromote(t, p.ReadURL)

@@ -9,10 +9,12 @@ import (
 )
 
 // Leadership: promoters beat every beatEvery; those seen within leaderTTL
-// are ranked by id. Rank 0 leads: it promotes each window once sealed. Rank
-// r promotes only once no other promoter has moved the watermark for
-// r × takeoverLag while a sealed window waited, and then goes on until
-// another moves it again. So when the leader is gone or stuck (or cannot
+// are ranked by id. Rank 0 leads: it promotes each window once sealed, and
+// beats between pages too, so a window longer than leaderTTL to promote
+// does not cost it the lead. Rank r promotes only once no other promoter
+// has moved the promotion (the watermark, or the pages past it: see
+// stalled) for r × takeoverLag while a sealed window waited, and then goes
+// on until another moves it again. So when the leader is gone or stuck (or cannot
 // promote a window: an older collector during an upgrade), the next takes
 // over at 10 s, the one after it at 20 s if that one is stuck too: the
 // collectors of a fleet do not all promote the same window at once, even
