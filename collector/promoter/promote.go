@@ -112,7 +112,11 @@ func (w *windowRun) promotePage(n int, rows []inboxRead, prev *inboxRead) error 
 	if err != nil {
 		return err
 	}
-	return pg.insert(originRows, edgeRows)
+	if err := pg.insert(originRows, edgeRows); err != nil {
+		return err
+	}
+	w.p.pages.Add(1)
+	return nil
 }
 
 // fresh keeps one copy per record, the first in inboxOrder (copies of the

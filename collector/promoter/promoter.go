@@ -163,6 +163,7 @@ type Promoter struct {
 	edges, edgeJoined, conflicts, blockedWindows, beatErrs                             atomic.Uint64
 	lagNanos, busyNanos                                                                atomic.Int64
 	blockedNow                                                                         atomic.Int64
+	pages                                                                              atomic.Uint64 // pages promoted, finished windows or not (tests)
 }
 
 // Stats counts what a Promoter did (counters) and how far behind it is
