@@ -14,11 +14,11 @@ import (
 // does not cost it the lead. Rank r promotes only once no other promoter
 // has moved the promotion (the watermark, or the pages past it: see
 // stalled) for r × takeoverLag while a sealed window waited, and then goes
-// on until another moves it again. So when the leader is gone or stuck (or cannot
-// promote a window: an older collector during an upgrade), the next takes
-// over at 10 s, the one after it at 20 s if that one is stuck too: the
-// collectors of a fleet do not all promote the same window at once, even
-// far behind. Correctness never depends on it (the tokens do).
+// on until another moves it again. So when the leader is gone or stuck (or
+// cannot promote a window: an older collector during an upgrade), the next
+// takes over at 10 s, the one after it at 20 s if that one is stuck too:
+// the collectors of a fleet do not all promote the same window at once,
+// even far behind. Correctness never depends on it (the tokens do).
 const (
 	beatEvery   = 2 * time.Second
 	leaderTTL   = 10 * time.Second
