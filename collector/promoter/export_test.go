@@ -25,3 +25,6 @@ func (p *Promoter) SetTakeover(d time.Duration) { p.takeover = d }
 
 // ID is p's id in itl_promoters.
 func (p *Promoter) ID() string { return p.id }
+
+// Pages is how many pages p promoted, in windows it finished or not.
+func (p *Promoter) Pages() uint64 { return p.pages.Load() }

@@ -9,14 +9,16 @@ import (
 )
 
 // Leadership: promoters beat every beatEvery; those seen within leaderTTL
-// are ranked by id. Rank 0 leads: it promotes each window once sealed. Rank
-// r promotes only once no other promoter has moved the watermark for
-// r × takeoverLag while a sealed window waited, and then goes on until
-// another moves it again. So when the leader is gone or stuck (or cannot
-// promote a window: an older collector during an upgrade), the next takes
-// over at 10 s, the one after it at 20 s if that one is stuck too: the
-// collectors of a fleet do not all promote the same window at once, even
-// far behind. Correctness never depends on it (the tokens do).
+// are ranked by id. Rank 0 leads: it promotes each window once sealed, and
+// beats between pages too, so a window longer than leaderTTL to promote
+// does not cost it the lead. Rank r promotes only once no other promoter
+// has moved the promotion (the watermark, or the pages past it: see
+// stalled) for r × takeoverLag while a sealed window waited, and then goes
+// on until another moves it again. So when the leader is gone or stuck (or
+// cannot promote a window: an older collector during an upgrade), the next
+// takes over at 10 s, the one after it at 20 s if that one is stuck too:
+// the collectors of a fleet do not all promote the same window at once,
+// even far behind. Correctness never depends on it (the tokens do).
 const (
 	beatEvery   = 2 * time.Second
 	leaderTTL   = 10 * time.Second
@@ -43,6 +45,16 @@ func (p *Promoter) beat(ctx context.Context, sh Shard) error {
 		return fmt.Errorf("promoter: heartbeat: %w", err)
 	}
 	return nil
+}
+
+// heartbeat beats (beat) and counts and logs a failure: correctness does
+// not depend on the heartbeat, so promotion goes on.
+func (p *Promoter) heartbeat(ctx context.Context, sh Shard) {
+	if err := p.beat(ctx, sh); err != nil {
+		if p.beatErrs.Add(1) == 1 || p.beatErrs.Load()%100 == 0 {
+			p.log.Warn().Err(err).Str("shard", sh.Name).Msg("heartbeat not recorded; promoting on")
+		}
+	}
 }
 
 // rank is p's place among the promoters of sh seen within leaderTTL,
@@ -72,26 +84,49 @@ func (p *Promoter) unranked(listed int) int {
 	return max(listed, 1) + int(h.Sum32()%unrankedSlots)
 }
 
-// progress is what p saw of a shard's watermark.
-type progress struct {
-	watermark time.Time // the last promoted window
-	since     time.Time // this process's clock when another promoter last moved it
-	mine      time.Time // the last window p promoted itself
+// mark is where the promotion of a shard stands: the watermark (the last
+// promoted window) and the pages promoted past it (itl_promoted_ids rows of
+// later windows: the window in progress).
+type mark struct {
+	watermark time.Time
+	pages     uint64
 }
 
-// stalled is how long no other promoter has moved the watermark of sh
-// while a window waited sealed for waited: at most waited. A window p
-// promoted itself does not count as progress, so a promoter that took over
-// goes on until the leader moves again.
-func (p *Promoter) stalled(sh Shard, watermark time.Time, waited time.Duration) time.Duration {
+// progress is what p saw of a shard's promotion.
+type progress struct {
+	mark  mark
+	since time.Time // this process's clock when another promoter last moved it
+	mine  time.Time // the last window p promoted itself
+}
+
+// stalled is how long no other promoter has moved the promotion of sh
+// while a window waited sealed for waited: at most waited. Another moved
+// it when the watermark moved to a window p did not promote itself, when
+// the pages past an unchanged watermark changed (a leader in the middle of
+// a window larger than it promotes in takeoverLag, as a backlog's are), or
+// when there are pages past the window p just promoted (the leader is
+// ahead of it). So a promoter that took over goes on until the leader
+// moves again, and stands down as soon as it does. Pages p left of a window
+// it failed to finish count as another's: it stands down, and takes over
+// again after its rank's lag.
+func (p *Promoter) stalled(sh Shard, m mark, waited time.Duration) time.Duration {
 	now := time.Now()
 	p.beatMu.Lock()
 	defer p.beatMu.Unlock()
 	pr := p.progress[sh.Name]
-	if pr.since.IsZero() || !pr.watermark.Equal(watermark) && !watermark.Equal(pr.mine) {
+	var moved bool
+	switch {
+	case pr.mark.watermark.Equal(m.watermark):
+		moved = pr.mark.pages != m.pages
+	case m.watermark.Equal(pr.mine):
+		moved = m.pages > 0
+	default:
+		moved = true
+	}
+	if pr.since.IsZero() || moved {
 		pr.since = now
 	}
-	pr.watermark = watermark
+	pr.mark = m
 	p.progress[sh.Name] = pr
 	return min(now.Sub(pr.since), waited)
 }

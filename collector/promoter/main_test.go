@@ -4,14 +4,13 @@ import (
 	"os"
 	"testing"
 
-	"github.com/itlmon/itlmon/collector/chdb"
+	"github.com/itlmon/itlmon/collector/internal/itlmontest"
 	"github.com/itlmon/itlmon/collector/store"
 	"github.com/itlmon/itlmon/internal/chtest"
 )
 
 func TestMain(m *testing.M) {
-	chdb.MaybeRunChild()
-	os.Exit(chtest.Main(m))
+	os.Exit(itlmontest.Main(m)) // the engine child, and the itlmon binary removed
 }
 
 // newDB opens a fresh, migrated database on the real engine (chtest).

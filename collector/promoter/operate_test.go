@@ -132,3 +132,36 @@ func TestHeartbeatFailsPromotionGoesOn(t *testing.T) {
 		t.Fatalf("stats %+v: want heartbeat errors counted and no failed promotion", st)
 	}
 }
+
+// A window of a backlog takes its leader longer than the takeover lag and
+// than the leader's TTL on a busy machine (60 pages of 10 rows): the leader beats
+// between pages and its pages count as progress, so the second promoter
+// never promotes the window with it.
+func TestLeaderKeepsLeadInsideWindow(t *testing.T) {
+	db := newDB(t)
+	hold := 100 * time.Millisecond
+	lead := newCollectorWith(t, db, promoter.Config{Hold: hold, Collector: "a-lead", PageRows: 10}, nil)
+	eventually(t, db, "SELECT uniqExact(collector) FROM itl_promoters", uint64(1))
+	// Real time: the leader's first heartbeat lands before the second
+	// starts (its id is the smaller too).
+	second := newCollectorWith(t, db, promoter.Config{Hold: hold, Collector: "b-second", PageRows: 10}, func(p *promoter.Promoter) {
+		p.SetTakeover(3 * time.Second) // a page takes far less, the window more
+	})
+	eventually(t, db, "SELECT uniqExact(collector) FROM itl_promoters", uint64(2))
+	var streams []collector.Stream
+	for i := range 600 {
+		streams = append(streams, clientOf(pausedOrigin(fmt.Sprintf("lead-%d", i)), "chat"))
+	}
+	lead.submit(t, streams...) // one insert: one window
+	eventuallyWithin(t, 5*time.Minute, db, "SELECT count() FROM itl_streams WHERE origin_id LIKE 'lead-%'", uint64(600))
+	waitStats(t, lead.p, "the window promoted by the leader", func(st promoter.Stats) bool { return st.Streams == 600 })
+	var took float64
+	if err := db.Conn().QueryRow(t.Context(), `SELECT dateDiff('millisecond', toDateTime64(promoted_window, 3), max(promoted_at)) / 1000
+		FROM itl_promoted GROUP BY promoted_window ORDER BY promoted_window DESC LIMIT 1`).Scan(&took); err != nil {
+		t.Fatal(err)
+	}
+	if n, st := second.p.Pages(), second.p.Stats(); n != 0 || st.Windows != 0 {
+		t.Fatalf("second promoter: %d pages, stats %+v: want no page promoted (the window took the leader %.1f s)", n, st, took)
+	}
+	t.Logf("the window took %.1f s from its start to its promotion", took)
+}

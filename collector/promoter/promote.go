@@ -37,6 +37,7 @@ type windowRun struct {
 	sh         Shard
 	start, end time.Time
 	token      string
+	beat       bool // heartbeat between pages (Run; CatchUp sends none)
 
 	// Counts of the window (its itl_promoted row and the stats).
 	records, streams, origins, edges, joined, inStreams, edgeJoined, conflicts, refused int
@@ -57,9 +58,12 @@ type page struct {
 // windows' promotions, and every insert carries a token of the window, the
 // page and the table: run again, by this or another collector, after a cut
 // anywhere, it completes the window and duplicates nothing.
-func (p *Promoter) promote(ctx context.Context, sh Shard, start time.Time) error {
+//
+// With beat, p beats between pages: a window of a backlog may take longer
+// than leaderTTL, and its leader stays the leader meanwhile.
+func (p *Promoter) promote(ctx context.Context, sh Shard, start time.Time, beat bool) error {
 	w := &windowRun{ctx: ctx, p: p, sh: sh, start: start, end: start.Add(Window),
-		token: "itlmon/promote/" + strconv.FormatInt(start.Unix(), 10)}
+		token: "itlmon/promote/" + strconv.FormatInt(start.Unix(), 10), beat: beat}
 	if sh.Replicas != "" {
 		// Rows another replica committed may not be here yet: fetch them.
 		if err := sh.Conn.Exec(ctx, "SYSTEM SYNC REPLICA itl_inbox"); err != nil {
@@ -85,6 +89,9 @@ func (p *Promoter) promote(ctx context.Context, sh Shard, start time.Time) error
 // promotePage promotes one page: rows in inboxOrder, after the previous
 // page's last row prev (nil for the first).
 func (w *windowRun) promotePage(n int, rows []inboxRead, prev *inboxRead) error {
+	if w.beat && n > 0 {
+		w.p.heartbeat(w.ctx, w.sh)
+	}
 	pg := &page{w: w, n: n}
 	fresh, err := w.fresh(rows, prev)
 	if err != nil {
@@ -105,7 +112,11 @@ func (w *windowRun) promotePage(n int, rows []inboxRead, prev *inboxRead) error 
 	if err != nil {
 		return err
 	}
-	return pg.insert(originRows, edgeRows)
+	if err := pg.insert(originRows, edgeRows); err != nil {
+		return err
+	}
+	w.p.pages.Add(1)
+	return nil
 }
 
 // fresh keeps one copy per record, the first in inboxOrder (copies of the

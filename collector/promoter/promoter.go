@@ -149,7 +149,8 @@ type Promoter struct {
 	kinds   map[string]bool
 	beatMu  sync.Mutex
 	beats   map[string]time.Time // last heartbeat per shard name (beatMu)
-	// progress: per shard name, when the watermark last moved (beatMu).
+	// progress: per shard name, when another promoter last moved the
+	// promotion (beatMu).
 	progress map[string]progress
 	takeover time.Duration // takeoverLag, shorter in tests
 	// step is what Run calls per shard: Step, or a fake in tests.
@@ -162,6 +163,7 @@ type Promoter struct {
 	edges, edgeJoined, conflicts, blockedWindows, beatErrs                             atomic.Uint64
 	lagNanos, busyNanos                                                                atomic.Int64
 	blockedNow                                                                         atomic.Int64
+	pages                                                                              atomic.Uint64 // pages promoted, finished windows or not (tests)
 }
 
 // Stats counts what a Promoter did (counters) and how far behind it is

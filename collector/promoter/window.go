@@ -60,6 +60,19 @@ func look(ctx context.Context, sh Shard) (found, error) {
 	return f, nil
 }
 
+// pagesPast counts the rows promoters inserted into itl_promoted_ids for
+// windows past the watermark last: the pages of the window being promoted.
+// Only recent parts are read (the table is partitioned by the window's day,
+// and a part past the watermark is one of the last pages').
+func pagesPast(ctx context.Context, sh Shard, last time.Time) (uint64, error) {
+	var n uint64
+	err := sh.Conn.QueryRow(ctx, "SELECT count() FROM itl_promoted_ids WHERE promoted_window > ?", last.Unix()).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("promoter: pages past the watermark: %w", err)
+	}
+	return n, nil
+}
+
 // Step promotes the oldest unpromoted window of sh if it is sealed and it
 // is this promoter's turn (lead.go). It reports what it found.
 func (p *Promoter) Step(ctx context.Context, sh Shard) (Look, error) {
@@ -72,12 +85,7 @@ func (p *Promoter) promoteOldest(ctx context.Context, sh Shard, always bool) (Lo
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	if !always {
-		if err := p.beat(ctx, sh); err != nil {
-			// Correctness does not depend on the heartbeat: promote on.
-			if p.beatErrs.Add(1) == 1 || p.beatErrs.Load()%100 == 0 {
-				p.log.Warn().Err(err).Str("shard", sh.Name).Msg("heartbeat not recorded; promoting on")
-			}
-		}
+		p.heartbeat(ctx, sh)
 	}
 	f, err := look(ctx, sh)
 	if err != nil {
@@ -100,14 +108,22 @@ func (p *Promoter) promoteOldest(ctx context.Context, sh Shard, always bool) (Lo
 		return Look{Known: true}, nil
 	}
 	l := Look{Known: true, Age: f.now.Sub(end)}
-	if !always && !p.mayPromote(ctx, sh, p.stalled(sh, f.last, f.now.Sub(sealedAt))) {
-		return l, nil // the leader promotes it
+	if !always {
+		// Pages of windows past the watermark: a leader's progress inside a
+		// window larger than it promotes in takeoverLag.
+		pages, err := pagesPast(ctx, sh, f.last)
+		if err != nil {
+			return l, err
+		}
+		if !p.mayPromote(ctx, sh, p.stalled(sh, mark{f.last, pages}, f.now.Sub(sealedAt))) {
+			return l, nil // the leader promotes it
+		}
 	}
 	if !p.retryBlocked(sh, start) {
 		return l, nil
 	}
 	began := time.Now()
-	if err := p.promote(ctx, sh, start); err != nil {
+	if err := p.promote(ctx, sh, start, !always); err != nil {
 		var b *errBlocked
 		if errors.As(err, &b) {
 			p.block(sh, start, err)
