@@ -288,6 +288,7 @@ E2E_SHARD_1 := TestAttributionHTTP TestAttributionBrowser TestClusterBalanced Te
 E2E_SHARD_2 := TestEnginesPassThrough TestEnginesStored TestEnginesPagehide TestEnginesOpenAISDK TestEdgeHeaders \
 	TestEdgeConcurrent TestEdgePostDeadline TestEdgeStored TestEdgeStoredHops TestEdgeWorker TestEdgeReport \
 	TestEdgeWrangler TestHTTP2Browser
+E2E_SHARDS   = $(sort $(filter E2E_SHARD_%,$(.VARIABLES)))
 empty       :=
 space       := $(empty) $(empty)
 e2e_re       = ^($(subst $(space),|,$(strip $(1))))$$
@@ -301,13 +302,12 @@ check: deps-chdb deps-geoip deps-ts vet depscheck wasm
 	ITLMON_NO_BROWSERS=1 $(GOTEST) -p $(CHECK_P) $(CHECK_PKGS)
 
 ## test: everything: vet, depscheck, unit, integration (real ClickHouse engine), e2e (real Chromium, nginx, workerd)
-# Each `go test` process's lines carry its name ([e2e-1], [pkgs], ...); the target fails when any of them does.
+# Each `go test` process's lines carry its name ([e2e-1], [e2e-rest], [pkgs], ...); the target fails when any of them does.
 test: deps deps-wrangler vet depscheck wasm edge
 	@pids=(); \
 	run() { name=$$1; shift; echo "[$$name] go test $$*"; ( $(GOTEST) "$$@" 2>&1 | sed -u "s|^|[$$name] |" ) & pids+=($$!); }; \
-	run e2e-1 -run '$(call e2e_re,$(E2E_SHARD_1))' ./e2e; \
-	run e2e-2 -run '$(call e2e_re,$(E2E_SHARD_2))' ./e2e; \
-	run e2e-3 -skip '$(call e2e_re,$(E2E_SHARD_1) $(E2E_SHARD_2))' ./e2e; \
+	$(foreach v,$(E2E_SHARDS),run $(subst E2E_SHARD_,e2e-,$(v)) -run '$(call e2e_re,$($(v)))' ./e2e; ) \
+	run e2e-rest -skip '$(call e2e_re,$(foreach v,$(E2E_SHARDS),$($(v))))' ./e2e; \
 	run pkgs -p $(TEST_P) $(TEST_PKGS); \
 	rc=0; for p in "$${pids[@]}"; do wait $$p || rc=1; done; exit $$rc
 
