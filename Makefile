@@ -297,7 +297,7 @@ e2e_re       = ^($(subst $(space),|,$(strip $(1))))$$
 CHECK_PKGS   = $(filter-out ./e2e/browsers,$(SLOW_PKGS)) $(shell $(GO) list ./... | grep -v -e '/e2e$$' -e '/e2e/browsers$$')
 TEST_PKGS    = $(SLOW_PKGS) $(shell $(GO) list ./... | grep -v -e '/e2e$$')
 
-## check: vet, depscheck, unit and the real-engine integration tests, no browsers (about 3 minutes)
+## check: vet, depscheck, unit and the real-engine integration tests, no browsers (about 4 minutes)
 check: deps-chdb deps-geoip deps-ts vet depscheck wasm
 	ITLMON_NO_BROWSERS=1 $(GOTEST) -p $(CHECK_P) $(CHECK_PKGS)
 
