@@ -266,50 +266,25 @@ depscheck:
 unit: wasm
 	$(GO) test -count=1 -short ./...
 
-# go test as make check and make test run it: the real parts required, a fresh run.
-GOTEST       = ITLMON_REQUIRE_REAL=1 $(GO) test -count=1 -parallel $(TEST_PARALLEL) -timeout $(TEST_TIMEOUT)
 # The packages in the order `go test -p` starts them: it runs them in the order given (the rest of
 # ./... after these, deduplicated), so the longest start first and the short ones fill the other
 # slots; the suite ends when its longest chain does. docs/development.md has the times per package.
-SLOW_PKGS   := ./collector/scenario ./collector/store ./collector/cmd/itlmon ./collector/promoter ./e2e/browsers \
-	./collector/query ./collector/join ./collector/grafana ./collector/otlp ./collector/chdb
-# Packages `go test -p` runs at once: make check's 3, make test's 2 beside the e2e processes. Their tests
-# partly wait (on engines, collectors, stream cadences), so more processes than the 2 cores fit, up to the
-# CPU's limit (docs/development.md, "Where the time goes").
+SLOW_PKGS   := ./e2e ./collector/scenario ./collector/store ./collector/cmd/itlmon ./collector/promoter ./collector/query \
+	./collector/join ./collector/grafana ./collector/otlp ./collector/chdb
+# Packages make check runs at once: 3 on 2 cores (its tests partly wait on engines and collectors); make test
+# keeps 2, its e2e tests being timing-sensitive (docs/development.md, "Where the time goes").
 CHECK_P     ?= 3
-TEST_P      ?= 2
-# make test runs the e2e package as several `go test` processes side by side, each with its own browser and
-# shared collector, beside the other packages: one process per E2E_SHARD_* list (its tests, by name), and a
-# last one for every e2e test named in none. A new e2e test lands in that last one; move it to a list when it
-# takes long. TestShardLists (e2e/shards_test.go) checks that the names are the package's tests, each in one
-# list. The lists balance measured times (docs/development.md); each keeps its timing-sensitive tests serial.
-E2E_SHARD_1 := TestAttributionHTTP TestAttributionBrowser TestClusterBalanced TestDashboardViews TestDashboardStoredScript \
-	TestDemoCauses TestLeaveAfterLastRead
-E2E_SHARD_2 := TestEnginesPassThrough TestEnginesStored TestEnginesPagehide TestEnginesOpenAISDK TestEdgeHeaders \
-	TestEdgeConcurrent TestEdgePostDeadline TestEdgeStored TestEdgeStoredHops TestEdgeWorker TestEdgeReport \
-	TestEdgeWrangler TestHTTP2Browser
-E2E_SHARDS   = $(sort $(filter E2E_SHARD_%,$(.VARIABLES)))
-empty       :=
-space       := $(empty) $(empty)
-e2e_re       = ^($(subst $(space),|,$(strip $(1))))$$
 # make check: every package but the browser end-to-end ones (e2e, e2e/browsers); ITLMON_NO_BROWSERS=1
 # skips the few browser tests elsewhere (the dashboard page in collector/query).
-CHECK_PKGS   = $(filter-out ./e2e/browsers,$(SLOW_PKGS)) $(shell $(GO) list ./... | grep -v -e '/e2e$$' -e '/e2e/browsers$$')
-TEST_PKGS    = $(SLOW_PKGS) $(shell $(GO) list ./... | grep -v -e '/e2e$$')
+CHECK_PKGS   = $(filter-out ./e2e,$(SLOW_PKGS)) $(shell $(GO) list ./... | grep -v -e '/e2e$$' -e '/e2e/browsers$$')
 
 ## check: vet, depscheck, unit and the real-engine integration tests, no browsers (about 4 minutes)
 check: deps-chdb deps-geoip deps-ts vet depscheck wasm
-	ITLMON_NO_BROWSERS=1 $(GOTEST) -p $(CHECK_P) $(CHECK_PKGS)
+	ITLMON_REQUIRE_REAL=1 ITLMON_NO_BROWSERS=1 $(GO) test -count=1 -p $(CHECK_P) -parallel $(TEST_PARALLEL) -timeout $(TEST_TIMEOUT) $(CHECK_PKGS)
 
 ## test: everything: vet, depscheck, unit, integration (real ClickHouse engine), e2e (real Chromium, nginx, workerd)
-# Each `go test` process's lines carry its name ([e2e-1], [e2e-rest], [pkgs], ...); the target fails when any of them does.
 test: deps deps-wrangler vet depscheck wasm edge
-	@pids=(); \
-	run() { name=$$1; shift; echo "[$$name] go test $$*"; ( $(GOTEST) "$$@" 2>&1 | sed -u "s|^|[$$name] |" ) & pids+=($$!); }; \
-	$(foreach v,$(E2E_SHARDS),run $(subst E2E_SHARD_,e2e-,$(v)) -run '$(call e2e_re,$($(v)))' ./e2e; ) \
-	run e2e-rest -skip '$(call e2e_re,$(foreach v,$(E2E_SHARDS),$($(v))))' ./e2e; \
-	run pkgs -p $(TEST_P) $(TEST_PKGS); \
-	rc=0; for p in "$${pids[@]}"; do wait $$p || rc=1; done; exit $$rc
+	ITLMON_REQUIRE_REAL=1 $(GO) test -count=1 -p 2 -parallel $(TEST_PARALLEL) -timeout $(TEST_TIMEOUT) $(SLOW_PKGS) ./...
 
 ## bench: benchmarks and the size/cost reports
 bench: deps wasm edge
