@@ -40,6 +40,7 @@ func (s *syncBuffer) String() string {
 // an error with its text once, however often it retries, SchemaReady reports
 // it, and once the cause is gone the schema is applied.
 func TestMigrateInBackgroundError(t *testing.T) {
+	t.Parallel() // a database of its own; mostly waits out the backoff
 	e := chtest.Engine(t)
 	name := fmt.Sprintf("later_%d", time.Now().UnixNano()%1e9)
 	mk, err := store.Open(t.Context(), store.Options{Addr: e.NativeAddr(), Dial: e.DialContext, Database: name,

@@ -171,6 +171,7 @@ func lines(log string, words ...string) []string {
 // that they wait and for whom, then see the schema; nobody logs an error,
 // and the schema is the one a lone migrator makes.
 func TestMigrateConcurrent(t *testing.T) {
+	t.Parallel() // a database of its own; its assertions time nothing
 	e := chtest.Engine(t)
 	want := referenceSchema(t, e)
 	migs, err := schema.Migrations()
@@ -257,6 +258,7 @@ var errCut = errors.New("cut here")
 // is the schema of an uncut run, with one schema_migrations row per
 // version.
 func TestMigrateCutAtEveryStatement(t *testing.T) {
+	t.Parallel() // a database of its own, the package's longest test: beside the other long ones
 	e := chtest.Engine(t)
 	want := referenceSchema(t, e)
 	migs, err := schema.Migrations()

@@ -439,6 +439,7 @@ func TestSpoolBound(t *testing.T) {
 // connection is reset, then refused), so this test has an engine of its own
 // and restarts it before the replay.
 func TestAuthFailureIsNotARefusal(t *testing.T) {
+	t.Parallel() // an engine of its own; its assertions time nothing
 	ctx := context.Background()
 	e, err := chdb.Start(ctx, chdb.Options{LibPath: os.Getenv("CHDB_LIB_PATH"), Dir: t.TempDir(),
 		Logger: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)})

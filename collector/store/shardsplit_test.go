@@ -20,6 +20,7 @@ import (
 // (the spool's replay) succeeds, and shard 1 holds those rows twice: copies,
 // which the promoter drops.
 func TestInboxShardAway(t *testing.T) {
+	t.Parallel() // engines of its own; its assertions time nothing
 	nodes := chtest.Cluster(t, "itl", 2)
 	ctx := context.Background()
 	db, err := store.Open(ctx, store.Options{DSN: "clickhouse://" + nodes[0].NativeAddr() + "/itlmon", Cluster: "itl", Lazy: true,
