@@ -76,7 +76,6 @@ func TestStatelessCollectors(t *testing.T) {
 // stream's records meet on the shard of their join key whichever collector
 // took them; reads go through the Distributed tables.
 func TestClusterCollectors(t *testing.T) {
-	t.Parallel() // engines and collectors of its own, the package's longest test: beside the kill hunt
 	itlmontest.ChdbLib(t)
 	nodes := chtest.Cluster(t, "itl", 2)
 	var stderr bytes.Buffer
