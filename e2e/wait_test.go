@@ -3,6 +3,8 @@ package e2e
 import (
 	"sync"
 	"time"
+
+	"github.com/itlmon/itlmon/internal/poll"
 )
 
 // Waiting on a condition, never for a fixed time.
@@ -20,16 +22,7 @@ import (
 // true (Eventually returns true) or within has passed (false, after one last
 // call).
 func Eventually(within, every time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(within)
-	tick := time.NewTicker(every)
-	defer tick.Stop()
-	for !cond() {
-		if !time.Now().Before(deadline) {
-			return false
-		}
-		<-tick.C
-	}
-	return true
+	return poll.Until(within, every, cond)
 }
 
 // changes wakes the goroutines waiting for what a test's own server

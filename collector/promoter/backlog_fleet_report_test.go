@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2"
-	"github.com/rs/zerolog"
 
 	"github.com/itlmon/itlmon/collector/chdb"
 	"github.com/itlmon/itlmon/collector/internal/itlmontest"
@@ -69,16 +68,7 @@ func TestReportBacklogFleet(t *testing.T) {
 	)
 	lib := itlmontest.ChdbLib(t)
 	ctx := t.Context()
-	eng, err := chdb.Start(ctx, chdb.Options{LibPath: lib, Dir: t.TempDir(),
-		Logger: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)})
-	if err != nil {
-		t.Fatalf("start engine: %v", err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		eng.Close(ctx)
-	})
+	eng := itlmontest.StartEngine(t, chdb.Options{LibPath: lib})
 	admin, err := clickhouse.Open(&clickhouse.Options{Addr: []string{eng.NativeAddr()}})
 	if err != nil {
 		t.Fatal(err)

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -11,7 +10,6 @@ import (
 	"time"
 
 	"github.com/gorilla/websocket"
-	"github.com/rs/zerolog"
 
 	"github.com/itlmon/itlmon/collector/chdb"
 	"github.com/itlmon/itlmon/collector/internal/itlmontest"
@@ -92,16 +90,7 @@ func TestDSNStartsWhileClickHouseDown(t *testing.T) {
 		t.Fatalf("with ClickHouse down: spooled %d, inserted %d; want %d spooled, none inserted", st.RowsSpooled, st.InboxRowsInserted, 5*perBatch)
 	}
 
-	eng, err := chdb.Start(t.Context(), chdb.Options{LibPath: lib, Dir: t.TempDir(), NativePort: port, HTTPPort: itlmontest.FreePort(t),
-		Logger: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)})
-	if err != nil {
-		t.Fatalf("start engine: %v", err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		eng.Close(ctx)
-	})
+	eng := itlmontest.StartEngine(t, chdb.Options{LibPath: lib, NativePort: port, HTTPPort: itlmontest.FreePort(t)})
 	if want := fmt.Sprintf("127.0.0.1:%d", port); eng.NativeAddr() != want {
 		t.Fatalf("engine listens on %s, want %s (port taken meanwhile?)", eng.NativeAddr(), want)
 	}

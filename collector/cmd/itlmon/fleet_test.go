@@ -45,17 +45,7 @@ func (s *syncBuf) String() string {
 // warning or an error: those waiting for the schema lock say whom they
 // wait for, and the promoters start once the tables are there.
 func TestServeFleetOnFreshDatabase(t *testing.T) {
-	lib := itlmontest.ChdbLib(t)
-	eng, err := chdb.Start(t.Context(), chdb.Options{LibPath: lib, Dir: t.TempDir(),
-		Logger: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)})
-	if err != nil {
-		t.Fatalf("start engine: %v", err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		eng.Close(ctx)
-	})
+	eng := itlmontest.StartEngine(t, chdb.Options{})
 	conn, err := clickhouse.Open(&clickhouse.Options{Addr: []string{eng.NativeAddr()}})
 	if err != nil {
 		t.Fatal(err)

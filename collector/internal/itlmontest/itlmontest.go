@@ -688,3 +688,28 @@ func GetBody(t testing.TB, url string) (int, string) {
 	b, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(b)
 }
+
+// StartEngine starts an embedded engine of the test's own, outside any
+// collector (one that collectors reach by a DSN, as a ClickHouse server),
+// with opts' ports and the test's temporary directory and log (warnings and
+// up) unless opts sets them, and closes it when t ends.
+func StartEngine(t testing.TB, opts chdb.Options) *chdb.Engine {
+	t.Helper()
+	if opts.LibPath == "" {
+		opts.LibPath = ChdbLib(t)
+	}
+	if opts.Dir == "" {
+		opts.Dir = t.TempDir()
+	}
+	opts.Logger = zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)
+	eng, err := chdb.Start(t.Context(), opts)
+	if err != nil {
+		t.Fatalf("start engine: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		eng.Close(ctx)
+	})
+	return eng
+}
