@@ -504,7 +504,7 @@ func (e *Engine) launch(ctx context.Context) (*child, error) {
 		if err != nil {
 			return nil, err
 		}
-		err = e.waitReady(ctx, c, httpPort)
+		err = e.waitReady(ctx, c, native, httpPort)
 		if err == nil {
 			if !e.publish(c, native, httpPort) {
 				_ = e.terminate(ctx, c)
@@ -606,15 +606,20 @@ func (e *Engine) logStderr(r io.Reader, pid int) {
 
 // waitReady polls GET /ping until it answers "Ok.\n", the child exits, or the
 // ready timeout or ctx ends.
-func (e *Engine) waitReady(ctx context.Context, c *child, httpPort int) error {
+func (e *Engine) waitReady(ctx context.Context, c *child, native, httpPort int) error {
 	ctx, cancel := context.WithTimeout(ctx, e.opts.ReadyTimeout)
 	defer cancel()
 	url := "http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(httpPort)) + "/ping"
+	nativeAddr := net.JoinHostPort("127.0.0.1", strconv.Itoa(native))
 	client := &http.Client{Timeout: time.Second}
 	tick := time.NewTicker(pingInterval)
 	defer tick.Stop()
 	for {
-		if ping(ctx, client, url) {
+		// /ping answers on the HTTP port; clients use the native one,
+		// which must take connections too: a collector's first dial
+		// right after /ping answered was refused once (a test's start-up
+		// on a quiet machine).
+		if ping(ctx, client, url) && accepts(ctx, nativeAddr) {
 			return nil
 		}
 		select {
@@ -625,6 +630,17 @@ func (e *Engine) waitReady(ctx context.Context, c *child, httpPort int) error {
 		case <-tick.C:
 		}
 	}
+}
+
+// accepts reports whether addr takes a TCP connection, which it ends at
+// once, in order.
+func accepts(ctx context.Context, addr string) bool {
+	c, err := halfclose.Dial(ctx, &net.Dialer{Timeout: time.Second}, "tcp", addr)
+	if err != nil {
+		return false
+	}
+	c.Close()
+	return true
 }
 
 func ping(ctx context.Context, client *http.Client, url string) bool {

@@ -362,8 +362,24 @@ func OpenStorage(ctx context.Context, c *Config, lazy bool, log zerolog.Logger) 
 	if err != nil {
 		return nil, nil, fmt.Errorf("start embedded clickhouse: %w", err)
 	}
-	db, err := store.Open(ctx, store.Options{Addr: eng.NativeAddr(), Dial: eng.DialContext, Database: "itlmon",
-		CreateDatabase: true, StreamsTTL: c.TTL, Logger: log})
+	// The engine is supervised: one that died during the first statements
+	// (they come a moment after its /ping answered) is restarted, and the
+	// collector opens the store again on it rather than exit.
+	var db *store.DB
+	for attempt := 1; ; attempt++ {
+		db, err = store.Open(ctx, store.Options{Addr: eng.NativeAddr(), Dial: eng.DialContext, Database: "itlmon",
+			CreateDatabase: true, StreamsTTL: c.TTL, Logger: log})
+		if err == nil || attempt == embeddedOpenAttempts || ctx.Err() != nil {
+			break
+		}
+		log.Warn().Err(err).Int("attempt", attempt).Msg("embedded clickhouse refused the store's first statements; opening it again once it is up")
+		rctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+		err = eng.Ready(rctx)
+		cancel()
+		if err != nil {
+			break
+		}
+	}
 	if err != nil {
 		cctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 		defer cancel()
@@ -372,6 +388,9 @@ func OpenStorage(ctx context.Context, c *Config, lazy bool, log zerolog.Logger) 
 	}
 	return db, eng, nil
 }
+
+// embeddedOpenAttempts bounds the store's opening on the embedded engine.
+const embeddedOpenAttempts = 3
 
 // guardReadSide decides who may use the read side (/api/*, /metrics,
 // /dashboard/) and returns the main listener's handler; it starts the read
