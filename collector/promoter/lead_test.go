@@ -6,17 +6,23 @@ import (
 	"time"
 )
 
+// newStallTest returns a promoter of one shard, the shard, and the first
+// window of a test of its stall.
+func newStallTest(t *testing.T) (*Promoter, Shard, time.Time) {
+	t.Helper()
+	p, err := New([]Shard{{}}, Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p, Shard{}, time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
+}
+
 // The stall a rank waits for is measured from the last move of the
 // watermark by another promoter: a leader working through a backlog keeps
 // it at 0; a promoter that took over goes on with the windows it promotes.
 func TestStalled(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		p, err := New([]Shard{{}}, Config{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		sh := Shard{}
-		w0 := time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
+		p, sh, w0 := newStallTest(t)
 		long := time.Hour // the waiting window's age past its sealing: a backlog
 		if got := p.stalled(sh, mark{w0, 0}, long); got != 0 {
 			t.Fatalf("stalled %v at the first look, want 0", got)
@@ -60,12 +66,7 @@ func TestStalled(t *testing.T) {
 // it just promoted.
 func TestStalledInsideWindow(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		p, err := New([]Shard{{}}, Config{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		sh := Shard{}
-		w0 := time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
+		p, sh, w0 := newStallTest(t)
 		long := time.Hour
 		p.stalled(sh, mark{w0, 0}, long)
 		// One window, 60 s of pages, a page every 2 s: never stalled.
