@@ -604,8 +604,8 @@ func (e *Engine) logStderr(r io.Reader, pid int) {
 	}
 }
 
-// waitReady polls GET /ping until it answers "Ok.\n", the child exits, or the
-// ready timeout or ctx ends.
+// waitReady polls GET /ping until it answers "Ok.\n" and the native port
+// takes a connection, the child exits, or the ready timeout or ctx ends.
 func (e *Engine) waitReady(ctx context.Context, c *child, native, httpPort int) error {
 	ctx, cancel := context.WithTimeout(ctx, e.opts.ReadyTimeout)
 	defer cancel()
