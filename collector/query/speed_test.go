@@ -221,9 +221,9 @@ func TestRollupSpeedMedian(t *testing.T) {
 		t.Helper()
 		within(t, name+" TPOT p50 (µs)", float64(r.TPOTP50)/float64(time.Microsecond), gate.Percentile(tpot[key], 50), rel)
 		// Tokens/s p50 is 1e6 over the TPOT median (not rounded to a
-		// microsecond), which for an odd count is the median of the
-		// streams' tokens/s; for an even one it lies between the two
-		// middle streams' values.
+		// microsecond; the report rounds the result to a thousandth),
+		// which for an odd count is the median of the streams' tokens/s;
+		// for an even one it lies between the two middle streams' values.
 		want := 1e6 / gate.Percentile(tpot[key], 50)
 		if len(tps[key])%2 == 1 {
 			want = gate.Percentile(tps[key], 50)
