@@ -59,7 +59,10 @@ func getAPI(t *testing.T, c *Collector, path string, v any) {
 // flush. The re-chunking view of the dashboard shows both labels.
 func TestDemoCauses(t *testing.T) {
 	Browser(t)
-	c := StartCollector(t)
+	// The product's default hold (3 s): the checks below need every origin
+	// timeline joined, and the tests' short hold (testJoinHold) misses one
+	// whose insert came a writer flush after its client record's.
+	c := StartCollectorArgs(t, []string{"--join-hold", "3s"})
 	ctx := NewTab(t)
 	sctx, cancel := context.WithTimeout(ctx, 90*time.Second)
 	defer cancel()
