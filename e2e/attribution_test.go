@@ -661,17 +661,27 @@ func TestAttributionBrowser(t *testing.T) {
 	og := p.og
 	upstream := strings.TrimPrefix(og.URL, "http://")
 	var rows []attrRow
-	var jp *jitterproxy.Proxy
 	t.Cleanup(func() { attrTable(t, "headless Chromium + collector + ClickHouse", rows) })
 
-	for _, sc := range []struct {
+	type scenario struct {
 		name, injected string
 		via            func(t *testing.T) string
 		query          string
 		busy           bool
 		check          func(t *testing.T, s attrStored)
-	}{
-		{"1 direct", "nothing", func(*testing.T) string { return og.URL }, "", false, func(t *testing.T, s attrStored) {
+		jp             *jitterproxy.Proxy // scenario 4's proxy, for its row
+	}
+	jitter := &scenario{name: "4 jitter proxy", injected: "10% of reads held 250-450ms", check: func(t *testing.T, s attrStored) {
+		if s.Stalls == 0 || s.SubFloor == 0 || s.JoinedByCause[meter.CauseNetwork] == 0 || s.JoinedByCause[meter.CauseUnknown] != 0 {
+			t.Errorf("stalls %d, sub-floor %.2f, joined causes %v; want bursts, sub-floor gaps, stalls attributed to network", s.Stalls, s.SubFloor, s.JoinedByCause)
+		}
+	}}
+	jitter.via = func(t *testing.T) string {
+		jitter.jp = startJitter(t, upstream)
+		return jitter.jp.URL()
+	}
+	scenarios := []*scenario{
+		{name: "1 direct", injected: "nothing", via: func(*testing.T) string { return og.URL }, check: func(t *testing.T, s attrStored) {
 			if s.Stalls != s.JoinedByCause[meter.CauseOrigin] {
 				t.Errorf("stalls %d by cause %v: want none on the path", s.Stalls, s.JoinedByCause)
 			}
@@ -679,37 +689,35 @@ func TestAttributionBrowser(t *testing.T) {
 				t.Errorf("added TTFT %v µs, p50 %v µs; want near zero", deref(s.AddedTTFT), deref(s.AddedP50))
 			}
 		}},
-		{"2 nginx buffer+gzip", "proxy_buffering on; gzip on", func(t *testing.T) string {
+		{name: "2 nginx buffer+gzip", injected: "proxy_buffering on; gzip on", via: func(t *testing.T) string {
 			return nginx.Start(t, nginx.Options{Upstream: upstream, Buffering: true, Gzip: true}).URL()
-		}, "", false, wantStoredCoalesced},
-		{"3 nginx accel=no", "as 2, X-Accel-Buffering: no", func(t *testing.T) string {
+		}, check: wantStoredCoalesced},
+		{name: "3 nginx accel=no", injected: "as 2, X-Accel-Buffering: no", via: func(t *testing.T) string {
 			return nginx.Start(t, nginx.Options{Upstream: upstream, Buffering: true, Gzip: true}).URL()
-		}, "accel=no", false, func(t *testing.T, s attrStored) {
+		}, query: "accel=no", check: func(t *testing.T, s attrStored) {
 			if s.EventsPerRead > 1.5 || s.Stalls != s.JoinedByCause[meter.CauseOrigin] {
 				t.Errorf("events/read %.2f, stalls %d (%v); want smooth", s.EventsPerRead, s.Stalls, s.JoinedByCause)
 			}
 		}},
-		{"4 jitter proxy", "10% of reads held 250-450ms", func(t *testing.T) string {
-			jp = startJitter(t, upstream)
-			return jp.URL()
-		}, "", false, func(t *testing.T, s attrStored) {
-			if s.Stalls == 0 || s.SubFloor == 0 || s.JoinedByCause[meter.CauseNetwork] == 0 || s.JoinedByCause[meter.CauseUnknown] != 0 {
-				t.Errorf("stalls %d, sub-floor %.2f, joined causes %v; want bursts, sub-floor gaps, stalls attributed to network", s.Stalls, s.SubFloor, s.JoinedByCause)
-			}
-		}},
-		{"5 busy page", "main thread busy 300ms of every 600ms", func(*testing.T) string { return og.URL }, "tokens=" + strconv.Itoa(attrBusyTokens), true, func(t *testing.T, s attrStored) {
+		jitter,
+		{name: "5 busy page", injected: "main thread busy 300ms of every 600ms", via: func(*testing.T) string { return og.URL }, query: "tokens=" + strconv.Itoa(attrBusyTokens), busy: true, check: func(t *testing.T, s attrStored) {
 			if s.Stalls == 0 || s.JoinedByCause[meter.CausePage] == 0 || s.JoinedByCause[meter.CauseOrigin] > s.OriginStalls {
 				t.Errorf("stalls %d, joined causes %v; want stalls attributed to page", s.Stalls, s.JoinedByCause)
 			}
 		}},
-		{"6 origin pause", "origin sleeps 600ms mid-stream", func(*testing.T) string { return og.URL }, "pause=600", false, wantStoredOriginPause},
-	} {
+		{name: "6 origin pause", injected: "origin sleeps 600ms mid-stream", via: func(*testing.T) string { return og.URL }, query: "pause=600", check: wantStoredOriginPause},
+	}
+	// The streams run one after the other and are stored together; then
+	// each scenario's checks.
+	runs := make([]attrRun, len(scenarios))
+	for i, sc := range scenarios {
+		runs[i] = attrRun{base: sc.via(t), query: sc.query, busy: sc.busy, smooth: attrSmooth(sc.name)}
+	}
+	stored := p.runAll(t, runs...)
+	for i, sc := range scenarios {
 		t.Run(sc.name, func(t *testing.T) {
-			jp = nil
-			base := sc.via(t)
-			s := p.run(t, base, attrRun{query: sc.query, busy: sc.busy, smooth: attrSmooth(sc.name)})
-			rows = append(rows, s.row(sc.name, sc.injected+jitterNote(jp)))
-			sc.check(t, s)
+			rows = append(rows, stored[i].row(sc.name, sc.injected+jitterNote(sc.jp)))
+			sc.check(t, stored[i])
 		})
 	}
 }
@@ -740,6 +748,7 @@ func startAttrPage(t *testing.T) *attrPage {
 
 // attrRun is one browser scenario's stream.
 type attrRun struct {
+	base  string // where the page is opened: the origin, or what fronts it
 	query string // attrStream's query
 	busy  bool   // the page's main thread is kept busy (busyJS) while it reads
 	// smooth: the path injects nothing that stalls, so client stalls beyond
@@ -747,62 +756,93 @@ type attrRun struct {
 	smooth bool
 }
 
-// run opens the test page at base (the origin's page, through whatever base
-// fronts it) in a new tab, streams /v1/attr?query there and returns what the
-// collector stored for it, its join included. A run whose origin stalled on
-// its own where the query asked for no pause, or (smooth) whose client
-// stalled more than its origin, is run again (attrAttempts in all); the
-// stored content events must match what the origin sent.
-func (p *attrPage) run(t *testing.T, base string, r attrRun) attrStored {
+// run is runAll of one stream.
+func (p *attrPage) run(t *testing.T, r attrRun) attrStored {
+	t.Helper()
+	return p.runAll(t, r)[0]
+}
+
+// runAll opens the test page at each run's base (the origin's page, through
+// whatever base fronts it) in a new tab and streams /v1/attr?query there,
+// one run after the other, then returns what the collector stored for each,
+// its join included: the streams run back to back and their storage is
+// waited for together, so the promoter's hold is waited out once, not once
+// per run. A run whose origin stalled on its own where the query asked for
+// no pause, or (smooth) whose client stalled more than its origin, is run
+// again (attrAttempts in all); the stored content events must match what
+// the origin sent.
+func (p *attrPage) runAll(t *testing.T, runs ...attrRun) []attrStored {
+	t.Helper()
+	got := make([]attrStored, len(runs))
+	todo := make([]int, len(runs))
+	for i := range runs {
+		todo[i] = i
+	}
+	for attempt := 1; len(todo) > 0; attempt++ {
+		ids := make([]string, len(todo))
+		for k, i := range todo {
+			ids[k] = p.stream(t, runs[i])
+		}
+		var again []int
+		for k, i := range todo {
+			r, s := runs[i], p.col.waitStored(t, ids[k])
+			wantOriginStalls := uint32(0)
+			if strings.Contains(r.query, "pause=") {
+				wantOriginStalls = 1
+			}
+			// As in TestAttributionHTTP: a run whose origin stalled on its
+			// own (machine load) is run again.
+			if s.OriginStalls != wantOriginStalls && attempt < attrAttempts {
+				t.Logf("%s?%s, attempt %d: the origin itself stalled %d times (machine load), again", r.base, r.query, attempt, s.OriginStalls)
+				again = append(again, i)
+				continue
+			}
+			if r.smooth && s.Stalls > s.OriginStalls && attempt < attrAttempts {
+				t.Logf("%s?%s, attempt %d: %d stalls (%v) on a clean path: the browser was starved (machine load), again", r.base, r.query, attempt, s.Stalls, s.JoinedByCause)
+				again = append(again, i)
+				continue
+			}
+			want := uint32(attrTokens)
+			if q, _ := url.ParseQuery(r.query); q.Get("tokens") != "" {
+				n, err := strconv.Atoi(q.Get("tokens"))
+				if err != nil {
+					t.Fatalf("query %q: %v", r.query, err)
+				}
+				want = uint32(n)
+			}
+			if s.ContentEvents != want || s.OriginEvts != want {
+				t.Fatalf("%s?%s: content events client %d, origin %d; want %d", r.base, r.query, s.ContentEvents, s.OriginEvts, want)
+			}
+			got[i] = s
+		}
+		todo = again
+	}
+	return got
+}
+
+// stream runs r's stream in a new tab and returns its origin id.
+func (p *attrPage) stream(t *testing.T, r attrRun) string {
 	t.Helper()
 	tab := NewTab(t)
-	if !OpenPage(t, tab, strings.Replace(p.og.PageURL(nil, false), p.og.URL, base, 1)) {
+	if !OpenPage(t, tab, strings.Replace(p.og.PageURL(nil, false), p.og.URL, r.base, 1)) {
 		t.Fatal("itlmon did not start in the page")
 	}
-	wantOriginStalls := uint32(0)
-	if strings.Contains(r.query, "pause=") {
-		wantOriginStalls = 1
+	if r.busy {
+		Eval[bool](t, tab, busyJS)
 	}
-	want := uint32(attrTokens)
-	if q, _ := url.ParseQuery(r.query); q.Get("tokens") != "" {
-		n, err := strconv.Atoi(q.Get("tokens"))
-		if err != nil {
-			t.Fatalf("query %q: %v", r.query, err)
-		}
-		want = uint32(n)
+	read := RunStream(t, tab, StreamOpts{Path: "/v1/attr", Query: r.query})
+	if read.Error != "" || read.Status != 200 {
+		t.Fatalf("page read: status %d, error %q", read.Status, read.Error)
 	}
-	for attempt := 1; ; attempt++ {
-		if r.busy {
-			Eval[bool](t, tab, busyJS)
-		}
-		read := RunStream(t, tab, StreamOpts{Path: "/v1/attr", Query: r.query})
-		if read.Error != "" || read.Status != 200 {
-			t.Fatalf("page read: status %d, error %q", read.Status, read.Error)
-		}
-		if r.busy {
-			Eval[bool](t, tab, "clearInterval(window.__busy), true")
-		}
-		var id string
-		select {
-		case id = <-p.ids:
-		default:
-			t.Fatal("the origin served no stream")
-		}
-		s := p.col.waitStored(t, id)
-		// As in TestAttributionHTTP: a run whose origin stalled on its own
-		// (machine load) is run again.
-		if s.OriginStalls != wantOriginStalls && attempt < attrAttempts {
-			t.Logf("attempt %d: the origin itself stalled %d times (machine load), again", attempt, s.OriginStalls)
-			continue
-		}
-		if r.smooth && s.Stalls > s.OriginStalls && attempt < attrAttempts {
-			t.Logf("attempt %d: %d stalls (%v) on a clean path: the browser was starved (machine load), again", attempt, s.Stalls, s.JoinedByCause)
-			continue
-		}
-		if s.ContentEvents != want || s.OriginEvts != want {
-			t.Fatalf("content events client %d, origin %d; want %d", s.ContentEvents, s.OriginEvts, want)
-		}
-		return s
+	if r.busy {
+		Eval[bool](t, tab, "clearInterval(window.__busy), true")
+	}
+	select {
+	case id := <-p.ids:
+		return id
+	default:
+		t.Fatal("the origin served no stream")
+		return ""
 	}
 }
 

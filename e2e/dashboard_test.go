@@ -228,39 +228,40 @@ func TestDashboardViews(t *testing.T) {
 	p := startAttrPage(t)
 	upstream := strings.TrimPrefix(p.og.URL, "http://")
 
-	// The real scenarios: the origin pause (direct) and a buffering proxy.
-	paused := p.run(t, p.og.URL, attrRun{query: "pause=600"})
-	wantStoredOriginPause(t, paused)
+	// The real scenarios, streamed one after the other and stored together:
+	// the origin pause (direct); buffering proxies (nginx with gzip, with
+	// brotli, passing full buffers on, and gzip again on a long answer, its
+	// encoder passing on one block of compressed output at a time: another
+	// instance, its own API origin); network stalls (a proxy holding reads)
+	// and page stalls (a busy main thread), as attribution scenarios 4 and 5
+	// check them.
 	ng := nginx.Start(t, nginx.Options{Upstream: upstream, Buffering: true, Gzip: true})
-	buffered := p.run(t, ng.URL(), attrRun{})
+	brn := nginx.Start(t, nginx.Options{Upstream: upstream, Buffering: true, Brotli: true}) // Chromium accepts br: nginx prefers it
+	fb := nginx.Start(t, nginx.Options{Upstream: upstream, Buffering: true, Extra: fullBuffersNginx})
+	gzb := nginx.Start(t, nginx.Options{Upstream: upstream, Buffering: true, Gzip: true})
+	jp := startJitter(t, upstream)
+	runs := p.runAll(t,
+		attrRun{base: p.og.URL, query: "pause=600"},
+		attrRun{base: ng.URL()},
+		attrRun{base: brn.URL()},
+		attrRun{base: fb.URL()},
+		attrRun{base: gzb.URL(), query: gzipBlocksQuery},
+		attrRun{base: jp.URL()},
+		attrRun{base: p.og.URL, query: "tokens=" + strconv.Itoa(attrBusyTokens), busy: true})
+	paused, buffered, brotlied, full, blocks, jittered, busy := runs[0], runs[1], runs[2], runs[3], runs[4], runs[5], runs[6]
+	wantStoredOriginPause(t, paused)
 	wantStoredCoalesced(t, buffered)
 	logReads(t, "nginx buffering + gzip", buffered)
-	// The same with brotli (Chromium accepts br: nginx prefers it).
-	brn := nginx.Start(t, nginx.Options{Upstream: upstream, Buffering: true, Brotli: true})
-	brotlied := p.run(t, brn.URL(), attrRun{})
 	wantStoredCoalesced(t, brotlied)
 	logReads(t, "nginx buffering + brotli", brotlied)
-	// A proxy that passes the answer on in full buffers.
-	fb := nginx.Start(t, nginx.Options{Upstream: upstream, Buffering: true, Extra: fullBuffersNginx})
-	full := p.run(t, fb.URL(), attrRun{})
 	wantStoredFullBuffers(t, full)
 	logReads(t, "nginx full 1 KB buffers", full)
-	// The same buffering + gzip nginx as scenario 2 (another instance: its
-	// own API origin) on a long answer: its encoder passes on one block of
-	// compressed output at a time.
-	gzb := nginx.Start(t, nginx.Options{Upstream: upstream, Buffering: true, Gzip: true})
-	blocks := p.run(t, gzb.URL(), attrRun{query: gzipBlocksQuery})
 	wantStoredGzipBlocks(t, blocks)
 	logReads(t, "nginx buffering + gzip, long answer", blocks)
-	// Network stalls (a proxy holding reads) and page stalls (a busy main
-	// thread), as attribution scenarios 4 and 5 check them.
-	jp := startJitter(t, upstream)
-	jittered := p.run(t, jp.URL(), attrRun{})
 	logReads(t, "jitter proxy", jittered)
 	if jittered.Stalls == 0 || jittered.JoinedByCause[meter.CauseNetwork] == 0 {
 		t.Errorf("jitter proxy: stalls %d, joined causes %v; want network stalls", jittered.Stalls, jittered.JoinedByCause)
 	}
-	busy := p.run(t, p.og.URL, attrRun{query: "tokens=" + strconv.Itoa(attrBusyTokens), busy: true})
 	if busy.Stalls == 0 || busy.ByCause[meter.CausePage] == 0 {
 		t.Errorf("busy page: stalls %d, causes %v; want page stalls", busy.Stalls, busy.ByCause)
 	}

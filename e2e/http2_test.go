@@ -34,7 +34,7 @@ func TestHTTP2Browser(t *testing.T) {
 	})
 
 	paced := map[string]attrStored{} // by http_proto: the pause=600 stream
-	for _, sc := range []struct {
+	scenarios := []struct {
 		name, injected string
 		proto          string // the stored http_proto
 		opts           nginx.Options
@@ -48,11 +48,18 @@ func TestHTTP2Browser(t *testing.T) {
 			nginx.Options{TLS: testCert}, "pause=600", true, wantStoredOriginPause},
 		{"h2 nginx buffer+gzip", "https+h2; proxy_buffering on; gzip on", "h2",
 			nginx.Options{TLS: testCert, Buffering: true, Gzip: true}, "", false, wantStoredCoalesced},
-	} {
+	}
+	// The streams run one after the other and are stored together; then
+	// each scenario's checks.
+	runs := make([]attrRun, len(scenarios))
+	for i, sc := range scenarios {
+		sc.opts.Upstream = upstream
+		runs[i] = attrRun{base: nginx.Start(t, sc.opts).URL(), query: sc.query, smooth: sc.smooth}
+	}
+	stored := p.runAll(t, runs...)
+	for i, sc := range scenarios {
 		t.Run(sc.name, func(t *testing.T) {
-			sc.opts.Upstream = upstream
-			ng := nginx.Start(t, sc.opts)
-			s := p.run(t, ng.URL(), attrRun{query: sc.query, smooth: sc.smooth})
+			s := stored[i]
 			rows = append(rows, s.row(sc.name, sc.injected))
 			if s.HTTPProto != sc.proto {
 				t.Errorf("stored http_proto %q, want %q", s.HTTPProto, sc.proto)
