@@ -373,6 +373,49 @@ func WaitStreams(t testing.TB, c *Collector, site string, n int) []StoredStream 
 	return got
 }
 
+// Later collects checks of a site's stored streams, run together after one
+// wait for all of them (Run): a test that streams several times then waits
+// out the collector's promotion (about 2.5 s with testJoinHold: the
+// writer's flush, the window's end, the hold and the grace) once instead of
+// once per stream.
+type Later struct {
+	c      *Collector
+	site   string
+	n      int // streams the site stored or will store
+	checks []laterCheck
+}
+
+type laterCheck struct {
+	name, id string
+	check    func(t *testing.T, row StoredStream)
+}
+
+// StoredLater starts a Later for site's streams on c; base is how many the
+// site stored before.
+func StoredLater(c *Collector, site string, base int) *Later {
+	return &Later{c: c, site: site, n: base}
+}
+
+// Check counts a stream the page measured (id: its onStream summary's id)
+// and, at Run, calls check with its stored row.
+func (l *Later) Check(name, id string, check func(t *testing.T, row StoredStream)) {
+	l.n++
+	l.checks = append(l.checks, laterCheck{name, id, check})
+}
+
+// Count counts a stream that will be stored but is not checked.
+func (l *Later) Count() { l.n++ }
+
+// Run waits until the site stored every stream counted, then runs each
+// check as a subtest ("NAME stored").
+func (l *Later) Run(t *testing.T) {
+	t.Helper()
+	rows := WaitStreams(t, l.c, l.site, l.n)
+	for _, c := range l.checks {
+		t.Run(c.name+" stored", func(t *testing.T) { c.check(t, StreamByID(t, rows, c.id)) })
+	}
+}
+
 // StreamByID returns the stored stream with the page-side id (itlmon.onStream's summary.id).
 func StreamByID(t testing.TB, rows []StoredStream, id string) StoredStream {
 	t.Helper()

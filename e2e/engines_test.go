@@ -87,21 +87,24 @@ func TestEnginesPassThrough(t *testing.T) {
 // stored as aborted.
 func TestEnginesStored(t *testing.T) {
 	origins, c := engineOrigins(t)
+	// Each stream's page-side checks run at once, its stored row's after
+	// the last engine's streams (one wait for all).
+	laters := map[string]*Later{}
 	forEachEngine(t, func(t *testing.T, e browsers.Engine) {
 		site := e.Name()
 		p := NewPage(t, e)
 		if !OpenIn(t, p, origins[site].PageURL(nil, false)) {
 			t.Fatalf("itlmon did not become ready: %s", EvalIn[string](t, p, `itlmon.timing.error`))
 		}
-		stored := 0
-		last := func() StoredStream {
+		later := StoredLater(c, site, 0)
+		laters[site] = later
+		last := func(t *testing.T) string {
 			t.Helper()
 			s := SummariesIn(t, p)
 			if len(s) == 0 {
 				t.Fatal("no itlmon.onStream summary")
 			}
-			stored++
-			return StreamByID(t, WaitStreams(t, c, site, stored), s[len(s)-1].ID)
+			return s[len(s)-1].ID
 		}
 
 		t.Run("long", func(t *testing.T) {
@@ -111,14 +114,15 @@ func TestEnginesStored(t *testing.T) {
 			if page.Error != "" || page.Bytes != wantN || page.SHA256 != wantSum {
 				t.Fatalf("page read %d bytes (err %q), want %d bytes identical", page.Bytes, page.Error, wantN)
 			}
-			row := last()
-			if row.Status != statusComplete || row.ContentEvents != 100 {
-				t.Errorf("stored status %s with %d content events, want %s with 100; the page read all %d bytes",
-					row.Status, row.ContentEvents, statusComplete, page.Bytes)
-			}
-			if got, want := row.Bytes, uint64(wantN); got != want {
-				t.Errorf("stored bytes = %d, want %d", got, want)
-			}
+			later.Check("long", last(t), func(t *testing.T, row StoredStream) {
+				if row.Status != statusComplete || row.ContentEvents != 100 {
+					t.Errorf("stored status %s with %d content events, want %s with 100; the page read all %d bytes",
+						row.Status, row.ContentEvents, statusComplete, page.Bytes)
+				}
+				if got, want := row.Bytes, uint64(wantN); got != want {
+					t.Errorf("stored bytes = %d, want %d", got, want)
+				}
+			})
 		})
 
 		// The stored stall must be the gap the page itself saw (within the
@@ -135,24 +139,30 @@ func TestEnginesStored(t *testing.T) {
 				if page.Error != "" {
 					t.Fatalf("page error: %s", page.Error)
 				}
-				row := last()
-				if row.Status != statusComplete || row.ContentEvents != 40 {
-					t.Errorf("run %d: stored status %s with %d content events, want %s with 40", attempt, row.Status, row.ContentEvents, statusComplete)
+				id := last(t)
+				storedComplete := func(t *testing.T, row StoredStream) {
+					if row.Status != statusComplete || row.ContentEvents != 40 {
+						t.Errorf("run %d: stored status %s with %d content events, want %s with 40", attempt, row.Status, row.ContentEvents, statusComplete)
+					}
 				}
 				if page.LongGaps != 1 || page.MaxGapMs < 600 || page.MaxGapMs > 660 {
 					if attempt == 5 {
 						t.Fatalf("in each of 5 runs the page itself saw another gap over 200 ms or the pause's outside [600, 660] ms (last: %d gaps, longest %.1f ms)", page.LongGaps, page.MaxGapMs)
 					}
-					t.Logf("run %d: the page itself saw %d gaps over 200 ms, the longest %.1f ms (stored: %d stalls, %.1f ms): machine noise, running again",
-						attempt, page.LongGaps, page.MaxGapMs, row.Stalls, row.StalledMs)
+					t.Logf("run %d: the page itself saw %d gaps over 200 ms, the longest %.1f ms: machine noise, running again",
+						attempt, page.LongGaps, page.MaxGapMs)
+					later.Check(fmt.Sprintf("stall run %d", attempt), id, storedComplete)
 					continue
 				}
-				if got, want := row.Stalls, uint32(1); got != want {
-					t.Errorf("stalls = %d, want %d", got, want)
-				}
-				if got := row.StalledMs; got < 600 || got > 660 || math.Abs(got-page.MaxGapMs) > 5 {
-					t.Errorf("stalled_ms = %.1f, want the page's own longest gap %.1f ± 5, within [600, 660] (600 ms pause + 20 ms interval)", got, page.MaxGapMs)
-				}
+				later.Check("stall", id, func(t *testing.T, row StoredStream) {
+					storedComplete(t, row)
+					if got, want := row.Stalls, uint32(1); got != want {
+						t.Errorf("stalls = %d, want %d", got, want)
+					}
+					if got := row.StalledMs; got < 600 || got > 660 || math.Abs(got-page.MaxGapMs) > 5 {
+						t.Errorf("stalled_ms = %.1f, want the page's own longest gap %.1f ± 5, within [600, 660] (600 ms pause + 20 ms interval)", got, page.MaxGapMs)
+					}
+				})
 				return
 			}
 		})
@@ -167,10 +177,11 @@ func TestEnginesStored(t *testing.T) {
 			if page.Error != "" || !page.Cancelled || page.Bytes != wantN || page.SHA256 != wantSum {
 				t.Fatalf("page read %d bytes (err %q, cancelled %v), want all %d bytes identical, then the cancel", page.Bytes, page.Error, page.Cancelled, wantN)
 			}
-			row := last()
-			if row.Status != statusComplete || row.ContentEvents != 30 {
-				t.Errorf("stored status %s with %d content events, want %s with 30", row.Status, row.ContentEvents, statusComplete)
-			}
+			later.Check("cancel after DONE", last(t), func(t *testing.T, row StoredStream) {
+				if row.Status != statusComplete || row.ContentEvents != 30 {
+					t.Errorf("stored status %s with %d content events, want %s with 30", row.Status, row.ContentEvents, statusComplete)
+				}
+			})
 		})
 
 		t.Run("abort", func(t *testing.T) {
@@ -178,15 +189,17 @@ func TestEnginesStored(t *testing.T) {
 			if page.ErrorName != "AbortError" {
 				t.Fatalf("page error = %q (%s), want AbortError", page.ErrorName, page.Error)
 			}
-			row := last()
-			if got, want := row.Status, statusAborted; got != want {
-				t.Errorf("status = %s, want %s", got, want)
-			}
-			if row.ContentEvents == 0 || row.ContentEvents >= 200 {
-				t.Errorf("content_events = %d, want some but not all of 200", row.ContentEvents)
-			}
+			later.Check("abort", last(t), func(t *testing.T, row StoredStream) {
+				if got, want := row.Status, statusAborted; got != want {
+					t.Errorf("status = %s, want %s", got, want)
+				}
+				if row.ContentEvents == 0 || row.ContentEvents >= 200 {
+					t.Errorf("content_events = %d, want some but not all of 200", row.ContentEvents)
+				}
+			})
 		})
 	})
+	runLaters(t, laters)
 }
 
 // TestEnginesPagehide: a record still waiting for its batch when the page is
@@ -238,6 +251,7 @@ func TestEnginesPagehide(t *testing.T) {
 // TestOpenAISDK).
 func TestEnginesOpenAISDK(t *testing.T) {
 	origins, c := engineOrigins(t)
+	laters := map[string]*Later{} // as in TestEnginesStored
 	var want string
 	for _, o := range origins {
 		want = serveOpenAISDK(t, o)
@@ -252,7 +266,8 @@ func TestEnginesOpenAISDK(t *testing.T) {
 			}
 			return evalFor[sdkResult](t, p, 60*time.Second, sdkCall(abort))
 		}
-		stored := 0
+		later := StoredLater(c, site, 0)
+		laters[site] = later
 		t.Run("stream", func(t *testing.T) {
 			without, with := run(t, false, false), run(t, true, false)
 			if without.Text != want || with.Text != without.Text || with.Chunks != without.Chunks || with.Err != "" {
@@ -265,11 +280,11 @@ func TestEnginesOpenAISDK(t *testing.T) {
 			if s := with.Last; s.Status != "complete" || s.ContentEvents != 25 || s.Model != "sdk-model" {
 				t.Errorf("itlmon summary: status %q, %d content events, model %q; want complete, 25, sdk-model", s.Status, s.ContentEvents, s.Model)
 			}
-			stored++
-			row := StreamByID(t, WaitStreams(t, c, site, stored), with.Last.ID)
-			if row.Status != statusComplete || row.ContentEvents != 25 {
-				t.Errorf("stored status %s with %d content events, want %s with 25", row.Status, row.ContentEvents, statusComplete)
-			}
+			later.Check("stream", with.Last.ID, func(t *testing.T, row StoredStream) {
+				if row.Status != statusComplete || row.ContentEvents != 25 {
+					t.Errorf("stored status %s with %d content events, want %s with 25", row.Status, row.ContentEvents, statusComplete)
+				}
+			})
 		})
 		// Abort at the 5th chunk; the server pauses before the next token,
 		// so both runs see exactly 5 (see TestOpenAISDK).
@@ -281,13 +296,24 @@ func TestEnginesOpenAISDK(t *testing.T) {
 			if with.Last == nil || with.Last.Status != "aborted" {
 				t.Fatalf("itlmon summary after SDK abort = %+v, want status aborted", with.Last)
 			}
-			stored++
-			row := StreamByID(t, WaitStreams(t, c, site, stored), with.Last.ID)
-			if row.Status != statusAborted || row.ContentEvents != 4 {
-				t.Errorf("stored status %s with %d content events, want %s with 4 (the role chunk, then 4 tokens)", row.Status, row.ContentEvents, statusAborted)
-			}
+			later.Check("abort", with.Last.ID, func(t *testing.T, row StoredStream) {
+				if row.Status != statusAborted || row.ContentEvents != 4 {
+					t.Errorf("stored status %s with %d content events, want %s with 4 (the role chunk, then 4 tokens)", row.Status, row.ContentEvents, statusAborted)
+				}
+			})
 		})
 	})
+	runLaters(t, laters)
+}
+
+// runLaters runs each engine's stored checks (see Later), in a subtest
+// "ENGINE stored".
+func runLaters(t *testing.T, laters map[string]*Later) {
+	for _, name := range engineNames {
+		if l := laters[name]; l != nil {
+			t.Run(name+" stored", l.Run)
+		}
+	}
 }
 
 // engineOrigins starts one origin per engine and a collector that allows
