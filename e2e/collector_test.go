@@ -377,7 +377,9 @@ func WaitStreams(t testing.TB, c *Collector, site string, n int) []StoredStream 
 // wait for all of them (Run): a test that streams several times then waits
 // out the collector's promotion (about 2.5 s with testJoinHold: the
 // writer's flush, the window's end, the hold and the grace) once instead of
-// once per stream.
+// once per stream. A page whose streams are checked later must stay open
+// until its module holds nothing (AckedIn): a page closed by automation may
+// lose its last batch.
 type Later struct {
 	c      *Collector
 	site   string
@@ -410,7 +412,20 @@ func (l *Later) Count() { l.n++ }
 // check as a subtest ("NAME stored").
 func (l *Later) Run(t *testing.T) {
 	t.Helper()
-	rows := WaitStreams(t, l.c, l.site, l.n)
+	var rows []StoredStream
+	var err error
+	if !Eventually(45*time.Second, 50*time.Millisecond, func() bool {
+		rows, err = l.c.Streams(t, l.site)
+		return err == nil && len(rows) >= l.n
+	}) {
+		var missing []string
+		for _, c := range l.checks {
+			if !slices.ContainsFunc(rows, func(r StoredStream) bool { return r.StreamID == c.id }) {
+				missing = append(missing, c.name+" ("+c.id+")")
+			}
+		}
+		t.Fatalf("stored streams for site %q = %d (err %v), want %d within 45s; not stored: %s", l.site, len(rows), err, l.n, strings.Join(missing, ", "))
+	}
 	for _, c := range l.checks {
 		t.Run(c.name+" stored", func(t *testing.T) { c.check(t, StreamByID(t, rows, c.id)) })
 	}

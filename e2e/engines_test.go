@@ -198,6 +198,7 @@ func TestEnginesStored(t *testing.T) {
 				}
 			})
 		})
+		AckedIn(t, p, 30*time.Second) // the page closes with the subtest
 	})
 	runLaters(t, laters)
 }
@@ -264,7 +265,11 @@ func TestEnginesOpenAISDK(t *testing.T) {
 			if got := OpenIn(t, p, o.PageURL(nil, !module)); got != module {
 				t.Fatalf("itlmon ready = %v, want %v", got, module)
 			}
-			return evalFor[sdkResult](t, p, 60*time.Second, sdkCall(abort))
+			r := evalFor[sdkResult](t, p, 60*time.Second, sdkCall(abort))
+			if module {
+				AckedIn(t, p, 30*time.Second) // the page closes with the subtest
+			}
+			return r
 		}
 		later := StoredLater(c, site, 0)
 		laters[site] = later
@@ -304,6 +309,19 @@ func TestEnginesOpenAISDK(t *testing.T) {
 		})
 	})
 	runLaters(t, laters)
+}
+
+// AckedIn waits until the module in p holds nothing: no open stream, no
+// record waiting for a batch, no batch waiting for its ack.
+func AckedIn(t *testing.T, p browsers.Page, within time.Duration) {
+	t.Helper()
+	var st map[string]float64
+	if !Eventually(within, 50*time.Millisecond, func() bool {
+		st = EvalIn[map[string]float64](t, p, `itlmon._stats()`)
+		return st["open"] == 0 && st["pending"] == 0 && st["unacked"] == 0
+	}) {
+		t.Fatalf("module stats %v after %v: records not acked", st, within)
+	}
 }
 
 // runLaters runs each engine's stored checks (see Later), in a subtest
