@@ -278,7 +278,7 @@ CHECK_P     ?= 3
 # skips the few browser tests elsewhere (the dashboard page in collector/query).
 CHECK_PKGS   = $(filter-out ./e2e,$(SLOW_PKGS)) $(shell $(GO) list ./... | grep -v -e '/e2e$$' -e '/e2e/browsers$$')
 
-## check: vet, depscheck, unit and the real-engine integration tests, no browsers (about 4 minutes)
+## check: vet, depscheck, unit and the real-engine integration tests, no browsers (about 4.5 minutes)
 check: deps-chdb deps-geoip deps-ts vet depscheck wasm
 	ITLMON_REQUIRE_REAL=1 ITLMON_NO_BROWSERS=1 $(GO) test -count=1 -p $(CHECK_P) -parallel $(TEST_PARALLEL) -timeout $(TEST_TIMEOUT) $(CHECK_PKGS)
 
