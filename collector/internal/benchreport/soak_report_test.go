@@ -1,6 +1,7 @@
 package benchreport
 
 import (
+	"context"
 	"fmt"
 	"math/rand/v2"
 	"net/http"
@@ -16,6 +17,7 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/itlmon/itlmon/collector/internal/itlmontest"
+	"github.com/itlmon/itlmon/internal/poll"
 	"github.com/itlmon/itlmon/wasm/beacon"
 )
 
@@ -26,8 +28,9 @@ import (
 // end of the stream over a socket it opens when it has something to send
 // and closes after 30 s idle, as the module does. Every 10 s it samples the
 // collector's RSS, CPU time and open sockets; at the end it prints records/s
-// per collector core, the time to ack (p50, p99), RSS over time and open
-// sockets against open tabs.
+// per collector core, the time to ack (p50, p99), the time from ack to
+// readable in itl_streams (p50, p99, one record in readableEvery), RSS over
+// time and open sockets against open tabs.
 func TestReportSoak(t *testing.T) {
 	benchReport(t)
 	length := 10 * time.Minute
@@ -44,12 +47,21 @@ func TestReportSoak(t *testing.T) {
 		meanEvery  = 20 * time.Second // between a streaming tab's answers
 		idleClose  = 30 * time.Second // the module's socket idle close
 		sampleEach = 10 * time.Second
+		// readableEvery: one acked record in this many is looked for in
+		// itl_streams until found (about 10 a second at the soak's rate).
+		readableEvery = 10
 	)
 	if lim := raiseFDLimit(t, tabs+1000); lim < tabs+1000 {
 		t.Fatalf("RLIMIT_NOFILE %d: too low for %d tabs", lim, tabs)
 	}
 	p := itlmontest.StartProcess(t, itlmontest.ChdbLib(t), t.TempDir())
 	pid := p.Cmd.Process.Pid
+
+	rd := newReadable()
+	pollCtx, stopPolls := context.WithCancel(t.Context())
+	polled := make(chan struct{})
+	go func() { defer close(polled); rd.run(pollCtx, t, p.EngineAddr()) }()
+	defer func() { stopPolls(); <-polled }()
 
 	var acked, sent, everStreamed atomic.Int64
 	var latMu sync.Mutex
@@ -107,7 +119,8 @@ func TestReportSoak(t *testing.T) {
 					everStreamed.Add(1)
 				}
 				seq++
-				frame := itlmontest.BatchBytes(t, seq, []beacon.Record{benchRecord(7, uint32(tab)<<16|uint32(seq))})
+				rec := benchRecord(7, uint32(tab)<<16|uint32(seq))
+				frame := itlmontest.BatchBytes(t, seq, []beacon.Record{rec})
 				began := time.Now()
 				sent.Add(1)
 				if err := c.WriteMessage(websocket.BinaryMessage, frame); err != nil {
@@ -123,7 +136,9 @@ func TestReportSoak(t *testing.T) {
 					return
 				}
 				d := time.Since(began)
-				acked.Add(1)
+				if n := acked.Add(1); n%readableEvery == 0 {
+					rd.acked(rec.StreamID, time.Now())
+				}
 				latMu.Lock()
 				lat = append(lat, d)
 				latMu.Unlock()
@@ -149,6 +164,11 @@ func TestReportSoak(t *testing.T) {
 	}
 	close(stop)
 	wg.Wait()
+	if !poll.Until(time.Minute, readablePoll, func() bool { return rd.left() == 0 }) {
+		t.Errorf("%d sampled acked records not readable in itl_streams a minute after the load stopped", rd.left())
+	}
+	stopPolls()
+	<-polled
 	if len(samples) < 2 {
 		t.Fatalf("%d samples: soak too short", len(samples))
 	}
@@ -181,6 +201,9 @@ func TestReportSoak(t *testing.T) {
 	fmt.Fprintf(&b, "records acked: %.0f in %.0f s = %.1f records/s; collector CPU %.1f s = %.0f records per collector CPU-second (per core); engine CPU %.1f s\n",
 		recs, secs, recs/secs, last.cpu-first.cpu, recs/max(last.cpu-first.cpu, 1e-9), last.engineCPU-first.engineCPU)
 	fmt.Fprintf(&b, "time to ack: p50 %v, p99 %v (a flush interval, 1 s, bounds the wait of a lone record)\n", p50.Round(time.Millisecond), p99.Round(time.Millisecond))
+	r50, r99, rn := rd.quantiles()
+	fmt.Fprintf(&b, "ack to readable in itl_streams under this load: p50 %v, p99 %v (%d records, one acked in %d, looked for every %v: late by up to that)\n",
+		r50.Round(time.Millisecond), r99.Round(time.Millisecond), rn, readableEvery, readablePoll)
 	fmt.Fprintf(&b, "RSS: %.1f MiB at the first sample, %.1f MiB at the last, %.1f..%.1f MiB over the run\n",
 		first.rss/(1<<20), last.rss/(1<<20), rssMin/(1<<20), rssMax/(1<<20))
 	fmt.Fprintf(&b, "open sockets: %.0f on average for %d open tabs (%d of which streamed; a socket per tab for the page's life would be %d)\n",
