@@ -130,6 +130,10 @@ func (c *Collector) start(t *testing.T) error {
 	exe := engineExe(t) // the itlmon binary, built once per package (attribution_test.go)
 	c.mu.Lock()
 	cmd := exec.Command(exe, c.args...)
+	// The collector (and with it its engine) dies with the test binary, even
+	// one killed before its cleanups ran. Only a locked thread exits, and no
+	// test starts a collector from one.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	mark := len(c.logs.String())
 	cmd.Stdout, cmd.Stderr = c.logs, c.logs
 	if err := cmd.Start(); err != nil {

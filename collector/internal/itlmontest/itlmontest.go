@@ -358,6 +358,10 @@ func StartProcess(t *testing.T, lib, data string, extra ...string) *Proc {
 	args := []string{"serve", "--addr", "127.0.0.1:0", "--data", data, "--chdb-lib", lib,
 		"--site", "test=" + PageOrigin, "--log-format", "json", "--conn-rate", "0", "--site-rate", "0"}
 	cmd := exec.Command(Exe(t), append(args, extra...)...)
+	// The collector (and with it its engine) dies with the test binary, even
+	// one killed before its cleanups ran. Only a locked thread exits, and no
+	// test starts a collector from one.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
