@@ -76,10 +76,15 @@ func TestStoredCadence(t *testing.T) {
 }
 
 // TestStoredStall: a 500 ms pause mid-stream is stored as one stall of about
-// 500 ms (the gap is the pause plus one 20 ms interval). The page times its
-// own reads too: a run in which the page itself saw another gap over 200 ms
-// (a starved machine, not the product) is logged and run again, at most
-// three times; the assertions apply to a run the page saw as clean.
+// 500 ms (the gap is the pause plus one 20 ms interval), equal to the gap the
+// page itself saw between the same two reads. The page times its own reads,
+// after the module stamped them: a run in which the page saw another gap
+// over 200 ms, saw the pause itself outside [500, 560] ms (the token before
+// it delivered late: CI saw 459 ms stored), or saw it more than 5 ms off the
+// stored stall (the page preempted around one of the two reads) is a starved
+// machine, logged and run again, at most three times; a module that stamps
+// late fails in all three. The assertions apply to a run the page saw as
+// clean.
 func TestStoredStall(t *testing.T) {
 	_, c, ctx, site := sharedCollectorPage(t, nil)
 	for attempt := 1; ; attempt++ {
@@ -97,6 +102,13 @@ func TestStoredStall(t *testing.T) {
 		}
 		if got, want := row.Stalls, uint32(1); got != want {
 			t.Fatalf("stalls = %d, want %d", got, want)
+		}
+		if off := row.StalledMs - page.MaxGapMs; page.MaxGapMs < 500 || page.MaxGapMs > 560 || math.Abs(off) > 5 {
+			if attempt == 3 {
+				t.Fatalf("stalled_ms = %.1f, the page's own gap %.1f ms, in each of 3 runs: want a run where the page saw the 520 ms pause within [500, 560] and the stall within 5 ms of it", row.StalledMs, page.MaxGapMs)
+			}
+			t.Logf("run %d: the page saw the pause as a %.1f ms gap, the stored stall is %.1f ms: machine noise, running again", attempt, page.MaxGapMs, row.StalledMs)
+			continue
 		}
 		if got := row.StalledMs; got < 500 || got > 560 {
 			t.Errorf("stalled_ms = %.1f, want 520 (500 ms pause + 20 ms interval), within [500, 560]", got)
