@@ -17,20 +17,23 @@ import (
 	"github.com/itlmon/itlmon/wasm/beacon"
 )
 
-// awayFor is how long the shard stays away at least: long enough for both
-// collectors' writers to back off several times (1, 2, 4 s). It stays away
-// until the live shard has promoted a window too (within liveWithin).
+// awayFor is how long the shard stays away at least: an outage of half a
+// minute, in which both collectors' writers back off five times (1, 2, 4, 8,
+// 16 s, toward their 30 s cap) and the live shard promotes windows. It stays
+// away until the live shard has promoted a window too (within liveWithin).
 const (
-	awayFor    = 10 * time.Second
+	awayFor    = 30 * time.Second
 	liveWithin = 30 * time.Second
 )
 
 // TestShardAway: two `itlmon serve --cluster itl` collectors, one on each
-// node of a two-shard cluster of embedded engines, behind nginx; two
-// WebSocket clients (one per collector, round robin) send batches of
-// records as the browser module does, each batch after the last one's ack.
+// node of a two-shard cluster of embedded engines, behind nginx; a headless
+// Chromium page streams answers from an origin the whole time, its module
+// sending the records through nginx, and two WebSocket clients (one per
+// collector, round robin) send batches of records as the module does, each
+// batch after the last one's ack, for a steady load.
 // Shard 2's engine is SIGKILLed while an insert into its inbox runs and
-// kept away 10 s, and until shard 1 has promoted a window meanwhile: the
+// kept away 30 s, and until shard 1 has promoted a window meanwhile: the
 // collectors keep acking (the one on shard 2's node spools; the other's
 // inserts fail for shard 2, are spooled, and land shard 1's rows at once),
 // /readyz of the collector on shard 2's node says not ready. Shard 2
@@ -40,15 +43,22 @@ const (
 // tables), records acked while shard 2 was away are stored on shard 2
 // (promoted after its return), and every wait has a bound.
 func TestShardAway(t *testing.T) {
+	Browser(t)
 	nginx.RequireReal(t)
+	// Its assertions time nothing (every bound is a deadline of tens of
+	// seconds), and most of its 80 s is the outage and the replays' back-off:
+	// beside the other parallel tests rather than alone.
+	t.Parallel()
 	began := time.Now()
 	db := startClusterDB(t)
+	og := StartOrigin(t)
 	const site, page = "away", "https://page.example.com"
 	collector := func(node int) *Collector {
-		return StartCollectorArgs(t, []string{"--clickhouse", db.dsn(node), "--cluster", lbcCluster, "--log-level", "info"}, site+"="+page)
+		return StartCollectorArgs(t, []string{"--clickhouse", db.dsn(node), "--cluster", lbcCluster, "--log-level", "info"}, site+"="+page+","+og.URL)
 	}
 	a, b := collector(0), collector(1)
 	lb := Balance(t, nginx.Options{}, a, b)
+	og.SetCollector(lb.URL(), site)
 	away := db.engines[1]
 	t.Logf("cluster, migration, collectors and balancer up in %v", time.Since(began).Round(time.Millisecond))
 
@@ -124,6 +134,17 @@ func TestShardAway(t *testing.T) {
 			stopClients()
 		}
 	}()
+	// The page: answers of 20 tokens 20 ms apart, one after the other, until
+	// __awayStop.
+	tab := clusterTab{"page", NewTab(t)}
+	if !OpenPage(t, tab.ctx, og.PageURL(map[string]any{"flushMs": 100}, false)) {
+		t.Fatalf("page: itlmon did not become ready: %s", Eval[string](t, tab.ctx, `itlmon.timing.error`))
+	}
+	Eval[bool](t, tab.ctx, `(window.__awayRun = (async () => {
+		while (!window.__awayStop) { const r = await e2e.stream('tokens=20&interval_ms=20'); if (r.error || r.status !== 200) return r.status + ' ' + r.error; }
+		return '';
+	})(), true)`)
+	pageStreams := func() int { return len(PageSummaries(t, tab.ctx)) }
 	ackedBetween := func(from, to time.Time) int {
 		mu.Lock()
 		defer mu.Unlock()
@@ -147,6 +168,7 @@ func TestShardAway(t *testing.T) {
 		t.Fatal(err)
 	}
 	killed := time.Now()
+	pageAtKill := pageStreams()
 	t.Logf("shard 2 SIGKILLed %v after the start (%s)", killed.Sub(began).Round(time.Millisecond), caught)
 
 	// Meanwhile shard 1 promotes windows that began after the kill, the
@@ -175,12 +197,16 @@ func TestShardAway(t *testing.T) {
 	if during == 0 {
 		t.Fatalf("no record acked while shard 2 was away")
 	}
+	pageDuring := pageStreams() - pageAtKill
+	if pageDuring == 0 {
+		t.Fatalf("the page streamed no answer while shard 2 was away")
+	}
 	if err := away.Restart(t.Context()); err != nil {
 		t.Fatalf("restart shard 2: %v", err)
 	}
 	back := time.Now()
-	t.Logf("shard 2 back after %v; %d records acked meanwhile; collector on its node spooled %v records, the other %v",
-		back.Sub(killed).Round(time.Millisecond), during, b.metric(t, "itlmon_store_rows_spooled_total"), a.metric(t, "itlmon_store_rows_spooled_total"))
+	t.Logf("shard 2 back after %v; %d records acked meanwhile and the page streamed %d answers; collector on its node spooled %v records, the other %v",
+		back.Sub(killed).Round(time.Millisecond), during, pageDuring, b.metric(t, "itlmon_store_rows_spooled_total"), a.metric(t, "itlmon_store_rows_spooled_total"))
 
 	// Shard 2 SIGKILLed again during a promotion (an insert into a table the
 	// promoter fills), and restarted by its supervisor.
@@ -199,6 +225,18 @@ func TestShardAway(t *testing.T) {
 		t.Fatalf("clients acked %d records in the minute after shard 2's second return, want 12", ackedBetween(back, time.Now().Add(time.Hour))-n)
 	}
 	stopClients()
+	if e := Eval[string](t, tab.ctx, `(window.__awayStop = true, window.__awayRun)`); e != "" {
+		t.Fatalf("page: an answer failed: %s", e)
+	}
+	// Every record of the page acked: its module holds nothing.
+	tab.acked(t, 60*time.Second)
+	pageIDs := PageSummaries(t, tab.ctx)
+	mu.Lock()
+	for _, s := range pageIDs {
+		acked[s.ID] = time.Time{} // checked stored once; the clients' ack times date the outage
+	}
+	mu.Unlock()
+	t.Logf("the page streamed %d answers, %d of them while shard 2 was away, all acked", len(pageIDs), pageDuring)
 
 	// Everything replayed and promoted.
 	for _, c := range []*Collector{a, b} {
