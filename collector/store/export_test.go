@@ -98,6 +98,18 @@ func SpooledStreamIDs(dir string) (map[[16]byte]bool, error) {
 // collector would have.
 func (db *DB) MigrateUpTo(ctx context.Context, last uint32) error { return db.migrateUpTo(ctx, last) }
 
+// WithSchemaLock runs migrate holding db's schema lock (creating its table
+// first), with done as the check of whether anything is left to do, as a
+// migration does.
+func (db *DB) WithSchemaLock(ctx context.Context, done func(context.Context) (bool, error), migrate func(context.Context) error) error {
+	for _, q := range bootstrapDDL() {
+		if err := db.conn.Exec(ctx, q); err != nil {
+			return err
+		}
+	}
+	return db.withLease(ctx, db.conn, lockTable, db.database, done, migrate)
+}
+
 // MigrationAttempts counts MigrateInBackground's attempts so far.
 func (db *DB) MigrationAttempts() int64 { return db.attempts.Load() }
 

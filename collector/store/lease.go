@@ -188,14 +188,6 @@ func (l *lease) acquire(ctx context.Context, done func(context.Context) (bool, e
 				return context.Cause(ctx)
 			case <-t.C:
 			}
-			if ok, err := done(ctx); err != nil {
-				return err
-			} else if ok {
-				if waitedFor != 0 {
-					l.log.Info().Str("where", l.where).Msg("schema applied by another migrator: done waiting")
-				}
-				return errNothingToDo
-			}
 		}
 		s, err := l.read(ctx)
 		if err != nil {
@@ -213,6 +205,21 @@ func (l *lease) acquire(ctx context.Context, done func(context.Context) (bool, e
 			l.renewed = time.Now().Add(time.Duration(s.leftMs)*time.Millisecond - l.timing.TTL)
 			l.log.Debug().Str("where", l.where).Uint64("lease", s.epoch).Msg("schema lock still ours")
 			return nil
+		}
+		// Asked after the lease is read: a holder records its last
+		// migration before it releases, so a lease read free after its
+		// holder completed the schema is not claimed for nothing. (On the
+		// first pass the caller has just asked; a lease held then is
+		// waited for either way.)
+		if !first || s.free() {
+			if ok, err := done(ctx); err != nil {
+				return err
+			} else if ok {
+				if waitedFor != 0 {
+					l.log.Info().Str("where", l.where).Msg("schema applied by another migrator: done waiting")
+				}
+				return errNothingToDo
+			}
 		}
 		if !s.free() {
 			if s.epoch != waitedFor {

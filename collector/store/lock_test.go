@@ -384,6 +384,78 @@ func TestLeaseRenewed(t *testing.T) {
 	wantOneRowPerVersion(t, a)
 }
 
+// TestWaiterDoesNotClaimACompletedSchema: a holder records its last
+// migration and then releases the lease; a waiter whose last look found
+// work left, and that next finds the lease free, asks again before it
+// claims, and stops without a lease of its own (CI once saw the waiter take
+// a lease for nothing when the holder finished between its two reads).
+func TestWaiterDoesNotClaimACompletedSchema(t *testing.T) {
+	e := chtest.Engine(t)
+	name := freshName("waiter")
+	a, _ := openLogged(t, e, name)
+	b, blog := openLogged(t, e, name)
+	a.SetLeaseTiming(30*time.Second, 10*time.Second, 50*time.Millisecond)
+	b.SetLeaseTiming(30*time.Second, 10*time.Second, 50*time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+
+	var completed atomic.Bool // a's "last migration", recorded before it releases
+	finish := make(chan struct{})
+	aErr := make(chan error, 1)
+	held := make(chan struct{})
+	go func() {
+		aErr <- a.WithSchemaLock(ctx, func(context.Context) (bool, error) { return completed.Load(), nil },
+			func(ctx context.Context) error {
+				close(held)
+				select {
+				case <-finish:
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+				completed.Store(true)
+				return nil
+			})
+	}()
+	select {
+	case <-held:
+	case err := <-aErr:
+		t.Fatalf("a: %v", err)
+	}
+	// b's checks: the first two find work left, and the second lets a
+	// complete and release before it answers, so that b's next look at the
+	// lease finds it free.
+	var asked int
+	bDone := func(context.Context) (bool, error) {
+		asked++
+		if asked == 2 {
+			close(finish)
+			if err := <-aErr; err != nil {
+				return false, fmt.Errorf("a: %w", err)
+			}
+			return false, nil
+		}
+		return completed.Load(), nil
+	}
+	if err := b.WithSchemaLock(ctx, bDone, func(context.Context) error {
+		return errors.New("b migrated a schema a had completed")
+	}); err != nil {
+		t.Fatalf("b: %v", err)
+	}
+	if asked < 3 {
+		t.Fatalf("b asked %d times whether work was left, want 3 or more", asked)
+	}
+	var epochs, holders uint64
+	if err := a.Conn().QueryRow(ctx, "SELECT uniqExact(epoch), uniqExact(holder) FROM schema_lock").Scan(&epochs, &holders); err != nil {
+		t.Fatal(err)
+	}
+	if epochs != 1 || holders != 1 {
+		t.Errorf("schema_lock: %d leases by %d holders, want a's one", epochs, holders)
+	}
+	if l := lines(blog.String(), "done waiting"); len(l) != 1 {
+		t.Errorf("b's log: %q, want one line saying it is done waiting", l)
+	}
+}
+
 // TestLeaseReleasedByHand: the release an operator inserts (docs/operating.md)
 // ends a lease: its holder stops before its next statement with
 // ErrLeaseLost, and the next migrator takes the lock at once and completes
