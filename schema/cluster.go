@@ -22,9 +22,12 @@ import (
 //     non_replicated_deduplication_window becomes
 //     replicated_deduplication_window (what the files ask for, in a
 //     replicated table's terms);
-//   - any other statement (INSERT, RENAME, TRUNCATE, OPTIMIZE, SYSTEM, ...) is
-//     refused: a file that needs one must teach this code what it means on a
-//     cluster first.
+//   - RENAME TABLE v TO t, t TO v, a rename in place (see RenameInPlace):
+//     every name qualified with the local database and, with replication,
+//     ON CLUSTER at the end;
+//   - any other statement (INSERT, another RENAME, TRUNCATE, OPTIMIZE,
+//     SYSTEM, ...) is refused: a file that needs one must teach this code
+//     what it means on a cluster first.
 //
 // The Distributed table of a local table mirrors its columns: DistributedAlter
 // gives an ALTER's column commands (ADD, DROP, MODIFY, RENAME, COMMENT
@@ -40,6 +43,9 @@ const (
 	AlterTable
 	DropTable // DROP TABLE (which ClickHouse also applies to views)
 	DropView  // DROP VIEW or DROP DICTIONARY
+	// RenameInPlaceKind is RENAME TABLE v TO t, t TO v (RenameInPlace):
+	// Object is v.
+	RenameInPlaceKind
 )
 
 // Statement is a schema statement with the position of its object's name.
@@ -49,7 +55,8 @@ type Statement struct {
 	IfNotExists bool   // CREATE ... IF NOT EXISTS
 	text        string
 	toks        []token
-	name        int // index in toks of the object's name
+	name        int    // index in toks of the object's name
+	temp        string // a rename in place's passing name
 }
 
 // Cluster says how statements become their cluster form.
@@ -98,6 +105,13 @@ func Parse(stmt string) (Statement, error) {
 		s.Kind, i = DropTable, 2
 	case kw(0, "DROP", "VIEW"), kw(0, "DROP", "DICTIONARY"):
 		s.Kind, i = DropView, 2
+	case kw(0, "RENAME", "TABLE"):
+		object, temp, ok := renameInPlace(toks)
+		if !ok {
+			return Statement{}, fmt.Errorf("schema: only a rename in place (RENAME TABLE v TO t, t TO v) is supported: %.60q", strings.TrimSpace(firstLine(toks, stmt)))
+		}
+		s.Kind, s.Object, s.temp, s.name = RenameInPlaceKind, object, temp, 2
+		return s, nil
 	default:
 		return Statement{}, fmt.Errorf("schema: statement not supported in a cluster layout: %.60q", strings.TrimSpace(firstLine(toks, stmt)))
 	}
@@ -138,6 +152,14 @@ func firstLine(toks []token, stmt string) string {
 // view's source and target tables, its query) stay unqualified: run it with
 // c.LocalDB as the default database.
 func (c Cluster) Local(s Statement) (string, error) {
+	if s.Kind == RenameInPlaceKind {
+		v, t := QuoteIdent(c.LocalDB)+"."+QuoteIdent(s.Object), QuoteIdent(c.LocalDB)+"."+QuoteIdent(s.temp)
+		q := "RENAME TABLE " + v + " TO " + t + ", " + t + " TO " + v
+		if c.Replicated {
+			q += " ON CLUSTER " + QuoteIdent(c.Name)
+		}
+		return q, nil
+	}
 	var edits []edit
 	name := s.toks[s.name]
 	after := QuoteIdent(c.LocalDB) + "." + QuoteIdent(s.Object)

@@ -157,6 +157,51 @@ func RenameColumn(stmt string) (table, from, to string, ok bool) {
 	return unquote(words[2]), unquote(words[i]), unquote(words[i+2]), true
 }
 
+// RenameInPlace reports whether stmt is RENAME TABLE v TO t, t TO v: a
+// view renamed and back in one statement, which leaves everything as it was
+// except what the server holds of the view since it last loaded it (see
+// 011_view_ids.sql). A statement cut between its two renames (a server
+// that died inside it) left v named t: RenameInPlaceRest gives what
+// completes it.
+func RenameInPlace(stmt string) (view, temp string, ok bool) {
+	toks, err := lex(stmt)
+	if err != nil {
+		return "", "", false
+	}
+	return renameInPlace(toks)
+}
+
+// renameInPlace parses RENAME TABLE v TO t, t TO v (names unqualified).
+func renameInPlace(toks []token) (view, temp string, ok bool) {
+	if len(toks) == 10 && toks[9].text == ";" {
+		toks = toks[:9]
+	}
+	if len(toks) != 9 || !toks[0].is("RENAME") || !toks[1].is("TABLE") || !toks[3].is("TO") ||
+		toks[5].text != "," || !toks[7].is("TO") {
+		return "", "", false
+	}
+	for _, i := range []int{2, 4, 6, 8} {
+		if !toks[i].isName() {
+			return "", "", false
+		}
+	}
+	v, t := toks[2].name(), toks[4].name()
+	if v == t || toks[6].name() != t || toks[8].name() != v {
+		return "", "", false
+	}
+	return v, t, true
+}
+
+// RenameInPlaceRest is the second rename of q, a rename in place in the
+// form it runs (qualified, maybe ON CLUSTER): RENAME TABLE t TO v.
+func RenameInPlaceRest(q string) (string, bool) {
+	_, rest, ok := strings.Cut(q, ",")
+	if !ok {
+		return "", false
+	}
+	return "RENAME TABLE " + strings.TrimSpace(rest), true
+}
+
 // unquote strips one pair of backquotes.
 func unquote(id string) string {
 	if len(id) >= 2 && id[0] == '`' && id[len(id)-1] == '`' {

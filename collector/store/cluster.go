@@ -491,7 +491,9 @@ func (db *DB) clusterStatement(ctx context.Context, conn driver.Conn, l ClusterL
 // execUnlessDone runs q, the form of the file's statement stmt for
 // database, unless stmt is done there already: a column rename whose new
 // name the table has (schema.RenameColumn), or, with creates, a CREATE ...
-// IF NOT EXISTS of an object that exists (schema.CreateIfMissing). An ON
+// IF NOT EXISTS of an object that exists (schema.CreateIfMissing). Of a
+// rename in place (schema.RenameInPlace) cut between its two renames, it
+// runs the second. An ON
 // CLUSTER statement goes to every server: that it is done on the one
 // answering does not say it is on all (a shard added since), so its
 // CREATE runs again (IF NOT EXISTS).
@@ -504,6 +506,20 @@ func execUnlessDone(ctx context.Context, conn driver.Conn, database, stmt, q str
 		}
 		if n > 0 {
 			return nil
+		}
+	}
+	if view, temp, ok := schema.RenameInPlace(stmt); ok {
+		// Cut between its two renames, it left the view named temp: the
+		// second rename completes it.
+		var views, temps uint64
+		if err := conn.QueryRow(ctx, "SELECT countIf(name = ?), countIf(name = ?) FROM system.tables WHERE database = ?",
+			view, temp, database).Scan(&views, &temps); err != nil {
+			return fmt.Errorf("read tables of %s: %w", database, err)
+		}
+		if views == 0 && temps > 0 {
+			if rest, ok := schema.RenameInPlaceRest(q); ok {
+				q = rest
+			}
 		}
 	}
 	if object, ok := schema.CreateIfMissing(stmt); ok && creates {

@@ -6,7 +6,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ClickHouse/clickhouse-go/v2"
+	"github.com/rs/zerolog"
+
 	"github.com/itlmon/itlmon/collector"
+	"github.com/itlmon/itlmon/collector/chdb"
+	"github.com/itlmon/itlmon/collector/internal/itlmontest"
 	"github.com/itlmon/itlmon/collector/store"
 	"github.com/itlmon/itlmon/internal/chtest"
 	"github.com/itlmon/itlmon/wasm/hist"
@@ -222,4 +227,74 @@ func TestReplayOfInsertedBatch(t *testing.T) {
 	if got, want := queryUint(t, db, "SELECT count() FROM itl_timelines"), uint64(3); got != want {
 		t.Fatalf("timelines = %d, want %d", got, want)
 	}
+}
+
+// TestRerunAfterRestartCountedOnce: a promotion that inserted its pages and
+// was cut before it recorded them (the server killed) is run again after
+// the server's restart with the same tokens, on a schema migrated in the
+// server's run before (as a fresh install, or an upgrade, is): every
+// rollup counts each row once. Before 011_view_ids.sql the views whose
+// queries 006 and 009 changed got other deduplication tokens after the
+// restart, and itl_rollup_1m and itl_origin_1m counted the rerun again.
+func TestRerunAfterRestartCountedOnce(t *testing.T) {
+	e, err := chdb.Start(context.Background(), chdb.Options{LibPath: itlmontest.ChdbLib(t), Dir: t.TempDir(),
+		Logger: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.ErrorLevel)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close(context.Background()) })
+	ctx := t.Context()
+	db, err := store.Open(ctx, store.Options{Addr: e.NativeAddr(), Dial: e.DialContext, CreateDatabase: true, Database: "itlmon"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	if err := db.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	streams := makeStreams(6, "rerun", time.Now().UTC())
+	at := time.Now().UTC()
+	insertWindow := func() error {
+		if err := store.InsertStreams(ctx, db.Conn(), streams, "itlmon/promote/test"); err != nil {
+			return err
+		}
+		octx := clickhouse.Context(ctx, clickhouse.WithSettings(store.TokenSettings("itlmon/promote/test/itl_origin")))
+		return db.Conn().Exec(octx, `INSERT INTO itl_origin (received_at, site, origin_id, version, started_at, route, format, status,
+			client_received_at, ttft_cause, stall_cause) VALUES (?, 'rerun', 'req-1', 1, ?, '/v1/chat', 'openai_chat', 'complete', ?, 'network', ['network'])`,
+			at, at, at)
+	}
+	counts := func(when string) {
+		t.Helper()
+		var got string
+		if err := db.Conn().QueryRow(ctx, `SELECT toString((
+			(SELECT count() FROM itl_streams WHERE site = 'rerun'), (SELECT sum(streams) FROM itl_rollup_1m WHERE site = 'rerun'),
+			(SELECT sum(ttft_unknown + ttft_network + ttft_page + ttft_origin) FROM itl_rollup_1m WHERE site = 'rerun'),
+			(SELECT sum(streams) FROM itl_rollup_1h WHERE site = 'rerun'), (SELECT sum(streams) FROM itl_rollup_1h_dim WHERE site = 'rerun' AND dim = ''),
+			(SELECT count() FROM itl_origin WHERE site = 'rerun'), (SELECT sum(streams) FROM itl_origin_1m WHERE site = 'rerun')))`).Scan(&got); err != nil {
+			t.Fatalf("%s: %v", when, err)
+		}
+		// itl_rollup_1m's streams come from one view, its causes from the other.
+		if want := "(6,6,6,6,6,1,1)"; got != want {
+			t.Errorf("%s: itl_streams, itl_rollup_1m streams and TTFT causes, itl_rollup_1h, itl_rollup_1h_dim, itl_origin, itl_origin_1m = %s, want %s",
+				when, got, want)
+		}
+	}
+	if err := insertWindow(); err != nil {
+		t.Fatal(err)
+	}
+	counts("promoted")
+	pid := e.PID()
+	if err := e.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	// The rerun, once the server answers again.
+	var rerr error
+	itlmontest.Settle(t, time.Minute, func() bool {
+		rerr = insertWindow()
+		return rerr == nil
+	})
+	if e.PID() == pid {
+		t.Fatalf("engine pid %d after the kill: not restarted", pid)
+	}
+	counts("promoted again after the server's restart")
 }
