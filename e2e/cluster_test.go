@@ -76,7 +76,45 @@ func startClusterDB(t *testing.T) *clusterDB {
 	for _, n := range db.nodes {
 		db.locals = append(db.locals, open(n, "itlmon_local"))
 	}
+	// No merges of the tables a merge could fold a doubled row in (the
+	// setting persists across an engine's restart): a stream stored twice
+	// shows as two rows.
+	for i, c := range db.locals {
+		for _, table := range []string{"itl_streams", "itl_timelines", "itl_promoted_ids", "itl_origin"} {
+			q := "ALTER TABLE " + table + " MODIFY SETTING max_bytes_to_merge_at_max_space_in_pool = 1, max_bytes_to_merge_at_min_space_in_pool = 1"
+			if err := c.Exec(t.Context(), q); err != nil {
+				t.Fatalf("shard %d: %s: %v", i+1, q, err)
+			}
+		}
+	}
 	return db
+}
+
+// dumpRollup logs, per shard, the streams itl_rollup_1m counts beside the
+// rows of itl_streams per minute, the parts of both tables, and the windows
+// promoted: what it takes to see where a rollup and its rows part.
+func (db *clusterDB) dumpRollup(t *testing.T, site string) {
+	t.Helper()
+	for i, c := range db.locals {
+		for _, q := range []struct {
+			query string
+			args  []any
+		}{
+			{`SELECT toString(groupArray((minute, r, s))) FROM (SELECT minute, sum(streams) AS r,
+				(SELECT count() FROM itl_streams WHERE site = ? AND toStartOfMinute(received_at) = minute) AS s
+				FROM itl_rollup_1m WHERE site = ? GROUP BY minute ORDER BY minute)`, []any{site, site}},
+			{`SELECT toString(groupArray((table, name, rows, modification_time))) FROM (SELECT table, name, rows, modification_time
+				FROM system.parts WHERE database = 'itlmon_local' AND active AND table IN ('itl_streams', 'itl_rollup_1m') ORDER BY table, name)`, nil},
+			{`SELECT toString(groupArray((promoted_window, records, copies, streams, promoted_at))) FROM (SELECT * FROM itl_promoted ORDER BY promoted_window, promoted_at)`, nil},
+		} {
+			var out string
+			if err := c.QueryRow(t.Context(), q.query, q.args...).Scan(&out); err != nil {
+				t.Logf("shard %d: %.60s: %v", i+1, q.query, err)
+				continue
+			}
+			t.Logf("shard %d: %s", i+1, out)
+		}
+	}
 }
 
 // dsn is node i's DSN, database itlmon.
@@ -610,6 +648,7 @@ func clusterCheck(t *testing.T, db *clusterDB, tabs []clusterTab, left []string,
 		sum(stalls_unknown), sum(stalls_network), sum(stalls_page), sum(stalls_origin) FROM itl_streams WHERE site = ?`, lbcSite)
 	if rollup != rawRows {
 		t.Errorf("itl_rollup_1m (streams, content events, tokens, stalls, stalled µs, stalls by cause) = %s, want %s (itl_streams)", rollup, rawRows)
+		db.dumpRollup(t, lbcSite)
 	}
 	originRollup := db.one(t, `SELECT sum(streams), sum(stalls_unknown), sum(stalls_network), sum(stalls_page), sum(stalls_origin),
 		sum(stalled_us_origin) FROM itl_origin_1m WHERE site = ?`, lbcSite)

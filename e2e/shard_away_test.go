@@ -338,6 +338,16 @@ func TestShardAway(t *testing.T) {
 			t.Errorf("%s: %d streams of site %s, %d acked, %d acked streams not stored exactly once", table, len(got), site, len(acked), bad)
 		}
 	}
+	// The rollups count what they roll up, on each shard: the engine killed
+	// during a promotion must not leave a view's part counted twice.
+	for i := range db.locals {
+		q := `SELECT (SELECT count() FROM itl_streams WHERE site = ?), (SELECT sum(streams) FROM itl_rollup_1m WHERE site = ?),
+			(SELECT sum(streams) FROM itl_rollup_1h WHERE site = ?), (SELECT sum(streams) FROM itl_rollup_1h_dim WHERE site = ? AND dim = '')`
+		if got := db.oneOn(t, i, q, site, site, site, site); !allEqual(got) {
+			t.Errorf("shard %d: streams in itl_streams, itl_rollup_1m, itl_rollup_1h, itl_rollup_1h_dim = %s, want all equal", i+1, got)
+			db.dumpRollup(t, site)
+		}
+	}
 	// Records acked while shard 2 was away, stored on shard 2: promoted
 	// after its return.
 	var onAway uint64
@@ -444,4 +454,16 @@ func readyz(t *testing.T, c *Collector) int {
 	}
 	resp.Body.Close()
 	return resp.StatusCode
+}
+
+// allEqual reports whether the fields of a tuple ClickHouse formatted,
+// "(a,b,...)", are all the same.
+func allEqual(tuple string) bool {
+	f := strings.Split(strings.Trim(tuple, "()"), ",")
+	for _, v := range f[1:] {
+		if v != f[0] {
+			return false
+		}
+	}
+	return len(f) > 1
 }
