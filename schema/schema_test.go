@@ -134,7 +134,7 @@ func TestRenameInPlace(t *testing.T) {
 	}
 	for in, want := range map[string]string{
 		"RENAME TABLE `l`.`v` TO `l`.`t`, `l`.`t` TO `l`.`v` ON CLUSTER `c`": "RENAME TABLE `l`.`t` TO `l`.`v` ON CLUSTER `c`",
-		"RENAME TABLE v TO t, t TO v":                                       "RENAME TABLE t TO v",
+		"RENAME TABLE v TO t, t TO v":                                        "RENAME TABLE t TO v",
 	} {
 		if got, ok := RenameInPlaceRest(in); !ok || got != want {
 			t.Errorf("RenameInPlaceRest(%q) = %q, %v, want %q", in, got, ok, want)
