@@ -195,11 +195,16 @@ func renameInPlace(toks []token) (view, temp string, ok bool) {
 // RenameInPlaceRest is the second rename of q, a rename in place in the
 // form it runs (qualified, maybe ON CLUSTER): RENAME TABLE t TO v.
 func RenameInPlaceRest(q string) (string, bool) {
-	_, rest, ok := strings.Cut(q, ",")
-	if !ok {
+	toks, err := lex(q)
+	if err != nil {
 		return "", false
 	}
-	return "RENAME TABLE " + strings.TrimSpace(rest), true
+	for _, t := range toks {
+		if t.text == "," {
+			return "RENAME TABLE " + strings.TrimSpace(q[t.end:]), true
+		}
+	}
+	return "", false
 }
 
 // unquote strips one pair of backquotes.

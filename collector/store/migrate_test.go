@@ -204,3 +204,41 @@ func TestMigrateNames(t *testing.T) {
 	exec("OPTIMIZE TABLE itl_origin FINAL")
 	checkOld("after a merge")
 }
+
+// TestRenameInPlaceCutCompleted: a server that died inside 011's rename in
+// place (between its two renames) left a view under its passing name; the
+// next migration completes the rename, and the view feeds its table again.
+func TestRenameInPlaceCutCompleted(t *testing.T) {
+	e := chtest.Engine(t)
+	ctx := t.Context()
+	db, err := store.Open(ctx, store.Options{Addr: e.NativeAddr(), Dial: e.DialContext, CreateDatabase: true,
+		Database: fmt.Sprintf("renamecut_%d", time.Now().UnixNano()%1e9),
+		Logger:   zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.InfoLevel)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if err := db.MigrateUpTo(ctx, 10); err != nil {
+		t.Fatalf("migrate to 010: %v", err)
+	}
+	if err := db.Conn().Exec(ctx, "RENAME TABLE itl_rollup_1m_mv TO itl_rollup_1m_mv_renaming"); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Migrate(ctx); err != nil {
+		t.Fatalf("migrate after the cut: %v", err)
+	}
+	var views string
+	if err := db.Conn().QueryRow(ctx, `SELECT toString(groupArray(name)) FROM (SELECT name FROM system.tables
+		WHERE database = currentDatabase() AND name LIKE 'itl_rollup_1m%mv%' ORDER BY name)`).Scan(&views); err != nil {
+		t.Fatal(err)
+	}
+	if want := "['itl_rollup_1m_cause_mv','itl_rollup_1m_mv']"; views != want {
+		t.Fatalf("views after the migration = %s, want %s", views, want)
+	}
+	if err := store.InsertStreams(ctx, db.Conn(), makeStreams(3, "cut", time.Now().UTC()), "renamecut"); err != nil {
+		t.Fatal(err)
+	}
+	if got := queryUint(t, db, "SELECT sum(streams) FROM itl_rollup_1m WHERE site = 'cut'"); got != 3 {
+		t.Fatalf("itl_rollup_1m counts %d streams, want 3", got)
+	}
+}
