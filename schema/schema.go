@@ -22,7 +22,8 @@
 // fail. Tables: itl_inbox (records as they
 // arrived, at least once), itl_promoted_ids and itl_promoted (what the
 // promoter moved, exactly once, into:) itl_streams (raw, one row per
-// stream), itl_rollup_1m (per-minute aggregates via materialized views),
+// stream), itl_rollup_1m (per-minute aggregates via materialized views;
+// itl_rollup_1m_site the same per minute and site alone),
 // itl_rollup_1h and itl_rollup_1h_dim (per hour, by every dimension and by
 // one at a time; itl_rollup_1h_from: the hour from which they are complete),
 // itl_timelines (sampled raw timelines), itl_origin and itl_origin_1m (the

@@ -381,7 +381,7 @@ func Timeseries(ctx context.Context, conn Conn, f Filter, step time.Duration) ([
 func Sites(ctx context.Context, conn Conn, since time.Time) ([]string, error) {
 	lo := since.UTC().Truncate(time.Minute)
 	q, args := "SELECT DISTINCT toString("+colSite+") AS s FROM "+rollupTable+" WHERE "+colMinute+" >= ? ORDER BY s LIMIT 1000", []any{lo}
-	from, ok, err := hourlyComplete(ctx, conn)
+	from, ok, err := completeFrom(ctx, conn, hourlyFromTable)
 	if err != nil {
 		return nil, err
 	}

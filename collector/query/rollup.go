@@ -7,9 +7,10 @@ import (
 	"time"
 )
 
-// The rollups the read side chooses from (schema/003_rollup.sql and
-// schema/010_rollup_1h.sql): the same aggregate columns and dimensions per
-// minute and per hour.
+// The rollups the read side chooses from (schema/003_rollup.sql,
+// schema/010_rollup_1h.sql and schema/012_rollup_1m_site.sql): the same
+// aggregate columns per minute and per hour, by every dimension, by one at
+// a time, or by none.
 const (
 	hourlyTable = "itl_rollup_1h"
 	colHour     = "hour"
@@ -20,6 +21,11 @@ const (
 	// every stream (their views see only inserts made after they were
 	// created).
 	hourlyFromTable = "itl_rollup_1h_from"
+	// siteTable is per minute and site, no other dimension
+	// (schema/012_rollup_1m_site.sql), complete from the minute
+	// siteFromTable holds.
+	siteTable     = "itl_rollup_1m_site"
+	siteFromTable = "itl_rollup_1m_site_from"
 )
 
 // rollupColumns are the aggregate columns every rollup has: what a read
@@ -48,49 +54,19 @@ var rollupColumns = []string{
 //     itl_rollup_1h_dim when the read names at most one dimension (f.Where
 //     and by together), its rows of that dimension standing for rows whose
 //     other dimensions are empty strings; else itl_rollup_1h;
-//   - the minute table for the rest: the partial hours at either end of the
-//     range (a since or until not on an hour), hours before the hourly
-//     tables were complete, and every step that is not a whole number of
-//     hours.
+//   - for the other minutes (the partial hours at either end of the range,
+//     hours before the hourly tables were complete, every step that is not
+//     a whole number of hours): itl_rollup_1m_site when the read names no
+//     dimension and that table holds every stream of the minute
+//     (itl_rollup_1m_site_from), else the minute table.
 //
-// Both are read with the same conditions, so for any range the rows add up
+// All are read with the same conditions, so for any range the rows add up
 // to exactly those of the minute table (every column is a sum, a max or a
 // sumMap, which add across rows). The hourly rows stand at the start of
 // their hour in the minute column: a step of whole hours puts each in the
 // step its minutes would go to.
 func rollupSource(ctx context.Context, conn Conn, f Filter, step time.Duration, by string) (string, []any, error) {
 	lo, hi := f.bounds()
-	hs, he := ceilHour(lo), hi.Truncate(time.Hour)
-	if step%time.Hour != 0 || !hs.Before(he) {
-		where, args := f.where()
-		return rollupTable + " WHERE " + where, args, nil
-	}
-	from, ok, err := hourlyComplete(ctx, conn)
-	if err != nil {
-		return "", nil, err
-	}
-	if !ok {
-		where, args := f.where()
-		return rollupTable + " WHERE " + where, args, nil
-	}
-	hs = later(hs, ceilHour(from))
-	if !hs.Before(he) {
-		where, args := f.where()
-		return rollupTable + " WHERE " + where, args, nil
-	}
-	dims, dargs := f.dims()
-	var dimCols []string
-	for _, k := range Dimensions() {
-		dimCols = append(dimCols, dimColumn[k])
-	}
-	cols := "site, " + strings.Join(dimCols, ", ") + ", " + strings.Join(rollupColumns, ", ")
-	var args []any
-	var b strings.Builder
-	b.WriteString("(SELECT " + colMinute + ", " + cols + " FROM " + rollupTable + " WHERE " + colSite + " = ?" + dims +
-		" AND (" + colMinute + " >= ? AND " + colMinute + " < ? OR " + colMinute + " >= ? AND " + colMinute + " < ?)")
-	args = append(args, f.Site)
-	args = append(args, dargs...)
-	args = append(args, lo, hs, he, hi)
 	named := map[string]bool{}
 	for k := range f.Where {
 		named[k] = true
@@ -98,47 +74,139 @@ func rollupSource(ctx context.Context, conn Conn, f Filter, step time.Duration, 
 	if by != "" {
 		named[by] = true
 	}
-	if len(named) > 1 {
-		b.WriteString(" UNION ALL SELECT " + colHour + " AS " + colMinute + ", " + cols + " FROM " + hourlyTable + " WHERE " + colSite + " = ?" + dims +
-			" AND " + colHour + " >= ? AND " + colHour + " < ?)")
-		args = append(args, f.Site)
-		args = append(args, dargs...)
-		args = append(args, hs, he)
-		return b.String(), args, nil
-	}
-	// One dimension or none: the rows of dim d, its value standing in its
-	// column, '' in the others.
-	d := ""
+	oneDim, d := len(named) <= 1, ""
 	for k := range named {
 		d = k
 	}
-	b.WriteString(" UNION ALL SELECT " + colHour + " AS " + colMinute + ", site")
-	for _, k := range Dimensions() {
-		if k == d {
-			b.WriteString(", value AS " + dimColumn[k])
-		} else {
-			b.WriteString(", '' AS " + dimColumn[k])
+
+	// The whole hours read from the hourly tables: [hs, he), empty if none.
+	hs, he := lo, lo
+	if a, b := ceilHour(lo), hi.Truncate(time.Hour); step%time.Hour == 0 && a.Before(b) {
+		from, ok, err := completeFrom(ctx, conn, hourlyFromTable)
+		if err != nil {
+			return "", nil, err
+		}
+		if a = later(a, ceilHour(from)); ok && a.Before(b) {
+			hs, he = a, b
 		}
 	}
-	b.WriteString(", " + strings.Join(rollupColumns, ", ") + " FROM " + dimTable + " WHERE " + colSite + " = ? AND dim = ?")
-	args = append(args, f.Site, d)
-	if v, ok := f.Where[d]; ok {
-		b.WriteString(" AND value = ?")
-		args = append(args, v)
+	// The other minutes, from the per-site minute table where it is
+	// complete and the read names no dimension, else from the minute table.
+	var plain, perSite []timeRange
+	siteFrom, siteOK := time.Time{}, false
+	if len(named) == 0 {
+		var err error
+		if siteFrom, siteOK, err = completeFrom(ctx, conn, siteFromTable); err != nil {
+			return "", nil, err
+		}
 	}
-	b.WriteString(" AND " + colHour + " >= ? AND " + colHour + " < ?)")
-	args = append(args, hs, he)
-	return b.String(), args, nil
+	for _, r := range []timeRange{{lo, minTime(hs, hi)}, {later(he, lo), hi}} {
+		if !r.from.Before(r.to) {
+			continue
+		}
+		if !siteOK {
+			plain = append(plain, r)
+			continue
+		}
+		plain = append(plain, timeRange{r.from, minTime(r.to, siteFrom)}.orNone()...)
+		perSite = append(perSite, timeRange{later(r.from, siteFrom), r.to}.orNone()...)
+	}
+	if len(perSite) == 0 && !hs.Before(he) {
+		where, args := f.where()
+		return rollupTable + " WHERE " + where, args, nil
+	}
+
+	dims, dargs := f.dims()
+	var dimCols []string
+	for _, k := range Dimensions() {
+		dimCols = append(dimCols, dimColumn[k])
+	}
+	cols := "site, " + strings.Join(dimCols, ", ") + ", " + strings.Join(rollupColumns, ", ")
+	var selects []string
+	var args []any
+	// rows of table (the minute or the hourly one) over ranges of timeCol.
+	rows := func(table, timeCol string, ranges []timeRange) {
+		cond, cargs := rangesCond(timeCol, ranges)
+		selects = append(selects, "SELECT "+timeCol+" AS "+colMinute+", "+cols+" FROM "+table+" WHERE "+colSite+" = ?"+dims+" AND "+cond)
+		args = append(args, f.Site)
+		args = append(args, dargs...)
+		args = append(args, cargs...)
+	}
+	// rows of dimension d of a per-dimension table (value standing in its
+	// column, '' in the others; d "": the table's rows of the whole site,
+	// dim '' unless the table is the per-site one) over ranges of timeCol.
+	dimRows := func(table, timeCol string, ranges []timeRange) {
+		var b strings.Builder
+		b.WriteString("SELECT " + timeCol + " AS " + colMinute + ", site")
+		for _, k := range Dimensions() {
+			if k == d {
+				b.WriteString(", value AS " + dimColumn[k])
+			} else {
+				b.WriteString(", '' AS " + dimColumn[k])
+			}
+		}
+		b.WriteString(", " + strings.Join(rollupColumns, ", ") + " FROM " + table + " WHERE " + colSite + " = ?")
+		args = append(args, f.Site)
+		if table != siteTable {
+			b.WriteString(" AND dim = ?")
+			args = append(args, d)
+		}
+		if v, ok := f.Where[d]; ok {
+			b.WriteString(" AND value = ?")
+			args = append(args, v)
+		}
+		cond, cargs := rangesCond(timeCol, ranges)
+		b.WriteString(" AND " + cond)
+		args = append(args, cargs...)
+		selects = append(selects, b.String())
+	}
+	if len(plain) > 0 {
+		rows(rollupTable, colMinute, plain)
+	}
+	if len(perSite) > 0 {
+		dimRows(siteTable, colMinute, perSite)
+	}
+	if hs.Before(he) {
+		if oneDim {
+			dimRows(dimTable, colHour, []timeRange{{hs, he}})
+		} else {
+			rows(hourlyTable, colHour, []timeRange{{hs, he}})
+		}
+	}
+	return "(" + strings.Join(selects, " UNION ALL ") + ")", args, nil
 }
 
-// hourlyComplete reads from which time on the hourly rollups hold every stream
-// (schema/010_rollup_1h.sql); ok is false when the database does not say
-// (read the minute table only then). Through a Distributed table each shard
-// has said its own: the latest counts.
-func hourlyComplete(ctx context.Context, conn Conn) (time.Time, bool, error) {
-	rows, err := conn.Query(ctx, "SELECT count(), max(complete_from) FROM "+hourlyFromTable)
+// timeRange is [from, to).
+type timeRange struct{ from, to time.Time }
+
+// orNone is r, or nothing when it is empty.
+func (r timeRange) orNone() []timeRange {
+	if r.from.Before(r.to) {
+		return []timeRange{r}
+	}
+	return nil
+}
+
+// rangesCond is the condition that col is within one of ranges.
+func rangesCond(col string, ranges []timeRange) (string, []any) {
+	var conds []string
+	var args []any
+	for _, r := range ranges {
+		conds = append(conds, col+" >= ? AND "+col+" < ?")
+		args = append(args, r.from, r.to)
+	}
+	return "(" + strings.Join(conds, " OR ") + ")", args
+}
+
+// completeFrom reads from which time on a table that only views fill holds
+// every stream (table is itl_rollup_1h_from or itl_rollup_1m_site_from); ok
+// is false when the database does not say (read the minute table only
+// then). Through a Distributed table each shard has said its own: the latest
+// counts.
+func completeFrom(ctx context.Context, conn Conn, table string) (time.Time, bool, error) {
+	rows, err := conn.Query(ctx, "SELECT count(), max(complete_from) FROM "+table)
 	if err != nil {
-		return time.Time{}, false, fmt.Errorf("query %s: %w", hourlyFromTable, err)
+		return time.Time{}, false, fmt.Errorf("query %s: %w", table, err)
 	}
 	defer rows.Close()
 	var (
@@ -147,11 +215,11 @@ func hourlyComplete(ctx context.Context, conn Conn) (time.Time, bool, error) {
 	)
 	if rows.Next() {
 		if err := rows.Scan(&n, &from); err != nil {
-			return time.Time{}, false, fmt.Errorf("scan %s: %w", hourlyFromTable, err)
+			return time.Time{}, false, fmt.Errorf("scan %s: %w", table, err)
 		}
 	}
 	if err := rows.Err(); err != nil {
-		return time.Time{}, false, fmt.Errorf("read %s: %w", hourlyFromTable, err)
+		return time.Time{}, false, fmt.Errorf("read %s: %w", table, err)
 	}
 	return from.UTC(), n > 0, nil
 }
@@ -163,6 +231,14 @@ func ceilHour(t time.Time) time.Time {
 		h = h.Add(time.Hour)
 	}
 	return h
+}
+
+// minTime is the earlier of a and b.
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
 }
 
 // later is the later of a and b.

@@ -20,8 +20,9 @@ import (
 )
 
 // tableConn records the statements sent through it; with minuteOnly it
-// answers the hourly rollup's completeness as "unknown", so the read side
-// reads the minute rollup alone (what it did before the hourly one).
+// answers the completeness of the hourly and the per-site minute rollups
+// as "unknown", so the read side reads the minute rollup alone
+// (what it did before the others).
 type tableConn struct {
 	query.Conn
 	minuteOnly bool
@@ -33,19 +34,20 @@ func (c *tableConn) Query(ctx context.Context, q string, args ...any) (driver.Ro
 	c.mu.Lock()
 	c.sent = append(c.sent, q)
 	c.mu.Unlock()
-	if c.minuteOnly && strings.Contains(q, "itl_rollup_1h_from") {
+	if c.minuteOnly && (strings.Contains(q, "itl_rollup_1h_from") || strings.Contains(q, "itl_rollup_1m_site_from")) {
 		q = "SELECT toUInt64(0), toDateTime(0, 'UTC') WHERE 0"
 	}
 	return c.Conn.Query(ctx, q, args...)
 }
 
-// readHourly returns the hourly rollups the statements sent through c read
-// (itl_rollup_1h, itl_rollup_1h_dim, space-separated), and forgets them.
+// readHourly returns the rollups other than the minute table the
+// statements sent through c read (itl_rollup_1h, itl_rollup_1h_dim,
+// itl_rollup_1m_site, space-separated), and forgets them.
 func (c *tableConn) readHourly() string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var read []string
-	for _, table := range []string{"itl_rollup_1h", "itl_rollup_1h_dim"} {
+	for _, table := range []string{"itl_rollup_1h", "itl_rollup_1h_dim", "itl_rollup_1m_site"} {
 		for _, q := range c.sent {
 			if strings.Contains(q, "FROM "+table+" ") {
 				read = append(read, table)
@@ -89,8 +91,9 @@ func writeHours(t *testing.T, conn driver.Conn, base time.Time, hours, n int, se
 }
 
 // sameRows fails unless itl_rollup_1h holds, row for row, the minute
-// rollup's rows summed per hour, and itl_rollup_1h_dim, for each dimension,
-// those rows summed per value of it (every column; the Float64 TPOT sums to
+// rollup's rows summed per hour, itl_rollup_1h_dim, for each dimension,
+// those rows summed per hour and value of it, and itl_rollup_1m_site those
+// rows summed per minute and site (every column; the Float64 TPOT sums to
 // 1e-6, their order of addition differing).
 func sameRows(t *testing.T, conn driver.Conn) {
 	t.Helper()
@@ -120,6 +123,10 @@ func sameRows(t *testing.T, conn driver.Conn) {
 			"SELECT toStartOfHour(minute) AS h, site, " + col + " AS v, " + agg + " FROM itl_rollup_1m GROUP BY h, site, v",
 		})
 	}
+	pairs = append(pairs, [2]string{
+		"SELECT minute, site, " + agg + " FROM itl_rollup_1m_site GROUP BY minute, site",
+		"SELECT minute, site, " + agg + " FROM itl_rollup_1m GROUP BY minute, site",
+	})
 	for _, p := range pairs {
 		var rows, diff uint64
 		if err := conn.QueryRow(context.Background(), "SELECT count() FROM ("+p[0]+")").Scan(&rows); err != nil {
@@ -231,14 +238,23 @@ func TestHourlyRollupEqualsMinute(t *testing.T) {
 	for _, r := range ranges {
 		// table is the hourly rollup a read naming dims dimensions reads
 		// with a step of whole hours.
+		// (Every range has minutes outside whole hours: the minute an
+		// until falls in is read whole.)
 		table := func(dims int, step time.Duration) string {
+			hours := r.hourly && step%time.Hour == 0
 			switch {
-			case !r.hourly || step%time.Hour != 0:
-				return ""
-			case dims > 1:
+			case dims > 1 && hours:
 				return "itl_rollup_1h"
+			case dims > 1:
+				return ""
+			case dims == 1 && hours:
+				return "itl_rollup_1h_dim"
+			case dims == 1:
+				return ""
+			case hours:
+				return "itl_rollup_1h_dim itl_rollup_1m_site"
 			}
-			return "itl_rollup_1h_dim"
+			return "itl_rollup_1m_site"
 		}
 		f := query.Filter{Site: "h", Since: r.since, Until: r.until}
 		f1 := f
@@ -280,13 +296,39 @@ func TestHourlyRollupEqualsMinute(t *testing.T) {
 	f := query.Filter{Site: "h", Since: base.Add(-8*time.Hour + 10*time.Minute), Until: base.Add(2*time.Hour + 50*time.Minute)}
 	f2 := f
 	f2.Where = map[string]string{"region": "DE-BE", "os": "Linux"}
-	check("partly complete: summary", "itl_rollup_1h_dim", func(c query.Conn) (any, error) { return query.Summary(ctx, c, f) })
+	check("partly complete: summary", "itl_rollup_1h_dim itl_rollup_1m_site", func(c query.Conn) (any, error) { return query.Summary(ctx, c, f) })
 	check("partly complete: breakdown where 2", "itl_rollup_1h", func(c query.Conn) (any, error) { return query.Breakdown(ctx, c, f2, "country") })
-	check("partly complete: timeseries 2h", "itl_rollup_1h_dim", func(c query.Conn) (any, error) { return query.Timeseries(ctx, c, f, 2*time.Hour) })
+	check("partly complete: timeseries 2h", "itl_rollup_1h_dim itl_rollup_1m_site", func(c query.Conn) (any, error) { return query.Timeseries(ctx, c, f, 2*time.Hour) })
 	check("partly complete: sites", "itl_rollup_1h_dim", func(c query.Conn) (any, error) { return query.Sites(ctx, c, f.Since) })
 	f.Since = from.Add(-10 * time.Minute)
 	f.Until = from.Add(50 * time.Minute)
-	check("partly complete, no whole hour after it", "", func(c query.Conn) (any, error) { return query.Summary(ctx, c, f) })
+	check("partly complete, no whole hour after it", "itl_rollup_1m_site", func(c query.Conn) (any, error) { return query.Summary(ctx, c, f) })
+
+	// The per-site minute table complete only from a minute on (as
+	// after its migration on a database with streams, all of them before
+	// that minute): the minutes before it are read from the minute table,
+	// the ones after from it.
+	mfrom := base.Add(3*time.Hour + 20*time.Minute) // after every stream written so far
+	for _, q := range []string{"TRUNCATE TABLE itl_rollup_1m_site", "TRUNCATE TABLE itl_rollup_1m_site_from"} {
+		if err := conn.Exec(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := conn.Exec(ctx, "INSERT INTO itl_rollup_1m_site_from VALUES (?)", mfrom); err != nil {
+		t.Fatal(err)
+	}
+	writeHours(t, conn, mfrom, 0, 40, 3) // in the hour from it
+	f = query.Filter{Site: "h", Since: base.Add(2*time.Hour + 5*time.Minute), Until: mfrom.Add(30 * time.Minute)}
+	f1 := f
+	f1.Where = map[string]string{"browser": "Chrome"}
+	check("minutes partly complete: summary", "itl_rollup_1m_site", func(c query.Conn) (any, error) { return query.Summary(ctx, c, f) })
+	check("minutes partly complete: timeseries 5m", "itl_rollup_1m_site", func(c query.Conn) (any, error) { return query.Timeseries(ctx, c, f, 5*time.Minute) })
+	check("minutes partly complete: cause timeseries 5m", "itl_rollup_1m_site", func(c query.Conn) (any, error) { return query.CauseTimeseries(ctx, c, f, 5*time.Minute) })
+	check("minutes partly complete: heatmap 5m", "itl_rollup_1m_site", func(c query.Conn) (any, error) { return query.ITLHeatmap(ctx, c, f, 5*time.Minute) })
+	check("minutes partly complete: timeseries 5m where 1", "", func(c query.Conn) (any, error) { return query.Timeseries(ctx, c, f1, 5*time.Minute) })
+	f.Since = base.Add(2*time.Hour + 5*time.Minute)
+	f.Until = mfrom.Add(-5 * time.Minute)
+	check("minutes partly complete, all before it", "", func(c query.Conn) (any, error) { return query.Summary(ctx, c, f) })
 }
 
 // TestWorstStreamsTwoPhases: WorstStreams (ids first, then details) lists

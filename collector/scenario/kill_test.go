@@ -54,8 +54,8 @@ var promoterTables = []string{"itl_streams", "itl_timelines", "itl_origin", "itl
 // acked or not, is there twice (their merges, which would fold a doubled row,
 // are stopped and checked); itl_origin holds each acked origin timeline once
 // per version and every acked pair joined; the rollups equal the same sums
-// over the rows they roll up (itl_rollup_1m, itl_rollup_1h and
-// itl_rollup_1h_dim over itl_streams, itl_origin_1m over itl_origin FINAL,
+// over the rows they roll up (itl_rollup_1m, itl_rollup_1m_site,
+// itl_rollup_1h and itl_rollup_1h_dim over itl_streams, itl_origin_1m over itl_origin FINAL,
 // version 1). The figures are logged.
 func TestKillHuntsTheCut(t *testing.T) {
 	lib := itlmontest.ChdbLib(t)
@@ -333,7 +333,7 @@ func TestKillHuntsTheCut(t *testing.T) {
 		", countIf(ttft_cause = 'unknown'), countIf(ttft_cause = 'network'), countIf(ttft_cause = 'page'), countIf(ttft_cause = 'origin'))) FROM itl_streams", &raw)
 	// The minute rollup, the hourly one, and the per-dimension one (every
 	// stream is under dim '' once; 010's views, one fed by the other).
-	for _, from := range []string{"itl_rollup_1m", "itl_rollup_1h", "itl_rollup_1h_dim WHERE dim = ''"} {
+	for _, from := range []string{"itl_rollup_1m", "itl_rollup_1m_site", "itl_rollup_1h", "itl_rollup_1h_dim WHERE dim = ''"} {
 		var rollup string
 		itlmontest.QueryRow(t, conn, "SELECT toString(tuple("+sums("sum(streams)", "sum")+
 			", sum(ttft_unknown), sum(ttft_network), sum(ttft_page), sum(ttft_origin))) FROM "+from, &rollup)
