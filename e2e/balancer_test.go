@@ -171,8 +171,8 @@ func (c *Collector) metric(t testing.TB, name string) float64 {
 // TestBalancedCollectors runs two real collectors on one ClickHouse behind
 // nginx, without a browser: WebSocket batches through the balancer reach
 // both collectors and are acked; a beacon POST sent to a paused collector is
-// answered by the other after RetryAfter, and the paused one processes it
-// once resumed (delivered to both); a beacon through a mirroring nginx
+// answered by the other after RetryAfter, and the paused one, resumed,
+// takes it too unless it saw nginx give up first; a beacon through a mirroring nginx
 // reaches both; every record is stored once, the rollup included.
 func TestBalancedCollectors(t *testing.T) {
 	t.Parallel()
@@ -254,10 +254,21 @@ func TestBalancedCollectors(t *testing.T) {
 		t.Fatalf("collector a acked %v records, want %d: its WebSocket batch and both beacons", got, 3+2*2)
 	}
 	b.Resume(t)
-	if !Eventually(30*time.Second, 50*time.Millisecond, func() bool { return b.metric(t, "itlmon_ingest_records_accepted_total") == 3+2 }) {
-		t.Fatalf("resumed collector b accepted %v records, want %d: its WebSocket batch and the beacon nginx retried on a",
-			b.metric(t, "itlmon_ingest_records_accepted_total"), 3+2)
+	// nginx gave up on b after RetryAfter and closed that connection. b,
+	// resumed, reads the beacon from its socket and takes it unless it has
+	// already seen the connection close: a beacon whose client left before
+	// it was queued is dropped (the client, nginx, has its answer from a).
+	// Which comes first is the kernel's and Go's scheduling (CI saw b drop
+	// it once); either is correct, and b takes nothing else.
+	var bAccepted float64
+	Eventually(10*time.Second, 50*time.Millisecond, func() bool {
+		bAccepted = b.metric(t, "itlmon_ingest_records_accepted_total")
+		return bAccepted == 3+2
+	})
+	if bAccepted != 3 && bAccepted != 3+2 {
+		t.Fatalf("resumed collector b accepted %v records, want 3 (its WebSocket batch) or 5 (and the beacon nginx retried on a)", bAccepted)
 	}
+	t.Logf("resumed collector b took the beacon nginx retried on a: %v", bAccepted == 3+2)
 
 	// A mirroring balancer in front of the same two: one beacon reaches both
 	// (the balanced one twice).
@@ -285,7 +296,7 @@ func TestBalancedCollectors(t *testing.T) {
 	}
 
 	// Stored once: 3+3 WebSocket records, 3×2 beacon records (one batch on
-	// both after a retry, one mirrored to both).
+	// a, and on b if it took it after the retry; one mirrored to both).
 	want := fmt.Sprint(3 + 3 + 3*2)
 	q := fmt.Sprintf(`SELECT concat(toString(count()), ' ', toString(uniqExact(stream_id)), ' ',
 		toString((SELECT sum(streams) FROM itl_rollup_1m WHERE site = '%s'))) FROM itl_streams WHERE site = '%s'`, site, site)
