@@ -22,18 +22,8 @@ import (
 // and count new rows by name, new rows carry end_reason and headers_us, and
 // migrating again (also after an interruption) changes nothing.
 func TestMigrateNames(t *testing.T) {
-	e := chtest.Engine(t)
 	ctx := context.Background()
-	db, err := store.Open(ctx, store.Options{Addr: e.NativeAddr(), Dial: e.DialContext, CreateDatabase: true,
-		Database: fmt.Sprintf("mig_%d", time.Now().UnixNano()%1e9),
-		Logger:   zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.InfoLevel)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	if err := db.MigrateUpTo(ctx, 5); err != nil {
-		t.Fatalf("migrate to 005: %v", err)
-	}
+	db := migratedUpTo(t, "mig", 5)
 	exec := func(q string, args ...any) {
 		t.Helper()
 		if err := db.Conn().Exec(ctx, q, args...); err != nil {
@@ -209,18 +199,8 @@ func TestMigrateNames(t *testing.T) {
 // place (between its two renames) left a view under its passing name; the
 // next migration completes the rename, and the view feeds its table again.
 func TestRenameInPlaceCutCompleted(t *testing.T) {
-	e := chtest.Engine(t)
 	ctx := t.Context()
-	db, err := store.Open(ctx, store.Options{Addr: e.NativeAddr(), Dial: e.DialContext, CreateDatabase: true,
-		Database: fmt.Sprintf("renamecut_%d", time.Now().UnixNano()%1e9),
-		Logger:   zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.InfoLevel)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	if err := db.MigrateUpTo(ctx, 10); err != nil {
-		t.Fatalf("migrate to 010: %v", err)
-	}
+	db := migratedUpTo(t, "renamecut", 10)
 	if err := db.Conn().Exec(ctx, "RENAME TABLE itl_rollup_1m_mv TO itl_rollup_1m_mv_renaming"); err != nil {
 		t.Fatal(err)
 	}
@@ -241,4 +221,23 @@ func TestRenameInPlaceCutCompleted(t *testing.T) {
 	if got := queryUint(t, db, "SELECT sum(streams) FROM itl_rollup_1m WHERE site = 'cut'"); got != 3 {
 		t.Fatalf("itl_rollup_1m counts %d streams, want 3", got)
 	}
+}
+
+// migratedUpTo opens a new database (its name starting with prefix) on the
+// shared engine, logging to t, with the migrations up to version last
+// applied, as a collector of that release left it; closed when t ends.
+func migratedUpTo(t *testing.T, prefix string, last uint32) *store.DB {
+	t.Helper()
+	e := chtest.Engine(t)
+	db, err := store.Open(context.Background(), store.Options{Addr: e.NativeAddr(), Dial: e.DialContext, CreateDatabase: true,
+		Database: fmt.Sprintf("%s_%d", prefix, time.Now().UnixNano()%1e9),
+		Logger:   zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.InfoLevel)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	if err := db.MigrateUpTo(context.Background(), last); err != nil {
+		t.Fatalf("migrate to %03d: %v", last, err)
+	}
+	return db
 }
