@@ -21,12 +21,13 @@ const dashboardFile = "itlmon-dashboard.json"
 // the dashboard's time range and template variables (filter), and groups by
 // the panel's interval ($__timeInterval: the plugin's toStartOfInterval over
 // Grafana's interval, at least the panels' "1m": the rollup's resolution).
+// It reads the rollups /dashboard/ reads, chosen the same way (rollupFrom).
 
 // filter is the WHERE clause of every panel: the time range, one site, and
 // the values picked of each dimension with a variable (collector/dimension's
 // Grafana ones: region, browser and model; "All" drops the condition:
-// $__conditionalAll). Panels read itl_rollup_1m and itl_origin_1m: such a
-// dimension must be a column of both.
+// $__conditionalAll). Panels read the rollups (rollupFrom) and itl_origin_1m:
+// such a dimension must be a column of both.
 var filter = func() string {
 	var b strings.Builder
 	b.WriteString("$__timeFilter(minute)\n  AND site = ${site:singlequote}")
@@ -35,6 +36,132 @@ var filter = func() string {
 	}
 	return b.String()
 }()
+
+// rollupFrom is what a panel reads FROM: the rollup rows of the range with
+// the columns cols (besides minute, site and the dimensions' columns),
+// filtered then by filter like rows of itl_rollup_1m (src's fields say
+// which rows). It reads the coarsest
+// rollups that answer exactly, as collector/query chooses them for
+// /dashboard/:
+//
+//   - the whole hours of the range, when the panel is not grouped by time
+//     (timed false) or its interval is a whole number of hours, and from the
+//     hour on which itl_rollup_1h_from says the hourly tables hold every
+//     stream: itl_rollup_1h_dim when at most one dimension is named (a
+//     variable not at All, or by), its rows of that dimension (dim empty when
+//     none is); itl_rollup_1h otherwise;
+//   - the other minutes: itl_rollup_1m_site when no dimension is named, from
+//     the minute itl_rollup_1m_site_from gives; itl_rollup_1m otherwise.
+//
+// Each part is a branch of a UNION ALL whose condition is decided before
+// any row is read (the variables' All through $__conditionalAll(0, $var),
+// the interval, the two tables of complete_from read as scalars), so only
+// the tables of the branches that apply are read, and only the key range
+// of their time. Every column is a sum, a max or a sumMap: rows of any
+// branch add up to those of itl_rollup_1m.
+func rollupFrom(src src) string {
+	all := map[string]string{} // a Grafana dimension's key: its variable at All
+	var none []string          // every Grafana variable at All
+	for _, d := range grafanaDims() {
+		all[d.Key] = "($__conditionalAll(0, $" + d.Key + "))"
+		none = append(none, all[d.Key])
+	}
+	noneNamed := strings.Join(none, " AND ")
+	if src.variable {
+		noneNamed = "1"
+	}
+	whole := "1"
+	if src.timed {
+		whole = "$__interval_s % 3600 = 0"
+	}
+	by, cols := src.by, src.cols
+	// The hours [hs, he) read from the hourly tables (none when he <= hs):
+	// the whole hours of the range within $__timeFilter's (inclusive) ends,
+	// from the hourly tables' complete hour on; the minutes outside them
+	// are read from the minute tables.
+	hs := "toStartOfHour(greatest($__fromTime, (SELECT if(count() = 0, toDateTime('2106-01-01 00:00:00', 'UTC'), max(complete_from)) FROM itl_rollup_1h_from)) + INTERVAL 3599 SECOND, 'UTC')"
+	he := "if(" + whole + ", toStartOfHour($__toTime + INTERVAL 1 MINUTE, 'UTC'), toDateTime(0, 'UTC'))"
+	siteFrom := "(SELECT if(count() = 0, toDateTime('2106-01-01 00:00:00', 'UTC'), max(complete_from)) FROM itl_rollup_1m_site_from)"
+	notHourly := "(minute < " + hs + " OR minute >= " + he + ")"
+	hourly := "hour >= " + hs + " AND hour < " + he
+
+	var dimCols []dimension.Dimension
+	for _, d := range dimension.Rollup() {
+		if d.Grafana || by != "" {
+			dimCols = append(dimCols, d)
+		}
+	}
+	// sel is a branch's SELECT list: time, site, the dimensions (dimExpr
+	// for each column), cols.
+	sel := func(timeCol string, dimExpr func(d dimension.Dimension) string) string {
+		var b strings.Builder
+		b.WriteString("SELECT " + timeCol + ", site")
+		for _, d := range dimCols {
+			b.WriteString(", " + dimExpr(d))
+		}
+		for _, c := range cols {
+			b.WriteString(", " + c)
+		}
+		return b.String()
+	}
+	own := func(d dimension.Dimension) string { return d.Column }
+	empty := func(d dimension.Dimension) string { return "'' AS " + d.Column }
+	ofDim := func(d dimension.Dimension) string { return "if(dim = '" + d.Key + "', value, '') AS " + d.Column }
+	site := "site = ${site:singlequote}"
+	if src.anySite {
+		site = "1"
+	}
+	var branches []string
+	branch := func(s string) { branches = append(branches, "  "+s) }
+	if by == "" {
+		branch(sel("minute", own) + "\n    FROM itl_rollup_1m WHERE " + site + " AND $__timeFilter(minute) AND " + notHourly +
+			"\n      AND (NOT (" + noneNamed + ") OR minute < " + siteFrom + ")")
+		branch(sel("minute", empty) + "\n    FROM itl_rollup_1m_site WHERE " + noneNamed + " AND " + site + " AND $__timeFilter(minute) AND " + notHourly +
+			"\n      AND minute >= " + siteFrom)
+		branch(sel("hour AS minute", ofDim) + "\n    FROM itl_rollup_1h_dim WHERE " + noneNamed + " AND " + site + " AND dim = '' AND " + hourly)
+		for _, d := range grafanaDims() {
+			if src.variable {
+				break
+			}
+			var others []string
+			for _, o := range grafanaDims() {
+				if o.Key != d.Key {
+					others = append(others, all[o.Key])
+				}
+			}
+			branch(sel("hour AS minute", ofDim) + "\n    FROM itl_rollup_1h_dim WHERE NOT " + all[d.Key] + " AND " + strings.Join(others, " AND ") +
+				" AND " + site + " AND dim = '" + d.Key + "' AND " + hourly)
+		}
+		var several []string // two or more variables not at All
+		for i, a := range grafanaDims() {
+			for _, b := range grafanaDims()[i+1:] {
+				several = append(several, "NOT "+all[a.Key]+" AND NOT "+all[b.Key])
+			}
+		}
+		if !src.variable {
+			branch(sel("hour AS minute", own) + "\n    FROM itl_rollup_1h WHERE (" + strings.Join(several, " OR ") + ") AND " + site + " AND " + hourly)
+		}
+	} else {
+		branch(sel("minute", own) + "\n    FROM itl_rollup_1m WHERE " + site + " AND $__timeFilter(minute) AND " + notHourly)
+		branch(sel("hour AS minute", ofDim) + "\n    FROM itl_rollup_1h_dim WHERE " + noneNamed + " AND " + site + " AND dim = '" + by + "' AND " + hourly)
+		if !src.variable {
+			branch(sel("hour AS minute", own) + "\n    FROM itl_rollup_1h WHERE NOT (" + noneNamed + ") AND " + site + " AND " + hourly)
+		}
+	}
+	return "(\n" + strings.Join(branches, "\n  UNION ALL\n") + "\n)"
+}
+
+// src is what a panel or variable reads of the rollups (rollupFrom).
+type src struct {
+	cols []string // the columns it aggregates
+	// by is the dimension it groups by: "${group_by}" for the breakdown, a
+	// column for a variable's values; "" for none. Its values are the dim
+	// of itl_rollup_1h_dim: a rollup dimension's key is its column.
+	by       string
+	timed    bool // grouped by $__timeInterval: hours only when it is whole hours
+	variable bool // a variable's own query: no variable filters it
+	anySite  bool // not filtered by the site variable (the site variable's query)
+}
 
 // grafanaDims are the dimensions with a variable, in the registry's order.
 func grafanaDims() []dimension.Dimension {
@@ -118,7 +245,7 @@ func latencySQL(col string) string {
 FROM (
   SELECT $__timeInterval(minute) AS time, sumMap(` + col + `) AS h, sum(` + col + `_zero) AS z,
     ` + quantilesMs("h", "z", 0.5, 0.95, 0.99) + ` AS q
-  FROM itl_rollup_1m
+  FROM ` + rollupFrom(src{cols: []string{col, col + "_zero"}, timed: true}) + `
   WHERE ` + filter + `
   GROUP BY time
   HAVING z + arraySum(h.2) > 0
@@ -128,12 +255,12 @@ ORDER BY time`
 
 var (
 	streamsSQL = `SELECT sum(streams) AS streams
-FROM itl_rollup_1m
+FROM ` + rollupFrom(src{cols: []string{"streams"}}) + `
 WHERE ` + filter
 
 	stallsByCauseSQL = `SELECT $__timeInterval(minute) AS time,
   sum(stalls_origin) AS origin, sum(stalls_network) AS network, sum(stalls_page) AS page, sum(stalls_unknown) AS unknown
-FROM itl_rollup_1m
+FROM ` + rollupFrom(src{cols: []string{"stalls_origin", "stalls_network", "stalls_page", "stalls_unknown"}, timed: true}) + `
 WHERE ` + filter + `
 GROUP BY time
 ORDER BY time`
@@ -141,21 +268,21 @@ ORDER BY time`
 	stalledTimeByCauseSQL = `SELECT $__timeInterval(minute) AS time,
   sum(stalled_us_origin) / 1e6 AS origin, sum(stalled_us_network) / 1e6 AS network,
   sum(stalled_us_page) / 1e6 AS page, sum(stalled_us_unknown) / 1e6 AS unknown
-FROM itl_rollup_1m
+FROM ` + rollupFrom(src{cols: []string{"stalled_us_origin", "stalled_us_network", "stalled_us_page", "stalled_us_unknown"}, timed: true}) + `
 WHERE ` + filter + `
 GROUP BY time
 ORDER BY time`
 
 	ttftCauseSQL = `SELECT $__timeInterval(minute) AS time,
   sum(ttft_origin) AS origin, sum(ttft_network) AS network, sum(ttft_page) AS page, sum(ttft_unknown) AS unknown
-FROM itl_rollup_1m
+FROM ` + rollupFrom(src{cols: []string{"ttft_origin", "ttft_network", "ttft_page", "ttft_unknown"}, timed: true}) + `
 WHERE ` + filter + `
 GROUP BY time
 ORDER BY time`
 
 	stallShareSQL = `SELECT $__timeInterval(minute) AS time,
   if(` + gaps + ` = 0, NULL, sum(stalls) / ` + gaps + `) AS stall_share
-FROM itl_rollup_1m
+FROM ` + rollupFrom(src{cols: []string{"itl", "itl_zero", "stalls"}, timed: true}) + `
 WHERE ` + filter + `
 GROUP BY time
 ORDER BY time`
@@ -164,7 +291,7 @@ ORDER BY time`
 FROM (
   SELECT $__timeInterval(minute) AS time, sumMap(tpot) AS h, sumMap(tpot_sum) AS s, sum(tpot_zero) AS z,
     ` + tokensPerSec("h", "s", "z") + ` AS tokens_per_sec
-  FROM itl_rollup_1m
+  FROM ` + rollupFrom(src{cols: []string{"tpot", "tpot_sum", "tpot_zero"}, timed: true}) + `
   WHERE ` + filter + `
   GROUP BY time
   HAVING z + arraySum(h.2) > 0
@@ -174,7 +301,7 @@ ORDER BY time`
 	statusSQL = `SELECT time, c AS complete, a AS aborted, f AS error, n - c - a - f AS other
 FROM (
   SELECT $__timeInterval(minute) AS time, sum(streams) AS n, sum(completed) AS c, sum(aborted) AS a, sum(failed) AS f
-  FROM itl_rollup_1m
+  FROM ` + rollupFrom(src{cols: []string{"streams", "completed", "aborted", "failed"}, timed: true}) + `
   WHERE ` + filter + `
   GROUP BY time
 )
@@ -207,7 +334,7 @@ FROM (
     ` + quantilesMs("ttft_h", "ttft_z", 0.5) + ` AS ttft_q,
     ` + quantilesMs("itl_h", "itl_z", 0.5, 0.99) + ` AS itl_q,
     ` + tokensPerSec("tpot_h", "tpot_s", "tpot_z") + ` AS tps
-  FROM itl_rollup_1m
+  FROM ` + rollupFrom(src{cols: []string{"streams", "stalls", "smooth", "with_ttft", "ttft", "ttft_zero", "itl", "itl_zero", "tpot", "tpot_sum", "tpot_zero"}, by: "${group_by}"}) + `
   WHERE ` + filter + `
   GROUP BY key
 )
@@ -215,12 +342,14 @@ ORDER BY streams DESC, key
 LIMIT 200`
 )
 
-// Variable queries: the values present in the rollup over the time range
+// Variable queries: the values present in the rollups over the time range
 // (refreshed when it changes), within the site picked.
 var (
-	siteVarSQL = `SELECT DISTINCT toString(site) FROM itl_rollup_1m WHERE $__timeFilter(minute) ORDER BY 1`
-	dimVarSQL  = func(col string) string {
-		return `SELECT DISTINCT toString(` + col + `) FROM itl_rollup_1m WHERE $__timeFilter(minute) AND site = ${site:singlequote} ORDER BY 1`
+	siteVarSQL = `SELECT DISTINCT toString(site) FROM ` + rollupFrom(src{variable: true, anySite: true}) + `
+WHERE $__timeFilter(minute) ORDER BY 1`
+	dimVarSQL = func(col string) string {
+		return `SELECT DISTINCT toString(` + col + `) FROM ` + rollupFrom(src{by: col, variable: true}) + `
+WHERE $__timeFilter(minute) AND site = ${site:singlequote} ORDER BY 1`
 	}
 )
 
@@ -338,7 +467,7 @@ func queryVar(name, label, sql string, multi bool) variable {
 // buildDashboard is the dashboard as shipped.
 func buildDashboard() dashboard {
 	d := dashboard{UID: "itlmon", Title: "itlmon: streamed LLM answers as users saw them",
-		Description: "TTFT, inter-token latency, stalls by cause, tokens/s and how streams ended, from itlmon's per-minute rollups (itl_rollup_1m, itl_origin_1m).",
+		Description: "TTFT, inter-token latency, stalls by cause, tokens/s and how streams ended, from itlmon's rollups (per hour and per minute, as /dashboard/ reads them, and itl_origin_1m).",
 		Tags:        []string{"itlmon", "llm", "rum"}, Editable: true, SchemaVersion: 39,
 		Time: map[string]any{"from": "now-6h", "to": "now"}, Refresh: "1m", GraphTooltip: 1}
 	d.Templating.List = []variable{

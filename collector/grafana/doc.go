@@ -2,8 +2,10 @@
 // data source plugin (grafana-clickhouse-datasource, v4) and the provisioning
 // files that install both: see docs/grafana-otlp.md.
 //
-// The dashboard reads only the per-minute rollups (itl_rollup_1m,
-// itl_origin_1m). Quantiles come from the merged histograms exactly as
+// The dashboard reads only the rollups: the coarsest of itl_rollup_1h_dim,
+// itl_rollup_1h, itl_rollup_1m_site and itl_rollup_1m that answer a panel
+// exactly, as collector/query chooses them for /dashboard/, and
+// itl_origin_1m. Quantiles come from the merged histograms exactly as
 // collector/query computes them: the rollup's sumMap buckets (base-2
 // exponential, scale 5, microseconds; wasm/hist) and zero-bucket count give
 // the order statistics around rank q·(n−1), each replaced by its bucket's
