@@ -385,8 +385,13 @@ func (e *Engine) supervise(ctx context.Context, started chan<- error) {
 	defer close(e.done)
 	// Pdeathsig is delivered when the thread that started the child exits:
 	// every launch happens on this one thread, locked for the supervisor's
-	// lifetime.
+	// lifetime. It is unlocked when the supervisor returns (no child of
+	// its is alive then): a goroutine that ends locked ends its thread, and
+	// that thread may have run other goroutines before it was locked here,
+	// which may have started processes with Pdeathsig of their own (a test
+	// binary's collectors and browsers): they would be killed with it.
 	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
 	c, err := e.launcher(ctx)
 	started <- err
 	if err != nil {
