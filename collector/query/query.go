@@ -381,11 +381,11 @@ func Timeseries(ctx context.Context, conn Conn, f Filter, step time.Duration) ([
 func Sites(ctx context.Context, conn Conn, since time.Time) ([]string, error) {
 	lo := since.UTC().Truncate(time.Minute)
 	q, args := "SELECT DISTINCT toString("+colSite+") AS s FROM "+rollupTable+" WHERE "+colMinute+" >= ? ORDER BY s LIMIT 1000", []any{lo}
-	from, ok, err := completeFrom(ctx, conn, hourlyFromTable)
+	froms, err := completeFroms(ctx, conn, hourlyFromTable)
 	if err != nil {
 		return nil, err
 	}
-	if ok {
+	if from, ok := froms[hourlyFromTable]; ok {
 		hs := later(ceilHour(lo), ceilHour(from))
 		q = "SELECT DISTINCT toString(" + colSite + ") AS s FROM (SELECT " + colSite + " FROM " + rollupTable + " WHERE " + colMinute + " >= ? AND " + colMinute + " < ?" +
 			" UNION ALL SELECT " + colSite + " FROM " + dimTable + " WHERE dim = '' AND " + colHour + " >= ?) ORDER BY s LIMIT 1000"

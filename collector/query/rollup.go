@@ -79,27 +79,31 @@ func rollupSource(ctx context.Context, conn Conn, f Filter, step time.Duration, 
 		d = k
 	}
 
+	// From when the hourly tables and the per-site minute table hold every
+	// stream, asked in one query of those the read may use.
+	a, b := ceilHour(lo), hi.Truncate(time.Hour)
+	var ask []string
+	if step%time.Hour == 0 && a.Before(b) {
+		ask = append(ask, hourlyFromTable)
+	}
+	if len(named) == 0 {
+		ask = append(ask, siteFromTable)
+	}
+	froms, err := completeFroms(ctx, conn, ask...)
+	if err != nil {
+		return "", nil, err
+	}
 	// The whole hours read from the hourly tables: [hs, he), empty if none.
 	hs, he := lo, lo
-	if a, b := ceilHour(lo), hi.Truncate(time.Hour); step%time.Hour == 0 && a.Before(b) {
-		from, ok, err := completeFrom(ctx, conn, hourlyFromTable)
-		if err != nil {
-			return "", nil, err
-		}
-		if a = later(a, ceilHour(from)); ok && a.Before(b) {
+	if from, ok := froms[hourlyFromTable]; ok {
+		if a = later(a, ceilHour(from)); a.Before(b) {
 			hs, he = a, b
 		}
 	}
 	// The other minutes, from the per-site minute table where it is
 	// complete and the read names no dimension, else from the minute table.
 	var plain, perSite []timeRange
-	siteFrom, siteOK := time.Time{}, false
-	if len(named) == 0 {
-		var err error
-		if siteFrom, siteOK, err = completeFrom(ctx, conn, siteFromTable); err != nil {
-			return "", nil, err
-		}
-	}
+	siteFrom, siteOK := froms[siteFromTable]
 	for _, r := range []timeRange{{lo, minTime(hs, hi)}, {later(he, lo), hi}} {
 		if !r.from.Before(r.to) {
 			continue
@@ -134,8 +138,9 @@ func rollupSource(ctx context.Context, conn Conn, f Filter, step time.Duration, 
 	}
 	// rows of dimension d of a per-dimension table (value standing in its
 	// column, '' in the others; d "": the table's rows of the whole site,
-	// dim '' unless the table is the per-site one) over ranges of timeCol.
-	dimRows := func(table, timeCol string, ranges []timeRange) {
+	// those of dim '' when the table has a dim column) over ranges of
+	// timeCol.
+	dimRows := func(table string, hasDim bool, timeCol string, ranges []timeRange) {
 		var b strings.Builder
 		b.WriteString("SELECT " + timeCol + " AS " + colMinute + ", site")
 		for _, k := range Dimensions() {
@@ -147,7 +152,7 @@ func rollupSource(ctx context.Context, conn Conn, f Filter, step time.Duration, 
 		}
 		b.WriteString(", " + strings.Join(rollupColumns, ", ") + " FROM " + table + " WHERE " + colSite + " = ?")
 		args = append(args, f.Site)
-		if table != siteTable {
+		if hasDim {
 			b.WriteString(" AND dim = ?")
 			args = append(args, d)
 		}
@@ -164,11 +169,11 @@ func rollupSource(ctx context.Context, conn Conn, f Filter, step time.Duration, 
 		rows(rollupTable, colMinute, plain)
 	}
 	if len(perSite) > 0 {
-		dimRows(siteTable, colMinute, perSite)
+		dimRows(siteTable, false, colMinute, perSite)
 	}
 	if hs.Before(he) {
 		if oneDim {
-			dimRows(dimTable, colHour, []timeRange{{hs, he}})
+			dimRows(dimTable, true, colHour, []timeRange{{hs, he}})
 		} else {
 			rows(hourlyTable, colHour, []timeRange{{hs, he}})
 		}
@@ -198,30 +203,42 @@ func rangesCond(col string, ranges []timeRange) (string, []any) {
 	return "(" + strings.Join(conds, " OR ") + ")", args
 }
 
-// completeFrom reads from which time on a table that only views fill holds
-// every stream (table is itl_rollup_1h_from or itl_rollup_1m_site_from); ok
-// is false when the database does not say (read the minute table only
-// then). Through a Distributed table each shard has said its own: the latest
-// counts.
-func completeFrom(ctx context.Context, conn Conn, table string) (time.Time, bool, error) {
-	rows, err := conn.Query(ctx, "SELECT count(), max(complete_from) FROM "+table)
+// completeFroms reads from which time on each of tables, filled only by
+// views, holds every stream (itl_rollup_1h_from, itl_rollup_1m_site_from), in
+// one query; a table absent from the answer does not say (read the minute
+// table only then). Through a Distributed table each shard has said its own:
+// the latest counts.
+func completeFroms(ctx context.Context, conn Conn, tables ...string) (map[string]time.Time, error) {
+	froms := map[string]time.Time{}
+	if len(tables) == 0 {
+		return froms, nil
+	}
+	selects := make([]string, len(tables))
+	for i, table := range tables {
+		selects[i] = "SELECT '" + table + "', count(), max(complete_from) FROM " + table
+	}
+	rows, err := conn.Query(ctx, strings.Join(selects, " UNION ALL "))
 	if err != nil {
-		return time.Time{}, false, fmt.Errorf("query %s: %w", table, err)
+		return nil, fmt.Errorf("query %s: %w", strings.Join(tables, ", "), err)
 	}
 	defer rows.Close()
-	var (
-		n    uint64
-		from time.Time
-	)
-	if rows.Next() {
-		if err := rows.Scan(&n, &from); err != nil {
-			return time.Time{}, false, fmt.Errorf("scan %s: %w", table, err)
+	for rows.Next() {
+		var (
+			table string
+			n     uint64
+			from  time.Time
+		)
+		if err := rows.Scan(&table, &n, &from); err != nil {
+			return nil, fmt.Errorf("scan %s: %w", strings.Join(tables, ", "), err)
+		}
+		if n > 0 {
+			froms[table] = from.UTC()
 		}
 	}
 	if err := rows.Err(); err != nil {
-		return time.Time{}, false, fmt.Errorf("read %s: %w", table, err)
+		return nil, fmt.Errorf("read %s: %w", strings.Join(tables, ", "), err)
 	}
-	return from.UTC(), n > 0, nil
+	return froms, nil
 }
 
 // ceilHour is the first whole hour at or after t.
