@@ -275,6 +275,21 @@ func TestSummaryBreakdownTimeseries(t *testing.T) {
 	if pts[0].Streams != 12 || pts[1].Streams != 6 || pts[1].ITLP99 < 400*time.Millisecond {
 		t.Errorf("points = %+v, want 12 smooth then 6 with a ~450 ms p99", pts)
 	}
+	// Each point is the summary of its step (the series reads fewer
+	// columns).
+	for _, p := range pts {
+		step := filter
+		step.Since, step.Until = p.T, p.T.Add(time.Minute)
+		r, err := query.Summary(ctx, f.conn, step)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := query.Point{T: p.T, Streams: r.Streams, TTFTP50: r.TTFT.P50, TTFTP95: r.TTFT.P95, ITLP50: r.ITL.P50, ITLP95: r.ITL.P95,
+			ITLP99: r.ITL.P99, StallShare: r.StallShare, Jank: r.Jank}
+		if p != want || p.ITLP50 == 0 || p.TTFTP50 == 0 || p.StallShare == 0 && p.Streams == 6 {
+			t.Errorf("point %+v, the summary of its minute %+v", p, want)
+		}
+	}
 
 	sites, err := query.Sites(ctx, f.conn, time.Now().Add(-time.Hour))
 	if err != nil || !slices.Equal(sites, []string{"other", "shop"}) {
