@@ -278,19 +278,22 @@ CHECK_P     ?= 3
 # skips the few browser tests elsewhere (the dashboard page in collector/query).
 CHECK_PKGS   = $(filter-out ./e2e,$(SLOW_PKGS)) $(shell $(GO) list ./... | grep -v -e '/e2e$$' -e '/e2e/browsers$$')
 
-## check: vet, depscheck, unit and the real-engine integration tests, no browsers (about 4.5 minutes)
-check: deps-chdb deps-geoip deps-ts vet depscheck wasm
-	ITLMON_REQUIRE_REAL=1 ITLMON_NO_BROWSERS=1 $(GO) test -count=1 -p $(CHECK_P) -parallel $(TEST_PARALLEL) -timeout $(TEST_TIMEOUT) $(CHECK_PKGS)
+## check: vet, depscheck, unit and the real-engine integration tests, no browsers
+# vet and depscheck run beside the tests, as in make test.
+check: deps-chdb deps-geoip deps-ts wasm
+	@$(call beside_vet,ITLMON_REQUIRE_REAL=1 ITLMON_NO_BROWSERS=1 $(GO) test -count=1 -p $(CHECK_P) -parallel $(TEST_PARALLEL) -timeout $(TEST_TIMEOUT) $(CHECK_PKGS))
 
 ## test: everything: vet, depscheck, unit, integration (real ClickHouse engine), e2e (real Chromium, nginx, workerd)
 # vet and depscheck run beside the tests (the suite leaves about 40 % of two cores idle, its tests waiting on
 # engines, browsers and clocks); their output is printed after the tests', and either failing fails the target.
 test: deps deps-wrangler wasm edge
-	@vetlog=$$(mktemp); $(MAKE) --no-print-directory vet depscheck >"$$vetlog" 2>&1 & vet=$$!; \
-	rc=0; echo "ITLMON_REQUIRE_REAL=1 $(GO) test -count=1 -p 2 -parallel $(TEST_PARALLEL) -timeout $(TEST_TIMEOUT) $(SLOW_PKGS) ./..."; \
-	ITLMON_REQUIRE_REAL=1 $(GO) test -count=1 -p 2 -parallel $(TEST_PARALLEL) -timeout $(TEST_TIMEOUT) $(SLOW_PKGS) ./... || rc=$$?; \
-	if wait $$vet; then cat "$$vetlog"; else cat "$$vetlog"; echo "make test: vet or depscheck failed (above)"; rc=1; fi; \
-	rm -f "$$vetlog"; exit $$rc
+	@$(call beside_vet,ITLMON_REQUIRE_REAL=1 $(GO) test -count=1 -p 2 -parallel $(TEST_PARALLEL) -timeout $(TEST_TIMEOUT) $(SLOW_PKGS) ./...)
+
+# beside_vet runs the command $(1) (printed first) with `make vet depscheck` beside it, prints vet's output after
+# it, and fails if either failed.
+beside_vet = vetlog=$$(mktemp); $(MAKE) --no-print-directory vet depscheck >"$$vetlog" 2>&1 & vet=$$!; \
+	echo '$(1)'; rc=0; $(1) || rc=$$?; \
+	if ! wait $$vet; then rc=1; echo "vet or depscheck failed:"; fi; cat "$$vetlog"; rm -f "$$vetlog"; exit $$rc
 
 ## bench: benchmarks and the size/cost reports
 bench: deps wasm edge
