@@ -183,6 +183,20 @@ func exactQuantile(xs []float64, q float64) float64 {
 	return s[k] + (s[k+1]-s[k])*(pos-float64(k))
 }
 
+// loadDashboard reads the committed dashboard JSON.
+func loadDashboard(t *testing.T) dashboard {
+	t.Helper()
+	raw, err := os.ReadFile(dashboardFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dash dashboard
+	if err := json.Unmarshal(raw, &dash); err != nil {
+		t.Fatalf("%s: %v", dashboardFile, err)
+	}
+	return dash
+}
+
 // TestDashboardOnEngine loads the committed dashboard JSON, expands every
 // panel's SQL and every variable query as Grafana and the plugin do, runs
 // each on the real engine over streams seeded through the store's insert
@@ -230,14 +244,7 @@ func TestDashboardOnEngine(t *testing.T) {
 		t.Fatalf("insert origin rows: %v", err)
 	}
 
-	raw, err := os.ReadFile(dashboardFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var dash dashboard
-	if err := json.Unmarshal(raw, &dash); err != nil {
-		t.Fatalf("%s: %v", dashboardFile, err)
-	}
+	dash := loadDashboard(t)
 
 	// The dashboard as a user opens it: last hour, site shop, Chrome and
 	// Firefox picked, every region and model, breakdown by browser.

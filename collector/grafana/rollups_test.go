@@ -2,10 +2,8 @@ package grafana_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"math"
-	"os"
 	"reflect"
 	"slices"
 	"strings"
@@ -66,14 +64,7 @@ func TestPanelsReadTheCoarsestRollups(t *testing.T) {
 		base.Add(-6*time.Hour), base.Add(-6*time.Hour), base.Add(-6*time.Hour))
 	exec("INSERT INTO itl_rollup_1m_site (minute, site, streams, stalls) VALUES (?, 'shop', 7000000, 7)", base.Add(-3*time.Hour+5*time.Minute))
 
-	raw, err := os.ReadFile(dashboardFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var dash dashboard
-	if err := json.Unmarshal(raw, &dash); err != nil {
-		t.Fatalf("%s: %v", dashboardFile, err)
-	}
+	dash := loadDashboard(t)
 	type query struct{ name, sql string }
 	var timed, untimed []query
 	for _, p := range dash.Panels {
