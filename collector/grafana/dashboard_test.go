@@ -566,6 +566,13 @@ func TestDashboardJSON(t *testing.T) {
 	if !strings.Contains(string(prov), "uid: itlmon-clickhouse") || !strings.Contains(string(prov), "type: grafana-clickhouse-datasource") {
 		t.Error("the provisioned data source is not the one the dashboard's datasource variable picks (uid itlmon-clickhouse)")
 	}
+	// The breakdown reads itl_rollup_1h_dim's rows of dim = '${group_by}',
+	// a column name: a rollup dimension's dim is its key.
+	for _, d := range dimension.Rollup() {
+		if d.Key != d.Column {
+			t.Errorf("rollup dimension %q has column %q: the breakdown's group_by option must map to its key", d.Key, d.Column)
+		}
+	}
 	for _, p := range buildDashboard().Panels {
 		for _, tg := range p.Targets {
 			if strings.Contains(tg.RawSQL, "itl_streams") {
