@@ -57,6 +57,7 @@ func withChat(c *server.Config) {
 //     stopped is joined with its origin timeline sent to A afterwards, and
 //     the batch resent to the new B process is still stored once.
 func TestStatelessCollectors(t *testing.T) {
+	t.Parallel()
 	a := itlmontest.StartMain(t, withChat)
 	dsn := server.NewSecretDSN("clickhouse://" + a.Engine.NativeAddr() + "/itlmon")
 	bData := t.TempDir()
@@ -76,6 +77,7 @@ func TestStatelessCollectors(t *testing.T) {
 // stream's records meet on the shard of their join key whichever collector
 // took them; reads go through the Distributed tables.
 func TestClusterCollectors(t *testing.T) {
+	t.Parallel()
 	itlmontest.ChdbLib(t)
 	nodes := chtest.Cluster(t, "itl", 2)
 	var stderr bytes.Buffer

@@ -16,6 +16,7 @@ import (
 )
 
 func TestIngestStoresEnrichedRecords(t *testing.T) {
+	t.Parallel()
 	m := itlmontest.StartMain(t, nil)
 	c, _, err := itlmontest.DialWS(t, m.URL(), "test", itlmontest.PageOrigin)
 	if err != nil {
@@ -99,6 +100,7 @@ func TestIngestStoresEnrichedRecords(t *testing.T) {
 // TestClickHouseOutage stops the engine mid-ingest and restarts it: every
 // acked record is in ClickHouse exactly once, in the rows and in the rollup.
 func TestClickHouseOutage(t *testing.T) {
+	t.Parallel()
 	m := itlmontest.StartMain(t, nil)
 	c, _, err := itlmontest.DialWS(t, m.URL(), "test", itlmontest.PageOrigin)
 	if err != nil {
@@ -151,6 +153,7 @@ func TestClickHouseOutage(t *testing.T) {
 // TestRejections: a wrong Origin, an oversized frame, random bytes and an
 // unknown version are each refused with a reason and counted in /metrics.
 func TestRejections(t *testing.T) {
+	t.Parallel()
 	m := itlmontest.StartMain(t, nil)
 	_, resp, err := itlmontest.DialWS(t, m.URL(), "test", "https://evil.example.net")
 	if err == nil || resp == nil || resp.StatusCode != 403 {
@@ -210,6 +213,7 @@ func TestRejections(t *testing.T) {
 // TestCrashAfterAcks SIGKILLs the collector (a real process) right after
 // acks, restarts it on the same data: nothing acked is missing.
 func TestCrashAfterAcks(t *testing.T) {
+	t.Parallel()
 	lib := itlmontest.ChdbLib(t)
 	data := t.TempDir()
 	p1 := itlmontest.StartProcess(t, lib, data)

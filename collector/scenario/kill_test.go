@@ -58,6 +58,7 @@ var promoterTables = []string{"itl_streams", "itl_timelines", "itl_origin", "itl
 // itl_rollup_1h and itl_rollup_1h_dim over itl_streams, itl_origin_1m over itl_origin FINAL,
 // version 1). The figures are logged.
 func TestKillHuntsTheCut(t *testing.T) {
+	t.Parallel()
 	lib := itlmontest.ChdbLib(t)
 	rounds := defaultKillRounds
 	if v := os.Getenv(killRoundsEnv); v != "" {
