@@ -78,6 +78,7 @@ func clusterMigrations(tb testing.TB) []schema.Migration {
 // (One test: a cluster migration is the longest step of the package's
 // integration tests.)
 func TestMigrateCluster(t *testing.T) {
+	t.Parallel() // engines of its own; its assertions time nothing
 	const cluster = "itl"
 	nodes := chtest.Cluster(t, cluster, 2)
 	ctx := context.Background()

@@ -35,6 +35,7 @@ func counts(t *testing.T, db *store.DB) (raw, rollup uint64) {
 }
 
 func TestDedupResend(t *testing.T) {
+	t.Parallel() // a database of its own; its assertions time nothing
 	db := chtest.NewDB(t, store.Options{})
 	w := newWriter(t, db, store.WriterOptions{})
 	at := time.Now().UTC()
@@ -85,6 +86,7 @@ func TestRetriedInsertCountsOnce(t *testing.T) {
 // TestRollupMatchesRaw checks the rollup's merged histograms and counters
 // against a Go merge of the records written.
 func TestRollupMatchesRaw(t *testing.T) {
+	t.Parallel() // a database of its own; its assertions time nothing
 	db := chtest.NewDB(t, store.Options{})
 	w := newWriter(t, db, store.WriterOptions{})
 	at := time.Now().UTC()
@@ -239,6 +241,7 @@ func TestReplayOfInsertedBatch(t *testing.T) {
 // queries 006 and 009 changed got other deduplication tokens after the
 // restart, and itl_rollup_1m and itl_origin_1m counted the rerun again.
 func TestRerunAfterRestartCountedOnce(t *testing.T) {
+	t.Parallel() // an engine of its own; its assertions time nothing
 	e, err := chdb.Start(context.Background(), chdb.Options{LibPath: itlmontest.ChdbLib(t), Dir: t.TempDir(),
 		Logger: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.ErrorLevel)})
 	if err != nil {

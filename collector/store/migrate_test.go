@@ -22,6 +22,7 @@ import (
 // and count new rows by name, new rows carry end_reason and headers_us, and
 // migrating again (also after an interruption) changes nothing.
 func TestMigrateNames(t *testing.T) {
+	t.Parallel() // a database of its own; its assertions time nothing
 	ctx := context.Background()
 	db := migratedUpTo(t, "mig", 5)
 	exec := func(q string, args ...any) {
@@ -199,6 +200,7 @@ func TestMigrateNames(t *testing.T) {
 // place (between its two renames) left a view under its passing name; the
 // next migration completes the rename, and the view feeds its table again.
 func TestRenameInPlaceCutCompleted(t *testing.T) {
+	t.Parallel() // a database of its own; its assertions time nothing
 	ctx := t.Context()
 	db := migratedUpTo(t, "renamecut", 10)
 	if err := db.Conn().Exec(ctx, "RENAME TABLE itl_rollup_1m_mv TO itl_rollup_1m_mv_renaming"); err != nil {
@@ -230,7 +232,7 @@ func migratedUpTo(t *testing.T, prefix string, last uint32) *store.DB {
 	t.Helper()
 	e := chtest.Engine(t)
 	db, err := store.Open(context.Background(), store.Options{Addr: e.NativeAddr(), Dial: e.DialContext, CreateDatabase: true,
-		Database: fmt.Sprintf("%s_%d", prefix, time.Now().UnixNano()%1e9),
+		Database: freshName(prefix),
 		Logger:   zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.InfoLevel)})
 	if err != nil {
 		t.Fatal(err)

@@ -320,6 +320,7 @@ func TestReplayKeepsCorruptSegment(t *testing.T) {
 // replayed, and live batches are inserted meanwhile (a live batch ClickHouse
 // refuses is spooled, and set aside the same way).
 func TestReplaySetsAsideRefusedStreams(t *testing.T) {
+	t.Parallel() // a database of its own; its assertions time nothing
 	db := chtest.NewDB(t, store.Options{})
 	ctx := context.Background()
 	if err := db.Conn().Exec(ctx, "ALTER TABLE itl_inbox ADD CONSTRAINT no_poison CHECK position(payload, 'poison') = 0"); err != nil {
