@@ -29,6 +29,7 @@
 package promoter
 
 import (
+	"cmp"
 	"context"
 	crand "crypto/rand"
 	"encoding/hex"
@@ -55,6 +56,8 @@ const (
 	DefaultJoinTTL     = 2 * time.Minute
 	DefaultDedupWindow = 24 * time.Hour
 	DefaultInterval    = 250 * time.Millisecond
+	// DefaultIdleInterval is Config.IdleInterval's upper bound.
+	DefaultIdleInterval = time.Second
 	// DefaultPageRows bounds the inbox rows a promoter holds at once (see
 	// docs/operating.md, "Memory"). Part of the pages' tokens: every
 	// collector of a deployment must use the same value.
@@ -82,8 +85,16 @@ type Config struct {
 	// DedupWindow: a record whose id was promoted this long before is a
 	// copy (a resend, a load balancer retry, a spool replay). At most 7 days.
 	DedupWindow time.Duration
-	// Interval between looks for a window to promote when idle.
+	// Interval between looks at a shard whose sealed window waits (on an
+	// insert still running, on the leader) or that failed.
 	Interval time.Duration
+	// IdleInterval between looks at a shard with nothing to promote. A look
+	// costs the server a few milliseconds of CPU, so an idle collector looks
+	// less often; a window found but not sealed yet is looked at again when
+	// its seal is due, not before. Default: DefaultIdleInterval, at most
+	// Hold+Grace (a record inserted just after a look is then found before
+	// its window can be sealed: idling adds no delay) and at least Interval.
+	IdleInterval time.Duration
 	// PageRows is the most inbox rows read at once (with their payloads).
 	PageRows int
 	// Collector names this collector in itl_promoted (host name).
@@ -112,6 +123,9 @@ func (c *Config) setDefaults() error {
 	}
 	if c.Interval <= 0 {
 		c.Interval = DefaultInterval
+	}
+	if c.IdleInterval <= 0 {
+		c.IdleInterval = max(min(DefaultIdleInterval, c.Hold+c.Grace), c.Interval)
 	}
 	if c.PageRows <= 0 {
 		c.PageRows = DefaultPageRows
@@ -245,7 +259,7 @@ func (p *Promoter) findShards(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-time.After(wait):
+		case <-time.After(cmp.Or(wait, p.cfg.IdleInterval)):
 		}
 		wait = min(2*wait, 10*time.Second)
 	}
@@ -273,6 +287,11 @@ type Look struct {
 	// Age of the oldest sealed, unpromoted window when the step began (by
 	// the server clock, from the window's end); 0 when none was sealed.
 	Age time.Duration
+	// Idle: the shard held nothing to promote, sealed or not.
+	Idle bool
+	// Seals: the oldest unpromoted window was not sealed yet; it is by the
+	// server clock this long after the step's look.
+	Seals time.Duration
 }
 
 // shardLag is what Run knows of a shard's lag between steps.
@@ -324,6 +343,12 @@ func (p *Promoter) Run(ctx context.Context) {
 	for {
 		busy := false
 		var lag time.Duration
+		var wait time.Duration // until the next round: the soonest look any shard needs
+		soonest := func(d time.Duration) {
+			if wait == 0 || d < wait {
+				wait = d
+			}
+		}
 		for i, sh := range p.shards {
 			look, err := step(ctx, sh)
 			if ctx.Err() != nil {
@@ -349,6 +374,16 @@ func (p *Promoter) Run(ctx context.Context) {
 					lastLog = time.Now()
 				}
 			}
+			switch {
+			case err != nil || !look.Known:
+				soonest(p.cfg.Interval)
+			case look.Seals > 0:
+				soonest(min(look.Seals, beatEvery)) // and the heartbeat goes on
+			case look.Idle:
+				soonest(p.cfg.IdleInterval)
+			default: // a sealed window waits: for an insert still running, for the leader
+				soonest(p.cfg.Interval)
+			}
 			busy = busy || look.Promoted
 			lag = max(lag, lags[i].age(now, err != nil && !look.Known))
 		}
@@ -359,7 +394,7 @@ func (p *Promoter) Run(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(p.cfg.Interval):
+		case <-time.After(cmp.Or(wait, p.cfg.IdleInterval)):
 		}
 	}
 }

@@ -173,7 +173,9 @@ func every(start time.Time, step time.Duration, n int) []time.Time {
 	return out
 }
 
-func TestRunPollsAtIntervalWhenIdle(t *testing.T) {
+// A sealed window that waits (for a running insert, for the leader) is
+// looked at every Interval.
+func TestRunPollsAtIntervalWhileASealedWindowWaits(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		sh := shards("1", "2")
 		p, _ := newTestPromoter(t, sh)
@@ -199,6 +201,110 @@ func TestRunPollsAtIntervalWhenIdle(t *testing.T) {
 			t.Errorf("stats %+v: want lag 1.5 s, no errors", st)
 		}
 	})
+}
+
+// A shard with nothing to promote is looked at every IdleInterval (1 s
+// here: the default hold and grace are longer).
+func TestRunLooksLessOftenWhenIdle(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p, _ := newTestPromoter(t, shards("1", "2"))
+		s := &stepper{answer: func(context.Context, string, int) (promoter.Look, error) {
+			return promoter.Look{Known: true, Idle: true}, nil
+		}}
+		start := time.Now()
+		stop, done := runPromoter(t, p, s)
+		time.Sleep(5*time.Second + interval)
+		stop()
+		<-done
+		for _, name := range []string{"1", "2"} {
+			if got, want := s.on(name), every(start, time.Second, 6); !slices.EqualFunc(got, want, time.Time.Equal) {
+				t.Errorf("shard %s stepped at %v, want every second: %v", name, offsets(got, start), offsets(want, start))
+			}
+		}
+		if st := p.Stats(); st.Lag != 0 {
+			t.Errorf("lag %v while idle, want 0", st.Lag)
+		}
+	})
+}
+
+// IdleInterval is at most the hold plus the grace, so that a record inserted
+// just after a look is found before its window seals; and at least Interval.
+func TestIdleIntervalDefault(t *testing.T) {
+	for _, tc := range []struct {
+		cfg  promoter.Config
+		want time.Duration
+	}{
+		{promoter.Config{}, time.Second},
+		{promoter.Config{Hold: 100 * time.Millisecond, Grace: 50 * time.Millisecond}, 250 * time.Millisecond},
+		{promoter.Config{Hold: 100 * time.Millisecond, Grace: 50 * time.Millisecond, Interval: 20 * time.Millisecond}, 150 * time.Millisecond},
+		{promoter.Config{IdleInterval: 5 * time.Second}, 5 * time.Second},
+	} {
+		synctest.Test(t, func(t *testing.T) {
+			tc.cfg.Logger = zerolog.Nop()
+			p, err := promoter.New(shards("1"), tc.cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			s := &stepper{answer: func(context.Context, string, int) (promoter.Look, error) {
+				return promoter.Look{Known: true, Idle: true}, nil
+			}}
+			start := time.Now()
+			stop, done := runPromoter(t, p, s)
+			time.Sleep(2*tc.want + tc.want/2)
+			stop()
+			<-done
+			if got, want := s.on("1"), every(start, tc.want, 3); !slices.EqualFunc(got, want, time.Time.Equal) {
+				t.Errorf("%+v: stepped at %v, want every %v", tc.cfg, offsets(got, start), tc.want)
+			}
+		})
+	}
+}
+
+// A window found but not sealed yet is looked at again when its seal is
+// due (Look.Seals), not every Interval nor IdleInterval, and at least every
+// 2 s (the heartbeat's period); a round waits for the soonest look any
+// shard needs.
+func TestRunLooksAgainWhenTheWindowSeals(t *testing.T) {
+	for _, tc := range []struct {
+		shards []string
+		want   []time.Duration
+	}{
+		// 0: sealed in 2.7 s, looked at again in 2 s (the heartbeat's
+		// period) and at 2.7: promoted, a round at once; idle since.
+		{[]string{"1"}, []time.Duration{0, 2 * time.Second, 2700 * time.Millisecond, 2700 * time.Millisecond,
+			3700 * time.Millisecond, 4700 * time.Millisecond}},
+		// Shard 2, idle, is looked at every second: so is shard 1, whose
+		// last wait is what remains to its seal (0.7 s).
+		{[]string{"1", "2"}, []time.Duration{0, time.Second, 2 * time.Second, 2700 * time.Millisecond, 2700 * time.Millisecond,
+			3700 * time.Millisecond, 4700 * time.Millisecond}},
+	} {
+		synctest.Test(t, func(t *testing.T) {
+			p, _ := newTestPromoter(t, shards(tc.shards...))
+			start := time.Now()
+			seal := start.Add(2700 * time.Millisecond)
+			promoted := false
+			s := &stepper{answer: func(_ context.Context, shard string, _ int) (promoter.Look, error) {
+				switch now := time.Now(); {
+				case shard != "1" || promoted:
+					return promoter.Look{Known: true, Idle: true}, nil
+				case now.Before(seal):
+					return promoter.Look{Known: true, Seals: seal.Sub(now)}, nil
+				default:
+					promoted = true
+					return promoter.Look{Known: true, Promoted: true}, nil
+				}
+			}}
+			stop, done := runPromoter(t, p, s)
+			time.Sleep(5 * time.Second)
+			stop()
+			<-done
+			for _, name := range tc.shards {
+				if got := offsets(s.on(name), start); !slices.Equal(got, tc.want) {
+					t.Errorf("shards %v: shard %s stepped at %v, want %v", tc.shards, name, got, tc.want)
+				}
+			}
+		})
+	}
 }
 
 func TestRunBackToBackWhileWindowsAreSealed(t *testing.T) {
@@ -464,7 +570,7 @@ func TestRunLagWhileStepsFail(t *testing.T) {
 				// A window sealed, waiting for another promoter (5 s after its end).
 				return promoter.Look{Known: true, Age: 5 * time.Second}, nil
 			}
-			return promoter.Look{Known: true}, nil // idle
+			return promoter.Look{Known: true, Idle: true}, nil
 		}}
 		runPromoter(t, p, s)
 		synctest.Wait()

@@ -93,7 +93,7 @@ func (p *Promoter) promoteOldest(ctx context.Context, sh Shard, always bool) (Lo
 	}
 	if f.next.Unix() <= 0 || !f.next.After(f.last) {
 		p.unblock(sh)
-		return Look{Known: true}, nil // nothing new
+		return Look{Known: true, Idle: true}, nil // nothing new
 	}
 	start := f.next.Truncate(Window)
 	end := start.Add(Window)
@@ -102,7 +102,7 @@ func (p *Promoter) promoteOldest(ctx context.Context, sh Shard, always bool) (Lo
 	// the grace, and no inbox insert that began before end+hold is running.
 	sealedAt := end.Add(p.cfg.Hold + p.cfg.Grace)
 	if f.now.Before(sealedAt) {
-		return Look{Known: true}, nil
+		return Look{Known: true, Seals: sealedAt.Sub(f.now)}, nil
 	}
 	if f.oldestRunning > 0 && f.now.Add(-time.Duration(f.oldestRunning*float64(time.Second))).Before(end.Add(p.cfg.Hold)) {
 		return Look{Known: true}, nil
@@ -218,7 +218,7 @@ func (p *Promoter) CatchUp(ctx context.Context) error {
 				select {
 				case <-ctx.Done():
 					return ctx.Err()
-				case <-time.After(20 * time.Millisecond):
+				case <-time.After(max(look.Seals, 20*time.Millisecond)):
 				}
 			}
 		}
