@@ -191,10 +191,17 @@ WASM_GCFLAGS := -gcflags=runtime=-l
 ## wasm: the browser module, precompressed, plus wasm_exec.js, into web/dist (embedded by the collector)
 wasm:
 	@mkdir -p $(WASM_OUT)
-	GOOS=js GOARCH=wasm $(GO) build $(GOFLAGS_BUILD) $(WASM_GCFLAGS) -ldflags='-s -w' -o $(WASM_OUT)/itl.wasm ./wasm/browser
+	GOOS=js GOARCH=wasm $(GO) build $(GOFLAGS_BUILD) $(WASM_GCFLAGS) -ldflags='-s -w' -o $(WASM_OUT)/itl.wasm.new ./wasm/browser
 	@# The linker cuts the data section at every few zeros: ~30,000 segments whose headers brotli
 	@# cannot compress. wasmpack rewrites it into a handful, same memory image (-38 KB brotli).
-	$(GO) run ./internal/cmd/wasmpack $(WASM_OUT)/itl.wasm
+	$(GO) run ./internal/cmd/wasmpack $(WASM_OUT)/itl.wasm.new
+	@# Replaced, and compressed again (brotli -q 11 takes ~6 s), only when the module changed. The
+	@# compressed files are written first and itl.wasm last, so a cut run is done again in full.
+	@cd $(WASM_OUT) && if cmp -s itl.wasm.new itl.wasm && [ -f itl.wasm.gz ] && \
+		{ [ -f itl.wasm.br ] || ! command -v brotli >/dev/null; }; then rm itl.wasm.new; \
+	else gzip -9 -n <itl.wasm.new >itl.wasm.gz && \
+		if command -v brotli >/dev/null; then brotli -f -q 11 -o itl.wasm.br itl.wasm.new; fi && \
+		mv itl.wasm.new itl.wasm; fi
 	@# Go's wasm_exec.js, rewritten to keep its fs/process/path stubs and Go class off the page's
 	@# global object (a page testing `typeof process` must see what it saw before): all under
 	@# globalThis.__itlmon_wasm_exec.
@@ -207,8 +214,6 @@ wasm:
 	      "$$($(GO) env GOROOT)/lib/wasm/wasm_exec.js"; } > $(WASM_OUT)/wasm_exec.js
 	@if grep -nE '(^|[^._a-zA-Z])(fs|process|path)\.' $(WASM_OUT)/wasm_exec.js | grep -v __itlmon_wasm_exec; then \
 		echo "wasm_exec.js: a global reference left after the rewrite (above); update the Makefile's sed" >&2; exit 1; fi
-	@gzip -9 -k -f $(WASM_OUT)/itl.wasm
-	@if command -v brotli >/dev/null; then brotli -f -q 11 -o $(WASM_OUT)/itl.wasm.br $(WASM_OUT)/itl.wasm; fi
 
 ## edge: the edge Worker (wasm/edge) into $(EDGE_OUT): app.wasm, wasm_exec.js, worker.mjs; prints its size
 # against Cloudflare's limits (a Worker's compressed size: 3 MB free plan, 10 MB paid)
@@ -271,9 +276,10 @@ unit: wasm
 # slots; the suite ends when its longest chain does. docs/development.md has the times per package.
 SLOW_PKGS   := ./e2e ./collector/scenario ./collector/store ./collector/cmd/itlmon ./collector/promoter ./collector/query \
 	./collector/join ./collector/grafana ./collector/otlp ./collector/chdb
-# Packages make check runs at once: 3 on 2 cores (its tests partly wait on engines and collectors); make test
-# keeps 2, its e2e tests being timing-sensitive (docs/development.md, "Where the time goes").
-CHECK_P     ?= 3
+# Packages make check runs at once: 4 on 2 cores, so that its four long packages (store, scenario, promoter,
+# cmd/itlmon) start together (their tests partly wait on engines and collectors); make test keeps 2, its e2e
+# tests being timing-sensitive (docs/development.md, "Where the time goes").
+CHECK_P     ?= 4
 # make check: every package but the browser end-to-end ones (e2e, e2e/browsers); ITLMON_NO_BROWSERS=1
 # skips the few browser tests elsewhere (the dashboard page in collector/query).
 CHECK_PKGS   = $(filter-out ./e2e,$(SLOW_PKGS)) $(shell $(GO) list ./... | grep -v -e '/e2e$$' -e '/e2e/browsers$$')
