@@ -396,7 +396,13 @@ func (w *Writer) begin(jobs []job, results chan<- flushed) bool {
 	if len(jobs) == 0 {
 		return false
 	}
-	var b []InboxRow
+	n := 0
+	for _, j := range jobs {
+		n += len(j.rows)
+	}
+	// Sized at once: grown by append, the copies of these rows (a flush
+	// holds thousands) were a fifth of the collector's CPU under load.
+	b := make([]InboxRow, 0, n)
 	for _, j := range jobs {
 		b = append(b, j.rows...)
 	}
