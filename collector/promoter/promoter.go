@@ -259,7 +259,7 @@ func (p *Promoter) findShards(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-time.After(cmp.Or(wait, p.cfg.IdleInterval)):
+		case <-time.After(wait):
 		}
 		wait = min(2*wait, 10*time.Second)
 	}
