@@ -56,7 +56,8 @@ const (
 	DefaultJoinTTL     = 2 * time.Minute
 	DefaultDedupWindow = 24 * time.Hour
 	DefaultInterval    = 250 * time.Millisecond
-	// DefaultIdleInterval is Config.IdleInterval's upper bound.
+	// DefaultIdleInterval is Config.IdleInterval's default unless the hold
+	// plus the grace is shorter.
 	DefaultIdleInterval = time.Second
 	// DefaultPageRows bounds the inbox rows a promoter holds at once (see
 	// docs/operating.md, "Memory"). Part of the pages' tokens: every
