@@ -22,16 +22,16 @@ import (
 )
 
 // Budget of a collector's RSS while it catches up, as docs/operating.md
-// derives it (142.5 MiB): a collector idle on a DSN (65-72 MiB measured),
-// plus one page of the promoter, DefaultPageRows rows, each held as its
-// inbox payload (up to 4 KB), its decoded record and the rows inserted for
-// it with the driver's column buffers (16 KiB in all, generously), twice
-// over: the Go heap grows to twice its live size before a collection
-// (GOGC=100).
+// derives it (267.5 MiB): a collector idle on a DSN (65-72 MiB measured),
+// plus the pages the promoter holds (promoter.PagesHeld: two in flight, the
+// next being read) of DefaultPageRows rows, each row held as its inbox
+// payload (up to 4 KB), its decoded record and the rows inserted for it
+// with the driver's column buffers (16 KiB in all, generously), twice over:
+// the Go heap grows to twice its live size before a collection (GOGC=100).
 const (
 	idleRSSBudget = 80 << 20 // a collector on a DSN with no traffic
 	pageRowBudget = 16 << 10 // per inbox row of a page, everything it costs
-	catchUpBudget = idleRSSBudget + 2*promoter.DefaultPageRows*pageRowBudget
+	catchUpBudget = idleRSSBudget + 2*promoter.PagesHeld*promoter.DefaultPageRows*pageRowBudget
 )
 
 // TestReportBacklogFleet (make bench, ITLMON_BENCH_REPORT=1): the backlog of

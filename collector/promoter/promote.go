@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/itlmon/itlmon/collector"
@@ -39,9 +40,33 @@ type windowRun struct {
 	token      string
 	beat       bool // heartbeat between pages (Run; CatchUp sends none)
 
+	// The pages being inserted (at most pagesInFlight) and the first
+	// insert's error.
+	inserting sync.WaitGroup
+	slots     chan struct{}
+	mu        sync.Mutex // guards insertErr, streams and refused
+	insertErr error
+
 	// Counts of the window (its itl_promoted row and the stats).
 	records, streams, origins, edges, joined, inStreams, edgeJoined, conflicts, refused int
 }
+
+// pagesInFlight is how many pages of a window are inserted at once while
+// the next is read. A page's inserts cost the engine about the same whatever
+// their size (itl_streams' insert writes a part to each of the rollups'
+// tables; ~70 ms of the engine's CPU for 10 rows as for 2,000, and a wait
+// for the parts' fsyncs), so one page at a time leaves the engine waiting.
+// Pages are independent: each is a function of sealed inbox rows and of
+// earlier windows' promotions, never of another page of its window, and
+// every insert carries its own token, so the order in which they land does
+// not matter. The window is marked promoted once all of them have landed.
+// Measured by the backlog report (TestReportBacklog): 1.4 to 1.5 times the
+// records per second of one page at a time, for 1.7 times the peak heap.
+const pagesInFlight = 2
+
+// PagesHeld is the most pages of a window a promoter holds at once: those
+// in flight (decoded, being inserted) and the next one being read.
+const PagesHeld = pagesInFlight + 1
 
 // page is one page of a window: at most PageRows inbox rows.
 type page struct {
@@ -80,43 +105,80 @@ func (p *Promoter) promote(ctx context.Context, sh Shard, start time.Time, beat 
 		}
 		w.records += int(n)
 	}
-	if err := readPages(ctx, sh.Conn, w.start, w.end, p.cfg.PageRows, w.promotePage); err != nil {
+	w.slots = make(chan struct{}, pagesInFlight)
+	err = readPages(ctx, sh.Conn, w.start, w.end, p.cfg.PageRows, w.promotePage)
+	w.inserting.Wait()
+	if err != nil {
+		return err
+	}
+	if err := w.insertError(); err != nil {
 		return err
 	}
 	return w.finish()
 }
 
 // promotePage promotes one page: rows in inboxOrder, after the previous
-// page's last row prev (nil for the first).
+// page's last row prev (nil for the first). It prepares the page and
+// starts its inserts, once fewer than pagesInFlight pages are in flight.
 func (w *windowRun) promotePage(n int, rows []inboxRead, prev *inboxRead) error {
 	if w.beat && n > 0 {
 		w.p.heartbeat(w.ctx, w.sh)
 	}
+	w.slots <- struct{}{} // held from the page's decoding to its last insert
+	pg, originRows, edgeRows, err := w.preparePage(n, rows, prev)
+	if err == nil {
+		err = w.insertError() // stop reading: the window is promoted again later
+	}
+	if err != nil {
+		<-w.slots
+		return err
+	}
+	w.inserting.Go(func() {
+		defer func() { <-w.slots }()
+		if err := pg.insert(originRows, edgeRows); err != nil {
+			w.mu.Lock()
+			if w.insertErr == nil {
+				w.insertErr = err
+			}
+			w.mu.Unlock()
+			return
+		}
+		w.p.pages.Add(1)
+	})
+	return nil
+}
+
+// preparePage decodes a page, drops its copies and joins it: everything
+// but its inserts.
+func (w *windowRun) preparePage(n int, rows []inboxRead, prev *inboxRead) (*page, []Row, []EdgeRow, error) {
 	pg := &page{w: w, n: n}
 	fresh, err := w.fresh(rows, prev)
 	if err != nil {
-		return err
+		return nil, nil, nil, err
 	}
 	if err := pg.classify(fresh); err != nil {
-		return err
+		return nil, nil, nil, err
 	}
 	if err := pg.readNaming(); err != nil {
-		return err
+		return nil, nil, nil, err
 	}
 	pg.countConflicts()
 	originRows, origins, err := joinVantage(pg, &originVantage, pg.origins, nil)
 	if err != nil {
-		return err
+		return nil, nil, nil, err
 	}
 	edgeRows, _, err := joinVantage(pg, &edgeVantage, pg.edges, origins)
 	if err != nil {
-		return err
+		return nil, nil, nil, err
 	}
-	if err := pg.insert(originRows, edgeRows); err != nil {
-		return err
-	}
-	w.p.pages.Add(1)
-	return nil
+	return pg, originRows, edgeRows, nil
+}
+
+// insertError is the first error of the window's page inserts.
+func (w *windowRun) insertError() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.insertErr
 }
 
 // fresh keeps one copy per record, the first in inboxOrder (copies of the
@@ -355,14 +417,16 @@ func (pg *page) insert(originRows []Row, edgeRows []EdgeRow) error {
 	if err != nil {
 		return fmt.Errorf("promoter: %w", err)
 	}
-	if n := len(refusedStreams) + len(refusedOrigins) + len(refusedEdges); n > 0 {
-		w.refused += n
-		w.p.log.Error().Time("window", w.start).Int("page", pg.n).Int("streams", len(refusedStreams)).Int("origin_rows", len(refusedOrigins)).Int("edge_rows", len(refusedEdges)).
-			Msg("clickhouse refuses these records (a data error); set aside, they stay in itl_inbox for 2 days")
-	}
 	if err := store.InsertRows(w.ctx, conn, "itl_promoted_ids", store.TokenSettings(token+"/itl_promoted_ids"), pg.ids); err != nil {
 		return fmt.Errorf("promoter: %w", err)
 	}
+	if n := len(refusedStreams) + len(refusedOrigins) + len(refusedEdges); n > 0 {
+		w.p.log.Error().Time("window", w.start).Int("page", pg.n).Int("streams", len(refusedStreams)).Int("origin_rows", len(refusedOrigins)).Int("edge_rows", len(refusedEdges)).
+			Msg("clickhouse refuses these records (a data error); set aside, they stay in itl_inbox for 2 days")
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.refused += len(refusedStreams) + len(refusedOrigins) + len(refusedEdges)
 	w.streams += len(pg.clients)
 	return nil
 }

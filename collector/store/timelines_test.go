@@ -3,10 +3,15 @@ package store_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/rs/zerolog"
+
+	"github.com/itlmon/itlmon/collector/promoter"
 	"github.com/itlmon/itlmon/collector/store"
 	"github.com/itlmon/itlmon/internal/chtest"
 )
@@ -83,6 +88,70 @@ func TestTimelinesAfterPartialInsert(t *testing.T) {
 			}
 			if got := queryUint(t, db, "SELECT uniqExact(stream_id) FROM itl_timelines"); got != wantTL {
 				t.Errorf("distinct timeline ids = %d, want %d", got, wantTL)
+			}
+		})
+	}
+}
+
+// TestPagedPromotionCut: a window read in pages of 4 (six pages) has two
+// pages inserting at once; one itl_streams insert lands with its reply lost:
+// the third to land (pages after it not read yet) or the sixth (every page
+// read, the one before it maybe still inserting). The promotion fails, the
+// window is not marked promoted, and the rerun stores every record once, in
+// the rollups too.
+func TestPagedPromotionCut(t *testing.T) {
+	for _, cut := range []int32{3, 6} {
+		t.Run(fmt.Sprintf("insert %d", cut), func(t *testing.T) {
+			db := chtest.NewDB(t, store.Options{})
+			ctx := t.Context()
+			in := makeStreams(24, "paged", time.Now().UTC())
+			rows := make([]store.InboxRow, len(in))
+			for i := range in {
+				r, err := store.ClientRow(&in[i])
+				if err != nil {
+					t.Fatal(err)
+				}
+				rows[i] = r
+			}
+			if err := store.InsertRows(ctx, db.Conn(), "itl_inbox", nil, rows); err != nil { // one window
+				t.Fatal(err)
+			}
+			var landed atomic.Int32
+			t.Cleanup(store.SetInsertHook(func(table string, sent bool) error {
+				if table == "itl_streams" && sent && landed.Add(1) == cut {
+					return errors.New("injected: a page's reply lost")
+				}
+				return nil
+			}))
+			catchUp := func() error {
+				p, err := promoter.New([]promoter.Shard{{Conn: db.Conn()}}, promoter.Config{
+					Hold: 10 * time.Millisecond, Grace: 10 * time.Millisecond, PageRows: 4, Logger: zerolog.New(zerolog.NewTestWriter(t))})
+				if err != nil {
+					t.Fatal(err)
+				}
+				ctx, cancel := context.WithTimeout(ctx, time.Minute)
+				defer cancel()
+				return p.CatchUp(ctx)
+			}
+			if err := catchUp(); err == nil || !strings.Contains(err.Error(), "injected") {
+				t.Fatalf("first promotion: %v, want the injected failure", err)
+			}
+			if got := queryUint(t, db, "SELECT count() FROM itl_promoted"); got != 0 {
+				t.Fatalf("%d windows marked promoted after a failed page, want 0", got)
+			}
+			if err := catchUp(); err != nil {
+				t.Fatalf("rerun: %v", err)
+			}
+			var got string
+			if err := db.Conn().QueryRow(ctx, `SELECT toString((
+				(SELECT count() FROM itl_streams), (SELECT uniqExact(stream_id) FROM itl_streams),
+				(SELECT sum(streams) FROM itl_rollup_1m), (SELECT sum(streams) FROM itl_rollup_1h),
+				(SELECT count() FROM itl_promoted_ids WHERE kind = 'client'),
+				(SELECT toString((count(), sum(records), sum(streams))) FROM itl_promoted)))`).Scan(&got); err != nil {
+				t.Fatal(err)
+			}
+			if want := "(24,24,24,24,24,'(1,24,24)')"; got != want {
+				t.Errorf("streams, distinct ids, itl_rollup_1m, itl_rollup_1h, promoted ids, (windows, records, streams) = %s, want %s", got, want)
 			}
 		})
 	}
