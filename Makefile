@@ -76,7 +76,7 @@ TEST_TIMEOUT ?= 25m
 # one engine the join tests share on 2 cores (promotions missed their deadlines); 2 is what passes there.
 TEST_PARALLEL ?= 2
 
-.PHONY: vendor-uplot build run check test unit bench fuzz vet depscheck wasm edge deps deps-apt deps-chdb deps-geoip deps-go deps-openai-js deps-sdk-js deps-ts deps-workerd deps-wrangler subdivisions clean
+.PHONY: vendor-uplot build run check test unit bench fuzz vet depscheck wasm scripts edge deps deps-apt deps-chdb deps-geoip deps-go deps-openai-js deps-sdk-js deps-ts deps-workerd deps-wrangler subdivisions clean
 
 ## deps: install what is missing (apt packages, the pinned ClickHouse engine and GeoIP database from npm, Go modules)
 deps: deps-apt deps-chdb deps-geoip deps-go deps-sdk-js deps-ts deps-workerd
@@ -188,8 +188,24 @@ vendor-uplot:
 # keep inlining (the per-read path is there); the runtime is not on that path.
 WASM_GCFLAGS := -gcflags=runtime=-l
 
-## wasm: the browser module, precompressed, plus wasm_exec.js, into web/dist (embedded by the collector)
-wasm:
+# The page scripts as the collector serves them: web/static's without their comments (tsc --removeComments, nothing
+# else rewritten), each under a header naming its source's sha256, which web.Dist checks: a script edited since is
+# served from web/static instead. Made again only when a source changed.
+DIST_SCRIPTS := itl.js itl-module.js itl-worker.js
+
+scripts: $(WASM_OUT)/.scripts/stamp
+
+$(WASM_OUT)/.scripts/stamp: $(addprefix web/static/,$(DIST_SCRIPTS)) web/tsconfig.dist.json | $(TSC)
+	node $(TSC) -p web/tsconfig.dist.json
+	@for f in $(DIST_SCRIPTS); do \
+		sum=$$(sha256sum <web/static/$$f | cut -d' ' -f1) && \
+		{ echo "/*! itlmon $$f without its comments (make wasm), from sha256:$$sum */"; cat $(WASM_OUT)/.scripts/$$f; } \
+			>$(WASM_OUT)/$$f.new && mv $(WASM_OUT)/$$f.new $(WASM_OUT)/$$f || exit 1; \
+	done
+	@touch $@
+
+## wasm: into web/dist (embedded by the collector): the browser module, precompressed, wasm_exec.js, the page scripts
+wasm: scripts
 	@mkdir -p $(WASM_OUT)
 	GOOS=js GOARCH=wasm $(GO) build $(GOFLAGS_BUILD) $(WASM_GCFLAGS) -ldflags='-s -w' -o $(WASM_OUT)/itl.wasm.new ./wasm/browser
 	@# The linker cuts the data section at every few zeros: ~30,000 segments whose headers brotli
@@ -348,4 +364,4 @@ fuzz:
 	$(GO) test ./collector/join -run '^$$' -fuzz '^FuzzOriginHandler$$' -fuzztime $(FUZZTIME)
 
 clean:
-	rm -rf bin $(WASM_OUT)/itl.wasm* $(WASM_OUT)/wasm_exec.js
+	rm -rf bin $(WASM_OUT)/itl.wasm* $(WASM_OUT)/wasm_exec.js $(addprefix $(WASM_OUT)/,$(DIST_SCRIPTS)) $(WASM_OUT)/.scripts

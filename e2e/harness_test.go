@@ -412,8 +412,10 @@ type Assets struct {
 	Hold     map[string]chan struct{} // names answered (or refused) once the channel is closed; set before use
 }
 
-// StartAssets starts an assets server. Files come from web.Static() (itl*.js)
-// and the built module: $ITLMON_E2E_DIST if set, else web.Dist() (make wasm).
+// StartAssets starts an assets server. Files come, as the collector serves
+// them, from the build (make wasm: the module, the scripts without their
+// comments): $ITLMON_E2E_DIST if set, else web.Dist(); then web.Static()
+// (the scripts as written).
 func StartAssets(t testing.TB, missing ...string) *Assets {
 	t.Helper()
 	if testing.Short() {
@@ -442,8 +444,8 @@ func StartAssets(t testing.TB, missing ...string) *Assets {
 		var err error
 		if o, ok := a.Override[name]; ok {
 			b = o
-		} else if b, err = fs.ReadFile(web.Static(), name); err != nil {
-			b, err = fs.ReadFile(dist, name)
+		} else if b, err = fs.ReadFile(dist, name); err != nil {
+			b, err = fs.ReadFile(web.Static(), name)
 		}
 		if err != nil {
 			http.NotFound(w, r)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
+	"errors"
 	"fmt"
 	"html/template"
 	"io/fs"
@@ -323,7 +324,10 @@ func loadCost(t *testing.T, o *Origin) loadCosts {
 		}
 	}
 	for _, name := range []string{"itl-snippet.js", "itl.js", "itl-module.js", "itl-worker.js"} {
-		b, err := fs.ReadFile(web.Static(), name)
+		b, err := fs.ReadFile(web.Dist(), name) // as served (make wasm: without comments)
+		if errors.Is(err, fs.ErrNotExist) {
+			b, err = fs.ReadFile(web.Static(), name)
+		}
 		if err != nil {
 			t.Fatalf("read %s: %v", name, err)
 		}
