@@ -193,16 +193,15 @@ WASM_GCFLAGS := -gcflags=runtime=-l
 # served from web/static instead. Made again only when a source changed.
 DIST_SCRIPTS := itl.js itl-module.js itl-worker.js
 
-scripts: $(WASM_OUT)/.scripts/stamp
+scripts: $(addprefix $(WASM_OUT)/,$(DIST_SCRIPTS))
 
-$(WASM_OUT)/.scripts/stamp: $(addprefix web/static/,$(DIST_SCRIPTS)) web/tsconfig.dist.json | $(TSC)
+$(addprefix $(WASM_OUT)/,$(DIST_SCRIPTS)) &: $(addprefix web/static/,$(DIST_SCRIPTS)) web/tsconfig.dist.json | $(TSC)
 	node $(TSC) -p web/tsconfig.dist.json
 	@for f in $(DIST_SCRIPTS); do \
 		sum=$$(sha256sum <web/static/$$f | cut -d' ' -f1) && \
 		{ echo "/*! itlmon $$f without its comments (make wasm), from sha256:$$sum */"; cat $(WASM_OUT)/.scripts/$$f; } \
 			>$(WASM_OUT)/$$f.new && mv $(WASM_OUT)/$$f.new $(WASM_OUT)/$$f || exit 1; \
 	done
-	@touch $@
 
 ## wasm: into web/dist (embedded by the collector): the browser module, precompressed, wasm_exec.js, the page scripts
 wasm: scripts
