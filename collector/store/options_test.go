@@ -37,3 +37,22 @@ func TestCompressionChoice(t *testing.T) {
 		})
 	}
 }
+
+// Every insert asks for LowCardinality columns as String unless its caller
+// set otherwise, and the caller's settings are left as they were.
+func TestInsertSettings(t *testing.T) {
+	tok := TokenSettings("w/1")
+	got := insertSettings(tok)
+	if got["low_cardinality_allow_in_native_format"] != 0 || got["insert_deduplication_token"] != "w/1" {
+		t.Errorf("insertSettings(TokenSettings) = %v, want the token and low_cardinality_allow_in_native_format 0", got)
+	}
+	if _, ok := tok["low_cardinality_allow_in_native_format"]; ok {
+		t.Error("insertSettings changed its caller's settings")
+	}
+	if got := insertSettings(clickhouse.Settings{"low_cardinality_allow_in_native_format": 1}); got["low_cardinality_allow_in_native_format"] != 1 {
+		t.Errorf("a caller's low_cardinality_allow_in_native_format = 1 became %v", got["low_cardinality_allow_in_native_format"])
+	}
+	if got := insertSettings(nil); len(got) != 1 {
+		t.Errorf("insertSettings(nil) = %v, want the one setting", got)
+	}
+}
