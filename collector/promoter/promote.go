@@ -51,17 +51,18 @@ type windowRun struct {
 	records, streams, origins, edges, joined, inStreams, edgeJoined, conflicts, refused int
 }
 
-// pagesInFlight is how many pages of a window are inserted at once while
-// the next is read. A page's inserts cost the engine about the same whatever
-// their size (itl_streams' insert writes a part to each of the rollups'
-// tables; ~70 ms of the engine's CPU for 10 rows as for 2,000, and a wait
-// for the parts' fsyncs), so one page at a time leaves the engine waiting.
-// Pages are independent: each is a function of sealed inbox rows and of
-// earlier windows' promotions, never of another page of its window, and
-// every insert carries its own token, so the order in which they land does
-// not matter. The window is marked promoted once all of them have landed.
-// Measured by the backlog report (TestReportBacklog): 1.4 to 1.5 times the
-// records per second of one page at a time, for 1.7 times the peak heap.
+// pagesInFlight is how many pages of a window are in flight at once (each
+// from its decoding to its last insert) while the next is read. A page's
+// inserts cost the engine about the same whatever their size (itl_streams'
+// insert writes a part to each of the rollups' tables; ~70 ms of the
+// engine's CPU for 10 rows as for 2,000, and a wait for the parts' fsyncs),
+// so one page at a time leaves the engine waiting. Pages are independent:
+// each is a function of sealed inbox rows and of earlier windows'
+// promotions, never of another page of its window, and every insert carries
+// its own token, so the order in which they land does not matter. The
+// window is marked promoted once all of them have landed. Measured by the
+// backlog report (TestReportBacklog): 1.4 to 1.5 times the records per
+// second of one page at a time, for 1.7 times the peak heap.
 const pagesInFlight = 2
 
 // PagesHeld is the most pages of a window a promoter holds at once: those
