@@ -75,6 +75,10 @@ TEST_TIMEOUT ?= 25m
 # Tests of one package that call t.Parallel run this many at a time (Go's default: GOMAXPROCS). 4 overloaded the
 # one engine the join tests share on 2 cores (promotions missed their deadlines); 2 is what passes there.
 TEST_PARALLEL ?= 2
+# The test binaries are linked without DWARF (-w): a package's link took ~1.7 CPU-seconds with it and ~0.9 without,
+# some 30 links per make check. Stack traces and file:line in failures come from the binary's own tables, which
+# stay; a debugger wants DWARF: `go test -c` a package by hand for it.
+TEST_FLAGS  := -count=1 -ldflags=-w -parallel $(TEST_PARALLEL) -timeout $(TEST_TIMEOUT)
 
 .PHONY: vendor-uplot build run check test unit bench fuzz vet depscheck wasm scripts edge deps deps-apt deps-chdb deps-geoip deps-go deps-openai-js deps-sdk-js deps-ts deps-workerd deps-wrangler subdivisions clean
 
@@ -302,13 +306,13 @@ CHECK_PKGS   = $(filter-out ./e2e,$(SLOW_PKGS)) $(shell $(GO) list ./... | grep 
 ## check: vet, depscheck, unit and the real-engine integration tests, no browsers
 # vet and depscheck run beside the tests, as in make test.
 check: deps-chdb deps-geoip deps-ts wasm
-	@$(call beside_vet,ITLMON_REQUIRE_REAL=1 ITLMON_NO_BROWSERS=1 $(GO) test -count=1 -p $(CHECK_P) -parallel $(TEST_PARALLEL) -timeout $(TEST_TIMEOUT) $(CHECK_PKGS))
+	@$(call beside_vet,ITLMON_REQUIRE_REAL=1 ITLMON_NO_BROWSERS=1 $(GO) test $(TEST_FLAGS) -p $(CHECK_P) $(CHECK_PKGS))
 
 ## test: everything: vet, depscheck, unit, integration (real ClickHouse engine), e2e (real Chromium, nginx, workerd)
 # vet and depscheck run beside the tests (the suite leaves about 40 % of two cores idle, its tests waiting on
 # engines, browsers and clocks); their output is printed after the tests', and either failing fails the target.
 test: deps deps-wrangler wasm edge
-	@$(call beside_vet,ITLMON_REQUIRE_REAL=1 $(GO) test -count=1 -p 2 -parallel $(TEST_PARALLEL) -timeout $(TEST_TIMEOUT) $(SLOW_PKGS) ./...)
+	@$(call beside_vet,ITLMON_REQUIRE_REAL=1 $(GO) test $(TEST_FLAGS) -p 2 $(SLOW_PKGS) ./...)
 
 # beside_vet runs the command $(1) (printed first) with `make vet depscheck` beside it, prints vet's output after
 # it, and fails if either failed.

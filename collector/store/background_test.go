@@ -43,6 +43,7 @@ func TestMigrateInBackgroundError(t *testing.T) {
 	t.Parallel() // a database of its own; mostly waits out the backoff
 	e := chtest.Engine(t)
 	name := fmt.Sprintf("later_%d", time.Now().UnixNano()%1e9)
+	chtest.DropAtEnd(t, name)
 	mk, err := store.Open(t.Context(), store.Options{Addr: e.NativeAddr(), Dial: e.DialContext, Database: name,
 		CreateDatabase: true})
 	if err != nil {

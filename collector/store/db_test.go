@@ -39,6 +39,7 @@ func TestOpenDSN(t *testing.T) {
 	e := chtest.Engine(t)
 	ctx := context.Background()
 	dbName := fmt.Sprintf("dsn_%d", time.Now().UnixNano()%1e9)
+	chtest.DropAtEnd(t, dbName)
 	db, err := store.Open(ctx, store.Options{DSN: "clickhouse://" + e.NativeAddr() + "/" + dbName, CreateDatabase: true})
 	if err != nil {
 		t.Fatalf("open: %v", err)

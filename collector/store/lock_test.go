@@ -53,6 +53,7 @@ func openLogged(t *testing.T, e *chdb.Engine, name string) (*store.DB, *logBuf) 
 	t.Helper()
 	buf := &logBuf{}
 	log := zerolog.New(io.MultiWriter(buf, zerolog.NewTestWriter(t))).Level(zerolog.DebugLevel).With().Str("db", name).Logger()
+	chtest.DropAtEnd(t, name)
 	db, err := store.Open(context.Background(), store.Options{Addr: e.NativeAddr(), Dial: e.DialContext,
 		CreateDatabase: true, Database: name, Logger: log})
 	if err != nil {
@@ -67,6 +68,7 @@ func openQuiet(t *testing.T, e *chdb.Engine, name string) (*store.DB, *logBuf) {
 	t.Helper()
 	buf := &logBuf{}
 	log := zerolog.New(io.MultiWriter(buf, zerolog.NewTestWriter(t))).Level(zerolog.WarnLevel).With().Str("db", name).Logger()
+	chtest.DropAtEnd(t, name)
 	db, err := store.Open(context.Background(), store.Options{Addr: e.NativeAddr(), Dial: e.DialContext,
 		CreateDatabase: true, Database: name, Logger: log})
 	if err != nil {

@@ -230,9 +230,10 @@ func TestRenameInPlaceCutCompleted(t *testing.T) {
 // applied, as a collector of that release left it; closed when t ends.
 func migratedUpTo(t *testing.T, prefix string, last uint32) *store.DB {
 	t.Helper()
-	e := chtest.Engine(t)
+	e, name := chtest.Engine(t), freshName(prefix)
+	chtest.DropAtEnd(t, name)
 	db, err := store.Open(context.Background(), store.Options{Addr: e.NativeAddr(), Dial: e.DialContext, CreateDatabase: true,
-		Database: freshName(prefix),
+		Database: name,
 		Logger:   zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.InfoLevel)})
 	if err != nil {
 		t.Fatal(err)
