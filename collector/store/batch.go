@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 
 	"github.com/ClickHouse/clickhouse-go/v2"
@@ -116,10 +117,27 @@ func dedupToken(ids []string) string {
 	return hex.EncodeToString(h.Sum(nil)[:16])
 }
 
-// insertHook, set only by tests, is called before (sent false) and after
-// (sent true) each table's insert; an error it returns fails the insert, as
-// a refused insert or a lost reply would.
-var insertHook atomic.Pointer[func(table string, sent bool) error]
+// insertHooks, set only by tests, maps a connection to a func called
+// before (sent false) and after (sent true) each table's insert on it; an
+// error it returns fails the insert, as a refused insert or a lost reply
+// would. Per connection, so that tests of other databases run beside one
+// that sets a hook; hooked counts the hooks set, so that an insert looks
+// at the map only while a test has one.
+var (
+	insertHooks sync.Map // driver.Conn → func(table string, sent bool) error
+	hooked      atomic.Int32
+)
+
+// insertHook returns the hook set for conn, or nil.
+func insertHook(conn driver.Conn) func(table string, sent bool) error {
+	if hooked.Load() == 0 {
+		return nil
+	}
+	if h, ok := insertHooks.Load(conn); ok {
+		return h.(func(string, bool) error)
+	}
+	return nil
+}
 
 // insertInbox lands rows in itl_inbox: one plain insert, no deduplication
 // (copies are the promoter's business). On a cluster the insert goes through
@@ -245,8 +263,9 @@ func insertRows[R any](ctx context.Context, conn driver.Conn, table, columns str
 		return nil
 	}
 	ctx = clickhouse.Context(ctx, clickhouse.WithSettings(insertSettings(set)))
-	if hook := insertHook.Load(); hook != nil {
-		if err := (*hook)(table, false); err != nil {
+	hook := insertHook(conn)
+	if hook != nil {
+		if err := hook(table, false); err != nil {
 			return fmt.Errorf("insert %s: %w", table, err)
 		}
 	}
@@ -273,8 +292,8 @@ func insertRows[R any](ctx context.Context, conn driver.Conn, table, columns str
 	if err := batch.Send(); err != nil {
 		return fmt.Errorf("insert %s: %w", table, err)
 	}
-	if hook := insertHook.Load(); hook != nil {
-		if err := (*hook)(table, true); err != nil {
+	if hook != nil {
+		if err := hook(table, true); err != nil {
 			return fmt.Errorf("insert %s: %w", table, err)
 		}
 	}

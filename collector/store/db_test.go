@@ -36,6 +36,7 @@ func TestOpenErrors(t *testing.T) {
 // TestOpenDSN connects the way a production deployment does: a DSN naming
 // the database, no custom dialer.
 func TestOpenDSN(t *testing.T) {
+	t.Parallel() // a database of its own; its assertions time nothing
 	e := chtest.Engine(t)
 	ctx := context.Background()
 	dbName := fmt.Sprintf("dsn_%d", time.Now().UnixNano()%1e9)

@@ -67,6 +67,7 @@ func TestDedupResend(t *testing.T) {
 // again as the same insert (no id check in InsertDirect) are dropped by the
 // deduplication token, in the table and in the views.
 func TestRetriedInsertCountsOnce(t *testing.T) {
+	t.Parallel() // a database of its own; its assertions time nothing
 	db := chtest.NewDB(t, store.Options{})
 	in := makeStreams(8, "demo", time.Now().UTC())
 	for try := 0; try < 2; try++ {
@@ -213,6 +214,7 @@ func checkSparse(t *testing.T, name string, want *hist.Histogram, zero uint64, i
 // TestReplayOfInsertedBatch: an insert that landed but whose answer was lost
 // is spooled too; replaying it later stores nothing twice.
 func TestReplayOfInsertedBatch(t *testing.T) {
+	t.Parallel() // a database of its own; its assertions time nothing
 	db := chtest.NewDB(t, store.Options{})
 	w := newWriter(t, db, store.WriterOptions{})
 	in := makeStreams(12, "demo", time.Now().UTC())

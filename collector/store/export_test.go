@@ -6,6 +6,7 @@ import (
 	"encoding/gob"
 	"time"
 
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 	"github.com/rs/zerolog"
 
 	"github.com/itlmon/itlmon/collector"
@@ -31,13 +32,19 @@ func SpoolStreams(dir string, streams []collector.Stream) error {
 	return sp.Append(p)
 }
 
-// SetInsertHook makes every insert call hook(table, false) before sending and
-// hook(table, true) after; an error from hook fails the insert. The returned
-// func removes the hook. Set it before starting a writer, remove it only
-// whenever: it is read atomically.
-func SetInsertHook(hook func(table string, sent bool) error) (remove func()) {
-	insertHook.Store(&hook)
-	return func() { insertHook.Store(nil) }
+// SetInsertHook makes every insert on conn (a DB's Conn, which its writers
+// and a promoter given it insert through) call hook(table, false) before
+// sending and hook(table, true) after; an error from hook fails the insert.
+// The returned func removes the hook. Set it before starting a writer,
+// remove it whenever.
+func SetInsertHook(conn driver.Conn, hook func(table string, sent bool) error) (remove func()) {
+	insertHooks.Store(conn, hook)
+	hooked.Add(1)
+	return func() {
+		if _, ok := insertHooks.LoadAndDelete(conn); ok {
+			hooked.Add(-1)
+		}
+	}
 }
 
 // SpoolBatches appends each batch as one frame, all to one new spool segment

@@ -16,6 +16,7 @@ import (
 // rows) lists what the one-statement read lists, with copies of a stream
 // (rows the table has not merged yet) among the newest.
 func TestLatestStreamsTwoPhases(t *testing.T) {
+	t.Parallel() // a database of its own; its assertions time nothing
 	db := chtest.NewDB(t, store.Options{})
 	ctx := context.Background()
 	base := time.Now().UTC().Truncate(time.Millisecond).Add(-2 * time.Hour)

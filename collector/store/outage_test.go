@@ -265,6 +265,7 @@ func TestOutageLogsOnce(t *testing.T) {
 // acked frame after the corrupt one is not lost with it; later segments are
 // still replayed.
 func TestReplayKeepsCorruptSegment(t *testing.T) {
+	t.Parallel() // a database of its own; its assertions time nothing
 	db := chtest.NewDB(t, store.Options{})
 	spoolDir := t.TempDir()
 	at := time.Now().UTC()

@@ -14,6 +14,7 @@ import (
 )
 
 func TestMigrateIdempotent(t *testing.T) {
+	t.Parallel() // a database of its own; its assertions time nothing
 	db := chtest.NewMigratedDB(t, store.Options{StreamsTTL: 30 * 24 * time.Hour})
 	ctx := context.Background()
 	if err := db.Migrate(ctx); err != nil {
@@ -36,6 +37,7 @@ func TestMigrateIdempotent(t *testing.T) {
 }
 
 func TestWriterRoundTrip(t *testing.T) {
+	t.Parallel() // a database of its own; its assertions time nothing
 	db := chtest.NewDB(t, store.Options{})
 	w := newWriter(t, db, store.WriterOptions{})
 	at := time.Now().UTC().Truncate(time.Millisecond)

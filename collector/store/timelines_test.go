@@ -22,6 +22,7 @@ import (
 // a promotion's inserts (the promotion fails and runs again). Every stream
 // and every timeline is stored exactly once, the rollup counts each once.
 func TestTimelinesAfterPartialInsert(t *testing.T) {
+	t.Parallel() // databases of its own, the insert hook on their connections; its assertions time nothing
 	for _, tc := range []struct {
 		name  string
 		table string
@@ -37,10 +38,11 @@ func TestTimelinesAfterPartialInsert(t *testing.T) {
 		{"watermark failed", "itl_promoted", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			db := chtest.NewDB(t, store.Options{})
 			var armed atomic.Bool
 			armed.Store(true)
-			t.Cleanup(store.SetInsertHook(func(table string, sent bool) error {
+			t.Cleanup(store.SetInsertHook(db.Conn(), func(table string, sent bool) error {
 				if table == tc.table && sent == tc.sent && armed.CompareAndSwap(true, false) {
 					return errors.New("injected insert failure")
 				}
@@ -100,8 +102,10 @@ func TestTimelinesAfterPartialInsert(t *testing.T) {
 // window is not marked promoted, and the rerun stores every record once, in
 // the rollups too.
 func TestPagedPromotionCut(t *testing.T) {
+	t.Parallel() // databases of its own, the insert hook on their connections; its assertions time nothing
 	for _, cut := range []int32{3, 6} {
 		t.Run(fmt.Sprintf("insert %d", cut), func(t *testing.T) {
+			t.Parallel()
 			db := chtest.NewDB(t, store.Options{})
 			ctx := t.Context()
 			in := makeStreams(24, "paged", time.Now().UTC())
@@ -117,7 +121,7 @@ func TestPagedPromotionCut(t *testing.T) {
 				t.Fatal(err)
 			}
 			var landed atomic.Int32
-			t.Cleanup(store.SetInsertHook(func(table string, sent bool) error {
+			t.Cleanup(store.SetInsertHook(db.Conn(), func(table string, sent bool) error {
 				if table == "itl_streams" && sent && landed.Add(1) == cut {
 					return errors.New("injected: a page's reply lost")
 				}
