@@ -6,7 +6,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 )
@@ -292,8 +291,15 @@ func main() {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The toolchain's own GOROOT (runtime.GOROOT is empty in a binary built
+	// with -trimpath, as make builds the tests).
+	goroot, err := exec.Command("go", "env", "GOROOT").Output()
+	if err != nil {
+		t.Fatalf("go env GOROOT: %v", err)
+	}
+	execNode := filepath.Join(strings.TrimSpace(string(goroot)), "lib", "wasm", "wasm_exec_node.js")
 	run := func(name string) string {
-		cmd := exec.Command(node, filepath.Join(runtime.GOROOT(), "lib", "wasm", "wasm_exec_node.js"), name)
+		cmd := exec.Command(node, execNode, name)
 		out, err := cmd.CombinedOutput()
 		if err != nil {
 			t.Fatalf("node %s: %v\n%s", name, err, out)
