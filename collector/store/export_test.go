@@ -35,11 +35,12 @@ func SpoolStreams(dir string, streams []collector.Stream) error {
 // SetInsertHook makes every insert on conn (a DB's Conn, which its writers
 // and a promoter given it insert through) call hook(table, false) before
 // sending and hook(table, true) after; an error from hook fails the insert.
-// The returned func removes the hook. Set it before starting a writer,
-// remove it whenever.
+// A second hook on conn replaces the first. The returned func removes
+// conn's hook. Set it before starting a writer, remove it whenever.
 func SetInsertHook(conn driver.Conn, hook func(table string, sent bool) error) (remove func()) {
-	insertHooks.Store(conn, hook)
-	hooked.Add(1)
+	if _, replaced := insertHooks.Swap(conn, hook); !replaced {
+		hooked.Add(1)
+	}
 	return func() {
 		if _, ok := insertHooks.LoadAndDelete(conn); ok {
 			hooked.Add(-1)
