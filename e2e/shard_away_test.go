@@ -343,9 +343,10 @@ func TestShardAway(t *testing.T) {
 	for i := range db.locals {
 		q := `SELECT (SELECT count() FROM itl_streams WHERE site = ?), (SELECT sum(streams) FROM itl_rollup_1m WHERE site = ?),
 			(SELECT sum(streams) FROM itl_rollup_1m_site WHERE site = ?),
-			(SELECT sum(streams) FROM itl_rollup_1h WHERE site = ?), (SELECT sum(streams) FROM itl_rollup_1h_dim WHERE site = ? AND dim = '')`
-		if got := db.oneOn(t, i, q, site, site, site, site, site); !allEqual(got) {
-			t.Errorf("shard %d: streams in itl_streams, itl_rollup_1m, itl_rollup_1m_site, itl_rollup_1h, itl_rollup_1h_dim = %s, want all equal", i+1, got)
+			(SELECT sum(streams) FROM itl_rollup_1h WHERE site = ?), (SELECT sum(streams) FROM itl_rollup_1h_dim WHERE site = ? AND dim = ''),
+			(SELECT sum(streams) FROM itl_rollup_1d_dim WHERE site = ? AND dim = '')`
+		if got := db.oneOn(t, i, q, site, site, site, site, site, site); !allEqual(got) {
+			t.Errorf("shard %d: streams in itl_streams, itl_rollup_1m, itl_rollup_1m_site, itl_rollup_1h, itl_rollup_1h_dim, itl_rollup_1d_dim = %s, want all equal", i+1, got)
 			db.dumpRollup(t, site)
 		}
 	}

@@ -26,6 +26,8 @@
 // itl_rollup_1m_site the same per minute and site alone),
 // itl_rollup_1h and itl_rollup_1h_dim (per hour, by every dimension and by
 // one at a time; itl_rollup_1h_from: the hour from which they are complete),
+// itl_rollup_1d_dim (per day, by one dimension at a time; complete from the
+// day itl_rollup_1d_from holds),
 // itl_timelines (sampled raw timelines), itl_origin and itl_origin_1m (the
 // origin vantage point and its rollup), itl_edge (the edge vantage point); itl_otlp_exports (the minutes the
 // OpenTelemetry export claimed).

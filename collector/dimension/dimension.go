@@ -27,8 +27,8 @@ type Dimension struct {
 	// Column is the itl_streams column holding its value (LowCardinality
 	// String); the rollups' column has the same name.
 	Column string `json:"column"`
-	// Rollup: the rollups (itl_rollup_1m, itl_rollup_1h, itl_rollup_1h_dim)
-	// group by it, so the summary, time series, causes, heatmap and
+	// Rollup: the rollups (itl_rollup_1m, itl_rollup_1h, itl_rollup_1h_dim,
+	// itl_rollup_1d_dim) group by it, so the summary, time series, causes, heatmap and
 	// breakdowns read it; else only the reads of itl_streams do
 	// (re-chunking, compare, values).
 	Rollup bool `json:"rollup"`

@@ -8,9 +8,9 @@ import (
 )
 
 // The rollups the read side chooses from (schema/003_rollup.sql,
-// schema/010_rollup_1h.sql and schema/012_rollup_1m_site.sql): the same
-// aggregate columns per minute and per hour, by every dimension, by one at
-// a time, or by none.
+// schema/010_rollup_1h.sql, schema/012_rollup_1m_site.sql and
+// schema/013_rollup_1d_dim.sql): the same aggregate columns per minute, per
+// hour and per day, by every dimension, by one at a time, or by none.
 const (
 	hourlyTable = "itl_rollup_1h"
 	colHour     = "hour"
@@ -26,7 +26,15 @@ const (
 	// siteFromTable holds.
 	siteTable     = "itl_rollup_1m_site"
 	siteFromTable = "itl_rollup_1m_site_from"
+	// dayTable is per UTC day and per value of one dimension at a time
+	// (schema/013_rollup_1d_dim.sql), as dimTable is per hour, complete
+	// from the day dayFromTable holds.
+	dayTable     = "itl_rollup_1d_dim"
+	colDay       = "day"
+	dayFromTable = "itl_rollup_1d_from"
 )
+
+const day = 24 * time.Hour
 
 // rollupColumns are the aggregate columns every rollup has: what a read
 // across two of them projects from each (UNION ALL matches columns by position,
@@ -48,7 +56,12 @@ var rollupColumns = []string{
 // groups by ("" for none). Results are the same whichever table it reads;
 // it reads the coarsest that answers exactly:
 //
-//   - for the whole hours of the range, when step is a whole number of
+//   - for the whole UTC days of the range, when step is a whole number of
+//     days (0 included), the read names at most one dimension and
+//     itl_rollup_1d_dim holds every stream of those days
+//     (itl_rollup_1d_from) and the hourly tables every stream of their
+//     hours: itl_rollup_1d_dim;
+//   - for the other whole hours of the range, when step is a whole number of
 //     hours (0: no time series, a summary or breakdown) and the hourly
 //     tables hold every stream of those hours (itl_rollup_1h_from):
 //     itl_rollup_1h_dim when the read names at most one dimension (f.Where
@@ -62,9 +75,9 @@ var rollupColumns = []string{
 //
 // All are read with the same conditions, so for any range the rows add up
 // to exactly those of the minute table (every column is a sum, a max or a
-// sumMap, which add across rows). The hourly rows stand at the start of
-// their hour in the minute column: a step of whole hours puts each in the
-// step its minutes would go to.
+// sumMap, which add across rows). The hourly and daily rows stand at the
+// start of their hour or day in the minute column: a step of whole hours
+// (days) puts each in the step its minutes would go to.
 func rollupSource(ctx context.Context, conn Conn, f Filter, step time.Duration, by string) (string, []any, error) {
 	lo, hi := f.bounds()
 	named := map[string]bool{}
@@ -86,6 +99,9 @@ func rollupSource(ctx context.Context, conn Conn, f Filter, step time.Duration, 
 	if step%time.Hour == 0 && a.Before(b) {
 		ask = append(ask, hourlyFromTable)
 	}
+	if oneDim && step%day == 0 && ceilDay(lo).Before(hi.Truncate(day)) {
+		ask = append(ask, dayFromTable)
+	}
 	if len(named) == 0 {
 		ask = append(ask, siteFromTable)
 	}
@@ -99,6 +115,19 @@ func rollupSource(ctx context.Context, conn Conn, f Filter, step time.Duration, 
 		if a = later(a, ceilHour(from)); a.Before(b) {
 			hs, he = a, b
 		}
+	}
+	// The whole days among those hours read from the daily table: [ds,
+	// de), empty if none; the hours of [hs, he) outside it from the hourly
+	// tables.
+	ds, de := hs, hs
+	if from, ok := froms[dayFromTable]; ok && hs.Before(he) {
+		if s, e := later(ceilDay(hs), ceilDay(from)), he.Truncate(day); s.Before(e) {
+			ds, de = s, e
+		}
+	}
+	hours := append(timeRange{hs, ds}.orNone(), timeRange{de, he}.orNone()...)
+	if !ds.Before(de) {
+		hours = timeRange{hs, he}.orNone()
 	}
 	// The other minutes, from the per-site minute table where it is
 	// complete and the read names no dimension, else from the minute table.
@@ -171,12 +200,15 @@ func rollupSource(ctx context.Context, conn Conn, f Filter, step time.Duration, 
 	if len(perSite) > 0 {
 		dimRows(siteTable, false, colMinute, perSite)
 	}
-	if hs.Before(he) {
+	if len(hours) > 0 {
 		if oneDim {
-			dimRows(dimTable, true, colHour, []timeRange{{hs, he}})
+			dimRows(dimTable, true, colHour, hours)
 		} else {
-			rows(hourlyTable, colHour, []timeRange{{hs, he}})
+			rows(hourlyTable, colHour, hours)
 		}
+	}
+	if ds.Before(de) {
+		dimRows(dayTable, true, colDay, []timeRange{{ds, de}})
 	}
 	return "(" + strings.Join(selects, " UNION ALL ") + ")", args, nil
 }
@@ -204,7 +236,8 @@ func rangesCond(col string, ranges []timeRange) (string, []any) {
 }
 
 // completeFroms reads from which time on each of tables, filled only by
-// views, holds every stream (itl_rollup_1h_from, itl_rollup_1m_site_from), in
+// views, holds every stream (itl_rollup_1h_from, itl_rollup_1d_from,
+// itl_rollup_1m_site_from), in
 // one query; a table absent from the answer does not say (read the minute
 // table only then). Through a Distributed table each shard has said its own:
 // the latest counts.
@@ -248,6 +281,15 @@ func ceilHour(t time.Time) time.Time {
 		h = h.Add(time.Hour)
 	}
 	return h
+}
+
+// ceilDay is the first UTC midnight at or after t.
+func ceilDay(t time.Time) time.Time {
+	d := t.Truncate(day)
+	if d.Before(t) {
+		d = d.Add(day)
+	}
+	return d
 }
 
 // minTime is the earlier of a and b.

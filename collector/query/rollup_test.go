@@ -34,7 +34,7 @@ func (c *tableConn) Query(ctx context.Context, q string, args ...any) (driver.Ro
 	c.mu.Lock()
 	c.sent = append(c.sent, q)
 	c.mu.Unlock()
-	if c.minuteOnly && (strings.Contains(q, "itl_rollup_1h_from") || strings.Contains(q, "itl_rollup_1m_site_from")) {
+	if c.minuteOnly && (strings.Contains(q, "itl_rollup_1h_from") || strings.Contains(q, "itl_rollup_1m_site_from") || strings.Contains(q, "itl_rollup_1d_from")) {
 		q = "SELECT toUInt64(0), toDateTime(0, 'UTC') WHERE 0"
 	}
 	return c.Conn.Query(ctx, q, args...)
@@ -42,12 +42,12 @@ func (c *tableConn) Query(ctx context.Context, q string, args ...any) (driver.Ro
 
 // readHourly returns the rollups other than the minute table the
 // statements sent through c read (itl_rollup_1h, itl_rollup_1h_dim,
-// itl_rollup_1m_site, space-separated), and forgets them.
+// itl_rollup_1m_site, itl_rollup_1d_dim, space-separated), and forgets them.
 func (c *tableConn) readHourly() string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var read []string
-	for _, table := range []string{"itl_rollup_1h", "itl_rollup_1h_dim", "itl_rollup_1m_site"} {
+	for _, table := range []string{"itl_rollup_1h", "itl_rollup_1h_dim", "itl_rollup_1m_site", "itl_rollup_1d_dim"} {
 		for _, q := range c.sent {
 			if strings.Contains(q, "FROM "+table+" ") {
 				read = append(read, table)
@@ -91,10 +91,11 @@ func writeHours(t *testing.T, conn driver.Conn, base time.Time, hours, n int, se
 }
 
 // sameRows fails unless itl_rollup_1h holds, row for row, the minute
-// rollup's rows summed per hour, itl_rollup_1h_dim, for each dimension,
-// those rows summed per hour and value of it, and itl_rollup_1m_site those
-// rows summed per minute and site (every column; the Float64 TPOT sums to
-// 1e-6, their order of addition differing).
+// rollup's rows summed per hour, itl_rollup_1h_dim and itl_rollup_1d_dim,
+// for each dimension, those rows summed per hour or day and value of it,
+// and itl_rollup_1m_site those rows summed per minute and site (every
+// column; the Float64 TPOT sums to 1e-6, their order of addition
+// differing).
 func sameRows(t *testing.T, conn driver.Conn) {
 	t.Helper()
 	agg := strings.Join([]string{"sum(streams)", "sum(completed)", "sum(aborted)", "sum(failed)", "sum(before_headers)", "sum(before_headers_us)", "sum(smooth)",
@@ -121,6 +122,16 @@ func sameRows(t *testing.T, conn driver.Conn) {
 		pairs = append(pairs, [2]string{
 			"SELECT hour AS h, site, toString(value) AS v, " + agg + " FROM itl_rollup_1h_dim WHERE dim = '" + d + "' GROUP BY h, site, v",
 			"SELECT toStartOfHour(minute) AS h, site, " + col + " AS v, " + agg + " FROM itl_rollup_1m GROUP BY h, site, v",
+		})
+	}
+	for _, d := range append([]string{""}, strings.Split(dims, ", ")...) {
+		col := "''"
+		if d != "" {
+			col = "toString(" + d + ")"
+		}
+		pairs = append(pairs, [2]string{
+			"SELECT day AS t, site, toString(value) AS v, " + agg + " FROM itl_rollup_1d_dim WHERE dim = '" + d + "' GROUP BY t, site, v",
+			"SELECT toStartOfDay(minute) AS t, site, " + col + " AS v, " + agg + " FROM itl_rollup_1m GROUP BY t, site, v",
 		})
 	}
 	pairs = append(pairs, [2]string{
@@ -182,6 +193,34 @@ func closeFloats(got, want reflect.Value) {
 	}
 }
 
+// sameAnswer fails unless read answers through got what it answers
+// through want (the minute rollup alone), and returns the rollups other
+// than the minute table the read through got read (tableConn.readHourly).
+func sameAnswer(t *testing.T, got, want *tableConn, name string, read func(c query.Conn) (any, error)) string {
+	t.Helper()
+	g, err := read(got)
+	if err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	w, err := read(want)
+	if err != nil {
+		t.Fatalf("%s (minute table): %v", name, err)
+	}
+	if r := want.readHourly(); r != "" {
+		t.Fatalf("%s: the minute-only read read %s", name, r)
+	}
+	if reflect.ValueOf(w).IsZero() {
+		t.Fatalf("%s: empty result", name)
+	}
+	gv := reflect.New(reflect.TypeOf(g)).Elem()
+	gv.Set(reflect.ValueOf(g))
+	closeFloats(gv, reflect.ValueOf(w))
+	if !reflect.DeepEqual(gv.Interface(), w) {
+		t.Errorf("%s: from the rollups\n%+v\nfrom the minute table\n%+v", name, gv.Interface(), w)
+	}
+	return got.readHourly()
+}
+
 // TestHourlyRollupEqualsMinute: itl_rollup_1h holds the minute rollup's rows
 // summed per hour, and every read of the rollups answers what the minute
 // table alone answers, for ranges on and off the hour, time series with
@@ -200,28 +239,8 @@ func TestHourlyRollupEqualsMinute(t *testing.T) {
 	// hourly rollup the read through got must have read ("" for none).
 	check := func(name string, hourly string, read func(c query.Conn) (any, error)) {
 		t.Helper()
-		g, err := read(got)
-		if err != nil {
-			t.Fatalf("%s: %v", name, err)
-		}
-		w, err := read(want)
-		if err != nil {
-			t.Fatalf("%s (minute table): %v", name, err)
-		}
-		if r := want.readHourly(); r != "" {
-			t.Fatalf("%s: the minute-only read read %s", name, r)
-		}
-		if r := got.readHourly(); r != hourly {
+		if r := sameAnswer(t, got, want, name, read); r != hourly {
 			t.Errorf("%s: read hourly rollups %q, want %q", name, r, hourly)
-		}
-		if reflect.ValueOf(w).IsZero() {
-			t.Fatalf("%s: empty result", name)
-		}
-		gv := reflect.New(reflect.TypeOf(g)).Elem()
-		gv.Set(reflect.ValueOf(g))
-		closeFloats(gv, reflect.ValueOf(w))
-		if !reflect.DeepEqual(gv.Interface(), w) {
-			t.Errorf("%s: from the rollups\n%+v\nfrom the minute table\n%+v", name, gv.Interface(), w)
 		}
 	}
 	ranges := []struct {
@@ -329,6 +348,84 @@ func TestHourlyRollupEqualsMinute(t *testing.T) {
 	f.Since = base.Add(2*time.Hour + 5*time.Minute)
 	f.Until = mfrom.Add(-5 * time.Minute)
 	check("minutes partly complete, all before it", "", func(c query.Conn) (any, error) { return query.Summary(ctx, c, f) })
+}
+
+// TestDailyRollupEqualsMinute: itl_rollup_1d_dim holds the minute rollup's
+// rows summed per day and value of each dimension, and the reads that may
+// take whole days from it (no time series or one in steps of whole days,
+// at most one dimension named) read it for the whole UTC days of their
+// range and answer what the minute table alone answers, with the daily
+// table complete from the start or only from some day on.
+func TestDailyRollupEqualsMinute(t *testing.T) {
+	t.Parallel()
+	db, _ := newDB(t)
+	conn := db.Conn()
+	ctx := context.Background()
+	base := time.Now().UTC().Truncate(time.Hour).Add(-2 * time.Hour)
+	midnight := base.Truncate(24 * time.Hour) // the last one at or before base
+	// Two inserts, so that the daily table has rows of a day in two parts.
+	writeHours(t, conn, base, 60, 3, 4)
+	writeHours(t, conn, base.Add(-5*time.Hour), 40, 2, 5)
+	sameRows(t, conn)
+
+	got, want := &tableConn{Conn: conn}, &tableConn{Conn: conn, minuteOnly: true}
+	// check compares the answers and whether the read took days from the
+	// daily table.
+	check := func(name string, days bool, read func(c query.Conn) (any, error)) {
+		t.Helper()
+		if r := sameAnswer(t, got, want, name, read); strings.Contains(r, "itl_rollup_1d_dim") != days {
+			t.Errorf("%s: read %q; the daily rollup read: %v, want %v", name, r, !days, days)
+		}
+	}
+	day := 24 * time.Hour
+	reads := func(label string, f query.Filter, wholeDay bool) {
+		f1 := f
+		f1.Where = map[string]string{"browser": "Chrome"}
+		f2 := f
+		f2.Where = map[string]string{"browser": "Chrome", "device": "mobile"}
+		check(label+": summary", wholeDay, func(c query.Conn) (any, error) { return query.Summary(ctx, c, f) })
+		check(label+": summary where 1", wholeDay, func(c query.Conn) (any, error) { return query.Summary(ctx, c, f1) })
+		check(label+": summary where 2", false, func(c query.Conn) (any, error) { return query.Summary(ctx, c, f2) })
+		check(label+": breakdown", wholeDay, func(c query.Conn) (any, error) { return query.Breakdown(ctx, c, f, "region") })
+		check(label+": breakdown where the same", wholeDay, func(c query.Conn) (any, error) { return query.Breakdown(ctx, c, f1, "browser") })
+		check(label+": breakdown where another", false, func(c query.Conn) (any, error) { return query.Breakdown(ctx, c, f1, "device") })
+		check(label+": cause breakdown", wholeDay, func(c query.Conn) (any, error) { return query.CauseBreakdown(ctx, c, f, "release") })
+		check(label+": timeseries 1d", wholeDay, func(c query.Conn) (any, error) { return query.Timeseries(ctx, c, f, day) })
+		check(label+": timeseries where 1 2d", wholeDay, func(c query.Conn) (any, error) { return query.Timeseries(ctx, c, f1, 2*day) })
+		check(label+": cause timeseries 1d", wholeDay, func(c query.Conn) (any, error) { return query.CauseTimeseries(ctx, c, f, day) })
+		check(label+": heatmap where 1 1d", wholeDay, func(c query.Conn) (any, error) { return query.ITLHeatmap(ctx, c, f1, day) })
+		check(label+": timeseries 6h", false, func(c query.Conn) (any, error) { return query.Timeseries(ctx, c, f, 6*time.Hour) })
+	}
+	for _, r := range []struct {
+		name         string
+		since, until time.Time
+		wholeDay     bool
+	}{
+		{"one day, midnight to midnight", midnight.Add(-day), midnight, true},
+		{"off the hour at both ends", base.Add(-58*time.Hour + 17*time.Minute + 20*time.Second), base.Add(43*time.Minute + 5*time.Second), true},
+		{"until now", base.Add(-59*time.Hour + 30*time.Minute), time.Time{}, true},
+		{"across midnight, under a day", midnight.Add(-20 * time.Hour), midnight.Add(3*time.Hour + 10*time.Minute), false},
+	} {
+		reads(r.name, query.Filter{Site: "h", Since: r.since, Until: r.until}, r.wholeDay)
+	}
+
+	// The daily table complete only from a day on, as after its migration
+	// on a database with streams (all of them before that day): the days
+	// before it are read from the hourly tables.
+	from := midnight.Add(day) // after every stream written so far
+	for _, q := range []string{"TRUNCATE TABLE itl_rollup_1d_dim", "TRUNCATE TABLE itl_rollup_1d_from"} {
+		if err := conn.Exec(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := conn.Exec(ctx, "INSERT INTO itl_rollup_1d_from VALUES (?)", from); err != nil {
+		t.Fatal(err)
+	}
+	writeHours(t, conn, from.Add(20*time.Hour), 12, 3, 6) // in the day from it
+	f := query.Filter{Site: "h", Since: midnight.Add(-2*day + 7*time.Minute), Until: from.Add(day + 3*time.Minute)}
+	reads("partly complete", f, true)
+	f.Until = from.Add(22 * time.Hour)
+	reads("partly complete, no whole day after it", f, false)
 }
 
 // TestWorstStreamsTwoPhases: WorstStreams (ids first, then details) lists

@@ -55,8 +55,8 @@ var promoterTables = []string{"itl_streams", "itl_timelines", "itl_origin", "itl
 // are stopped and checked); itl_origin holds each acked origin timeline once
 // per version and every acked pair joined; the rollups equal the same sums
 // over the rows they roll up (itl_rollup_1m, itl_rollup_1m_site,
-// itl_rollup_1h and itl_rollup_1h_dim over itl_streams, itl_origin_1m over itl_origin FINAL,
-// version 1). The figures are logged.
+// itl_rollup_1h, itl_rollup_1h_dim and itl_rollup_1d_dim over itl_streams,
+// itl_origin_1m over itl_origin FINAL, version 1). The figures are logged.
 func TestKillHuntsTheCut(t *testing.T) {
 	t.Parallel()
 	lib := itlmontest.ChdbLib(t)
@@ -332,9 +332,10 @@ func TestKillHuntsTheCut(t *testing.T) {
 	var raw string
 	itlmontest.QueryRow(t, conn, "SELECT toString(tuple("+sums("toUInt64(count())", "sum")+
 		", countIf(ttft_cause = 'unknown'), countIf(ttft_cause = 'network'), countIf(ttft_cause = 'page'), countIf(ttft_cause = 'origin'))) FROM itl_streams", &raw)
-	// The minute rollup, the hourly one, and the per-dimension one (every
-	// stream is under dim '' once; 010's views, one fed by the other).
-	for _, from := range []string{"itl_rollup_1m", "itl_rollup_1m_site", "itl_rollup_1h", "itl_rollup_1h_dim WHERE dim = ''"} {
+	// The minute rollups, the hourly one, and the per-dimension hourly and
+	// daily ones (every stream is under dim '' once; 010's and 013's views,
+	// each fed by the one before).
+	for _, from := range []string{"itl_rollup_1m", "itl_rollup_1m_site", "itl_rollup_1h", "itl_rollup_1h_dim WHERE dim = ''", "itl_rollup_1d_dim WHERE dim = ''"} {
 		var rollup string
 		itlmontest.QueryRow(t, conn, "SELECT toString(tuple("+sums("sum(streams)", "sum")+
 			", sum(ttft_unknown), sum(ttft_network), sum(ttft_page), sum(ttft_origin))) FROM "+from, &rollup)

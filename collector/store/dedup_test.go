@@ -19,17 +19,17 @@ import (
 
 // counts promotes what was written and returns the streams in itl_streams
 // (FINAL) and in the rollup. It fails unless the hourly rollups (010: a view
-// on itl_streams and a view on that view's target) and the per-site minute
-// rollup (012: a view on the minute rollup's) count what the minute rollup
-// counts.
+// on itl_streams and a view on that view's target), the per-site minute
+// rollup (012: a view on the minute rollup's) and the daily one (013: a view
+// on the per-dimension hourly one's) count what the minute rollup counts.
 func counts(t *testing.T, db *store.DB) (raw, rollup uint64) {
 	t.Helper()
 	promote(t, db)
 	raw, rollup = queryUint(t, db, "SELECT count() FROM itl_streams FINAL"), queryUint(t, db, "SELECT sum(streams) FROM itl_rollup_1m")
 	hourly, byDim := queryUint(t, db, "SELECT sum(streams) FROM itl_rollup_1h"), queryUint(t, db, "SELECT sum(streams) FROM itl_rollup_1h_dim WHERE dim = 'browser'")
-	bySite := queryUint(t, db, "SELECT sum(streams) FROM itl_rollup_1m_site")
-	if hourly != rollup || byDim != rollup || bySite != rollup {
-		t.Fatalf("streams: itl_rollup_1m %d, itl_rollup_1h %d, itl_rollup_1h_dim %d, itl_rollup_1m_site %d", rollup, hourly, byDim, bySite)
+	bySite, byDay := queryUint(t, db, "SELECT sum(streams) FROM itl_rollup_1m_site"), queryUint(t, db, "SELECT sum(streams) FROM itl_rollup_1d_dim WHERE dim = 'model'")
+	if hourly != rollup || byDim != rollup || bySite != rollup || byDay != rollup {
+		t.Fatalf("streams: itl_rollup_1m %d, itl_rollup_1h %d, itl_rollup_1h_dim %d, itl_rollup_1m_site %d, itl_rollup_1d_dim %d", rollup, hourly, byDim, bySite, byDay)
 	}
 	return raw, rollup
 }
@@ -278,12 +278,13 @@ func TestRerunAfterRestartCountedOnce(t *testing.T) {
 			(SELECT sum(ttft_unknown + ttft_network + ttft_page + ttft_origin) FROM itl_rollup_1m WHERE site = 'rerun'),
 			(SELECT sum(streams) FROM itl_rollup_1m_site WHERE site = 'rerun'),
 			(SELECT sum(streams) FROM itl_rollup_1h WHERE site = 'rerun'), (SELECT sum(streams) FROM itl_rollup_1h_dim WHERE site = 'rerun' AND dim = ''),
+			(SELECT sum(streams) FROM itl_rollup_1d_dim WHERE site = 'rerun' AND dim = ''),
 			(SELECT count() FROM itl_origin WHERE site = 'rerun'), (SELECT sum(streams) FROM itl_origin_1m WHERE site = 'rerun')))`).Scan(&got); err != nil {
 			t.Fatalf("%s: %v", when, err)
 		}
 		// itl_rollup_1m's streams come from one view, its causes from the other.
-		if want := "(6,6,6,6,6,6,1,1)"; got != want {
-			t.Errorf("%s: itl_streams, itl_rollup_1m streams and TTFT causes, itl_rollup_1m_site, itl_rollup_1h, itl_rollup_1h_dim, itl_origin, itl_origin_1m = %s, want %s",
+		if want := "(6,6,6,6,6,6,6,1,1)"; got != want {
+			t.Errorf("%s: itl_streams, itl_rollup_1m streams and TTFT causes, itl_rollup_1m_site, itl_rollup_1h, itl_rollup_1h_dim, itl_rollup_1d_dim, itl_origin, itl_origin_1m = %s, want %s",
 				when, got, want)
 		}
 	}

@@ -65,7 +65,7 @@ func TestDashboardReport(t *testing.T) {
 			float64(start+n)/1e6, time.Since(t0).Seconds(), el.Seconds(), float64(start+n)/el.Seconds())
 	}
 	seedTime := time.Since(began)
-	var raw, rolled, hourly, byDim, bySite uint64
+	var raw, rolled, hourly, byDim, bySite, byDay uint64
 	if err := conn.QueryRow(ctx, "SELECT count() FROM itl_streams").Scan(&raw); err != nil {
 		t.Fatal(err)
 	}
@@ -81,20 +81,24 @@ func TestDashboardReport(t *testing.T) {
 	if err := conn.QueryRow(ctx, "SELECT toUInt64(sum(streams)) FROM itl_rollup_1m_site").Scan(&bySite); err != nil {
 		t.Fatal(err)
 	}
-	if raw != uint64(total) || rolled != uint64(total) || hourly != uint64(total) || byDim != uint64(total) || bySite != uint64(total) {
-		t.Fatalf("itl_streams holds %d rows, the minute rollups count %d and %d streams, the hourly ones %d and %d, want %d",
-			raw, rolled, bySite, hourly, byDim, total)
+	if err := conn.QueryRow(ctx, "SELECT toUInt64(sum(streams)) FROM itl_rollup_1d_dim WHERE dim = ''").Scan(&byDay); err != nil {
+		t.Fatal(err)
+	}
+	if raw != uint64(total) || rolled != uint64(total) || hourly != uint64(total) || byDim != uint64(total) || bySite != uint64(total) || byDay != uint64(total) {
+		t.Fatalf("itl_streams holds %d rows, the minute rollups count %d and %d streams, the hourly ones %d and %d, the daily one %d, want %d",
+			raw, rolled, bySite, hourly, byDim, byDay, total)
 	}
 	fmt.Printf("seeded %d streams in %.1f s (%.0f rows/s, the materialized views included)\n\n", total, seedTime.Seconds(), float64(total)/seedTime.Seconds())
 	printSizes(t, conn)
 	// Each insert adds rollup rows per minute and group from two views
 	// (003 and the causes' view of 005), per minute and site from one view
 	// run for each of those (012), per hour and group from
-	// one and per hour and dimension value from one (010); background
+	// one and per hour and dimension value from one (010), per day and
+	// dimension value from one on that one's block (013); background
 	// merges fold them as production's steady trickle of inserts lets
 	// them. Fold them now, so the rollups are read as they stand after
 	// their merges.
-	for _, table := range []string{"itl_rollup_1m", "itl_rollup_1m_site", "itl_rollup_1h", "itl_rollup_1h_dim"} {
+	for _, table := range []string{"itl_rollup_1m", "itl_rollup_1m_site", "itl_rollup_1h", "itl_rollup_1h_dim", "itl_rollup_1d_dim"} {
 		t0 := time.Now()
 		if err := conn.Exec(ctx, "OPTIMIZE TABLE "+table+" FINAL"); err != nil {
 			t.Fatal(err)
@@ -162,6 +166,57 @@ func TestDashboardReport(t *testing.T) {
 		}
 	}
 	fmt.Println()
+	dailyVsHourly(t, conn, reps)
+}
+
+// dailyVsHourly times the reads that take whole days from itl_rollup_1d_dim
+// against the same reads from the hourly tables alone (the daily table
+// hidden, as before it existed), interleaved in one run, through
+// collector/query (no HTTP).
+func dailyVsHourly(t *testing.T, conn query.Conn, reps int) {
+	ctx := context.Background()
+	hourly := hideDaily{conn}
+	fmt.Printf("whole days from itl_rollup_1d_dim vs from the hourly tables alone, site chat, %d runs each, interleaved; collector/query, no HTTP\n", reps)
+	fmt.Printf("%-22s %-5s %12s %12s %14s %14s %8s\n", "read", "range", "daily p50 ms", "daily p95 ms", "hourly p50 ms", "hourly p95 ms", "ratio")
+	for _, rng := range []struct {
+		name string
+		d    time.Duration
+	}{{"7d", 7 * 24 * time.Hour}, {"30d", 30 * 24 * time.Hour}} {
+		f := query.Filter{Site: "chat", Since: time.Now().UTC().Add(-rng.d)}
+		for _, r := range []struct {
+			name string
+			read func(c query.Conn) error
+		}{
+			{"summary", func(c query.Conn) error { _, err := query.Summary(ctx, c, f); return err }},
+			{"breakdown by browser", func(c query.Conn) error { _, err := query.Breakdown(ctx, c, f, "browser"); return err }},
+			{"breakdown by region", func(c query.Conn) error { _, err := query.Breakdown(ctx, c, f, "region"); return err }},
+			{"causes by model", func(c query.Conn) error { _, err := query.CauseBreakdown(ctx, c, f, "model"); return err }},
+		} {
+			var withDays, without []time.Duration
+			for i := range reps + 1 {
+				a := timeIt(t, 1, func() error { return r.read(conn) })
+				b := timeIt(t, 1, func() error { return r.read(hourly) })
+				if i > 0 { // the first is a second warm-up
+					withDays, without = append(withDays, a...), append(without, b...)
+				}
+			}
+			fmt.Printf("%-22s %-5s %12.1f %12.1f %14.1f %14.1f %7.2fx\n", r.name, rng.name,
+				msOf(quantileDur(withDays, 0.5)), msOf(quantileDur(withDays, 0.95)), msOf(quantileDur(without, 0.5)), msOf(quantileDur(without, 0.95)),
+				float64(quantileDur(withDays, 0.5))/float64(quantileDur(without, 0.5)))
+		}
+	}
+	fmt.Println()
+}
+
+// hideDaily answers the read side's question of from when itl_rollup_1d_dim
+// is complete with "unknown", so it reads the hourly tables for those days.
+type hideDaily struct{ query.Conn }
+
+func (c hideDaily) Query(ctx context.Context, q string, args ...any) (driver.Rows, error) {
+	if strings.Contains(q, "itl_rollup_1d_from") {
+		q = strings.ReplaceAll(q, "FROM itl_rollup_1d_from", "FROM itl_rollup_1d_from WHERE 0")
+	}
+	return c.Conn.Query(ctx, q, args...)
 }
 
 func envInt(t *testing.T, name string, def int) int {
@@ -327,7 +382,7 @@ func msOf(d time.Duration) float64 { return float64(d) / 1e6 }
 
 func printSizes(t *testing.T, conn query.Conn) {
 	rows, err := conn.Query(context.Background(), `SELECT table, sum(rows), count(), sum(data_compressed_bytes), sum(data_uncompressed_bytes), sum(bytes_on_disk)
-		FROM system.parts WHERE active AND database = currentDatabase() AND table IN ('itl_streams', 'itl_rollup_1m', 'itl_rollup_1m_site', 'itl_rollup_1h', 'itl_rollup_1h_dim', 'itl_promoted_ids')
+		FROM system.parts WHERE active AND database = currentDatabase() AND table IN ('itl_streams', 'itl_rollup_1m', 'itl_rollup_1m_site', 'itl_rollup_1h', 'itl_rollup_1h_dim', 'itl_rollup_1d_dim', 'itl_promoted_ids')
 		GROUP BY table ORDER BY table`)
 	if err != nil {
 		t.Fatal(err)
@@ -350,8 +405,8 @@ func printSizes(t *testing.T, conn query.Conn) {
 }
 
 // printGrains prints rows per stream of the rollups as stored: the minute
-// and hour tables by eight dimensions, and the rows of itl_rollup_1h_dim a
-// read naming one dimension (or none) reads.
+// and hour tables by eight dimensions, and the rows of itl_rollup_1h_dim and
+// itl_rollup_1d_dim a read naming one dimension (or none) reads.
 func printGrains(t *testing.T, conn driver.Conn, total int) {
 	fmt.Printf("\n%-58s %12s %16s\n", "rollup grain (site and time, then dimensions)", "rows", "rows per stream")
 	for _, g := range []struct{ name, q string }{
@@ -362,6 +417,8 @@ func printGrains(t *testing.T, conn driver.Conn, total int) {
 		{"  of them dim '' (every stream of the site)", "SELECT countIf(dim = '') FROM itl_rollup_1h_dim"},
 		{"  of them dim browser", "SELECT countIf(dim = 'browser') FROM itl_rollup_1h_dim"},
 		{"  of them dim region", "SELECT countIf(dim = 'region') FROM itl_rollup_1h_dim"},
+		{"itl_rollup_1d_dim: day, one dimension at a time (all)", "SELECT count() FROM itl_rollup_1d_dim"},
+		{"  of them dim browser", "SELECT countIf(dim = 'browser') FROM itl_rollup_1d_dim"},
 	} {
 		var n uint64
 		if err := conn.QueryRow(context.Background(), g.q).Scan(&n); err != nil {
