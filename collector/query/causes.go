@@ -109,7 +109,7 @@ func CauseTimeseries(ctx context.Context, conn Conn, f Filter, step time.Duratio
 	if err := validStep(step); err != nil {
 		return nil, err
 	}
-	src, args, err := rollupSource(ctx, conn, f, step, "")
+	src, args, err := rollupSource(ctx, conn, f, step, "", sumsOnly)
 	if err != nil {
 		return nil, err
 	}
@@ -150,7 +150,7 @@ func CauseBreakdown(ctx context.Context, conn Conn, f Filter, dim string) ([]Cau
 	if !ok {
 		return nil, fmt.Errorf("%w: unknown dimension %q: allowed are %s", ErrBadFilter, dim, strings.Join(Dimensions(), ", "))
 	}
-	src, args, err := rollupSource(ctx, conn, f, 0, dim)
+	src, args, err := rollupSource(ctx, conn, f, 0, dim, sumsOnly)
 	if err != nil {
 		return nil, err
 	}

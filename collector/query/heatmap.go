@@ -46,7 +46,7 @@ func ITLHeatmap(ctx context.Context, conn Conn, f Filter, step time.Duration) (H
 	if err := validStep(step); err != nil {
 		return Heatmap{}, err
 	}
-	src, args, err := rollupSource(ctx, conn, f, step, "")
+	src, args, err := rollupSource(ctx, conn, f, step, "", mergesHistograms)
 	if err != nil {
 		return Heatmap{}, err
 	}

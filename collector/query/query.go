@@ -249,7 +249,7 @@ func Summary(ctx context.Context, conn Conn, f Filter) (Report, error) {
 	if err := f.Validate(); err != nil {
 		return Report{}, err
 	}
-	src, args, err := rollupSource(ctx, conn, f, 0, "")
+	src, args, err := rollupSource(ctx, conn, f, 0, "", mergesHistograms)
 	if err != nil {
 		return Report{}, err
 	}
@@ -291,7 +291,7 @@ func Breakdown(ctx context.Context, conn Conn, f Filter, dim string) ([]Group, e
 	if !ok {
 		return nil, fmt.Errorf("%w: unknown dimension %q: allowed are %s", ErrBadFilter, dim, strings.Join(Dimensions(), ", "))
 	}
-	src, args, err := rollupSource(ctx, conn, f, 0, dim)
+	src, args, err := rollupSource(ctx, conn, f, 0, dim, mergesHistograms)
 	if err != nil {
 		return nil, err
 	}
@@ -355,7 +355,7 @@ func Timeseries(ctx context.Context, conn Conn, f Filter, step time.Duration) ([
 	if err := validStep(step); err != nil {
 		return nil, err
 	}
-	src, args, err := rollupSource(ctx, conn, f, step, "")
+	src, args, err := rollupSource(ctx, conn, f, step, "", mergesHistograms)
 	if err != nil {
 		return nil, err
 	}
