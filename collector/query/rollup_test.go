@@ -119,20 +119,14 @@ func sameRows(t *testing.T, conn driver.Conn) {
 		if d != "" {
 			col = "toString(" + d + ")"
 		}
-		pairs = append(pairs, [2]string{
-			"SELECT hour AS h, site, toString(value) AS v, " + agg + " FROM itl_rollup_1h_dim WHERE dim = '" + d + "' GROUP BY h, site, v",
-			"SELECT toStartOfHour(minute) AS h, site, " + col + " AS v, " + agg + " FROM itl_rollup_1m GROUP BY h, site, v",
-		})
-	}
-	for _, d := range append([]string{""}, strings.Split(dims, ", ")...) {
-		col := "''"
-		if d != "" {
-			col = "toString(" + d + ")"
+		// per hour and per day: the table, its time column, the minute's
+		// truncation to it
+		for _, g := range [][3]string{{"itl_rollup_1h_dim", "hour", "toStartOfHour"}, {"itl_rollup_1d_dim", "day", "toStartOfDay"}} {
+			pairs = append(pairs, [2]string{
+				"SELECT " + g[1] + " AS t, site, toString(value) AS v, " + agg + " FROM " + g[0] + " WHERE dim = '" + d + "' GROUP BY t, site, v",
+				"SELECT " + g[2] + "(minute) AS t, site, " + col + " AS v, " + agg + " FROM itl_rollup_1m GROUP BY t, site, v",
+			})
 		}
-		pairs = append(pairs, [2]string{
-			"SELECT day AS t, site, toString(value) AS v, " + agg + " FROM itl_rollup_1d_dim WHERE dim = '" + d + "' GROUP BY t, site, v",
-			"SELECT toStartOfDay(minute) AS t, site, " + col + " AS v, " + agg + " FROM itl_rollup_1m GROUP BY t, site, v",
-		})
 	}
 	pairs = append(pairs, [2]string{
 		"SELECT minute, site, " + agg + " FROM itl_rollup_1m_site GROUP BY minute, site",
