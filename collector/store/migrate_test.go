@@ -244,3 +244,45 @@ func migratedUpTo(t *testing.T, prefix string, last uint32) *store.DB {
 	}
 	return db
 }
+
+// TestDailyRollupFromOnUpgrade: 013 on a database that has streams makes
+// itl_rollup_1d_from the next UTC day (every stream stored before the view
+// is in an earlier day, and the read side takes whole days from the daily
+// table only from it on); the view counts what is stored after it, once.
+func TestDailyRollupFromOnUpgrade(t *testing.T) {
+	t.Parallel() // a database of its own; its assertions time nothing
+	ctx := context.Background()
+	db := migratedUpTo(t, "daily", 12)
+	at := time.Now().UTC().Add(-time.Minute)
+	if err := store.InsertDirect(ctx, db.Conn(), makeStreams(5, "before", at)); err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Now().UTC()
+	if err := db.Migrate(ctx); err != nil {
+		t.Fatalf("migrate: %v", err)
+	}
+	t1 := time.Now().UTC()
+	var from time.Time
+	if err := db.Conn().QueryRow(ctx, "SELECT max(complete_from) FROM itl_rollup_1d_from").Scan(&from); err != nil {
+		t.Fatal(err)
+	}
+	// The migration's clock is between t0 and t1: the day after its own.
+	if from = from.UTC(); !from.Equal(t0.Truncate(24*time.Hour).Add(24*time.Hour)) && !from.Equal(t1.Truncate(24*time.Hour).Add(24*time.Hour)) {
+		t.Errorf("itl_rollup_1d_from = %v, want the UTC day after the migration's (it ran between %v and %v)", from, t0, t1)
+	}
+	if n := queryUint(t, db, "SELECT count() FROM itl_rollup_1d_dim"); n != 0 {
+		t.Errorf("itl_rollup_1d_dim holds %d rows before any insert after its view", n)
+	}
+	if err := store.InsertDirect(ctx, db.Conn(), makeStreams(7, "after", time.Now().UTC())); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Migrate(ctx); err != nil { // again: changes nothing
+		t.Fatalf("migrate again: %v", err)
+	}
+	if n := queryUint(t, db, "SELECT sum(streams) FROM itl_rollup_1d_dim WHERE site = 'after' AND dim = 'browser'"); n != 7 {
+		t.Errorf("itl_rollup_1d_dim counts %d streams stored after its view, want 7", n)
+	}
+	if n := queryUint(t, db, "SELECT count() FROM itl_rollup_1d_from"); n != 1 {
+		t.Errorf("itl_rollup_1d_from holds %d rows after a second migration, want 1", n)
+	}
+}
