@@ -140,6 +140,8 @@ func TestDashboardReport(t *testing.T) {
 	fmt.Printf("\ndashboard endpoints, site chat (%.0f %% of the streams), %d runs each after a warm-up; HTTP through the collector (JSON included) vs the same aggregates as SQL over itl_streams through clickhouse-go (rows scanned)\n",
 		100*float64(r.Streams)/float64(total), reps)
 	fmt.Printf("%-12s %-5s %10s %10s %12s %12s %8s\n", "endpoint", "range", "p50 ms", "p95 ms", "raw p50 ms", "raw p95 ms", "raw/api")
+	var missed []string // endpoints over the goal's p95
+	reads := 0
 	for _, rng := range []struct {
 		name string
 		d    time.Duration
@@ -147,6 +149,10 @@ func TestDashboardReport(t *testing.T) {
 		for _, e := range dashEndpoints(rng.name, id) {
 			api := timeIt(t, reps, func() error { return getOK(m.ReadURL() + e.path) })
 			line := fmt.Sprintf("%-12s %-5s %10.1f %10.1f", e.name, rng.name, msOf(quantileDur(api, 0.5)), msOf(quantileDur(api, 0.95)))
+			reads++
+			if p95 := quantileDur(api, 0.95); p95 > dashGoalP95 {
+				missed = append(missed, fmt.Sprintf("%s %s (%.0f ms)", e.name, rng.name, msOf(p95)))
+			}
 			if e.raw == nil {
 				fmt.Println(line + fmt.Sprintf(" %12s %12s %8s", "(reads raw)", "", ""))
 				continue
@@ -165,9 +171,18 @@ func TestDashboardReport(t *testing.T) {
 				float64(quantileDur(rawT, 0.5))/float64(quantileDur(api, 0.5))))
 		}
 	}
-	fmt.Println()
+	fmt.Printf("goal: every endpoint's p95 at most %v over every range: %d of %d reads met it", dashGoalP95, reads-len(missed), reads)
+	if len(missed) > 0 {
+		fmt.Printf("; over it: %s", strings.Join(missed, ", "))
+	}
+	fmt.Print("\n\n")
 	dailyVsHourly(t, conn, reps)
 }
+
+// dashGoalP95 is the dashboard's goal for every endpoint over every range
+// at 10 M streams (the report prints which reads miss it; it asserts
+// nothing on speed).
+const dashGoalP95 = 300 * time.Millisecond
 
 // dailyVsHourly times the reads that take whole days from itl_rollup_1d_dim
 // (those that merge histograms; the causes' reads do not take them)
