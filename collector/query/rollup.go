@@ -74,9 +74,8 @@ var rollupColumns = []string{
 //
 //   - for the whole UTC days of the range, when the read merges histograms
 //     (merge), step is a whole number of days (0 included), the read names
-//     at most one dimension and
-//     itl_rollup_1d_dim holds every stream of those days
-//     (itl_rollup_1d_from) and the hourly tables every stream of their
+//     at most one dimension, itl_rollup_1d_dim holds every stream of those
+//     days (itl_rollup_1d_from) and the hourly tables every stream of their
 //     hours: itl_rollup_1d_dim;
 //   - for the other whole hours of the range, when step is a whole number of
 //     hours (0: no time series, a summary or breakdown) and the hourly
@@ -142,9 +141,9 @@ func rollupSource(ctx context.Context, conn Conn, f Filter, step time.Duration, 
 			ds, de = s, e
 		}
 	}
-	hours := append(timeRange{hs, ds}.orNone(), timeRange{de, he}.orNone()...)
-	if !ds.Before(de) {
-		hours = timeRange{hs, he}.orNone()
+	hours := timeRange{hs, he}.orNone()
+	if ds.Before(de) {
+		hours = append(timeRange{hs, ds}.orNone(), timeRange{de, he}.orNone()...)
 	}
 	// The other minutes, from the per-site minute table where it is
 	// complete and the read names no dimension, else from the minute table.
@@ -254,9 +253,8 @@ func rangesCond(col string, ranges []timeRange) (string, []any) {
 
 // completeFroms reads from which time on each of tables, filled only by
 // views, holds every stream (itl_rollup_1h_from, itl_rollup_1d_from,
-// itl_rollup_1m_site_from), in
-// one query; a table absent from the answer does not say (read the minute
-// table only then). Through a Distributed table each shard has said its own:
+// itl_rollup_1m_site_from), in one query; a table absent from the answer
+// does not say (read the minute table only then). Through a Distributed table each shard has said its own:
 // the latest counts.
 func completeFroms(ctx context.Context, conn Conn, tables ...string) (map[string]time.Time, error) {
 	froms := map[string]time.Time{}
