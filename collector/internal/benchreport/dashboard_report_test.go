@@ -208,11 +208,11 @@ func dailyVsHourly(t *testing.T, conn query.Conn, reps int) {
 			{"breakdown by region", func(c query.Conn) error { _, err := query.Breakdown(ctx, c, f, "region"); return err }},
 		} {
 			var withDays, without []time.Duration
+			// One warm-up each, then the two reads in turn.
 			for i := range reps + 1 {
-				a := timeIt(t, 1, func() error { return r.read(conn) })
-				b := timeIt(t, 1, func() error { return r.read(hourly) })
-				if i > 0 { // the first is a second warm-up
-					withDays, without = append(withDays, a...), append(without, b...)
+				a, b := timeOnce(t, func() error { return r.read(conn) }), timeOnce(t, func() error { return r.read(hourly) })
+				if i > 0 {
+					withDays, without = append(withDays, a), append(without, b)
 				}
 			}
 			fmt.Printf("%-22s %-5s %12.1f %12.1f %14.1f %14.1f %7.2fx\n", r.name, rng.name,
@@ -383,6 +383,16 @@ func timeIt(t *testing.T, reps int, f func() error) []time.Duration {
 		ds[i] = time.Since(t0)
 	}
 	return ds
+}
+
+// timeOnce runs f once and returns its time.
+func timeOnce(t *testing.T, f func() error) time.Duration {
+	t.Helper()
+	t0 := time.Now()
+	if err := f(); err != nil {
+		t.Fatal(err)
+	}
+	return time.Since(t0)
 }
 
 // quantileDur is the nearest-rank quantile.
