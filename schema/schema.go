@@ -28,6 +28,9 @@
 // one at a time; itl_rollup_1h_from: the hour from which they are complete),
 // itl_rollup_1d_dim (per day, by one dimension at a time; complete from the
 // day itl_rollup_1d_from holds),
+// itl_streams_sample (the streams whose id hashes into the lowest
+// sixteenth: a comparison's sample; complete from the hour
+// itl_streams_sample_from holds),
 // itl_timelines (sampled raw timelines), itl_origin and itl_origin_1m (the
 // origin vantage point and its rollup), itl_edge (the edge vantage point); itl_otlp_exports (the minutes the
 // OpenTelemetry export claimed).

@@ -10,7 +10,8 @@
 // (schema/*.sql) name the rollup dimensions themselves, and this package's
 // test, on the real engine, checks that they group by exactly the
 // dimensions marked Rollup here and that every Column is a column of
-// itl_streams. docs/development.md says how to add one.
+// itl_streams and of itl_streams_sample (the comparison's sample).
+// docs/development.md says how to add one.
 //
 // The package imports nothing, so every other package can import it.
 package dimension

@@ -23,8 +23,8 @@ func TestMain(m *testing.M) {
 // to the registry: the rollups group by exactly its Rollup dimensions (the
 // views' GROUP BY, the tables' sorting keys and dimension columns, and the
 // per-dimension view's list of dims, each under its key), and every
-// dimension's column is a string column of itl_streams. Adding a dimension
-// to one side only fails here.
+// dimension's column is a string column of itl_streams and a column of
+// itl_streams_sample. Adding a dimension to one side only fails here.
 func TestSchemaMatchesRegistry(t *testing.T) {
 	db := chtest.NewDB(t, store.Options{})
 	ctx := context.Background()
@@ -84,6 +84,14 @@ func TestSchemaMatchesRegistry(t *testing.T) {
 		}
 		if typ != "String" && typ != "LowCardinality(String)" {
 			t.Errorf("dimension %q: itl_streams.%s is %s, want String or LowCardinality(String)", d.Key, d.Column, typ)
+		}
+	}
+
+	// A comparison reads its sample of itl_streams first: every dimension's
+	// column is a column of it, of the same type.
+	for _, d := range dimension.All() {
+		if got, want := columns["itl_streams_sample"][d.Column], columns["itl_streams"][d.Column]; got != want {
+			t.Errorf("dimension %q: itl_streams_sample.%s is %q, itl_streams.%s %q", d.Key, d.Column, got, d.Column, want)
 		}
 	}
 

@@ -316,7 +316,7 @@ func (db *DB) appliedVersions(ctx context.Context) (map[uint32]bool, error) {
 func (db *DB) applyTTL(ctx context.Context, conn driver.Conn, onCluster string) error {
 	days := int(db.opts.StreamsTTL / (24 * time.Hour))
 	want := fmt.Sprintf("toDateTime(received_at) + toIntervalDay(%d)", days)
-	for _, table := range []string{"itl_streams", "itl_timelines"} {
+	for _, table := range []string{"itl_streams", "itl_streams_sample", "itl_timelines"} {
 		var engine string
 		err := conn.QueryRow(ctx,
 			"SELECT engine_full FROM system.tables WHERE database = currentDatabase() AND name = ?", table).Scan(&engine)

@@ -21,7 +21,9 @@ import (
 // (FINAL) and in the rollup. It fails unless the hourly rollups (010: a view
 // on itl_streams and a view on that view's target), the per-site minute
 // rollup (012: a view on the minute rollup's) and the daily one (013: a view
-// on the per-dimension hourly one's) count what the minute rollup counts.
+// on the per-dimension hourly one's) count what the minute rollup counts,
+// and the comparison's sample (014) holds the rows of itl_streams below
+// its bound, once each.
 func counts(t *testing.T, db *store.DB) (raw, rollup uint64) {
 	t.Helper()
 	promote(t, db)
@@ -30,6 +32,10 @@ func counts(t *testing.T, db *store.DB) (raw, rollup uint64) {
 	bySite, byDay := queryUint(t, db, "SELECT sum(streams) FROM itl_rollup_1m_site"), queryUint(t, db, "SELECT sum(streams) FROM itl_rollup_1d_dim WHERE dim = 'model'")
 	if hourly != rollup || byDim != rollup || bySite != rollup || byDay != rollup {
 		t.Fatalf("streams: itl_rollup_1m %d, itl_rollup_1h %d, itl_rollup_1h_dim %d, itl_rollup_1m_site %d, itl_rollup_1d_dim %d", rollup, hourly, byDim, bySite, byDay)
+	}
+	sampled, sample := queryUint(t, db, "SELECT count() FROM itl_streams WHERE cityHash64(stream_id) < pow(2, 60)"), queryUint(t, db, "SELECT count() FROM itl_streams_sample")
+	if sample != sampled {
+		t.Fatalf("itl_streams_sample holds %d rows, itl_streams %d below its bound", sample, sampled)
 	}
 	return raw, rollup
 }

@@ -286,3 +286,46 @@ func TestDailyRollupFromOnUpgrade(t *testing.T) {
 		t.Errorf("itl_rollup_1d_from holds %d rows after a second migration, want 1", n)
 	}
 }
+
+// TestStreamsSampleFromOnUpgrade: 014 on a database that has streams makes
+// itl_streams_sample_from the next hour (every stream stored before the
+// view is in an earlier one, and a comparison reads the sample only for
+// ranges from it on); the view holds the streams stored after it below its
+// bound, once.
+func TestStreamsSampleFromOnUpgrade(t *testing.T) {
+	t.Parallel() // a database of its own; its assertions time nothing
+	ctx := context.Background()
+	db := migratedUpTo(t, "sample", 13)
+	if err := store.InsertDirect(ctx, db.Conn(), makeStreams(50, "before", time.Now().UTC().Add(-time.Minute))); err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Now().UTC()
+	if err := db.Migrate(ctx); err != nil {
+		t.Fatalf("migrate: %v", err)
+	}
+	t1 := time.Now().UTC()
+	var from time.Time
+	if err := db.Conn().QueryRow(ctx, "SELECT max(complete_from) FROM itl_streams_sample_from").Scan(&from); err != nil {
+		t.Fatal(err)
+	}
+	// The migration's clock is between t0 and t1: the hour after its own.
+	if from = from.UTC(); !from.Equal(t0.Truncate(time.Hour).Add(time.Hour)) && !from.Equal(t1.Truncate(time.Hour).Add(time.Hour)) {
+		t.Errorf("itl_streams_sample_from = %v, want the hour after the migration's (it ran between %v and %v)", from, t0, t1)
+	}
+	if n := queryUint(t, db, "SELECT count() FROM itl_streams_sample"); n != 0 {
+		t.Errorf("itl_streams_sample holds %d rows before any insert after its view", n)
+	}
+	if err := store.InsertDirect(ctx, db.Conn(), makeStreams(400, "after", time.Now().UTC())); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Migrate(ctx); err != nil { // again: changes nothing
+		t.Fatalf("migrate again: %v", err)
+	}
+	want := queryUint(t, db, "SELECT count() FROM itl_streams WHERE site = 'after' AND cityHash64(stream_id) < pow(2, 60)")
+	if n := queryUint(t, db, "SELECT count() FROM itl_streams_sample WHERE site = 'after'"); n != want || n == 0 {
+		t.Errorf("itl_streams_sample holds %d of the streams stored after its view, want the %d below its bound", n, want)
+	}
+	if n := queryUint(t, db, "SELECT count() FROM itl_streams_sample_from"); n != 1 {
+		t.Errorf("itl_streams_sample_from holds %d rows after a second migration, want 1", n)
+	}
+}
