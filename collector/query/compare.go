@@ -6,6 +6,7 @@ import (
 	"math"
 	"slices"
 	"strconv"
+	"strings"
 )
 
 // The comparison's test. Each metric is one value per stream (the unit is the
@@ -21,8 +22,18 @@ const (
 	CompareAlpha      = 0.05
 	MinCompareStreams = 8
 	// MaxCompareStreams bounds the streams read per group: beyond it a
-	// deterministic pseudo-random sample (by a hash of the stream id).
+	// deterministic pseudo-random sample, the streams with the smallest
+	// cityHash64 of their id.
 	MaxCompareStreams = 20000
+)
+
+// The sample a comparison reads first (schema/014_streams_sample.sql): every
+// stream of itl_streams whose cityHash64(stream_id) is below 2^60, a
+// sixteenth, with its hash, dimensions and the compared metrics' columns,
+// complete from the hour sampleFromTable holds.
+const (
+	sampleTable     = "itl_streams_sample"
+	sampleFromTable = "itl_streams_sample_from"
 )
 
 // CompareMetrics are the per-stream metrics compared, and whether a larger
@@ -78,7 +89,18 @@ type MetricCompare struct {
 // Compare compares the streams matching f with dim = a against those with
 // dim = b (dim one of RawDimensions), per stream, from itl_streams. f.Where
 // must not constrain dim itself.
+//
+// Each side is the MaxCompareStreams streams with the smallest hash of
+// their id, read from itl_streams_sample when the range is within the
+// sample's complete hours and the side has that many streams there (then
+// they are the same streams: every stream with a smaller hash than the
+// sample's bound is in it), else from itl_streams.
 func Compare(ctx context.Context, conn Conn, f Filter, dim, a, b string) (Comparison, error) {
+	return compare(ctx, conn, f, dim, a, b, MaxCompareStreams)
+}
+
+// compare is Compare with at most limit streams per side.
+func compare(ctx context.Context, conn Conn, f Filter, dim, a, b string, limit int) (Comparison, error) {
 	c := Comparison{Dim: dim, A: a, B: b, Alpha: CompareAlpha,
 		Test: "two-sided Mann-Whitney U over streams (one value per stream), Bonferroni over " + strconv.Itoa(len(CompareMetrics)) + " metrics"}
 	if err := f.Validate(); err != nil {
@@ -91,19 +113,52 @@ func Compare(ctx context.Context, conn Conn, f Filter, dim, a, b string) (Compar
 	if _, ok := f.Where[dim]; ok {
 		return c, fmt.Errorf("%w: compare by %s and filter on it at once", ErrBadFilter, dim)
 	}
-	sa, na, err := compareSamples(ctx, conn, f, col, a)
+	// The sides the sample answers: it is complete for the range and holds
+	// the limit's streams of the side.
+	var sampled [2]bool
+	froms, err := completeFroms(ctx, conn, sampleFromTable)
 	if err != nil {
 		return c, err
 	}
-	sb, nb, err := compareSamples(ctx, conn, f, col, b)
-	if err != nil {
-		return c, err
+	if from, ok := froms[sampleFromTable]; ok && !f.Since.Before(from) {
+		na, nb, err := compareCounts(ctx, conn, f, sampleTable, col, a, b)
+		if err != nil {
+			return c, err
+		}
+		sampled = [2]bool{na >= int64(limit), nb >= int64(limit)}
 	}
-	c.StreamsA, c.StreamsB = na, nb
+	var (
+		sides  [2][][]float64
+		counts [2]int64
+	)
+	for i, v := range []string{a, b} {
+		table := streamsTable
+		if sampled[i] {
+			table = sampleTable
+		}
+		if sides[i], counts[i], err = compareSamples(ctx, conn, f, table, col, v, limit); err != nil {
+			return c, err
+		}
+	}
+	if sampled[0] || sampled[1] {
+		// The streams of a side read from the sample are counted in
+		// itl_streams.
+		na, nb, err := compareCounts(ctx, conn, f, streamsTable, col, a, b)
+		if err != nil {
+			return c, err
+		}
+		if sampled[0] {
+			counts[0] = na
+		}
+		if sampled[1] {
+			counts[1] = nb
+		}
+	}
+	c.StreamsA, c.StreamsB = counts[0], counts[1]
 	perTest := CompareAlpha / float64(len(CompareMetrics))
 	c.Worse = []string{}
 	for k, m := range CompareMetrics {
-		x, y := sa[k], sb[k]
+		x, y := sides[0][k], sides[1][k]
 		mc := MetricCompare{Name: m.Name, NA: len(x), NB: len(y), Verdict: "too few"}
 		slices.Sort(x)
 		slices.Sort(y)
@@ -135,17 +190,22 @@ func Compare(ctx context.Context, conn Conn, f Filter, dim, a, b string) (Compar
 	return c, nil
 }
 
-// compareSamples reads each CompareMetrics value of the streams with col =
-// value (at most MaxCompareStreams, a hash sample beyond), and how many
-// streams matched.
-func compareSamples(ctx context.Context, conn Conn, f Filter, col, value string) ([][]float64, int64, error) {
+// compareSamples reads, from table (itl_streams or itl_streams_sample), the
+// streams with col = value and the smallest hashes of their id, at most
+// limit: one slice per CompareMetrics value (the streams without it left
+// out), and how many streams of the table match.
+func compareSamples(ctx context.Context, conn Conn, f Filter, table, col, value string, limit int) ([][]float64, int64, error) {
 	where, args := f.rawWhere()
-	sel := "count() OVER ()"
-	for _, m := range CompareMetrics {
-		sel += ", toNullable(toFloat64(" + m.Expr + "))"
+	hash := "cityHash64(stream_id)"
+	if table == sampleTable {
+		hash = "hash"
 	}
-	q := "SELECT " + sel + " FROM " + streamsTable + " WHERE " + where + " AND " + col + " = ?" +
-		" ORDER BY cityHash64(stream_id) LIMIT " + strconv.Itoa(MaxCompareStreams)
+	sel := []string{"count() OVER ()"}
+	for _, m := range CompareMetrics {
+		sel = append(sel, "toNullable(toFloat64("+m.Expr+"))")
+	}
+	q := "SELECT " + strings.Join(sel, ", ") + " FROM " + table + " WHERE " + where + " AND " + col + " = ?" +
+		" ORDER BY " + hash + " LIMIT " + strconv.Itoa(limit)
 	rows, err := conn.Query(ctx, q, append(args, value)...)
 	if err != nil {
 		return nil, 0, fmt.Errorf("query compare %s: %w", value, err)
@@ -172,6 +232,29 @@ func compareSamples(ctx context.Context, conn Conn, f Filter, col, value string)
 		return nil, 0, fmt.Errorf("read compare %s: %w", value, err)
 	}
 	return out, int64(total), nil
+}
+
+// compareCounts counts the streams of table matching f with col = a and
+// with col = b.
+func compareCounts(ctx context.Context, conn Conn, f Filter, table, col, a, b string) (na, nb int64, err error) {
+	where, args := f.rawWhere()
+	q := "SELECT countIf(" + col + " = ?), countIf(" + col + " = ?) FROM " + table +
+		" WHERE " + where + " AND " + col + " IN (?, ?)"
+	rows, err := conn.Query(ctx, q, append(append([]any{a, b}, args...), a, b)...)
+	if err != nil {
+		return 0, 0, fmt.Errorf("count compare %s, %s: %w", a, b, err)
+	}
+	defer rows.Close()
+	var ua, ub uint64
+	for rows.Next() {
+		if err := rows.Scan(&ua, &ub); err != nil {
+			return 0, 0, fmt.Errorf("scan compare counts: %w", err)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return 0, 0, fmt.Errorf("read compare counts: %w", err)
+	}
+	return int64(ua), int64(ub), nil
 }
 
 // MannWhitney returns U for y (the number of pairs (x_i, y_j) with y_j >

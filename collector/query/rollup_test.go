@@ -21,8 +21,9 @@ import (
 
 // tableConn records the statements sent through it; with minuteOnly it
 // answers the completeness of the hourly and the per-site minute rollups
-// as "unknown", so the read side reads the minute rollup alone
-// (what it did before the others).
+// and of the comparison's sample as "unknown", so the read side reads the
+// minute rollup alone and a comparison itl_streams alone (what they did
+// before the others).
 type tableConn struct {
 	query.Conn
 	minuteOnly bool
@@ -34,7 +35,8 @@ func (c *tableConn) Query(ctx context.Context, q string, args ...any) (driver.Ro
 	c.mu.Lock()
 	c.sent = append(c.sent, q)
 	c.mu.Unlock()
-	if c.minuteOnly && (strings.Contains(q, "itl_rollup_1h_from") || strings.Contains(q, "itl_rollup_1m_site_from") || strings.Contains(q, "itl_rollup_1d_from")) {
+	if c.minuteOnly && (strings.Contains(q, "itl_rollup_1h_from") || strings.Contains(q, "itl_rollup_1m_site_from") || strings.Contains(q, "itl_rollup_1d_from") ||
+		strings.Contains(q, "itl_streams_sample_from")) {
 		q = "SELECT toUInt64(0), toDateTime(0, 'UTC') WHERE 0"
 	}
 	return c.Conn.Query(ctx, q, args...)
