@@ -177,6 +177,7 @@ func TestDashboardReport(t *testing.T) {
 	}
 	fmt.Print("\n\n")
 	dailyVsHourly(t, conn, reps)
+	sampleVsStreams(t, conn, reps)
 }
 
 // dashGoalP95 is the dashboard's goal for every endpoint over every range
@@ -253,6 +254,53 @@ func envInt(t *testing.T, name string, def int) int {
 type dashEndpoint struct {
 	name, path string
 	raw        func(window time.Duration) []string
+}
+
+// sampleVsStreams times the comparison (the dashboard's, two releases) with
+// its sample (itl_streams_sample) against the same comparison from
+// itl_streams alone (the sample hidden, as before it existed), interleaved
+// in one run, through collector/query (no HTTP). The two answer the same.
+func sampleVsStreams(t *testing.T, conn query.Conn, reps int) {
+	ctx := context.Background()
+	streams := hideSample{conn}
+	fmt.Printf("compare, release web-2026.11.2 vs web-2026.11.3, from itl_streams_sample vs from itl_streams alone, site chat, %d runs each, interleaved; collector/query, no HTTP\n", reps)
+	fmt.Printf("%-5s %13s %13s %17s %17s %8s\n", "range", "sample p50 ms", "sample p95 ms", "itl_streams p50 ms", "itl_streams p95 ms", "ratio")
+	for _, rng := range []struct {
+		name string
+		d    time.Duration
+	}{{"1d", 24 * time.Hour}, {"7d", 7 * 24 * time.Hour}, {"30d", 30 * 24 * time.Hour}} {
+		f := query.Filter{Site: "chat", Since: time.Now().UTC().Add(-rng.d)}
+		read := func(c query.Conn) (query.Comparison, error) {
+			return query.Compare(ctx, c, f, "release", "web-2026.11.2", "web-2026.11.3")
+		}
+		var withSample, without []time.Duration
+		var a, b query.Comparison
+		// One warm-up each, then the two reads in turn.
+		for i := range reps + 1 {
+			ta := timeOnce(t, func() (err error) { a, err = read(conn); return err })
+			tb := timeOnce(t, func() (err error) { b, err = read(streams); return err })
+			if i > 0 {
+				withSample, without = append(withSample, ta), append(without, tb)
+			}
+		}
+		if !reflect.DeepEqual(a, b) {
+			t.Errorf("compare over %s: from the sample\n%+v\nfrom itl_streams alone\n%+v", rng.name, a, b)
+		}
+		fmt.Printf("%-5s %13.1f %13.1f %17.1f %17.1f %7.2fx\n", rng.name,
+			msOf(quantileDur(withSample, 0.5)), msOf(quantileDur(withSample, 0.95)), msOf(quantileDur(without, 0.5)), msOf(quantileDur(without, 0.95)),
+			float64(quantileDur(withSample, 0.5))/float64(quantileDur(without, 0.5)))
+	}
+	fmt.Println()
+}
+
+// hideSample answers the read side's question of from when
+// itl_streams_sample is complete with "unknown", so a comparison reads
+// itl_streams alone.
+type hideSample struct{ query.Conn }
+
+func (c hideSample) Query(ctx context.Context, q string, args ...any) (driver.Rows, error) {
+	q = strings.ReplaceAll(q, "FROM itl_streams_sample_from", "FROM itl_streams_sample_from WHERE 0")
+	return c.Conn.Query(ctx, q, args...)
 }
 
 func dashEndpoints(since, id string) []dashEndpoint {
@@ -407,13 +455,13 @@ func msOf(d time.Duration) float64 { return float64(d) / 1e6 }
 
 func printSizes(t *testing.T, conn query.Conn) {
 	rows, err := conn.Query(context.Background(), `SELECT table, sum(rows), count(), sum(data_compressed_bytes), sum(data_uncompressed_bytes), sum(bytes_on_disk)
-		FROM system.parts WHERE active AND database = currentDatabase() AND table IN ('itl_streams', 'itl_rollup_1m', 'itl_rollup_1m_site', 'itl_rollup_1h', 'itl_rollup_1h_dim', 'itl_rollup_1d_dim', 'itl_promoted_ids')
+		FROM system.parts WHERE active AND database = currentDatabase() AND table IN ('itl_streams', 'itl_rollup_1m', 'itl_rollup_1m_site', 'itl_rollup_1h', 'itl_rollup_1h_dim', 'itl_rollup_1d_dim', 'itl_streams_sample', 'itl_promoted_ids')
 		GROUP BY table ORDER BY table`)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer rows.Close()
-	fmt.Printf("%-15s %12s %6s %14s %16s %14s\n", "table", "rows", "parts", "compressed MB", "uncompressed MB", "on disk MB")
+	fmt.Printf("%-18s %12s %6s %14s %16s %14s\n", "table", "rows", "parts", "compressed MB", "uncompressed MB", "on disk MB")
 	for rows.Next() {
 		var (
 			name                   string
@@ -422,7 +470,7 @@ func printSizes(t *testing.T, conn query.Conn) {
 		if err := rows.Scan(&name, &n, &parts, &c, &u, &onDisk); err != nil {
 			t.Fatal(err)
 		}
-		fmt.Printf("%-15s %12d %6d %14.1f %16.1f %14.1f\n", name, n, parts, float64(c)/1e6, float64(u)/1e6, float64(onDisk)/1e6)
+		fmt.Printf("%-18s %12d %6d %14.1f %16.1f %14.1f\n", name, n, parts, float64(c)/1e6, float64(u)/1e6, float64(onDisk)/1e6)
 	}
 	if err := rows.Err(); err != nil {
 		t.Fatal(err)
