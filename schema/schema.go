@@ -30,7 +30,9 @@
 // day itl_rollup_1d_from holds),
 // itl_streams_sample (the streams whose id hashes into the lowest
 // sixteenth: a comparison's sample; complete from the hour
-// itl_streams_sample_from holds),
+// itl_streams_sample_from holds), itl_rechunk_1h (the re-chunking
+// counters per hour and one dimension at a time; complete from the hour
+// itl_rechunk_1h_from holds),
 // itl_timelines (sampled raw timelines), itl_origin and itl_origin_1m (the
 // origin vantage point and its rollup), itl_edge (the edge vantage point); itl_otlp_exports (the minutes the
 // OpenTelemetry export claimed).

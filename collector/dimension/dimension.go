@@ -10,7 +10,9 @@
 // (schema/*.sql) name the rollup dimensions themselves, and this package's
 // test, on the real engine, checks that they group by exactly the
 // dimensions marked Rollup here and that every Column is a column of
-// itl_streams and of itl_streams_sample (the comparison's sample).
+// itl_streams, of itl_streams_sample (the comparison's sample) and of
+// itl_origin, and that both re-chunking views (itl_rechunk_1h) list every
+// dimension.
 // docs/development.md says how to add one.
 //
 // The package imports nothing, so every other package can import it.

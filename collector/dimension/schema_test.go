@@ -24,7 +24,9 @@ func TestMain(m *testing.M) {
 // views' GROUP BY, the tables' sorting keys and dimension columns, and the
 // per-dimension view's list of dims, each under its key), and every
 // dimension's column is a string column of itl_streams and a column of
-// itl_streams_sample. Adding a dimension to one side only fails here.
+// itl_streams_sample and itl_origin, listed under its key by the
+// re-chunking rollup's views. Adding a dimension to one side only fails
+// here.
 func TestSchemaMatchesRegistry(t *testing.T) {
 	db := chtest.NewDB(t, store.Options{})
 	ctx := context.Background()
@@ -87,11 +89,41 @@ func TestSchemaMatchesRegistry(t *testing.T) {
 		}
 	}
 
-	// A comparison reads its sample of itl_streams first: every dimension's
-	// column is a column of it, of the same type.
+	// A comparison reads its sample of itl_streams first, and the
+	// re-chunking rollup's origin part groups joined origin timelines by the
+	// browser's values copied into itl_origin: every dimension's column is a
+	// column of both, of the same type.
 	for _, d := range dimension.All() {
-		if got, want := columns["itl_streams_sample"][d.Column], columns["itl_streams"][d.Column]; got != want {
-			t.Errorf("dimension %q: itl_streams_sample.%s is %q, itl_streams.%s %q", d.Key, d.Column, got, d.Column, want)
+		for _, tbl := range []string{"itl_streams_sample", "itl_origin"} {
+			if got, want := columns[tbl][d.Column], columns["itl_streams"][d.Column]; got != want {
+				t.Errorf("dimension %q: %s.%s is %q, itl_streams.%s %q", d.Key, tbl, d.Column, got, d.Column, want)
+			}
+		}
+	}
+
+	// The re-chunking rollup's two views count every stream under every
+	// dimension's key (the rollups' and the others), from its column.
+	var all []string
+	for _, d := range dimension.All() {
+		all = append(all, d.Key+"="+d.Column)
+	}
+	slices.Sort(all)
+	for _, view := range []string{"itl_rechunk_1h_mv", "itl_rechunk_1h_origin_mv"} {
+		tb, ok := tables[view]
+		if !ok {
+			t.Errorf("no view %s", view)
+			continue
+		}
+		var got []string
+		for _, m := range dimPair.FindAllStringSubmatch(tb.asSelect, -1) {
+			got = append(got, m[1]+"="+m[2])
+		}
+		slices.Sort(got)
+		if !strings.Contains(tb.asSelect, "('', '')") {
+			t.Errorf("%s does not count every stream under dim '': %s", view, tb.asSelect)
+		}
+		if !slices.Equal(got, all) {
+			t.Errorf("%s has the dims (key=column) %v, the registry's dimensions are %v", view, got, all)
 		}
 	}
 

@@ -53,6 +53,7 @@ func clientOf(o beacon.Origin, site string) collector.Stream {
 	r.OriginID = o.ID
 	r.StartUnixMs = o.StartUnixMs
 	r.Format, r.Status, r.HTTPStatus = 1, 1, 200
+	r.URLOrigin, r.HTTPProto = "https://api.example", "h2"
 	r.TTFBUs, r.TTFCUs, r.DurationUs = o.TTFBUs+40*ms, o.EmitUs[0]+40*ms, o.DurationUs+40*ms
 	r.TTFTUs = o.EmitUs[0] + 40*ms
 	r.Events, r.ContentEvents, r.Tokens, r.Reads = 31, 30, 30, 31
@@ -199,6 +200,12 @@ func TestOriginFirst(t *testing.T) {
 		"(1,1,620000,40000,true)")
 	eventually(t, f.db, "SELECT toString((gap_p50_us, gap_max_us, stalls, ttft_us, flushes)) FROM itl_origin FINAL WHERE origin_id = 'req-1'",
 		"(20000,620000,1,100000,31)")
+	// The browser's values the re-chunking rollup's origin part groups by,
+	// and that part: one stream whose origin emitted an event per flush.
+	eventually(t, f.db, "SELECT toString((url_origin, http_proto, client_content_events, region)) FROM itl_origin FINAL WHERE origin_id = 'req-1' AND version = 1",
+		"('https://api.example','h2',30,'DE-BE')")
+	eventually(t, f.db, "SELECT toString((sum(streams), sum(multi), sum(origin_smooth), sum(origin_burst))) FROM itl_rechunk_1h WHERE site = 'chat' AND dim = 'api_origin' AND value = 'https://api.example'",
+		"(1,1,1,0)")
 	eventually(t, f.db, "SELECT toString((sum(streams), sum(stalls_origin), sum(stalled_us_origin), sum(ttft_origin))) FROM itl_origin_1m WHERE site = 'chat'",
 		"(1,1,620000,1)")
 	eventually(t, f.db, "SELECT toString((sum(stalls_origin), sum(stalled_us_origin), sum(ttft_origin))) FROM itl_rollup_1m WHERE site = 'chat'",
@@ -235,6 +242,9 @@ func TestLateOrigin(t *testing.T) {
 	f.addOrigin(t, "chat", o)
 	eventually(t, f.db, "SELECT toString((version, stalls_origin, stalls_unknown, in_streams)) FROM itl_origin FINAL WHERE origin_id = 'req-3'",
 		"(1,1,0,false)")
+	// Joined from the stored stream: its values still reach the row.
+	eventually(t, f.db, "SELECT toString((url_origin, http_proto, client_content_events, region)) FROM itl_origin FINAL WHERE origin_id = 'req-3' AND version = 1",
+		"('https://api.example','h2',30,'DE-BE')")
 	waitStats(t, f.p, "1 join, not in streams", func(st promoter.Stats) bool { return st.Joined == 1 && st.JoinedInStreams == 0 })
 	// A resend of the client record (lost ack) joins nothing twice.
 	c := clientOf(o, "chat")

@@ -57,6 +57,10 @@ type Row struct {
 	Device                 string    `ch:"device"`
 	Model                  string    `ch:"model"`
 	Release                string    `ch:"release"`
+	Colo                   string    `ch:"colo"`
+	URLOrigin              string    `ch:"url_origin"`
+	HTTPProto              string    `ch:"http_proto"`
+	ClientContentEvents    uint32    `ch:"client_content_events"`
 	ClientTTFTUs           *uint32   `ch:"client_ttft_us"`
 	ClientGapP50Us         uint32    `ch:"client_gap_p50_us"`
 	ClientGapP99Us         uint32    `ch:"client_gap_p99_us"`
@@ -88,6 +92,7 @@ var rowColumns = strings.Join([]string{
 	"gap_p50_us", "gap_p99_us", "gap_max_us", "stalls",
 	"itl_idx", "itl_cnt", "itl_zero", "itl_sum", "itl_min", "itl_max", "emit_us", "emits_dropped",
 	"stream_id", "client_received_at", "country", "region", "browser", "os", "device", "model", "release",
+	"colo", "url_origin", "http_proto", "client_content_events",
 	"client_ttft_us", "client_gap_p50_us", "client_gap_p99_us", "client_events_per_read", "client_max_events_per_read",
 	"added_ttft_us", "added_p50_us", "added_p99_us", "client_stalls", "client_stalled_us",
 	"stalls_unknown", "stalls_network", "stalls_page", "stalls_origin",
@@ -145,6 +150,7 @@ func joinedRow(base Row, s *collector.Stream, r *join.Result, inStreams bool) Ro
 	row.ClientReceivedAt = s.ReceivedAt.UTC()
 	row.Country, row.Region, row.Browser, row.OS, row.Device = s.Country, s.Region, s.Browser, s.OS, s.Device
 	row.Model, row.Release = s.Model, s.Release
+	row.Colo, row.URLOrigin, row.HTTPProto, row.ClientContentEvents = s.Colo, s.URLOrigin, s.HTTPProto, s.ContentEvents
 	row.ClientTTFTUs = optTime(s.TTFTUs)
 	row.ClientGapP50Us, row.ClientGapP99Us = s.GapP50Us, s.GapP99Us
 	row.ClientEventsPerRead, row.ClientMaxEventsPerRead = s.EventsPerRead, s.MaxEventsPerRead

@@ -22,8 +22,9 @@ import (
 // on itl_streams and a view on that view's target), the per-site minute
 // rollup (012: a view on the minute rollup's) and the daily one (013: a view
 // on the per-dimension hourly one's) count what the minute rollup counts,
-// and the comparison's sample (014) holds the rows of itl_streams below
-// its bound, once each.
+// the comparison's sample (014) holds the rows of itl_streams below its
+// bound, once each, and the re-chunking rollup (015) counts what the
+// minute rollup counts.
 func counts(t *testing.T, db *store.DB) (raw, rollup uint64) {
 	t.Helper()
 	promote(t, db)
@@ -36,6 +37,9 @@ func counts(t *testing.T, db *store.DB) (raw, rollup uint64) {
 	sampled, sample := queryUint(t, db, "SELECT count() FROM itl_streams WHERE cityHash64(stream_id) < pow(2, 60)"), queryUint(t, db, "SELECT count() FROM itl_streams_sample")
 	if sample != sampled {
 		t.Fatalf("itl_streams_sample holds %d rows, itl_streams %d below its bound", sample, sampled)
+	}
+	if rechunk := queryUint(t, db, "SELECT sum(streams) FROM itl_rechunk_1h WHERE dim = 'api_origin'"); rechunk != rollup {
+		t.Fatalf("streams: itl_rollup_1m %d, itl_rechunk_1h %d", rollup, rechunk)
 	}
 	return raw, rollup
 }

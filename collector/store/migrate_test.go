@@ -287,15 +287,15 @@ func TestDailyRollupFromOnUpgrade(t *testing.T) {
 	}
 }
 
-// TestStreamsSampleFromOnUpgrade: 014 on a database that has streams makes
-// itl_streams_sample_from the next hour (every stream stored before the
-// view is in an earlier one, and a comparison reads the sample only for
-// ranges from it on); the view holds the streams stored after it below its
-// bound, once.
-func TestStreamsSampleFromOnUpgrade(t *testing.T) {
+// TestHourFromOnUpgrade: 014 and 015 on a database that has streams make
+// itl_streams_sample_from and itl_rechunk_1h_from the next hour (every
+// stream stored before their views is in an earlier one, and the read side
+// reads their tables only for hours from it on); the views hold the
+// streams stored after them, once.
+func TestHourFromOnUpgrade(t *testing.T) {
 	t.Parallel() // a database of its own; its assertions time nothing
 	ctx := context.Background()
-	db := migratedUpTo(t, "sample", 13)
+	db := migratedUpTo(t, "hourfrom", 13)
 	if err := store.InsertDirect(ctx, db.Conn(), makeStreams(50, "before", time.Now().UTC().Add(-time.Minute))); err != nil {
 		t.Fatal(err)
 	}
@@ -304,16 +304,18 @@ func TestStreamsSampleFromOnUpgrade(t *testing.T) {
 		t.Fatalf("migrate: %v", err)
 	}
 	t1 := time.Now().UTC()
-	var from time.Time
-	if err := db.Conn().QueryRow(ctx, "SELECT max(complete_from) FROM itl_streams_sample_from").Scan(&from); err != nil {
-		t.Fatal(err)
-	}
-	// The migration's clock is between t0 and t1: the hour after its own.
-	if from = from.UTC(); !from.Equal(t0.Truncate(time.Hour).Add(time.Hour)) && !from.Equal(t1.Truncate(time.Hour).Add(time.Hour)) {
-		t.Errorf("itl_streams_sample_from = %v, want the hour after the migration's (it ran between %v and %v)", from, t0, t1)
-	}
-	if n := queryUint(t, db, "SELECT count() FROM itl_streams_sample"); n != 0 {
-		t.Errorf("itl_streams_sample holds %d rows before any insert after its view", n)
+	for _, table := range []string{"itl_streams_sample", "itl_rechunk_1h"} {
+		var from time.Time
+		if err := db.Conn().QueryRow(ctx, "SELECT max(complete_from) FROM "+table+"_from").Scan(&from); err != nil {
+			t.Fatal(err)
+		}
+		// The migration's clock is between t0 and t1: the hour after its own.
+		if from = from.UTC(); !from.Equal(t0.Truncate(time.Hour).Add(time.Hour)) && !from.Equal(t1.Truncate(time.Hour).Add(time.Hour)) {
+			t.Errorf("%s_from = %v, want the hour after the migration's (it ran between %v and %v)", table, from, t0, t1)
+		}
+		if n := queryUint(t, db, "SELECT count() FROM "+table); n != 0 {
+			t.Errorf("%s holds %d rows before any insert after its view", table, n)
+		}
 	}
 	if err := store.InsertDirect(ctx, db.Conn(), makeStreams(400, "after", time.Now().UTC())); err != nil {
 		t.Fatal(err)
@@ -325,7 +327,12 @@ func TestStreamsSampleFromOnUpgrade(t *testing.T) {
 	if n := queryUint(t, db, "SELECT count() FROM itl_streams_sample WHERE site = 'after'"); n != want || n == 0 {
 		t.Errorf("itl_streams_sample holds %d of the streams stored after its view, want the %d below its bound", n, want)
 	}
-	if n := queryUint(t, db, "SELECT count() FROM itl_streams_sample_from"); n != 1 {
-		t.Errorf("itl_streams_sample_from holds %d rows after a second migration, want 1", n)
+	if n := queryUint(t, db, "SELECT sum(streams) FROM itl_rechunk_1h WHERE site = 'after' AND dim = 'browser'"); n != 400 {
+		t.Errorf("itl_rechunk_1h counts %d streams stored after its view, want 400", n)
+	}
+	for _, table := range []string{"itl_streams_sample_from", "itl_rechunk_1h_from"} {
+		if n := queryUint(t, db, "SELECT count() FROM "+table); n != 1 {
+			t.Errorf("%s holds %d rows after a second migration, want 1", table, n)
+		}
 	}
 }
