@@ -188,8 +188,84 @@ type Rechunk struct {
 	Diagnosis string `json:"diagnosis,omitempty"`
 }
 
-// RechunkBy is Rechunk per value of dim (RawDimensions), from itl_streams
-// rows matching f, most streams first, at most MaxGroups.
+// The re-chunking rollup (schema/015_rechunk_1h.sql): rechunkSums per hour
+// and per value of one dimension at a time (dim and value; the empty dim
+// counts every stream of the site), complete from the hour rechunkFromTable
+// holds.
+const (
+	rechunkTable     = "itl_rechunk_1h"
+	rechunkFromTable = "itl_rechunk_1h_from"
+)
+
+// rechunkSums are the counters a Rechunk is computed from: sums over
+// streams, which add across hours and tables.
+type rechunkSums struct {
+	streams, events, reads, bytes uint64
+	subFloorGaps                  float64 // sub_floor_share times the gaps, per stream
+	gaps, ttftNetwork, withTTFT   uint64
+	// multi: streams with 3+ content events; the rest count those streams.
+	multi, oneRead, steady, bursty, pageStalled, networkStalled uint64
+	originBurst, originSmooth                                   uint64
+}
+
+func (s *rechunkSums) add(o *rechunkSums) {
+	s.streams += o.streams
+	s.events += o.events
+	s.reads += o.reads
+	s.bytes += o.bytes
+	s.subFloorGaps += o.subFloorGaps
+	s.gaps += o.gaps
+	s.ttftNetwork += o.ttftNetwork
+	s.withTTFT += o.withTTFT
+	s.multi += o.multi
+	s.oneRead += o.oneRead
+	s.steady += o.steady
+	s.bursty += o.bursty
+	s.pageStalled += o.pageStalled
+	s.networkStalled += o.networkStalled
+	s.originBurst += o.originBurst
+	s.originSmooth += o.originSmooth
+}
+
+// dest is where a row of the rollup or of the raw read scans into, in the
+// columns' order (rechunkColumns).
+func (s *rechunkSums) dest() []any {
+	return []any{&s.streams, &s.events, &s.reads, &s.bytes, &s.subFloorGaps, &s.gaps, &s.ttftNetwork, &s.withTTFT,
+		&s.multi, &s.oneRead, &s.steady, &s.bursty, &s.pageStalled, &s.networkStalled, &s.originBurst, &s.originSmooth}
+}
+
+// rechunkColumns are itl_rechunk_1h's counters, in rechunkSums.dest's order.
+var rechunkColumns = []string{"streams", "events", "reads", "bytes", "sub_floor_gaps", "gaps", "ttft_network", "with_ttft",
+	"multi", "one_read", "steady", "bursty", "page_stalled", "network_stalled", "origin_burst", "origin_smooth"}
+
+// rechunk is the picture of one value from its sums.
+func (s *rechunkSums) rechunk(key string) Rechunk {
+	r := Rechunk{Key: key, Streams: int64(s.streams)}
+	r.EventsPerRead = ratio(float64(s.events), float64(s.reads))
+	r.BytesPerRead = ratio(float64(s.bytes), float64(s.reads))
+	r.SubFloorShare = ratio(s.subFloorGaps, float64(s.gaps))
+	r.CoalescedTTFTShare = ratio(float64(s.ttftNetwork), float64(s.withTTFT))
+	multi := float64(s.multi)
+	r.OneReadShare = ratio(float64(s.oneRead), multi)
+	r.SteadyShare = ratio(float64(s.steady), multi)
+	r.BurstyShare = ratio(float64(s.bursty), multi)
+	r.PageStallShare = ratio(float64(s.pageStalled), multi)
+	r.NetworkStallShare = ratio(float64(s.networkStalled), multi)
+	r.OriginBurstShare = ratio(float64(s.originBurst), multi)
+	r.OriginSmoothShare = ratio(float64(s.originSmooth), multi)
+	r.classify()
+	return r
+}
+
+// RechunkBy is Rechunk per value of dim (RawDimensions) of the streams
+// matching f, most streams first, at most MaxGroups.
+//
+// When the read names at most one dimension (its filter and dim together),
+// the whole hours of the range from itl_rechunk_1h_from on come from
+// itl_rechunk_1h, the rest (the partial hours at either end, the hours
+// before the rollup was complete, every hour of a read naming two
+// dimensions) from itl_streams joined with the origin timelines; the sums
+// of the two are the answer itl_streams alone gives.
 func RechunkBy(ctx context.Context, conn Conn, f Filter, dim string) ([]Rechunk, error) {
 	if err := f.Validate(); err != nil {
 		return nil, err
@@ -198,22 +274,94 @@ func RechunkBy(ctx context.Context, conn Conn, f Filter, dim string) ([]Rechunk,
 	if err != nil {
 		return nil, err
 	}
-	where, args := f.rawWhere()
-	const multi = "content_events >= 3"
-	// The origin side of each joined stream (itl_origin's version 1 rows
-	// carry the browser's stream id): did the origin batch its events?
-	// GLOBAL: on a cluster the joined table is read once, not per shard.
 	until := f.Until
 	if until.IsZero() {
 		until = time.Now()
 	}
+	raw := []timeRange{{f.Since.UTC(), until.UTC()}}
+	var hours timeRange
+	if _, same := f.Where[dim]; len(f.Where) == 0 || len(f.Where) == 1 && same {
+		froms, err := completeFroms(ctx, conn, rechunkFromTable)
+		if err != nil {
+			return nil, err
+		}
+		if from, ok := froms[rechunkFromTable]; ok {
+			hours = timeRange{ceilHour(maxTime(f.Since.UTC(), from)), until.UTC().Truncate(time.Hour)}
+		}
+	}
+	sums := map[string]*rechunkSums{}
+	if hours.from.Before(hours.to) {
+		raw = append(timeRange{f.Since.UTC(), hours.from}.orNone(), timeRange{hours.to, until.UTC()}.orNone()...)
+		if err := rechunkHours(ctx, conn, f, dim, hours, sums); err != nil {
+			return nil, err
+		}
+	}
+	if len(raw) > 0 {
+		if err := rechunkRaw(ctx, conn, f, dim, col, raw, sums); err != nil {
+			return nil, err
+		}
+	}
+	out := make([]Rechunk, 0, len(sums))
+	for key, s := range sums {
+		out = append(out, s.rechunk(key))
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Streams != out[j].Streams {
+			return out[i].Streams > out[j].Streams
+		}
+		return out[i].Key < out[j].Key
+	})
+	if len(out) > MaxGroups {
+		out = out[:MaxGroups]
+	}
+	return out, nil
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+// rechunkHours adds the sums of itl_rechunk_1h over the whole hours h per
+// value of dim (f names no other dimension) to sums.
+func rechunkHours(ctx context.Context, conn Conn, f Filter, dim string, h timeRange, sums map[string]*rechunkSums) error {
+	sel := make([]string, len(rechunkColumns))
+	for i, c := range rechunkColumns {
+		sel[i] = "sum(" + c + ")"
+	}
+	q := "SELECT toString(value) AS key, " + strings.Join(sel, ", ") + " FROM " + rechunkTable +
+		" WHERE site = ? AND dim = ? AND hour >= ? AND hour < ?"
+	args := []any{f.Site, dim, h.from, h.to}
+	if v, ok := f.Where[dim]; ok {
+		q += " AND value = ?"
+		args = append(args, v)
+	}
+	return scanRechunk(ctx, conn, "rechunk by "+dim, q+" GROUP BY key", args, sums)
+}
+
+// rechunkRaw adds the sums of the itl_streams rows matching f within
+// ranges per value of col to sums, each stream joined with its origin
+// timelines (itl_origin's version 1 rows carry the browser's stream id)
+// received within originSlack of the ranges. GLOBAL: on a cluster the
+// joined table is read once, not per shard.
+func rechunkRaw(ctx context.Context, conn Conn, f Filter, dim, col string, ranges []timeRange, sums map[string]*rechunkSums) error {
+	const multi = "content_events >= 3"
+	around := make([]timeRange, len(ranges))
+	for i, r := range ranges {
+		around[i] = timeRange{r.from.Add(-originSlack), r.to.Add(originSlack)}
+	}
+	oCond, oArgs := rangesCond("received_at", around)
 	originJoin := "GLOBAL LEFT JOIN (SELECT stream_id, 1 AS o_joined, " +
 		"max(content_events >= 3 AND itl_zero >= " + ftoa(OriginBurstShare) + " * (content_events - 1)) AS o_burst " +
-		"FROM itl_origin WHERE site = ? AND version = 1 AND received_at >= ? AND received_at < ? GROUP BY stream_id) AS o USING (stream_id)"
-	args = append([]any{f.Site, f.Since.Add(-originSlack).UTC(), until.Add(originSlack).UTC()}, args...)
+		"FROM itl_origin WHERE site = ? AND version = 1 AND " + oCond + " GROUP BY stream_id) AS o USING (stream_id)"
+	cond, cArgs := rangesCond("received_at", ranges)
+	dims, dArgs := f.dims()
+	args := append(append(append(append([]any{f.Site}, oArgs...), f.Site), cArgs...), dArgs...)
 	q := "SELECT toString(" + col + ") AS key, count(), " +
-		"toFloat64(sum(events)), toFloat64(sum(reads)), toFloat64(sum(bytes)), " +
-		"sumIf(toFloat64(sub_floor_share) * (content_events - 1), content_events >= 2), toFloat64(sumIf(content_events - 1, content_events >= 2)), " +
+		"sum(events), sum(reads), sum(bytes), " +
+		"sumIf(toFloat64(sub_floor_share) * (content_events - 1), content_events >= 2), toUInt64(sumIf(content_events - 1, content_events >= 2)), " +
 		"countIf(ttft_cause = 'network'), countIf(ttft_us IS NOT NULL), " +
 		"countIf(" + multi + "), " +
 		"countIf(" + multi + " AND max_events_per_read >= content_events), " +
@@ -221,44 +369,35 @@ func RechunkBy(ctx context.Context, conn Conn, f Filter, dim string) ([]Rechunk,
 		"countIf(" + multi + " AND max_events_per_read < content_events AND max_events_per_read >= 3 AND max_events_per_read > 2 * events_per_read), " +
 		"countIf(" + multi + " AND stalls_page > 0), countIf(" + multi + " AND stalls_network > 0), " +
 		"countIf(" + multi + " AND o_burst = 1), countIf(" + multi + " AND o_joined = 1 AND o_burst = 0) " +
-		"FROM " + streamsTable + " " + originJoin + " WHERE " + where + " GROUP BY key ORDER BY count() DESC, key LIMIT " + strconv.Itoa(MaxGroups)
+		"FROM " + streamsTable + " " + originJoin + " WHERE site = ? AND " + cond + dims + " GROUP BY key"
+	return scanRechunk(ctx, conn, "rechunk by "+dim, q, args, sums)
+}
+
+// scanRechunk runs q, whose rows are a key and rechunkSums' columns, and
+// adds each row to sums.
+func scanRechunk(ctx context.Context, conn Conn, what, q string, args []any, sums map[string]*rechunkSums) error {
 	rows, err := conn.Query(ctx, q, args...)
 	if err != nil {
-		return nil, fmt.Errorf("query rechunk by %s: %w", dim, err)
+		return fmt.Errorf("query %s: %w", what, err)
 	}
 	defer rows.Close()
-	var out []Rechunk
 	for rows.Next() {
 		var (
-			r                                           Rechunk
-			n                                           uint64
-			content, reads, bytes, subW, gaps           float64
-			ttftNet, withTTFT, multiN, one, stdy, burst uint64
-			page, net, oBurst, oSmooth                  uint64
+			key string
+			s   rechunkSums
 		)
-		if err := rows.Scan(&r.Key, &n, &content, &reads, &bytes, &subW, &gaps, &ttftNet, &withTTFT, &multiN, &one, &stdy, &burst, &page, &net,
-			&oBurst, &oSmooth); err != nil {
-			return nil, fmt.Errorf("scan rechunk by %s: %w", dim, err)
+		if err := rows.Scan(append([]any{&key}, s.dest()...)...); err != nil {
+			return fmt.Errorf("scan %s: %w", what, err)
 		}
-		r.Streams = int64(n)
-		r.EventsPerRead = ratio(content, reads)
-		r.BytesPerRead = ratio(bytes, reads)
-		r.SubFloorShare = ratio(subW, gaps)
-		r.CoalescedTTFTShare = ratio(float64(ttftNet), float64(withTTFT))
-		r.OneReadShare = ratio(float64(one), float64(multiN))
-		r.SteadyShare = ratio(float64(stdy), float64(multiN))
-		r.BurstyShare = ratio(float64(burst), float64(multiN))
-		r.PageStallShare = ratio(float64(page), float64(multiN))
-		r.NetworkStallShare = ratio(float64(net), float64(multiN))
-		r.OriginBurstShare = ratio(float64(oBurst), float64(multiN))
-		r.OriginSmoothShare = ratio(float64(oSmooth), float64(multiN))
-		r.classify()
-		out = append(out, r)
+		if sums[key] == nil {
+			sums[key] = &rechunkSums{}
+		}
+		sums[key].add(&s)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("read rechunk by %s: %w", dim, err)
+		return fmt.Errorf("read %s: %w", what, err)
 	}
-	return out, nil
+	return nil
 }
 
 // classify sets Flagged, Pattern and Diagnosis from the shares. A pattern

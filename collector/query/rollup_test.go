@@ -21,9 +21,9 @@ import (
 
 // tableConn records the statements sent through it; with minuteOnly it
 // answers the completeness of the hourly and the per-site minute rollups
-// and of the comparison's sample as "unknown", so the read side reads the
-// minute rollup alone and a comparison itl_streams alone (what they did
-// before the others).
+// and of the comparison's sample and the re-chunking rollup as "unknown",
+// so the read side reads the minute rollup alone and a comparison and the
+// re-chunking view itl_streams alone (what they did before the others).
 type tableConn struct {
 	query.Conn
 	minuteOnly bool
@@ -36,7 +36,7 @@ func (c *tableConn) Query(ctx context.Context, q string, args ...any) (driver.Ro
 	c.sent = append(c.sent, q)
 	c.mu.Unlock()
 	if c.minuteOnly && (strings.Contains(q, "itl_rollup_1h_from") || strings.Contains(q, "itl_rollup_1m_site_from") || strings.Contains(q, "itl_rollup_1d_from") ||
-		strings.Contains(q, "itl_streams_sample_from")) {
+		strings.Contains(q, "itl_streams_sample_from") || strings.Contains(q, "itl_rechunk_1h_from")) {
 		q = "SELECT toUInt64(0), toDateTime(0, 'UTC') WHERE 0"
 	}
 	return c.Conn.Query(ctx, q, args...)
@@ -44,12 +44,13 @@ func (c *tableConn) Query(ctx context.Context, q string, args ...any) (driver.Ro
 
 // readHourly returns the rollups other than the minute table the
 // statements sent through c read (itl_rollup_1h, itl_rollup_1h_dim,
-// itl_rollup_1m_site, itl_rollup_1d_dim, space-separated), and forgets them.
+// itl_rollup_1m_site, itl_rollup_1d_dim, itl_rechunk_1h, space-separated),
+// and forgets them.
 func (c *tableConn) readHourly() string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var read []string
-	for _, table := range []string{"itl_rollup_1h", "itl_rollup_1h_dim", "itl_rollup_1m_site", "itl_rollup_1d_dim"} {
+	for _, table := range []string{"itl_rollup_1h", "itl_rollup_1h_dim", "itl_rollup_1m_site", "itl_rollup_1d_dim", "itl_rechunk_1h"} {
 		for _, q := range c.sent {
 			if strings.Contains(q, "FROM "+table+" ") {
 				read = append(read, table)
