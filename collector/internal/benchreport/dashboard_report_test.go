@@ -65,6 +65,7 @@ func TestDashboardReport(t *testing.T) {
 			float64(start+n)/1e6, time.Since(t0).Seconds(), el.Seconds(), float64(start+n)/el.Seconds())
 	}
 	seedTime := time.Since(began)
+	seedOrigins(t, conn, now)
 	var raw, rolled, hourly, byDim, bySite, byDay uint64
 	if err := conn.QueryRow(ctx, "SELECT count() FROM itl_streams").Scan(&raw); err != nil {
 		t.Fatal(err)
@@ -84,9 +85,14 @@ func TestDashboardReport(t *testing.T) {
 	if err := conn.QueryRow(ctx, "SELECT toUInt64(sum(streams)) FROM itl_rollup_1d_dim WHERE dim = ''").Scan(&byDay); err != nil {
 		t.Fatal(err)
 	}
-	if raw != uint64(total) || rolled != uint64(total) || hourly != uint64(total) || byDim != uint64(total) || bySite != uint64(total) || byDay != uint64(total) {
-		t.Fatalf("itl_streams holds %d rows, the minute rollups count %d and %d streams, the hourly ones %d and %d, the daily one %d, want %d",
-			raw, rolled, bySite, hourly, byDim, byDay, total)
+	var rechunk uint64
+	if err := conn.QueryRow(ctx, "SELECT toUInt64(sum(streams)) FROM itl_rechunk_1h WHERE dim = ''").Scan(&rechunk); err != nil {
+		t.Fatal(err)
+	}
+	if raw != uint64(total) || rolled != uint64(total) || hourly != uint64(total) || byDim != uint64(total) || bySite != uint64(total) || byDay != uint64(total) ||
+		rechunk != uint64(total) {
+		t.Fatalf("itl_streams holds %d rows, the minute rollups count %d and %d streams, the hourly ones %d and %d, the daily one %d, the re-chunking one %d, want %d",
+			raw, rolled, bySite, hourly, byDim, byDay, rechunk, total)
 	}
 	fmt.Printf("seeded %d streams in %.1f s (%.0f rows/s, the materialized views included)\n\n", total, seedTime.Seconds(), float64(total)/seedTime.Seconds())
 	printSizes(t, conn)
@@ -178,6 +184,33 @@ func TestDashboardReport(t *testing.T) {
 	fmt.Print("\n\n")
 	dailyVsHourly(t, conn, reps)
 	sampleVsStreams(t, conn, reps)
+	rechunkVsStreams(t, conn, reps)
+}
+
+// seedOrigins stores the joined origin timelines (itl_origin, version 1) of
+// a third of the seeded streams, as the promoter writes them (the browser's
+// values copied in), a fifth of them batched, one insert per day of the
+// range, and prints how long it took.
+func seedOrigins(t *testing.T, conn driver.Conn, now time.Time) {
+	began := time.Now()
+	for d := 30; d >= 0; d-- {
+		from, to := now.Add(-time.Duration(d+1)*24*time.Hour), now.Add(-time.Duration(d)*24*time.Hour)
+		if err := conn.Exec(context.Background(), `INSERT INTO itl_origin (received_at, site, origin_id, version, started_at, route,
+			content_events, flushes, itl_zero, stream_id, client_received_at, country, region, browser, os, device, model, release, colo,
+			url_origin, http_proto, client_content_events)
+			SELECT received_at + INTERVAL 2 SECOND, site, lower(hex(stream_id)), 1, started_at, '/v1/chat/completions',
+				content_events, if(batched, intDiv(content_events, 4) + 1, content_events), if(batched, content_events - intDiv(content_events, 4), 0),
+				stream_id, received_at, country, region, browser, os, device, model, release, colo, url_origin, http_proto, content_events
+			FROM (SELECT *, cityHash64(stream_id, 2) % 5 = 0 AS batched FROM itl_streams
+				WHERE received_at >= ? AND received_at < ? AND cityHash64(stream_id) % 3 = 0)`, from, to); err != nil {
+			t.Fatalf("seed origin timelines: %v", err)
+		}
+	}
+	var n uint64
+	if err := conn.QueryRow(context.Background(), "SELECT count() FROM itl_origin").Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	fmt.Printf("seeded %d joined origin timelines (a third of the streams) in %.1f s\n", n, time.Since(began).Seconds())
 }
 
 // dashGoalP95 is the dashboard's goal for every endpoint over every range
@@ -188,50 +221,101 @@ const dashGoalP95 = 300 * time.Millisecond
 // dailyVsHourly times the reads that take whole days from itl_rollup_1d_dim
 // (those that merge histograms; the causes' reads do not take them)
 // against the same reads from the hourly tables alone (the daily table
-// hidden, as before it existed), interleaved in one run, through
-// collector/query (no HTTP).
+// hidden, as before it existed).
 func dailyVsHourly(t *testing.T, conn query.Conn, reps int) {
 	ctx := context.Background()
-	hourly := hideDaily{conn}
-	fmt.Printf("whole days from itl_rollup_1d_dim vs from the hourly tables alone, site chat, %d runs each, interleaved; collector/query, no HTTP\n", reps)
-	fmt.Printf("%-22s %-5s %12s %12s %14s %14s %8s\n", "read", "range", "daily p50 ms", "daily p95 ms", "hourly p50 ms", "hourly p95 ms", "ratio")
-	for _, rng := range []struct {
-		name string
-		d    time.Duration
-	}{{"7d", 7 * 24 * time.Hour}, {"30d", 30 * 24 * time.Hour}} {
-		f := query.Filter{Site: "chat", Since: time.Now().UTC().Add(-rng.d)}
-		for _, r := range []struct {
-			name string
-			read func(c query.Conn) error
-		}{
-			{"summary", func(c query.Conn) error { _, err := query.Summary(ctx, c, f); return err }},
-			{"breakdown by browser", func(c query.Conn) error { _, err := query.Breakdown(ctx, c, f, "browser"); return err }},
-			{"breakdown by region", func(c query.Conn) error { _, err := query.Breakdown(ctx, c, f, "region"); return err }},
-		} {
-			var withDays, without []time.Duration
-			// One warm-up each, then the two reads in turn.
-			for i := range reps + 1 {
-				a, b := timeOnce(t, func() error { return r.read(conn) }), timeOnce(t, func() error { return r.read(hourly) })
-				if i > 0 {
-					withDays, without = append(withDays, a), append(without, b)
-				}
+	var reads []versusRead
+	for _, rng := range []string{"7d", "30d"} {
+		f := query.Filter{Site: "chat", Since: time.Now().UTC().Add(-rangeOf(rng))}
+		reads = append(reads,
+			versusRead{"summary", rng, func(c query.Conn) (any, error) { return query.Summary(ctx, c, f) }},
+			versusRead{"breakdown by browser", rng, func(c query.Conn) (any, error) { return query.Breakdown(ctx, c, f, "browser") }},
+			versusRead{"breakdown by region", rng, func(c query.Conn) (any, error) { return query.Breakdown(ctx, c, f, "region") }})
+	}
+	versus(t, conn, reps, "whole days from itl_rollup_1d_dim vs from the hourly tables alone", "daily", "hourly", "itl_rollup_1d_from", false, reads)
+}
+
+// sampleVsStreams times the comparison (the dashboard's, two releases) with
+// its sample (itl_streams_sample) against the same comparison from
+// itl_streams alone (the sample hidden, as before it existed), and checks
+// that the two answer the same.
+func sampleVsStreams(t *testing.T, conn query.Conn, reps int) {
+	ctx := context.Background()
+	var reads []versusRead
+	for _, rng := range []string{"1d", "7d", "30d"} {
+		f := query.Filter{Site: "chat", Since: time.Now().UTC().Add(-rangeOf(rng))}
+		reads = append(reads, versusRead{"compare release", rng, func(c query.Conn) (any, error) {
+			return query.Compare(ctx, c, f, "release", "web-2026.11.2", "web-2026.11.3")
+		}})
+	}
+	versus(t, conn, reps, "compare from itl_streams_sample vs from itl_streams alone", "sample", "streams", "itl_streams_sample_from", true, reads)
+}
+
+// rechunkVsStreams times the re-chunking view (the dashboard's, by API
+// origin; by browser) with its rollup (itl_rechunk_1h) for the whole hours
+// against the same read from itl_streams and itl_origin alone (the rollup
+// hidden, as before it existed).
+func rechunkVsStreams(t *testing.T, conn query.Conn, reps int) {
+	ctx := context.Background()
+	var reads []versusRead
+	for _, rng := range []string{"1d", "7d", "30d"} {
+		f := query.Filter{Site: "chat", Since: time.Now().UTC().Add(-rangeOf(rng))}
+		reads = append(reads,
+			versusRead{"rechunk by api_origin", rng, func(c query.Conn) (any, error) { return query.RechunkBy(ctx, c, f, "api_origin") }},
+			versusRead{"rechunk by browser", rng, func(c query.Conn) (any, error) { return query.RechunkBy(ctx, c, f, "browser") }})
+	}
+	versus(t, conn, reps, "re-chunking from itl_rechunk_1h vs from itl_streams alone", "rollup", "streams", "itl_rechunk_1h_from", false, reads)
+}
+
+// versusRead is one read of a versus table.
+type versusRead struct {
+	name, rng string
+	read      func(c query.Conn) (any, error)
+}
+
+// versus times each read through conn against the same read with fromTable
+// hidden (hideFrom), in turn, one warm-up each then reps rounds, through
+// collector/query (no HTTP), and prints p50 and p95 of both and the ratio
+// of the p50s; with same it fails unless both answer the same.
+func versus(t *testing.T, conn query.Conn, reps int, title, with, without, fromTable string, same bool, reads []versusRead) {
+	hidden := hideFrom{conn, fromTable}
+	fmt.Printf("%s, site chat, %d runs each, interleaved; collector/query, no HTTP\n", title, reps)
+	fmt.Printf("%-22s %-5s %14s %14s %14s %14s %8s\n", "read", "range", with+" p50 ms", with+" p95 ms", without+" p50 ms", without+" p95 ms", "ratio")
+	for _, r := range reads {
+		var da, db []time.Duration
+		var a, b any
+		for i := range reps + 1 {
+			ta := timeOnce(t, func() (err error) { a, err = r.read(conn); return err })
+			tb := timeOnce(t, func() (err error) { b, err = r.read(hidden); return err })
+			if i > 0 {
+				da, db = append(da, ta), append(db, tb)
 			}
-			fmt.Printf("%-22s %-5s %12.1f %12.1f %14.1f %14.1f %7.2fx\n", r.name, rng.name,
-				msOf(quantileDur(withDays, 0.5)), msOf(quantileDur(withDays, 0.95)), msOf(quantileDur(without, 0.5)), msOf(quantileDur(without, 0.95)),
-				float64(quantileDur(withDays, 0.5))/float64(quantileDur(without, 0.5)))
 		}
+		if same && !reflect.DeepEqual(a, b) {
+			t.Errorf("%s over %s: with %s\n%+v\nwithout\n%+v", r.name, r.rng, fromTable, a, b)
+		}
+		fmt.Printf("%-22s %-5s %14.1f %14.1f %14.1f %14.1f %7.2fx\n", r.name, r.rng,
+			msOf(quantileDur(da, 0.5)), msOf(quantileDur(da, 0.95)), msOf(quantileDur(db, 0.5)), msOf(quantileDur(db, 0.95)),
+			float64(quantileDur(da, 0.5))/float64(quantileDur(db, 0.5)))
 	}
 	fmt.Println()
 }
 
-// hideDaily answers the read side's question of from when itl_rollup_1d_dim
-// is complete with "unknown", so it reads the hourly tables for those days.
-type hideDaily struct{ query.Conn }
+// rangeOf is the duration of a report's range name.
+func rangeOf(name string) time.Duration {
+	return map[string]time.Duration{"1h": time.Hour, "1d": 24 * time.Hour, "7d": 7 * 24 * time.Hour, "30d": 30 * 24 * time.Hour}[name]
+}
 
-func (c hideDaily) Query(ctx context.Context, q string, args ...any) (driver.Rows, error) {
-	if strings.Contains(q, "itl_rollup_1d_from") {
-		q = strings.ReplaceAll(q, "FROM itl_rollup_1d_from", "FROM itl_rollup_1d_from WHERE 0")
-	}
+// hideFrom answers the read side's question of from when a table is
+// complete (table, one of the *_from tables) with "unknown", so it reads
+// what it read before that table existed.
+type hideFrom struct {
+	query.Conn
+	table string
+}
+
+func (c hideFrom) Query(ctx context.Context, q string, args ...any) (driver.Rows, error) {
+	q = strings.ReplaceAll(q, "FROM "+c.table, "FROM "+c.table+" WHERE 0")
 	return c.Conn.Query(ctx, q, args...)
 }
 
@@ -254,53 +338,6 @@ func envInt(t *testing.T, name string, def int) int {
 type dashEndpoint struct {
 	name, path string
 	raw        func(window time.Duration) []string
-}
-
-// sampleVsStreams times the comparison (the dashboard's, two releases) with
-// its sample (itl_streams_sample) against the same comparison from
-// itl_streams alone (the sample hidden, as before it existed), interleaved
-// in one run, through collector/query (no HTTP). The two answer the same.
-func sampleVsStreams(t *testing.T, conn query.Conn, reps int) {
-	ctx := context.Background()
-	streams := hideSample{conn}
-	fmt.Printf("compare, release web-2026.11.2 vs web-2026.11.3, from itl_streams_sample vs from itl_streams alone, site chat, %d runs each, interleaved; collector/query, no HTTP\n", reps)
-	fmt.Printf("%-5s %13s %13s %17s %17s %8s\n", "range", "sample p50 ms", "sample p95 ms", "itl_streams p50 ms", "itl_streams p95 ms", "ratio")
-	for _, rng := range []struct {
-		name string
-		d    time.Duration
-	}{{"1d", 24 * time.Hour}, {"7d", 7 * 24 * time.Hour}, {"30d", 30 * 24 * time.Hour}} {
-		f := query.Filter{Site: "chat", Since: time.Now().UTC().Add(-rng.d)}
-		read := func(c query.Conn) (query.Comparison, error) {
-			return query.Compare(ctx, c, f, "release", "web-2026.11.2", "web-2026.11.3")
-		}
-		var withSample, without []time.Duration
-		var a, b query.Comparison
-		// One warm-up each, then the two reads in turn.
-		for i := range reps + 1 {
-			ta := timeOnce(t, func() (err error) { a, err = read(conn); return err })
-			tb := timeOnce(t, func() (err error) { b, err = read(streams); return err })
-			if i > 0 {
-				withSample, without = append(withSample, ta), append(without, tb)
-			}
-		}
-		if !reflect.DeepEqual(a, b) {
-			t.Errorf("compare over %s: from the sample\n%+v\nfrom itl_streams alone\n%+v", rng.name, a, b)
-		}
-		fmt.Printf("%-5s %13.1f %13.1f %17.1f %17.1f %7.2fx\n", rng.name,
-			msOf(quantileDur(withSample, 0.5)), msOf(quantileDur(withSample, 0.95)), msOf(quantileDur(without, 0.5)), msOf(quantileDur(without, 0.95)),
-			float64(quantileDur(withSample, 0.5))/float64(quantileDur(without, 0.5)))
-	}
-	fmt.Println()
-}
-
-// hideSample answers the read side's question of from when
-// itl_streams_sample is complete with "unknown", so a comparison reads
-// itl_streams alone.
-type hideSample struct{ query.Conn }
-
-func (c hideSample) Query(ctx context.Context, q string, args ...any) (driver.Rows, error) {
-	q = strings.ReplaceAll(q, "FROM itl_streams_sample_from", "FROM itl_streams_sample_from WHERE 0")
-	return c.Conn.Query(ctx, q, args...)
 }
 
 func dashEndpoints(since, id string) []dashEndpoint {
@@ -455,7 +492,7 @@ func msOf(d time.Duration) float64 { return float64(d) / 1e6 }
 
 func printSizes(t *testing.T, conn query.Conn) {
 	rows, err := conn.Query(context.Background(), `SELECT table, sum(rows), count(), sum(data_compressed_bytes), sum(data_uncompressed_bytes), sum(bytes_on_disk)
-		FROM system.parts WHERE active AND database = currentDatabase() AND table IN ('itl_streams', 'itl_rollup_1m', 'itl_rollup_1m_site', 'itl_rollup_1h', 'itl_rollup_1h_dim', 'itl_rollup_1d_dim', 'itl_streams_sample', 'itl_promoted_ids')
+		FROM system.parts WHERE active AND database = currentDatabase() AND table IN ('itl_streams', 'itl_rollup_1m', 'itl_rollup_1m_site', 'itl_rollup_1h', 'itl_rollup_1h_dim', 'itl_rollup_1d_dim', 'itl_streams_sample', 'itl_rechunk_1h', 'itl_promoted_ids')
 		GROUP BY table ORDER BY table`)
 	if err != nil {
 		t.Fatal(err)
