@@ -114,16 +114,7 @@ func TestCompareSampleEqualsStreams(t *testing.T) {
 	// a database with streams (the streams before it missing): a range
 	// from before it reads itl_streams.
 	from := base.Add(-20 * time.Hour)
-	at := "'" + from.Format(time.DateTime) + "'"
-	for _, q := range []string{
-		"ALTER TABLE itl_streams_sample DELETE WHERE received_at < " + at + " SETTINGS mutations_sync = 2",
-		"TRUNCATE TABLE itl_streams_sample_from",
-		"INSERT INTO itl_streams_sample_from VALUES (" + at + ")",
-	} {
-		if err := conn.Exec(ctx, q); err != nil {
-			t.Fatal(err)
-		}
-	}
+	completeOnlyFrom(t, conn, "itl_streams_sample", "received_at", from)
 	reads("a range from before the sample is complete", query.Filter{Site: "h", Since: from.Add(-10*time.Hour + 20*time.Minute), Until: base}, false)
 	reads("a range from when it is complete", query.Filter{Site: "h", Since: from, Until: base.Add(time.Hour)}, true)
 	t.Logf("sides read from the sample %d times, from itl_streams with too few in it %d, with it not complete %d", fromSample, tooFew, notComplete)

@@ -122,16 +122,7 @@ func TestRechunkRollupEqualsStreams(t *testing.T) {
 	// database with streams (the hours before it missing there): the hours
 	// before it are read from itl_streams.
 	from := base.Add(-10 * time.Hour)
-	at := "'" + from.Format(time.DateTime) + "'"
-	for _, q := range []string{
-		"ALTER TABLE itl_rechunk_1h DELETE WHERE hour < " + at + " SETTINGS mutations_sync = 2",
-		"TRUNCATE TABLE itl_rechunk_1h_from",
-		"INSERT INTO itl_rechunk_1h_from VALUES (" + at + ")",
-	} {
-		if err := conn.Exec(ctx, q); err != nil {
-			t.Fatal(err)
-		}
-	}
+	completeOnlyFrom(t, conn, "itl_rechunk_1h", "hour", from)
 	reads("partly complete", query.Filter{Site: "rc", Since: base.Add(-26*time.Hour + 5*time.Minute), Until: base.Add(10 * time.Minute)}, true)
 	reads("before it is complete", query.Filter{Site: "rc", Since: base.Add(-26 * time.Hour), Until: from.Add(30 * time.Minute)}, false)
 }

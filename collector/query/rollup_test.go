@@ -149,6 +149,23 @@ func sameRows(t *testing.T, conn driver.Conn) {
 	}
 }
 
+// completeOnlyFrom makes table, filled by views with its time in col, look
+// as after its migration on a database that had streams: its rows before
+// from gone, and its complete_from table (table + "_from") saying from.
+func completeOnlyFrom(t *testing.T, conn driver.Conn, table, col string, from time.Time) {
+	t.Helper()
+	at := "'" + from.Format(time.DateTime) + "'"
+	for _, q := range []string{
+		"ALTER TABLE " + table + " DELETE WHERE " + col + " < " + at + " SETTINGS mutations_sync = 2",
+		"TRUNCATE TABLE " + table + "_from",
+		"INSERT INTO " + table + "_from VALUES (" + at + ")",
+	} {
+		if err := conn.Exec(context.Background(), q); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // closeFloats replaces in got every float64 within 1e-9 (relative) of its
 // counterpart in want by that counterpart: the TPOT median comes from sums
 // of Float64 added in another order per table.
