@@ -11,7 +11,7 @@
 -- when a side has at least MaxCompareStreams streams here, its smallest
 -- hashes are all here and the answer is the one itl_streams gives, stream
 -- for stream; with fewer, the side is read from itl_streams as before. The
--- number of streams matching comes from itl_streams either way.
+-- number of streams matching is counted exactly apart (collector/query).
 --
 -- Columns: the time, site and id; hash, the sampling key, cityHash64 of the
 -- id; the column of every dimension (collector/dimension: a comparison may

@@ -274,24 +274,12 @@ func RechunkBy(ctx context.Context, conn Conn, f Filter, dim string) ([]Rechunk,
 	if err != nil {
 		return nil, err
 	}
-	until := f.Until
-	if until.IsZero() {
-		until = time.Now()
-	}
-	raw := []timeRange{{f.Since.UTC(), until.UTC()}}
-	var hours timeRange
-	if _, same := f.Where[dim]; len(f.Where) == 0 || len(f.Where) == 1 && same {
-		froms, err := completeFroms(ctx, conn, rechunkFromTable)
-		if err != nil {
-			return nil, err
-		}
-		if from, ok := froms[rechunkFromTable]; ok {
-			hours = timeRange{ceilHour(maxTime(f.Since.UTC(), from)), until.UTC().Truncate(time.Hour)}
-		}
+	hours, raw, err := rechunkSplit(ctx, conn, f, dim)
+	if err != nil {
+		return nil, err
 	}
 	sums := map[string]*rechunkSums{}
 	if hours.from.Before(hours.to) {
-		raw = append(timeRange{f.Since.UTC(), hours.from}.orNone(), timeRange{hours.to, until.UTC()}.orNone()...)
 		if err := rechunkHours(ctx, conn, f, dim, hours, sums); err != nil {
 			return nil, err
 		}
@@ -315,6 +303,32 @@ func RechunkBy(ctx context.Context, conn Conn, f Filter, dim string) ([]Rechunk,
 		out = out[:MaxGroups]
 	}
 	return out, nil
+}
+
+// rechunkSplit splits f's range into the whole hours a read by dim takes
+// from itl_rechunk_1h (empty unless the read names at most one dimension,
+// f's filter and dim together, and the rollup is complete for some of
+// them) and the ranges it takes from itl_streams.
+func rechunkSplit(ctx context.Context, conn Conn, f Filter, dim string) (hours timeRange, raw []timeRange, err error) {
+	until := f.Until
+	if until.IsZero() {
+		until = time.Now()
+	}
+	raw = []timeRange{{f.Since.UTC(), until.UTC()}}
+	if _, same := f.Where[dim]; len(f.Where) > 1 || len(f.Where) == 1 && !same {
+		return hours, raw, nil
+	}
+	froms, err := completeFroms(ctx, conn, rechunkFromTable)
+	if err != nil {
+		return hours, nil, err
+	}
+	if from, ok := froms[rechunkFromTable]; ok {
+		hours = timeRange{ceilHour(maxTime(f.Since.UTC(), from)), until.UTC().Truncate(time.Hour)}
+	}
+	if !hours.from.Before(hours.to) {
+		return timeRange{}, raw, nil
+	}
+	return hours, append(timeRange{f.Since.UTC(), hours.from}.orNone(), timeRange{hours.to, until.UTC()}.orNone()...), nil
 }
 
 func maxTime(a, b time.Time) time.Time {

@@ -198,7 +198,7 @@ func StreamDetailOf(ctx context.Context, conn Conn, site, id string) (StreamDeta
 	sid := string(raw)
 	rows, err := conn.Query(ctx, "SELECT "+briefSelect+`, ttfb_us, duration_us, reads, events, toFloat64(events_per_read), toFloat64(sub_floor_share),
 		toString(http_proto), toString(format), stall_start_us, stall_end_us, arrayMap(c -> toString(c), stall_cause),
-		toString(colo), toString(ttft_hop), arrayMap(h -> toString(h), stall_hop)
+		toString(colo), toString(ttft_hop), arrayMap(h -> toString(h), stall_hop), origin_id
 		FROM `+streamsTable+` WHERE site = ? AND stream_id = ? ORDER BY received_at DESC LIMIT 1`, site, sid)
 	if err != nil {
 		return d, fmt.Errorf("query stream: %w", err)
@@ -209,12 +209,13 @@ func StreamDetailOf(ctx context.Context, conn Conn, site, id string) (StreamDeta
 		stalled         uint64
 		sStart, sEnd    []uint32
 		sCause, sHop    []string
+		originID        string
 		found           bool
 	)
 	for rows.Next() {
 		found = true
 		dst := append(d.StreamBrief.dest(&ttft, &p50, &p99, &mx, &stalled), &ttfb, &dur, &d.Reads, &d.Events, &d.EventsPerRead, &d.SubFloorShare,
-			&d.HTTPProto, &d.Format, &sStart, &sEnd, &sCause, &d.Colo, &d.TTFTHop, &sHop)
+			&d.HTTPProto, &d.Format, &sStart, &sEnd, &sCause, &d.Colo, &d.TTFTHop, &sHop, &originID)
 		if err := rows.Scan(dst...); err != nil {
 			rows.Close()
 			return d, fmt.Errorf("scan stream: %w", err)
@@ -265,8 +266,14 @@ func StreamDetailOf(ctx context.Context, conn Conn, site, id string) (StreamDeta
 		return d, fmt.Errorf("read timeline: %w", err)
 	}
 
-	// The origin row joined with this stream (version 1 carries stream_id).
-	or, err := conn.Query(ctx, "SELECT ttft_us, emit_us, emits_dropped, stalls, route FROM itl_origin FINAL WHERE site = ? AND stream_id = ? LIMIT 1", site, sid)
+	// The origin row joined with this stream (version 1 carries stream_id),
+	// looked up by the key of itl_origin's sort order: the join matched the
+	// stream's origin id, and a stream without one has no origin row.
+	if originID == "" {
+		return d, nil
+	}
+	or, err := conn.Query(ctx, "SELECT ttft_us, emit_us, emits_dropped, stalls, route FROM itl_origin FINAL WHERE site = ? AND origin_id = ? AND stream_id = ? LIMIT 1",
+		site, originID, sid)
 	if err != nil {
 		return d, fmt.Errorf("query origin: %w", err)
 	}
