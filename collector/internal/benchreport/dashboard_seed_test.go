@@ -163,7 +163,7 @@ INSERT INTO itl_streams (received_at, started_at, site, stream_id, origin_id, pa
 	stall_start_us, stall_end_us, stall_cause, stall_next_read_events, timeline_dropped,
 	release, module_version, conn_type, conn_rtt_ms, timer_floor_us, country, region, browser, browser_major, os, device)
 SELECT
-	recv, recv - toIntervalMillisecond(toInt64(dur / 1000)), site, stream_id, '', 'https://' || site || '.example.com', '/c', url_origin, '/v1/chat/completions',
+	recv, recv - toIntervalMillisecond(toInt64(dur / 1000)), site, stream_id, if(cityHash64(stream_id) % 3 = 0, lower(hex(stream_id)), ''), 'https://' || site || '.example.com', '/c', url_origin, '/v1/chat/completions',
 	model, proto, if(nocontent, 'application/json', 'text/event-stream'), if(mi = 3, 'anthropic', 'openai_chat'), status, http_status, end_reason,
 	if(before_h, NULL, toUInt32(ttft * 0.55)),
 	if(before_h, NULL, toUInt32(ttft * 0.6)), if(nocontent, NULL, toUInt32(ttft * 0.95)), if(nocontent, NULL, toUInt32(ttft)),
