@@ -323,19 +323,12 @@ func rechunkSplit(ctx context.Context, conn Conn, f Filter, dim string) (hours t
 		return hours, nil, err
 	}
 	if from, ok := froms[rechunkFromTable]; ok {
-		hours = timeRange{ceilHour(maxTime(f.Since.UTC(), from)), until.UTC().Truncate(time.Hour)}
+		hours = timeRange{ceilHour(later(f.Since.UTC(), from)), until.UTC().Truncate(time.Hour)}
 	}
 	if !hours.from.Before(hours.to) {
 		return timeRange{}, raw, nil
 	}
 	return hours, append(timeRange{f.Since.UTC(), hours.from}.orNone(), timeRange{hours.to, until.UTC()}.orNone()...), nil
-}
-
-func maxTime(a, b time.Time) time.Time {
-	if a.After(b) {
-		return a
-	}
-	return b
 }
 
 // rechunkHours adds the sums of itl_rechunk_1h over the whole hours h per
