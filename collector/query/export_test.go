@@ -7,3 +7,6 @@ import "context"
 func CompareLimit(ctx context.Context, conn Conn, f Filter, dim, a, b string, limit int) (Comparison, error) {
 	return compare(ctx, conn, f, dim, a, b, limit)
 }
+
+// StreamRowSQL is the stream view's read of one stream's row.
+const StreamRowSQL = streamRowSQL

@@ -188,6 +188,15 @@ type OriginSide struct {
 	Route        string    `json:"route"`
 }
 
+// streamRowSQL reads one stream's row by (site, stream_id): stream_id is
+// the sort key's last column, so the bloom filter stream_id_bf
+// (schema/016_stream_id_index.sql) is what spares the read the site's
+// every stream id; the condition must stay one it can use (stream_id = ?).
+const streamRowSQL = "SELECT " + briefSelect + `, ttfb_us, duration_us, reads, events, toFloat64(events_per_read), toFloat64(sub_floor_share),
+		toString(http_proto), toString(format), stall_start_us, stall_end_us, arrayMap(c -> toString(c), stall_cause),
+		toString(colo), toString(ttft_hop), arrayMap(h -> toString(h), stall_hop), origin_id
+		FROM ` + streamsTable + ` WHERE site = ? AND stream_id = ? ORDER BY received_at DESC LIMIT 1`
+
 // StreamDetailOf reads stream id (32 hex digits) of site.
 func StreamDetailOf(ctx context.Context, conn Conn, site, id string) (StreamDetail, error) {
 	var d StreamDetail
@@ -196,10 +205,7 @@ func StreamDetailOf(ctx context.Context, conn Conn, site, id string) (StreamDeta
 		return d, fmt.Errorf("%w: want site and a stream id of 32 hex digits", ErrBadFilter)
 	}
 	sid := string(raw)
-	rows, err := conn.Query(ctx, "SELECT "+briefSelect+`, ttfb_us, duration_us, reads, events, toFloat64(events_per_read), toFloat64(sub_floor_share),
-		toString(http_proto), toString(format), stall_start_us, stall_end_us, arrayMap(c -> toString(c), stall_cause),
-		toString(colo), toString(ttft_hop), arrayMap(h -> toString(h), stall_hop), origin_id
-		FROM `+streamsTable+` WHERE site = ? AND stream_id = ? ORDER BY received_at DESC LIMIT 1`, site, sid)
+	rows, err := conn.Query(ctx, streamRowSQL, site, sid)
 	if err != nil {
 		return d, fmt.Errorf("query stream: %w", err)
 	}

@@ -395,6 +395,28 @@ func TestDashboardViews(t *testing.T) {
 		if code := getJSON(t, base+"/api/stream?site=v&id=xyz", &e); code != 400 {
 			t.Errorf("bad id: status %d, want 400", code)
 		}
+		// The row is found through the stream id's bloom filter, not by
+		// reading the site's every stream id.
+		raw, _ := hex.DecodeString(f.pausedID)
+		rows, err := f.conn.Query(context.Background(), "EXPLAIN indexes = 1 "+query.StreamRowSQL, "v", string(raw))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var plan strings.Builder
+		for rows.Next() {
+			var line string
+			if err := rows.Scan(&line); err != nil {
+				t.Fatal(err)
+			}
+			plan.WriteString(line + "\n")
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(plan.String(), "stream_id_bf") {
+			t.Errorf("the stream view's read does not use the index stream_id_bf:\n%s", plan.String())
+		}
 	})
 
 	t.Run("compare", func(t *testing.T) {
