@@ -28,3 +28,12 @@ func (p *Promoter) ID() string { return p.id }
 
 // Pages is how many pages p promoted, in windows it finished or not.
 func (p *Promoter) Pages() uint64 { return p.pages.Load() }
+
+// SetCutAfterPages makes p stop each window's promotion before page n, once
+// pages 0 to n-1 have landed: a collector killed there.
+func (p *Promoter) SetCutAfterPages(n int) { p.cutAfterPages = n }
+
+// SetEarlierRelease makes p page windows as the releases before
+// itl_promote_pages: 2,000 rows, recorded nowhere, page 0 under the
+// window's own token.
+func (p *Promoter) SetEarlierRelease() { p.earlierRelease = true }

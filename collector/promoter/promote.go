@@ -37,7 +37,8 @@ type windowRun struct {
 	p          *Promoter
 	sh         Shard
 	start, end time.Time
-	token      string
+	token      string // the window's; its pages' are paging.token's
+	paging     paging
 	beat       bool // heartbeat between pages (Run; CatchUp sends none)
 
 	// The pages being inserted (at most pagesInFlight) and the first
@@ -69,7 +70,7 @@ const pagesInFlight = 2
 // in flight (decoded, being inserted) and the next one being read.
 const PagesHeld = pagesInFlight + 1
 
-// page is one page of a window: at most PageRows inbox rows.
+// page is one page of a window: at most paging.rows inbox rows.
 type page struct {
 	w              *windowRun
 	n              int                  // 0, 1, ...
@@ -81,9 +82,10 @@ type page struct {
 
 // promote promotes the window [start, start+Window), page by page.
 // Everything it inserts is a function of sealed inbox rows and of earlier
-// windows' promotions, and every insert carries a token of the window, the
-// page and the table: run again, by this or another collector, after a cut
-// anywhere, it completes the window and duplicates nothing.
+// windows' promotions, and every insert carries a token of the window, its
+// paging (paging.go), the page and the table: run again, by this or another
+// collector, after a cut anywhere, it completes the window and duplicates
+// nothing.
 //
 // With beat, p beats between pages: a window of a backlog may take longer
 // than leaderTTL, and its leader stays the leader meanwhile.
@@ -106,8 +108,13 @@ func (p *Promoter) promote(ctx context.Context, sh Shard, start time.Time, beat 
 		}
 		w.records += int(n)
 	}
+	if p.earlierRelease {
+		w.paging = paging{rows: legacyPageRows, legacy: true}
+	} else if w.paging, err = w.pagingOf(); err != nil {
+		return err
+	}
 	w.slots = make(chan struct{}, pagesInFlight)
-	err = readPages(ctx, sh.Conn, w.start, w.end, p.cfg.PageRows, w.promotePage)
+	err = readPages(ctx, sh.Conn, w.start, w.end, w.paging.rows, w.promotePage)
 	w.inserting.Wait()
 	if err != nil {
 		return err
@@ -122,6 +129,9 @@ func (p *Promoter) promote(ctx context.Context, sh Shard, start time.Time, beat 
 // page's last row prev (nil for the first). It prepares the page and
 // starts its inserts, once fewer than pagesInFlight pages are in flight.
 func (w *windowRun) promotePage(n int, rows []inboxRead, prev *inboxRead) error {
+	if c := w.p.cutAfterPages; c > 0 && n >= c {
+		return errCut
+	}
 	if w.beat && n > 0 {
 		w.p.heartbeat(w.ctx, w.sh)
 	}
@@ -396,10 +406,7 @@ func (pg *page) originsSeen(want []naming) (map[string]*beacon.Origin, error) {
 // meets the same) are set aside, so they cannot hold up every later window.
 func (pg *page) insert(originRows []Row, edgeRows []EdgeRow) error {
 	w, conn := pg.w, pg.w.sh.Conn
-	token := w.token
-	if pg.n > 0 {
-		token += "/p" + strconv.Itoa(pg.n) // page 0 keeps the window's token of a promoter without pages
-	}
+	token := w.paging.token(w.token, pg.n)
 	refusedStreams, err := insertOrSetAside(w.ctx, token, pg.clients, func(ctx context.Context, tok string, part []collector.Stream) error {
 		return store.InsertStreams(ctx, conn, part, tok)
 	})

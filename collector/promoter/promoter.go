@@ -13,9 +13,11 @@
 //     others take over one after another as the promotion lags;
 //   - paged reads (page.go): a window is read in pages of at most
 //     Config.PageRows inbox rows, so a collector's memory does not grow
-//     with a backlog;
+//     with a backlog; the size a window is started in is recorded with it,
+//     and every run of the window pages it so (paging.go);
 //   - the window's promotion (promote.go): copies dropped, every insert with
-//     a deduplication token of the window, the page and the table;
+//     a deduplication token of the window, its page size, the page and the
+//     table;
 //   - one timeline join (timeline.go), used for the origin's and the edge's
 //     timelines: a timeline refines exactly one client record.
 //
@@ -60,15 +62,18 @@ const (
 	// plus the grace is shorter.
 	DefaultIdleInterval = time.Second
 	// DefaultPageRows bounds the inbox rows a promoter holds at once (see
-	// docs/operating.md, "Memory"). Part of the pages' tokens: every
-	// collector of a deployment must use the same value.
-	DefaultPageRows = 2000
+	// docs/operating.md, "A promoter's memory"). Collectors of a deployment
+	// may differ: a window is finished in the page size it was started in
+	// (paging.go). A page's inserts cost the engine about as much for 10
+	// rows as for 10,000, so larger pages promote faster (the backlog
+	// report, TestReportBacklog), for more memory.
+	DefaultPageRows = 10000
 	maxDedupWindow  = 7 * 24 * time.Hour // itl_promoted_ids keeps ids 7 days
 )
 
-// Config configures a Promoter. Hold, JoinTTL, DedupWindow and PageRows
-// decide what a window's promotion stores: every collector of a deployment
-// must run with the same values.
+// Config configures a Promoter. Hold, JoinTTL and DedupWindow decide what
+// a window's promotion stores: every collector of a deployment must run
+// with the same values. PageRows may differ (paging.go).
 type Config struct {
 	// Hold: an origin or edge timeline that reaches the inbox up to Hold
 	// after its client record refines the client's itl_streams row (stall
@@ -96,7 +101,9 @@ type Config struct {
 	// Hold+Grace (a record inserted just after a look is then found before
 	// its window can be sealed: idling adds no delay) and at least Interval.
 	IdleInterval time.Duration
-	// PageRows is the most inbox rows read at once (with their payloads).
+	// PageRows is the most inbox rows read at once (with their payloads)
+	// in the windows this promoter starts; it finishes a window another
+	// started in that one's size.
 	PageRows int
 	// Collector names this collector in itl_promoted (host name).
 	Collector string
@@ -179,7 +186,16 @@ type Promoter struct {
 	lagNanos, busyNanos                                                                atomic.Int64
 	blockedNow                                                                         atomic.Int64
 	pages                                                                              atomic.Uint64 // pages promoted, finished windows or not (tests)
+
+	// Tests: cutAfterPages > 0 stops a window's promotion before that page
+	// (errCut), as a collector killed there would; earlierRelease pages as
+	// the releases before itl_promote_pages did.
+	cutAfterPages  int
+	earlierRelease bool
 }
+
+// errCut is the error of a promotion cut by cutAfterPages.
+var errCut = errors.New("promoter: cut (test)")
 
 // Stats counts what a Promoter did (counters) and how far behind it is
 // (gauges).

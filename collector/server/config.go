@@ -41,6 +41,7 @@ type Config struct {
 	ReadToken       secret.Token  // credential of the read side (/api/, /metrics, /dashboard/) on any listener
 	ReadAddr        string        // the read side's own loopback listener; "" = 127.0.0.1:<port+1> without a token (see Main.guardReadSide)
 	JoinHold        time.Duration // how long after a client record its origin timeline still refines it
+	PromotePageRows int           // inbox rows a promoter reads at once (memory against promotion rate); 0: the promoter's default
 	Cluster         string        // the cluster of a cluster layout (itlmon migrate --cluster); needs ClickHouse
 	SpoolMax        int64         // bytes the spool may hold on disk; the oldest records go beyond (-1: unbounded)
 	IngestMemory    int64         // bytes ingest may hold (frames arriving, batches not yet acked); 0: ingest's default
@@ -62,6 +63,7 @@ func DefaultConfig() Config {
 		SiteRate:        ingest.DefaultSiteRate,
 		ShutdownTimeout: 30 * time.Second,
 		JoinHold:        promoter.DefaultHold,
+		PromotePageRows: promoter.DefaultPageRows,
 		SpoolMax:        store.DefaultMaxSpoolBytes,
 		OTLPInterval:    otlp.DefaultInterval,
 	}
@@ -140,6 +142,9 @@ func (c *Config) Validate() error {
 	}
 	if c.JoinHold <= 0 {
 		return errors.New("join hold must be > 0")
+	}
+	if c.PromotePageRows != 0 && (c.PromotePageRows < 100 || c.PromotePageRows > 100_000) {
+		return fmt.Errorf("promote page rows %d: want 100 to 100,000 (0: the default)", c.PromotePageRows)
 	}
 	if c.OTLPEndpoint != "" {
 		if err := otlp.ValidateEndpoint(c.OTLPEndpoint); err != nil {
