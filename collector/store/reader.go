@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/itlmon/itlmon/collector"
 	"github.com/itlmon/itlmon/collector/query"
@@ -28,11 +29,27 @@ func (db *DB) LatestStreams(ctx context.Context, f collector.StreamFilter) ([]co
 	limit = min(limit, MaxLatest)
 	// Two phases (query.TopRows): the newest rows' ids and times, reading
 	// those two columns only, then every column of just those rows.
-	where, args := "site = ? AND received_at >= ?", []any{f.Site, f.Since.UTC()}
+	//
+	// The newest streams of a long range are nearly always in its last
+	// day, which holds a thirtieth of a 30-day range's rows: that day is
+	// read first. When it holds limit streams, they are the range's newest
+	// (a stream received in the day sorts before every one received only
+	// before it); else the whole range is read.
 	const order = " ORDER BY received_at DESC"
-	keys, err := query.TopRows(ctx, db.conn, "itl_streams", where+order, args, limit)
-	if err != nil {
-		return nil, fmt.Errorf("store: latest streams: %w", err)
+	var (
+		where string
+		args  []any
+		keys  query.RowKeys
+		err   error
+	)
+	for _, since := range latestRanges(f.Since, time.Now()) {
+		where, args = "site = ? AND received_at >= ?", []any{f.Site, since.UTC()}
+		if keys, err = query.TopRows(ctx, db.conn, "itl_streams", where+order, args, limit); err != nil {
+			return nil, fmt.Errorf("store: latest streams: %w", err)
+		}
+		if len(keys) == limit {
+			break
+		}
 	}
 	if len(keys) == 0 {
 		return []collector.Stream{}, nil
@@ -53,4 +70,17 @@ func (db *DB) LatestStreams(ctx context.Context, f collector.StreamFilter) ([]co
 		streams = append(streams, s)
 	}
 	return streams, nil
+}
+
+// latestFirst is the span LatestStreams reads first of a longer range.
+const latestFirst = 24 * time.Hour
+
+// latestRanges are the starts LatestStreams reads from, in turn, for a read
+// of the streams since since at now: the last latestFirst first when the
+// range is longer, then the whole range.
+func latestRanges(since, now time.Time) []time.Time {
+	if first := now.Add(-latestFirst); since.Before(first) {
+		return []time.Time{first, since}
+	}
+	return []time.Time{since}
 }
