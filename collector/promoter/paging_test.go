@@ -150,15 +150,26 @@ func TestPromotersOfTwoSizesAtOnce(t *testing.T) {
 	}
 }
 
-// A window that fits in one page of every promoter is not recorded: its
-// one page is the whole window under any size.
-func TestOnePageWindowNotRecorded(t *testing.T) {
-	db := newDB(t)
-	in := inboxOnly(t, db)
-	in.submit(t, streamsOf("small", 12)...)
-	if err := catchUpWith(t, db, promoter.Config{Collector: "a"}, nil); err != nil {
-		t.Fatal(err)
+// A window that fits in one page of every promoter (at most 100 records)
+// is not recorded: its one page is the whole window under any size. A
+// larger one is, even in one page of this promoter: a promoter of a
+// smaller size could start it at the same moment.
+func TestOnePageWindows(t *testing.T) {
+	for _, tc := range []struct {
+		records int
+		want    string
+	}{
+		{12, "(0,0)"},
+		{150, "(1,10000)"},
+	} {
+		db := newDB(t)
+		in := inboxOnly(t, db)
+		prefix := fmt.Sprintf("small%d", tc.records)
+		in.submit(t, streamsOf(prefix, tc.records)...)
+		if err := catchUpWith(t, db, promoter.Config{Collector: "a"}, nil); err != nil {
+			t.Fatal(err)
+		}
+		exactlyOnce(t, db, prefix+"-", tc.records)
+		eventually(t, db, "SELECT toString((count(), any(page_rows))) FROM itl_promote_pages", tc.want)
 	}
-	exactlyOnce(t, db, "small-", 12)
-	eventually(t, db, "SELECT count() FROM itl_promote_pages", uint64(0))
 }

@@ -109,7 +109,7 @@ func (p *Promoter) promote(ctx context.Context, sh Shard, start time.Time, beat 
 		w.records += int(n)
 	}
 	if p.earlierRelease {
-		w.paging = paging{rows: legacyPageRows, legacy: true}
+		w.paging = pagingFor(w.records, legacyPageRows, true)
 	} else if w.paging, err = w.pagingOf(); err != nil {
 		return err
 	}
