@@ -303,26 +303,60 @@ func (e encoder) appendRecord(dst []byte, r, prev *Record) []byte {
 // checkClientStrings returns the error for the first of a batch's site and
 // client strings a decoder would reject, or nil.
 func checkClientStrings(site string, c *Client) error {
-	return checkStrings(-1, []struct{ field, v string }{
-		{"site", site},
-		{"client.user_agent", c.UserAgent}, {"client.ua_brands", c.UABrands},
-		{"client.ua_platform", c.UAPlatform}, {"client.conn_type", c.ConnType},
-		{"client.module_version", c.ModuleVersion}, {"client.release", c.Release},
+	return checkStrings(-1, []fieldString{
+		{"site", false, site},
+		{"client.user_agent", false, c.UserAgent}, {"client.ua_brands", false, c.UABrands},
+		{"client.ua_platform", false, c.UAPlatform}, {"client.conn_type", false, c.ConnType},
+		{"client.module_version", false, c.ModuleVersion}, {"client.release", false, c.Release},
 	})
 }
 
 // checkRecordStrings is checkClientStrings for the strings of record rec.
 func checkRecordStrings(rec int, r *Record) error {
-	return checkStrings(rec, []struct{ field, v string }{
-		{"origin_id", r.OriginID}, {"page_origin", r.PageOrigin}, {"page_path", r.PagePath},
-		{"url_origin", r.URLOrigin}, {"url_path", r.URLPath}, {"model", r.Model},
-		{"http_proto", r.HTTPProto}, {"content_type", r.ContentType},
-	})
+	return checkRecordStringsBut(rec, r, nil)
 }
 
-func checkStrings(rec int, fields []struct{ field, v string }) error {
+// recordFields are a record's string fields, in recordStrings' order,
+// with whether each is a path field (isPathField).
+var recordFields = [...]struct {
+	name string
+	path bool
+}{
+	{"origin_id", false}, {"page_origin", true}, {"page_path", true}, {"url_origin", true},
+	{"url_path", true}, {"model", false}, {"http_proto", false}, {"content_type", false},
+}
+
+// recordStrings are r's string fields (recordFields).
+func recordStrings(r *Record) [len(recordFields)]string {
+	return [...]string{r.OriginID, r.PageOrigin, r.PagePath, r.URLOrigin, r.URLPath, r.Model, r.HTTPProto, r.ContentType}
+}
+
+// checkRecordStringsBut is checkRecordStrings, except that a string equal
+// to the same field's in valid (strings that passed it), when not nil, is
+// not checked again: it would pass.
+func checkRecordStringsBut(rec int, r *Record, valid *[len(recordFields)]string) error {
+	for i, v := range recordStrings(r) {
+		if valid != nil && v == valid[i] {
+			continue
+		}
+		if reason := checkText(v, recordFields[i].path); reason != "" {
+			return &DecodeError{Record: rec, Field: recordFields[i].name, Reason: reason, Err: ErrInvalid}
+		}
+	}
+	return nil
+}
+
+// fieldString is a string to check, with its field's name and whether it
+// is a path field (isPathField).
+type fieldString struct {
+	field string
+	path  bool
+	v     string
+}
+
+func checkStrings(rec int, fields []fieldString) error {
 	for _, s := range fields {
-		if reason := checkString(s.field, []byte(s.v)); reason != "" {
+		if reason := checkText(s.v, s.path); reason != "" {
 			return &DecodeError{Record: rec, Field: s.field, Reason: reason, Err: ErrInvalid}
 		}
 	}
@@ -499,6 +533,10 @@ func decodeBatch(src []byte, lim Limits, b *Batch, wire *[]Wire, check bool) (_ 
 		}
 	}
 	prev := &emptyRecord
+	// prevValid: every string of prev passed checkString (the empty
+	// record's do), so a string that repeats prev's need not be checked
+	// again.
+	prevValid := true
 	var skip []bool
 	for i := range b.Records {
 		r.rec = i
@@ -506,7 +544,9 @@ func decodeBatch(src []byte, lim Limits, b *Batch, wire *[]Wire, check bool) (_ 
 		if r.err != nil {
 			return nil, nil, r.err
 		}
+		s.prevValid = prevValid
 		s.record(&b.Records[i], prev)
+		prevValid = s.strsValid
 		s.end("length")
 		if wire != nil && s.err == nil {
 			(*wire)[i] = Wire{minor: minor, flags: s.flags, tail: s.src[s.strEnd:len(s.src):len(s.src)]}
@@ -590,22 +630,31 @@ func (r *reader) record(rec *Record, prev *Record) {
 	rec.Smooth = flags&flagSmooth != 0
 	// The strings first, all of them, checked afterwards: the next record
 	// may repeat any of them, even when this one is left out.
+	// A string that repeats the previous record's is checked again only
+	// when one of that record's was not valid (prevValid): the same string
+	// of the same field gets the same verdict.
 	var invalid error
 	for _, f := range [...]struct {
 		name      string
+		path      bool // isPathField(name)
 		dst, prev *string
 	}{
-		{"origin_id", &rec.OriginID, &prev.OriginID}, {"page_origin", &rec.PageOrigin, &prev.PageOrigin},
-		{"page_path", &rec.PagePath, &prev.PagePath}, {"url_origin", &rec.URLOrigin, &prev.URLOrigin},
-		{"url_path", &rec.URLPath, &prev.URLPath}, {"model", &rec.Model, &prev.Model},
-		{"http_proto", &rec.HTTPProto, &prev.HTTPProto}, {"content_type", &rec.ContentType, &prev.ContentType},
+		{"origin_id", false, &rec.OriginID, &prev.OriginID}, {"page_origin", true, &rec.PageOrigin, &prev.PageOrigin},
+		{"page_path", true, &rec.PagePath, &prev.PagePath}, {"url_origin", true, &rec.URLOrigin, &prev.URLOrigin},
+		{"url_path", true, &rec.URLPath, &prev.URLPath}, {"model", false, &rec.Model, &prev.Model},
+		{"http_proto", false, &rec.HTTPProto, &prev.HTTPProto}, {"content_type", false, &rec.ContentType, &prev.ContentType},
 	} {
-		*f.dst = r.repStr(f.name, *f.prev)
-		if reason := checkString(f.name, []byte(*f.dst)); reason != "" && invalid == nil && r.err == nil {
+		var repeated bool
+		*f.dst, repeated = r.repStrRepeated(f.name, *f.prev)
+		if repeated && r.prevValid {
+			continue
+		}
+		if reason := checkText(*f.dst, f.path); reason != "" && invalid == nil && r.err == nil {
 			invalid = &DecodeError{Record: r.rec, Field: r.prefix + f.name, Reason: reason, Err: ErrInvalid}
 		}
 	}
 	r.strs = r.err == nil
+	r.strsValid = r.strs && invalid == nil
 	r.strEnd = r.p
 	if r.err == nil {
 		r.err = invalid
@@ -658,7 +707,7 @@ func (r *reader) record(rec *Record, prev *Record) {
 		}
 		var at, read int64
 		for i := range n {
-			v := r.uvarint("timeline.at_us")
+			v := r.uvarintShort("timeline.at_us")
 			z := v >> 3
 			d := int64(z>>1) ^ -int64(z&1)
 			var dr int64

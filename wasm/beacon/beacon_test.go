@@ -664,10 +664,15 @@ func FuzzDecodeBatch(f *testing.F) {
 		if err != nil || len(badW) != len(bad) || !batchesEqual(bw, b) || len(wire) != len(b.Records) {
 			t.Fatalf("DecodeBatchWire disagrees with DecodeBatchRecords: %v", err)
 		}
+		var rb RecordBatcher
+		rb.Reset(b.Site, &b.Client)
 		for i := range b.Records {
 			one, err := AppendRecordBatch(nil, b.Site, &b.Client, &b.Records[i], wire[i])
 			if err != nil {
 				t.Fatalf("record %d: AppendRecordBatch refused a decoded record: %v", i, err)
+			}
+			if same, err := rb.Append(nil, &b.Records[i], wire[i]); err != nil || !bytes.Equal(same, one) {
+				t.Fatalf("record %d: RecordBatcher appended another batch than AppendRecordBatch (%v)", i, err)
 			}
 			got, err := DecodeBatch(one, bigLimits)
 			if err != nil {

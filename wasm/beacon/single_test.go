@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 
 	"pgregory.net/rapid"
@@ -106,4 +107,95 @@ func TestAppendRecordBatchRefuses(t *testing.T) {
 	if _, encErr := (&Batch{Site: b.Site, Client: b.Client, Records: []Record{r}}).AppendBinary(nil); fmt.Sprint(encErr) != fmt.Sprint(err) {
 		t.Fatalf("AppendRecordBatch: %v; the encoder: %v", err, encErr)
 	}
+}
+
+// TestRecordBatcher: a RecordBatcher reset once for a batch's site and
+// client facts appends, record by record, exactly what AppendRecordBatch
+// appends, and refuses what it refuses with the same error: strings
+// changed after decoding (a refused one between accepted ones, which must
+// not let the next record's equal string through), records of other minor
+// versions, and refused client facts.
+func TestRecordBatcher(t *testing.T) {
+	same := func(t tb, what string, p1 []byte, err1 error, p2 []byte, err2 error) {
+		t.Helper()
+		if !bytes.Equal(p1, p2) || fmt.Sprint(err1) != fmt.Sprint(err2) {
+			t.Fatalf("%s: RecordBatcher appended %x, %v; AppendRecordBatch %x, %v", what, p1, err1, p2, err2)
+		}
+	}
+	rapid.Check(t, func(t *rapid.T) {
+		src := mustEncode(t, genBatch(t))
+		b, wire, _, err := DecodeBatchWire(src, bigLimits)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var rb RecordBatcher
+		rb.Reset(b.Site, &b.Client)
+		for i := range b.Records {
+			r := b.Records[i]
+			switch rapid.IntRange(0, 3).Draw(t, "change") {
+			case 1:
+				r.PagePath = "/chat?q=secret"
+			case 2:
+				r.Model = "gpt-\xff"
+			case 3:
+				r.URLPath = "/other/path"
+			}
+			p1, err1 := rb.Append([]byte{7}, &r, wire[i])
+			p2, err2 := AppendRecordBatch([]byte{7}, b.Site, &b.Client, &r, wire[i])
+			same(t, fmt.Sprintf("record %d", i), p1, err1, p2, err2)
+		}
+	})
+	for _, e := range []encoder{{minor: 0}, {minor: 1}, {minor: Minor + 1, extra: []byte{0xde, 0xad}}} {
+		src := reencode(t, typicalBatch(), e)
+		b, wire, _, err := DecodeBatchWire(src, bigLimits)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var rb RecordBatcher
+		rb.Reset(b.Site, &b.Client)
+		for _, pass := range []string{"first", "again"} {
+			for i := range b.Records {
+				p1, err1 := rb.Append(nil, &b.Records[i], wire[i])
+				p2, err2 := AppendRecordBatch(nil, b.Site, &b.Client, &b.Records[i], wire[i])
+				same(t, fmt.Sprintf("minor %d (%s), record %d", e.minor, pass, i), p1, err1, p2, err2)
+			}
+			// The next minor's head replaces this one's: back again.
+			other := reencode(t, typicalBatch(), encoder{minor: (e.minor + 1) % (Minor + 1)})
+			_, ow, _, err := DecodeBatchWire(other, bigLimits)
+			if err != nil {
+				t.Fatal(err)
+			}
+			p1, err1 := rb.Append(nil, &b.Records[0], ow[0])
+			p2, err2 := AppendRecordBatch(nil, b.Site, &b.Client, &b.Records[0], ow[0])
+			same(t, fmt.Sprintf("minor %d: a record of another minor", e.minor), p1, err1, p2, err2)
+		}
+		p1, err1 := rb.Append([]byte{1}, &b.Records[0], Wire{})
+		p2, err2 := AppendRecordBatch([]byte{1}, b.Site, &b.Client, &b.Records[0], Wire{})
+		same(t, "zero Wire", p1, err1, p2, err2)
+		c := b.Client
+		c.Release = "v\xff"
+		rb.Reset(b.Site, &c)
+		p1, err1 = rb.Append(nil, &b.Records[0], wire[0])
+		p2, err2 = AppendRecordBatch(nil, b.Site, &c, &b.Records[0], wire[0])
+		if err1 == nil {
+			t.Fatal("a refused release: RecordBatcher appended the record")
+		}
+		same(t, "refused client facts", p1, err1, p2, err2)
+	}
+}
+
+// TestCheckText: checkText, the one-pass check of the hot paths, gives
+// checkString's verdict for every string, path fields and others.
+func TestCheckText(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		parts := rapid.SliceOf(rapid.SampledFrom([]string{
+			"", "a", "/v1/chat", "?", "#", "q=1", "ü", "✓", "\xff", "\xc3", "\x80", "https://x.example", "\x00", "é?",
+		})).Draw(t, "parts")
+		s := strings.Join(parts, "")
+		for _, field := range []string{"page_path", "url_path", "page_origin", "url_origin", "route", "model", "origin_id", "site"} {
+			if got, want := checkText(s, isPathField(field)), checkString(field, []byte(s)); got != want {
+				t.Fatalf("%s %q: checkText %q, checkString %q", field, s, got, want)
+			}
+		}
+	})
 }

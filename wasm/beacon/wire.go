@@ -92,6 +92,10 @@ type reader struct {
 	// raw: repStr keeps a string that fails checkString (the caller checks
 	// it); strs: a record's strings were all read (DecodeBatchRecords).
 	raw, strs bool
+	// prevValid: every string of the previous record passed checkString
+	// (set by the caller); strsValid: every string of this record did
+	// (record sets it).
+	prevValid, strsValid bool
 	// flags and strEnd: a record's flags and where its strings end
 	// (DecodeBatchWire).
 	flags  uint64
@@ -117,6 +121,28 @@ func (r *reader) uvarint(field string) uint64 {
 		return uint64(r.src[p])
 	}
 	return r.uvarintLong(field)
+}
+
+// uvarintShort is uvarint that reads values of two and three bytes
+// without a loop too: a timeline entry (a time step of tens of
+// milliseconds, in units of 100 µs or of 1 µs, shifted by its codes)
+// mostly is one.
+func (r *reader) uvarintShort(field string) uint64 {
+	if p := r.p; uint(p+2) < uint(len(r.src)) && r.err == nil {
+		b0, b1, b2 := r.src[p], r.src[p+1], r.src[p+2]
+		switch {
+		case b0 < 0x80:
+			r.p = p + 1
+			return uint64(b0)
+		case b1 < 0x80:
+			r.p = p + 2
+			return uint64(b0&0x7f) | uint64(b1)<<7
+		case b2 < 0x80:
+			r.p = p + 3
+			return uint64(b0&0x7f) | uint64(b1&0x7f)<<7 | uint64(b2)<<14
+		}
+	}
+	return r.uvarint(field)
 }
 
 func (r *reader) uvarintLong(field string) uint64 {
@@ -230,20 +256,30 @@ func (r *reader) str(field string) string {
 // repStr reads a string that may repeat the previous record's value:
 // uvarint 0 = same as prev, n > 0 = n-1 bytes follow.
 func (r *reader) repStr(field, prev string) string {
+	s, _ := r.repStrRepeated(field, prev)
+	return s
+}
+
+// repStrRepeated is repStr that also says whether the string is prev
+// because the message repeats it (and not after a failure).
+func (r *reader) repStrRepeated(field, prev string) (string, bool) {
 	h := r.uvarint(field)
-	if r.err != nil || h == 0 {
-		return prev
+	if r.err != nil {
+		return prev, false
+	}
+	if h == 0 {
+		return prev, true
 	}
 	n := h - 1
 	if r.lim.MaxString > 0 && n > uint64(r.lim.MaxString) {
 		r.fail(field, "length "+strconv.FormatUint(n, 10)+" exceeds limit "+strconv.Itoa(r.lim.MaxString), ErrLimit)
-		return ""
+		return "", false
 	}
 	if n > uint64(r.left()) {
 		r.fail(field, "truncated", ErrTruncated)
-		return ""
+		return "", false
 	}
-	return r.strBody(field, int(n))
+	return r.strBody(field, int(n)), false
 }
 
 func (r *reader) strBody(field string, n int) string {
@@ -310,6 +346,34 @@ func (r *reader) end(field string) {
 	if r.err == nil && r.left() > 0 && r.minor <= Minor {
 		r.fail(field, strconv.Itoa(r.left())+" bytes after the last field", ErrInvalid)
 	}
+}
+
+// checkText is checkString for a string of a field known to be a path
+// field (isPathField) or not: one pass over an ASCII path instead of two,
+// and no conversion to []byte.
+func checkText(s string, path bool) string {
+	if !path {
+		if !utf8.ValidString(s) {
+			return "invalid UTF-8"
+		}
+		return ""
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c >= utf8.RuneSelf || c == '?' || c == '#' {
+			// s[:i] is ASCII without a query or fragment: the verdict is
+			// s[i:]'s, found as checkString finds it.
+			if !utf8.ValidString(s[i:]) {
+				return "invalid UTF-8"
+			}
+			for k := i; k < len(s); k++ {
+				if s[k] == '?' || s[k] == '#' {
+					return "contains a query or fragment"
+				}
+			}
+			return ""
+		}
+	}
+	return ""
 }
 
 // checkString returns why s may not be sent, or "".

@@ -202,8 +202,13 @@ func walkRuns(src []byte, p *int, first int32, slots, maxBuckets int, fill []uin
 	idx := int64(first)
 	nonEmpty := 0
 	for slots > 0 {
-		n, err := readUvarint(src, p, "buckets")
-		if err != nil {
+		// Runs and gaps are mostly a few slots long: their one-byte
+		// lengths are read without a call.
+		var n uint64
+		if *p < len(src) && src[*p] < 0x80 {
+			n = uint64(src[*p])
+			*p++
+		} else if n, err = readUvarint(src, p, "buckets"); err != nil {
 			return 0, 0, err
 		}
 		if n == 0 {
@@ -217,12 +222,23 @@ func walkRuns(src []byte, p *int, first int32, slots, maxBuckets int, fill []uin
 		}
 		fast := false
 		if fill == nil {
-			var sum uint64
-			var nz int
-			if sum, nz, fast = sumRun(src, *p, int(n), total, nonEmpty, maxBuckets); fast {
-				total, nonEmpty = total+sum, nonEmpty+nz
-				*p += int(n)
-				idx += int64(n)
+			if n == 1 && *p < len(src) {
+				// A run of one bucket (the commonest): sumRun's check of one
+				// count, without the call.
+				if c := uint64(src[*p]); c != 0 && c < 0x80 && (maxBuckets <= 0 || nonEmpty < maxBuckets) && total+c >= total {
+					total, nonEmpty = total+c, nonEmpty+1
+					*p++
+					idx++
+					fast = true
+				}
+			} else {
+				var sum uint64
+				var nz int
+				if sum, nz, fast = sumRun(src, *p, int(n), total, nonEmpty, maxBuckets); fast {
+					total, nonEmpty = total+sum, nonEmpty+nz
+					*p += int(n)
+					idx += int64(n)
+				}
 			}
 		}
 		for k := uint64(0); k < n && !fast; k++ {
@@ -255,8 +271,11 @@ func walkRuns(src []byte, p *int, first int32, slots, maxBuckets int, fill []uin
 		if slots == 0 {
 			break
 		}
-		gap, err := readUvarint(src, p, "buckets")
-		if err != nil {
+		var gap uint64
+		if *p < len(src) && src[*p] < 0x80 {
+			gap = uint64(src[*p])
+			*p++
+		} else if gap, err = readUvarint(src, p, "buckets"); err != nil {
 			return 0, 0, err
 		}
 		if gap == 0 {
@@ -300,13 +319,32 @@ func sumRun(src []byte, p, n int, total uint64, nonEmpty, maxBuckets int) (sum u
 	if run[0] == 0 || run[n-1] == 0 {
 		return 0, 0, false
 	}
-	var or byte
+	// Eight counts at a time (SWAR), then the rest one by one. While every
+	// byte is below 0x80 (or checks it: otherwise the result is dropped),
+	// the lanes never carry into each other: a byte b plus 0x7f has its top
+	// bit set exactly when b is not 0, and byte pairs summed in 16-bit
+	// lanes stay under 0x100.
+	const (
+		ones  = 0x0101010101010101
+		highs = 0x80 * ones
+		evens = 0x00ff00ff00ff00ff
+	)
+	var or uint64
+	for len(run) >= 8 {
+		x := uint64(run[0]) | uint64(run[1])<<8 | uint64(run[2])<<16 | uint64(run[3])<<24 |
+			uint64(run[4])<<32 | uint64(run[5])<<40 | uint64(run[6])<<48 | uint64(run[7])<<56
+		or |= x
+		nz += bits.OnesCount64((x + 0x7f*ones) & highs)
+		pairs := x&evens + x>>8&evens             // four 16-bit lanes, each at most 0xfe
+		sum += (pairs * 0x0001000100010001) >> 48 // their sum, at most 0x3f8
+		run = run[8:]
+	}
 	for _, b := range run {
-		or |= b
+		or |= uint64(b)
 		sum += uint64(b)
 		nz += int((b | -b) >> 7) // 1 unless b is 0 (b < 0x80 here)
 	}
-	if or >= 0x80 || maxBuckets > 0 && nonEmpty+nz > maxBuckets {
+	if or&highs != 0 || maxBuckets > 0 && nonEmpty+nz > maxBuckets {
 		return 0, 0, false
 	}
 	return sum, nz, true
