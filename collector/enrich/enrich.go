@@ -108,6 +108,38 @@ func (e *Enricher) Lookup(h http.Header, remoteAddr string, c *beacon.Client) In
 	return info
 }
 
+// Memo is the last lookup of a caller whose request headers and address
+// stay the same from one lookup to the next (a WebSocket connection's, for
+// its life): LookupMemo looks up again only when the client facts Lookup
+// reads from a batch change. The zero Memo is empty. It is not safe for
+// concurrent use.
+type Memo struct {
+	ok   bool
+	key  memoKey
+	info Info
+}
+
+// memoKey is what Lookup reads of a batch's client facts (userAgent).
+type memoKey struct {
+	client                      bool // c != nil
+	userAgent, brands, platform string
+	mobile                      bool
+}
+
+// LookupMemo is Lookup(h, remoteAddr, c), remembered in m: every call with
+// the same m must pass the same h and remoteAddr. The enrichment depends
+// on nothing else (the GeoIP database does not change while it is open).
+func (e *Enricher) LookupMemo(m *Memo, h http.Header, remoteAddr string, c *beacon.Client) Info {
+	var k memoKey
+	if c != nil {
+		k = memoKey{client: true, userAgent: c.UserAgent, brands: c.UABrands, platform: c.UAPlatform, mobile: c.UAMobile}
+	}
+	if !m.ok || m.key != k {
+		m.info, m.key, m.ok = e.Lookup(h, remoteAddr, c), k, true
+	}
+	return m.info
+}
+
 // location returns country and region from trusted edge headers, else from
 // the GeoIP database, else unknown.
 func (e *Enricher) location(h http.Header, remoteAddr string) (country, region string) {

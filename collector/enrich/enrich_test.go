@@ -229,3 +229,43 @@ func BenchmarkLookup(b *testing.B) {
 		e.Lookup(h, "81.2.69.160:5000", nil)
 	}
 }
+
+// TestLookupMemo: a connection's lookups through its Memo give what Lookup
+// gives for every batch's client facts, as they change and change back
+// (no client facts, a page-reported user agent, brands, platform, mobile).
+func TestLookupMemo(t *testing.T) {
+	e := mustNew(t, Options{TrustProxy: true})
+	for _, h := range []http.Header{
+		{}, // the page's own user agent and hints decide
+		{"User-Agent": {"Mozilla/5.0 (X11; Ubuntu; Linux x86_64; rv:133.0) Gecko/20100101 Firefox/133.0"}, "Cf-Ipcountry": {"DE"}},
+	} {
+		var m Memo
+		android := "Mozilla/5.0 (Linux; Android 14; Pixel 8) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/131.0.6778.104 Mobile Safari/537.36"
+		desktop := "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/142.0.0.0 Safari/537.36"
+		clients := []*beacon.Client{
+			nil,
+			{UserAgent: android},
+			{UserAgent: android},
+			{UserAgent: android, UABrands: "Microsoft Edge;131,Chromium;131"},
+			{UserAgent: android, UABrands: "Google Chrome;131,Chromium;131", UAMobile: true},
+			{UserAgent: android, UABrands: "Google Chrome;131,Chromium;131", UAMobile: true, UAPlatform: "Android"},
+			{UserAgent: android, UABrands: "HeadlessChrome;131", UAPlatform: "Linux"},
+			{UserAgent: desktop, UABrands: "Google Chrome;142"},
+			{UserAgent: desktop, UABrands: "Google Chrome;142", UAMobile: true},
+			{},
+			nil,
+			{UserAgent: android},
+		}
+		seen := map[Info]bool{}
+		for i, c := range clients {
+			got, want := e.LookupMemo(&m, h, "81.2.69.160:5000", c), e.Lookup(h, "81.2.69.160:5000", c)
+			if got != want {
+				t.Fatalf("headers %v, batch %d (%+v): LookupMemo %+v, Lookup %+v", h, i, c, got, want)
+			}
+			seen[want] = true
+		}
+		if len(h) == 0 && len(seen) < 6 {
+			t.Fatalf("the client facts made only %d different enrichments: the test would miss a stale memo", len(seen))
+		}
+	}
+}

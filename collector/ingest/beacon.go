@@ -125,7 +125,7 @@ func (h *Handler) ServeBeacon(w http.ResponseWriter, r *http.Request) {
 	// once queued, the batch is stored even if the client goes away.
 	ctx, cancel := context.WithTimeout(r.Context(), h.queueWait)
 	err = h.handOver(ctx, func() error {
-		batch := h.batch(&sc.out, b, wire, s, r.Header, r.RemoteAddr, now)
+		batch := h.batch(&sc.out, b, wire, s, r.Header, r.RemoteAddr, nil, now)
 		return h.sink.Submit(ctx, batch, func(err error) { done <- err })
 	})
 	cancel()

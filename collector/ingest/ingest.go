@@ -401,9 +401,14 @@ const maxPooledRecords = 256
 // from there as they arrived (before Submit returns) instead of encoding
 // them again. With nil wire (b fully decoded, beacon.DecodeBatch) the store
 // encodes the records.
-func (h *Handler) batch(out *collector.Batch, b *beacon.Batch, wire []beacon.Wire, s *site, hdr http.Header, remoteAddr string, now time.Time) *collector.Batch {
+//
+// memo, when not nil, remembers the enrichment between the batches of one
+// connection (whose hdr and remoteAddr are the same for its life).
+func (h *Handler) batch(out *collector.Batch, b *beacon.Batch, wire []beacon.Wire, s *site, hdr http.Header, remoteAddr string, memo *enrich.Memo, now time.Time) *collector.Batch {
 	var info enrich.Info
-	if h.enricher != nil {
+	if h.enricher != nil && memo != nil {
+		info = h.enricher.LookupMemo(memo, hdr, remoteAddr, &b.Client)
+	} else if h.enricher != nil {
 		info = h.enricher.Lookup(hdr, remoteAddr, &b.Client)
 	} else {
 		info = enrich.Info{Country: enrich.Unknown, Region: enrich.Unknown, Browser: enrich.Unknown, OS: enrich.Unknown, Device: enrich.Unknown}

@@ -753,7 +753,9 @@ func TestPeekSeq(t *testing.T) {
 }
 
 // BenchmarkFrame is the per-frame CPU work of ingest: check a 20-record
-// batch, enrich it and build the sink's batch (no network, no store).
+// batch, enrich it and build the sink's batch (no network, no store), as
+// for the frames of one WebSocket connection (whose enrichment is
+// remembered from frame to frame: enrich.Memo).
 // "bare": records of counts and strings only; "typical": each also with
 // the two histograms and the 39-stamp timeline of a 120-token answer.
 func BenchmarkFrame(b *testing.B) {
@@ -787,6 +789,7 @@ func BenchmarkFrame(b *testing.B) {
 			b.Fatal(err)
 		}
 		b.Run(name, func(b *testing.B) {
+			var memo enrich.Memo
 			b.SetBytes(int64(len(frame)))
 			b.ReportAllocs()
 			for b.Loop() {
@@ -795,7 +798,7 @@ func BenchmarkFrame(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				if s := h.batch(&sc.out, bt, wire, site, hdr, "81.2.69.160:5000", time.Now()); len(s.Records) != n {
+				if s := h.batch(&sc.out, bt, wire, site, hdr, "81.2.69.160:5000", &memo, time.Now()); len(s.Records) != n {
 					b.Fatal("lost records")
 				}
 				putScratch(sc)

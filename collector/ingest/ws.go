@@ -41,6 +41,10 @@ type conn struct {
 	site   *site
 	hdr    http.Header // the request headers enrichment reads
 	remote string
+	// memo: the enrichment of the connection's last batch (reader
+	// goroutine only; made at its first batch, so an idle connection holds
+	// none): the next batches of the same client facts reuse it.
+	memo   *enrich.Memo
 	bucket *bucket
 	slots  chan struct{} // one per batch read and not yet acked on the wire (maxInFlight)
 	pinger *time.Timer
@@ -468,7 +472,10 @@ func (c *conn) handleFrame(frame []byte, held int64) bool {
 	// first (from the store's goroutine, before the ack goes out).
 	accepted := sync.OnceFunc(func() { h.m.accepted.Add(float64(n)); c.site.records.Add(float64(n)) })
 	err = h.handOver(ctx, func() error {
-		batch := h.batch(&sc.out, b, wire, c.site, c.hdr, c.remote, now)
+		if c.memo == nil && h.enricher != nil {
+			c.memo = new(enrich.Memo)
+		}
+		batch := h.batch(&sc.out, b, wire, c.site, c.hdr, c.remote, c.memo, now)
 		return h.sink.Submit(ctx, batch, func(err error) {
 			defer finish()
 			accepted()

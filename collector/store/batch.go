@@ -279,13 +279,17 @@ func insertRows[R any](ctx context.Context, conn driver.Conn, table, columns str
 	// growing (and being copied) to the whole insert's size, and the server
 	// squashes the blocks of one INSERT into the same parts
 	// (min_insert_block_size_rows).
+	// The columns of a block are made in the room of the last block's
+	// (sent by then, and copied by the driver when appended).
+	var cols []any
 	for k := 0; k < len(rows); k += blockRows {
 		if k > 0 {
 			if err := batch.Flush(); err != nil {
 				return fmt.Errorf("insert %s: %w", table, err)
 			}
 		}
-		if err := appendColumns(batch, toColumns(rows[k:min(k+blockRows, len(rows))])); err != nil {
+		cols = toColumnsReusing(cols, rows[k:min(k+blockRows, len(rows))])
+		if err := appendColumns(batch, cols); err != nil {
 			return fmt.Errorf("append %s rows: %w: %w", table, errUnencodable, err)
 		}
 	}

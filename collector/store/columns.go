@@ -30,9 +30,14 @@ func columnList[R any]() string { return strings.Join(tagsOf[R](), ", ") }
 // toColumns turns rows into one slice per field (column-major), the shape
 // clickhouse-go appends fastest: one Column(i).Append per column instead of
 // a reflective AppendStruct per row.
-func toColumns[R any](rows []R) []any {
+func toColumns[R any](rows []R) []any { return toColumnsReusing(nil, rows) }
+
+// toColumnsReusing is toColumns that may reuse the room of cols, columns
+// toColumns made for an earlier block of the same insert that the driver
+// is done with (it copies what it is given, and the block was sent).
+func toColumnsReusing[R any](cols []any, rows []R) []any {
 	if in, ok := any(rows).([]InboxRow); ok {
-		return inboxColumnsOf(in) // every ingested record: no reflection
+		return inboxColumnsInto(cols, in) // every ingested record: no reflection
 	}
 	return reflectColumns(rows)
 }
@@ -64,13 +69,35 @@ func appendColumns(b driver.Batch, cols []any) error {
 
 // inboxColumnsOf is toColumns for inbox rows, written out: the same
 // columns in InboxRow's field order (TestInboxColumnsOf).
-func inboxColumnsOf(rows []InboxRow) []any {
+func inboxColumnsOf(rows []InboxRow) []any { return inboxColumnsInto(nil, rows) }
+
+// inboxColumnsInto is inboxColumnsOf in the room of cols (its result for
+// other rows), when there is enough.
+func inboxColumnsInto(cols []any, rows []InboxRow) []any {
 	n := len(rows)
-	kind, site, id, origin := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	str := func(i int) []string {
+		if i < len(cols) {
+			if c, ok := cols[i].([]string); ok && cap(c) >= n {
+				return c[:n]
+			}
+		}
+		return make([]string, n)
+	}
+	kind, site, id, origin := str(0), str(1), str(2), str(3)
 	at := make([]time.Time, n)
-	country, region, browser := make([]string, n), make([]string, n), make([]string, n)
+	if len(cols) > 4 {
+		if c, ok := cols[4].([]time.Time); ok && cap(c) >= n {
+			at = c[:n]
+		}
+	}
+	country, region, browser := str(5), str(6), str(7)
 	major := make([]uint16, n)
-	os, device, payload := make([]string, n), make([]string, n), make([]string, n)
+	if len(cols) > 8 {
+		if c, ok := cols[8].([]uint16); ok && cap(c) >= n {
+			major = c[:n]
+		}
+	}
+	os, device, payload := str(9), str(10), str(11)
 	for i := range rows {
 		r := &rows[i]
 		kind[i], site[i], id[i], origin[i] = r.Kind, r.Site, r.StreamID, r.OriginID

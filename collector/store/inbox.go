@@ -62,7 +62,7 @@ var inboxLimits = beacon.Limits{
 // the same error from the wire path.
 func ClientRow(s *collector.Stream) (InboxRow, error) {
 	c := clientOf(s)
-	return clientRow(s, &c, &s.Record, s.Wire, nil)
+	return clientRow(s, &c, nil, &s.Record, s.Wire, nil)
 }
 
 // clientOf is the client facts of a stream's batch.
@@ -79,33 +79,54 @@ func clientOf(s *collector.Stream) beacon.Client {
 // clientRow is the inbox row of record r with its wire w (or the zero
 // Wire), the batch's client facts c and the other fields of s (a stream
 // of the batch, or the fields its streams share: ClientRow, batchRows).
-// The payload is appended to arena (the rows of a batch share one
-// allocation, and are dropped together; nil: one of its own); its bytes are
-// never changed.
-func clientRow(s *collector.Stream, c *beacon.Client, r *beacon.Record, w beacon.Wire, arena *[]byte) (InboxRow, error) {
+// rb, when not nil, is set to s.Site and c (beacon.RecordBatcher.Reset:
+// the rows of a batch check and encode them once); it is used only with a
+// wire. The payload is appended to arena (the rows of a batch share one
+// allocation, and are dropped together; nil: one of its own); its bytes
+// are never changed.
+func clientRow(s *collector.Stream, c *beacon.Client, rb *beacon.RecordBatcher, r *beacon.Record, w beacon.Wire, arena *[]byte) (InboxRow, error) {
 	var p []byte
+	var id string
 	var err error
 	if w.IsZero() {
 		b := beacon.Batch{Site: s.Site, Client: *c, Records: []beacon.Record{*r}}
 		p, err = b.AppendBinary(nil)
+		id = string(r.StreamID[:])
 	} else {
 		if arena == nil {
-			own := make([]byte, 0, w.Size()+wireStrings(s.Site, c, r))
+			own := make([]byte, 0, wireRowSize(s.Site, c, r, w))
 			arena = &own
 		}
+		// The stream id, then the payload, both in the arena.
 		at := len(*arena)
-		if *arena, err = beacon.AppendRecordBatch(*arena, s.Site, c, r, w); err == nil {
-			p = (*arena)[at:len(*arena):len(*arena)]
+		*arena = append(*arena, r.StreamID[:]...)
+		if rb != nil {
+			*arena, err = rb.Append(*arena, r, w)
+		} else {
+			*arena, err = beacon.AppendRecordBatch(*arena, s.Site, c, r, w)
+		}
+		if err != nil {
+			*arena = (*arena)[:at]
+		} else {
+			ids := (*arena)[at : at+len(r.StreamID)]
+			id = unsafe.String(unsafe.SliceData(ids), len(ids)) // never changed
+			p = (*arena)[at+len(r.StreamID) : len(*arena) : len(*arena)]
 		}
 	}
 	if err != nil {
 		return InboxRow{}, fmt.Errorf("inbox: encode client record: %w", err)
 	}
 	return InboxRow{
-		Kind: KindClient, Site: s.Site, StreamID: string(r.StreamID[:]), OriginID: r.OriginID, ReceivedAt: s.ReceivedAt.UTC(),
+		Kind: KindClient, Site: s.Site, StreamID: id, OriginID: r.OriginID, ReceivedAt: s.ReceivedAt.UTC(),
 		Country: s.Country, Region: s.Region, Browser: s.Browser, BrowserMajor: s.BrowserMajor,
 		OS: s.OS, Device: s.Device, Payload: unsafe.String(unsafe.SliceData(p), len(p)), // p is not used again
 	}, nil
+}
+
+// wireRowSize is about the arena bytes clientRow takes for a record with
+// its wire: its stream id and its payload.
+func wireRowSize(site string, c *beacon.Client, r *beacon.Record, w beacon.Wire) int {
+	return len(r.StreamID) + w.Size() + wireStrings(site, c, r)
 }
 
 // wireStrings is about the bytes the strings of a client row's payload
@@ -218,20 +239,22 @@ func batchRows(b *collector.Batch) (rows []InboxRow, bad []error) {
 	rows = make([]InboxRow, 0, len(b.Records))
 	c := clientOf(&b.Shared)
 	wires := len(b.Wires) == len(b.Records)
-	var arena []byte // the payloads, in one allocation
+	var arena []byte // the stream ids and payloads, in one allocation
+	var rb beacon.RecordBatcher
 	if wires {
 		n := 0
 		for i := range b.Records {
-			n += b.Wires[i].Size() + wireStrings(b.Shared.Site, &c, &b.Records[i])
+			n += wireRowSize(b.Shared.Site, &c, &b.Records[i], b.Wires[i])
 		}
 		arena = make([]byte, 0, n)
+		rb.Reset(b.Shared.Site, &c)
 	}
 	for i := range b.Records {
 		var w beacon.Wire
 		if wires {
 			w = b.Wires[i]
 		}
-		row, err := clientRow(&b.Shared, &c, &b.Records[i], w, &arena)
+		row, err := clientRow(&b.Shared, &c, &rb, &b.Records[i], w, &arena)
 		if err != nil {
 			bad = append(bad, err)
 			continue

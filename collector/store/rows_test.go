@@ -72,6 +72,12 @@ func TestInboxColumnsOf(t *testing.T) {
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("inboxColumnsOf = %v, want %v", got, want)
 	}
+	// In the room of an earlier block's columns (of more rows, other
+	// values), the same columns.
+	earlier := inboxColumnsOf([]InboxRow{rows[1], rows[0], rows[1]})
+	if got := inboxColumnsInto(earlier, rows[:1]); !reflect.DeepEqual(got, reflectColumns(rows[:1])) {
+		t.Fatalf("inboxColumnsInto = %v, want %v", got, reflectColumns(rows[:1]))
+	}
 }
 
 // TestBatchRows: a batch's rows, made without streams, are the rows
