@@ -1,7 +1,6 @@
 package store
 
 import (
-	mrand "math/rand/v2"
 	"testing"
 	"time"
 
@@ -18,15 +17,7 @@ func BenchmarkBatchRows(b *testing.B) {
 	const n = 20
 	bt := beacon.Batch{Seq: 1, Client: beacon.Client{ConnType: "4g", Release: "r1", ModuleVersion: "test"}}
 	for i := range n {
-		r := beacon.Record{
-			StartUnixMs: 1_790_000_000_000, PageOrigin: "https://chat.example.com", PagePath: "/chat",
-			URLOrigin: "https://api.example.com", URLPath: "/v1/chat/completions", Model: "gpt-test",
-			HTTPProto: "h2", ContentType: "text/event-stream", HTTPStatus: 200,
-			TTFBUs: 12_000, DurationUs: 900_000, Bytes: 4096, TokensPerSec: 47.6, Jank: 2, Smooth: true,
-		}
-		r.StreamID[0], r.StreamID[15] = 0xa0, byte(i)
-		benchrec.Answer(&r, mrand.New(mrand.NewPCG(uint64(i), 1)))
-		bt.Records = append(bt.Records, r)
+		bt.Records = append(bt.Records, benchrec.Record([3]byte{0, 0, byte(i)}, uint64(i), 1))
 	}
 	frame, err := bt.AppendBinary(nil)
 	if err != nil {

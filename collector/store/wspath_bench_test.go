@@ -3,7 +3,6 @@ package store_test
 import (
 	"context"
 	"fmt"
-	mrand "math/rand/v2"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -62,15 +61,7 @@ func BenchmarkWebSocketPath(b *testing.B) {
 		for k := range distinct {
 			bt := beacon.Batch{Seq: uint64(k + 1), Client: beacon.Client{ConnType: "4g", Release: "r1", ModuleVersion: "test"}}
 			for i := range perBatch {
-				r := beacon.Record{
-					StartUnixMs: 1_790_000_000_000, PageOrigin: "https://chat.example.com", PagePath: "/chat",
-					URLOrigin: "https://api.example.com", URLPath: "/v1/chat/completions", Model: "gpt-test",
-					HTTPProto: "h2", ContentType: "text/event-stream", HTTPStatus: 200,
-					TTFBUs: 12_000, DurationUs: 900_000, Bytes: 4096, TokensPerSec: 47.6, Jank: 2, Smooth: true,
-				}
-				r.StreamID[0], r.StreamID[1], r.StreamID[2], r.StreamID[15] = 0xa0, byte(c), byte(k), byte(i)
-				benchrec.Answer(&r, mrand.New(mrand.NewPCG(uint64(c*distinct+k), uint64(i))))
-				bt.Records = append(bt.Records, r)
+				bt.Records = append(bt.Records, benchrec.Record([3]byte{byte(c), byte(k), byte(i)}, uint64(c*distinct+k), uint64(i)))
 			}
 			p, err := bt.AppendBinary(nil)
 			if err != nil {

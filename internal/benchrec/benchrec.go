@@ -36,3 +36,18 @@ func Answer(r *beacon.Record, rng *rand.Rand) {
 	r.Events, r.ContentEvents, r.Tokens, r.Reads = events+2, events, events, events
 	r.DurationUs = at + 5_000
 }
+
+// Record is the browser record of a typical 120-token answer from a chat
+// page (Answer, seeded with seed1 and seed2), its stream id's bytes 1, 2
+// and 15 set to id's.
+func Record(id [3]byte, seed1, seed2 uint64) beacon.Record {
+	r := beacon.Record{
+		StartUnixMs: 1_790_000_000_000, PageOrigin: "https://chat.example.com", PagePath: "/chat",
+		URLOrigin: "https://api.example.com", URLPath: "/v1/chat/completions", Model: "gpt-test",
+		HTTPProto: "h2", ContentType: "text/event-stream", HTTPStatus: 200,
+		TTFBUs: 12_000, DurationUs: 900_000, Bytes: 4096, TokensPerSec: 47.6, Jank: 2, Smooth: true,
+	}
+	r.StreamID[0], r.StreamID[1], r.StreamID[2], r.StreamID[15] = 0xa0, id[0], id[1], id[2]
+	Answer(&r, rand.New(rand.NewPCG(seed1, seed2)))
+	return r
+}
