@@ -168,6 +168,20 @@ func (c *Collector) metric(t testing.TB, name string) float64 {
 	return sum
 }
 
+// waitSpooled waits until none of cs holds a spooled insert: every record
+// they acked is in an inbox then. A collector acks what it spooled while
+// ClickHouse refused its inserts, and its replay lands the rows later, with
+// the replay's ingested_at: a wait for promotion that starts before the
+// replays would stop short of them.
+func waitSpooled(t *testing.T, within time.Duration, cs ...*Collector) {
+	t.Helper()
+	for _, c := range cs {
+		if !Eventually(within, 100*time.Millisecond, func() bool { return c.metric(t, "itlmon_store_spool_segments") == 0 }) {
+			t.Fatalf("collector %s: %v spool segments left after %v", c.Addr, c.metric(t, "itlmon_store_spool_segments"), within)
+		}
+	}
+}
+
 // TestBalancedCollectors runs two real collectors on one ClickHouse behind
 // nginx, without a browser: WebSocket batches through the balancer reach
 // both collectors and are acked; a beacon POST sent to a paused collector is

@@ -450,6 +450,9 @@ func TestClusterBalanced(t *testing.T) {
 	if got := int(rp.Stats().Sent + rpm.Stats().Sent); got != streams {
 		t.Fatalf("origin reporters sent %d timelines, want %d (one per stream)", got, streams)
 	}
+	// Acked may mean spooled: seen when the kill's connection reset aborted
+	// a shard's engine and the collectors spooled until its restart.
+	waitSpooled(t, 60*time.Second, a, b)
 	db.waitPromoted(t)
 	t.Logf("%d streams acked and promoted %v after the start", streams, time.Since(began).Round(time.Millisecond))
 

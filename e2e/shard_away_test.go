@@ -239,11 +239,7 @@ func TestShardAway(t *testing.T) {
 	t.Logf("the page streamed %d answers, %d of them while shard 2 was away, all acked", len(pageIDs), pageDuring)
 
 	// Everything replayed and promoted.
-	for _, c := range []*Collector{a, b} {
-		if !Eventually(90*time.Second, 100*time.Millisecond, func() bool { return c.metric(t, "itlmon_store_spool_segments") == 0 }) {
-			t.Fatalf("collector %s: %v spool segments left 90 s after shard 2's return", c.Addr, c.metric(t, "itlmon_store_spool_segments"))
-		}
-	}
+	waitSpooled(t, 90*time.Second, a, b)
 	// Every acked record is in an inbox now. Each shard has promoted them
 	// all once no inbox row ingested before this moment is newer than its
 	// last promoted window: a window is promoted only the hold and grace
