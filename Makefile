@@ -343,6 +343,8 @@ bench: deps wasm edge
 	ITLMON_BENCH_REPORT=1 $(GO) test -count=1 -v -run '^TestReport' ./collector/internal/benchreport 2>&1 | grep -v -e '^=== RUN' -e '\.go:[0-9]*: {' | tee -a /tmp/itlmon-bench.txt
 	@echo "promoter: a replayed backlog promoted in pages and in whole windows (same run): catch-up rate, peak memory"
 	ITLMON_BENCH_REPORT=1 $(GO) test -count=1 -v -run '^TestReportBacklog$$' ./collector/promoter 2>&1 | sed -n '/promoter backlog report/,/^--- /p' | grep -v '^--- ' | tee -a /tmp/itlmon-bench.txt
+	@echo "promoter: the fixed cost of a small window against a direct insert of its records (same run): a window's cost bounds the traffic a shard keeps up with"
+	ITLMON_BENCH_REPORT=1 $(GO) test -count=1 -v -run '^TestReportSmallWindows$$' ./collector/promoter 2>&1 | sed -n '/promoter small-window report/,/^--- /p' | grep -v '^--- ' | tee -a /tmp/itlmon-bench.txt
 	@echo "promoter at operators' scale: a 30-minute outage's 1,000,000 records replayed by three spools and promoted by three itlmon serve on one engine: RSS per collector next to its budget, catch-up rate, every record promoted once (ITLMON_BACKLOG_RECORDS to change the count)"
 	ITLMON_BENCH_REPORT=1 ITLMON_REQUIRE_REAL=1 $(GO) test -count=1 -timeout 3h -v -run '^TestReportBacklogFleet$$' ./collector/promoter 2>&1 | sed -n -e '/promoter fleet backlog report/,/itl_streams:/p' -e '/_test\.go:[0-9]*:/p' -e '/^--- FAIL/p' | tee -a /tmp/itlmon-bench.txt
 	$(GO) test -run '^$$' -bench . -benchmem -count=1 ./collector/enrich ./collector/ingest | tee -a /tmp/itlmon-bench.txt

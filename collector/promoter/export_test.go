@@ -37,3 +37,12 @@ func (p *Promoter) SetCutAfterPages(n int) { p.cutAfterPages = n }
 // itl_promote_pages: 2,000 rows, recorded nowhere, page 0 under the
 // window's own token.
 func (p *Promoter) SetEarlierRelease() { p.earlierRelease = true }
+
+// SetMaxSpan makes p span at most n windows a run (1: window by window).
+func (p *Promoter) SetMaxSpan(n int) { p.maxSpan = n }
+
+// SetCutAfterRecord makes p stop each run once its span and page size are
+// recorded, before any other insert; SetCutBeforeMark once its pages have
+// landed, before its itl_promoted row: a collector killed there.
+func (p *Promoter) SetCutAfterRecord() { p.cutAfterRecord = true }
+func (p *Promoter) SetCutBeforeMark()  { p.cutBeforeMark = true }

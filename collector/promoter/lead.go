@@ -131,7 +131,8 @@ func (p *Promoter) stalled(sh Shard, m mark, waited time.Duration) time.Duration
 	return min(now.Sub(pr.since), waited)
 }
 
-// promoted records that p promoted window start of sh.
+// promoted records that p promoted sh up to window start (the last of a
+// span).
 func (p *Promoter) promoted(sh Shard, start time.Time) {
 	p.beatMu.Lock()
 	defer p.beatMu.Unlock()

@@ -9,7 +9,7 @@ func (p *Promoter) RegisterMetrics(reg prometheus.Registerer) error {
 		name, help string
 		get        func(Stats) uint64
 	}{
-		{"windows_total", "Inbox windows promoted by this collector (reruns included).", func(s Stats) uint64 { return s.Windows }},
+		{"windows_total", "Promotion runs finished by this collector, each one inbox window or a span of sealed windows (reruns included).", func(s Stats) uint64 { return s.Windows }},
 		{"records_total", "Inbox rows read by promotions.", func(s Stats) uint64 { return s.Records }},
 		{"streams_total", "Client records promoted to itl_streams.", func(s Stats) uint64 { return s.Streams }},
 		{"origins_total", "Origin timelines promoted to itl_origin.", func(s Stats) uint64 { return s.Origins }},

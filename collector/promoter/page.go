@@ -44,25 +44,32 @@ func scanInbox(q driver.Rows) (inboxRead, error) {
 	return r, err
 }
 
-// windowKinds counts the inbox rows of window [start, end) per kind.
-func windowKinds(ctx context.Context, conn driver.Conn, start, end time.Time) (map[string]uint64, error) {
-	q, err := conn.Query(ctx, `SELECT kind, count() FROM itl_inbox
-		WHERE ingested_at >= fromUnixTimestamp64Micro(?) AND ingested_at < fromUnixTimestamp64Micro(?) GROUP BY kind`,
+// windowKinds counts the inbox rows of [start, end) per kind, and lists
+// the windows (seconds) holding any, in order.
+func windowKinds(ctx context.Context, conn driver.Conn, start, end time.Time) (map[string]uint64, []time.Time, error) {
+	q, err := conn.Query(ctx, `SELECT toUnixTimestamp(ingested_at) AS second, kind, count() FROM itl_inbox
+		WHERE ingested_at >= fromUnixTimestamp64Micro(?) AND ingested_at < fromUnixTimestamp64Micro(?)
+		GROUP BY second, kind ORDER BY second`,
 		micros(start), micros(end))
 	if err != nil {
-		return nil, fmt.Errorf("promoter: count the window: %w", err)
+		return nil, nil, fmt.Errorf("promoter: count the window: %w", err)
 	}
 	defer q.Close()
-	out := map[string]uint64{}
+	kinds := map[string]uint64{}
+	var windows []time.Time
 	for q.Next() {
+		var second uint32
 		var k string
 		var n uint64
-		if err := q.Scan(&k, &n); err != nil {
-			return nil, fmt.Errorf("promoter: count the window: %w", err)
+		if err := q.Scan(&second, &k, &n); err != nil {
+			return nil, nil, fmt.Errorf("promoter: count the window: %w", err)
 		}
-		out[k] = n
+		kinds[k] += n
+		if w := time.Unix(int64(second), 0).UTC(); len(windows) == 0 || !windows[len(windows)-1].Equal(w) {
+			windows = append(windows, w)
+		}
 	}
-	return out, q.Err()
+	return kinds, windows, q.Err()
 }
 
 // readPages reads window [start, end) in one query, in inboxOrder, and
@@ -163,12 +170,12 @@ func withIDs(ctx context.Context, ids []string) (context.Context, error) {
 	return clickhouse.Context(ctx, clickhouse.WithExternalTable(t)), nil
 }
 
-// firstTimelines reads the timelines of kind whose id is one of ids and
-// that reached the inbox in [from, to), and keeps the first copy of each.
-func firstTimelines(ctx context.Context, conn driver.Conn, kind string, ids []string, from, to time.Time) (map[joinKey]inboxRead, error) {
-	first := map[joinKey]inboxRead{}
+// timelinesOf reads the timelines of kind whose id is one of ids and that
+// reached the inbox in [from, to), per join key in inboxOrder.
+func timelinesOf(ctx context.Context, conn driver.Conn, kind string, ids []string, from, to time.Time) (map[joinKey][]inboxRead, error) {
+	out := map[joinKey][]inboxRead{}
 	if len(ids) == 0 {
-		return first, nil
+		return out, nil
 	}
 	rows, err := readInbox(ctx, conn, "kind = ? AND ingested_at >= fromUnixTimestamp64Micro(?) AND ingested_at < fromUnixTimestamp64Micro(?) AND origin_id IN (SELECT id FROM want_ids)",
 		ids, kind, micros(from), micros(to))
@@ -176,11 +183,10 @@ func firstTimelines(ctx context.Context, conn driver.Conn, kind string, ids []st
 		return nil, err
 	}
 	for _, r := range rows {
-		if k := (joinKey{r.Site, r.OriginID}); !has(first, k) {
-			first[k] = r
-		}
+		k := joinKey{r.Site, r.OriginID}
+		out[k] = append(out[k], r)
 	}
-	return first, nil
+	return out, nil
 }
 
 // naming is a client record that names an origin id: its first copy.

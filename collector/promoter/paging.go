@@ -1,6 +1,7 @@
 package promoter
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strconv"
@@ -15,23 +16,16 @@ import (
 // token. A window they left cut in the middle is finished the same way.
 const legacyPageRows = 2000
 
-// unrecordedRows is the most records of a window promoted without a record
-// of its page size: it fits in one page of every collector, whose page size
-// is at least this (--promote-page-rows), so every run of it is that one
-// page under the window's own token. A larger window is recorded, even when
-// it fits in one page of this promoter, so that no promoter of another size
-// can cut it otherwise at the same moment.
-const unrecordedRows = 100
-
 // paging is how a window is cut into pages: the page size, and how its
 // pages' tokens are named.
 //
 // A page's inserts are deduplicated by their tokens alone, so a rerun of a
-// cut window must cut it as the first run did: with another size, a token
-// would name other rows. The first promoter to start a window of more than
-// unrecordedRows records its page size in itl_promote_pages (one row per
-// window: a second insert at the same moment is deduplicated), and every
-// run of the window pages it by that row, whatever its own
+// cut run must cut it as the first run did: with another size, or another
+// span of windows (span.go), a token would name other rows. The first
+// promoter to start a window records the page size and the span it
+// promotes it in, in itl_promote_pages (one row per window: a second insert
+// at the same moment is deduplicated), before its first insert, and every
+// run of the window promotes it by that row, whatever its own
 // Config.PageRows.
 //
 // Tokens: a window of at most legacyPageRows records in one page is the
@@ -70,26 +64,26 @@ type promotePages struct {
 	Window    time.Time `ch:"promoted_window"`
 	PageRows  uint32    `ch:"page_rows"`
 	Legacy    bool      `ch:"legacy"`
+	Windows   uint16    `ch:"windows"`
 	Collector string    `ch:"collector"`
 }
 
-// pagingOf decides how window w is paged: by its itl_promote_pages row if
-// it has one; in one page, unrecorded, if it fits in one page of any
-// promoter (unrecordedRows) and of this one; else by the row this promoter
-// records (its own size, or the earlier release's if one started the
-// window: its pages' ids are there without a row), or by the row another
-// promoter recorded first.
+// record is what itl_promote_pages says of a run: its page size, whether
+// an earlier release started it, and the windows it spans.
+type record struct {
+	rows    int
+	legacy  bool
+	windows int
+}
+
+// pagingOf records how run w is paged (its own page size, or the earlier
+// release's if one started the window: its pages' ids are there without a
+// row) and the windows it spans, and returns the row that landed: its own,
+// or another promoter's that landed first (errRaced when that one spans
+// other windows: the run starts again by it).
 func (w *windowRun) pagingOf() (paging, error) {
-	got, ok, err := w.readPaging()
-	if err != nil || ok {
-		return got, err
-	}
-	own := w.p.cfg.PageRows
-	if w.records <= min(own, unrecordedRows) {
-		return pagingFor(w.records, own, false), nil
-	}
-	want := pagingFor(w.records, own, false)
-	if w.records > legacyPageRows {
+	want := pagingFor(w.records, w.p.cfg.PageRows, false)
+	if w.windows == 1 && w.records > legacyPageRows {
 		var n uint64
 		err := w.sh.Conn.QueryRow(w.ctx, "SELECT count() FROM itl_promoted_ids WHERE promoted_window = ?", w.start.Unix()).Scan(&n)
 		if err != nil {
@@ -101,51 +95,64 @@ func (w *windowRun) pagingOf() (paging, error) {
 				Msg("window started by a collector of an earlier release (pages of 2,000, not recorded): finishing it in its pages")
 		}
 	}
-	row := []promotePages{{Window: w.start, PageRows: uint32(want.rows), Legacy: want.legacy, Collector: w.p.cfg.Collector}}
-	if err := store.InsertRows(w.ctx, w.sh.Conn, "itl_promote_pages", store.TokenSettings(w.token+"/pages"), row); err != nil {
+	row := []promotePages{{Window: w.start, PageRows: uint32(want.rows), Legacy: want.legacy, Windows: uint16(w.windows), Collector: w.p.cfg.Collector}}
+	if err := store.InsertRows(w.ctx, w.sh.Conn, "itl_promote_pages", store.TokenSettings(w.windowToken+"/pages"), row); err != nil {
 		return paging{}, fmt.Errorf("promoter: record the window's page size: %w", err)
 	}
 	// Another promoter's row may have landed first (then ours was
 	// deduplicated): read the one that did.
-	if got, ok, err = w.readPaging(); err != nil || ok {
-		return got, err
-	}
-	if w.sh.Replicas != "" {
+	got, ok, err := readRecord(w.ctx, w.sh, w.start)
+	if err == nil && !ok && w.sh.Replicas != "" {
 		// Deduplicated against a row inserted on another replica, not
 		// fetched here yet.
 		if err := w.sh.Conn.Exec(w.ctx, "SYSTEM SYNC REPLICA itl_promote_pages"); err != nil {
 			return paging{}, fmt.Errorf("promoter: sync replica: %w", err)
 		}
-		if got, ok, err = w.readPaging(); err != nil || ok {
-			return got, err
-		}
+		got, ok, err = readRecord(w.ctx, w.sh, w.start)
 	}
-	return paging{}, errors.New("promoter: the window's page size was recorded but is not readable yet: tried again later")
+	switch {
+	case err != nil:
+		return paging{}, err
+	case !ok:
+		return paging{}, errors.New("promoter: the window's page size was recorded but is not readable yet: tried again later")
+	case got.windows != w.windows:
+		return paging{}, errRaced
+	}
+	return w.pagingBy(got), nil
 }
 
-// readPaging reads the window's itl_promote_pages row, if any.
-func (w *windowRun) readPaging() (paging, bool, error) {
-	q, err := w.sh.Conn.Query(w.ctx, `SELECT page_rows, legacy FROM itl_promote_pages
-		WHERE promoted_window = ? ORDER BY recorded_at, collector LIMIT 1`, w.start.Unix())
+// errRaced: another promoter recorded the window first, spanning other
+// windows than this run; the run starts again by its row.
+var errRaced = errors.New("promoter: another promoter started the window over another span")
+
+// pagingBy is the paging of run w by its recorded row.
+func (w *windowRun) pagingBy(r record) paging {
+	if r.rows != w.p.cfg.PageRows {
+		w.p.log.Debug().Time("window", w.start).Int("page_rows", r.rows).Bool("legacy", r.legacy).
+			Msg("window started in pages of another size: finishing it in those")
+	}
+	return pagingFor(w.records, r.rows, r.legacy)
+}
+
+// readRecord reads window start's itl_promote_pages row, if any.
+func readRecord(ctx context.Context, sh Shard, start time.Time) (record, bool, error) {
+	q, err := sh.Conn.Query(ctx, `SELECT page_rows, legacy, windows FROM itl_promote_pages
+		WHERE promoted_window = ? ORDER BY recorded_at, collector LIMIT 1`, start.Unix())
 	if err != nil {
-		return paging{}, false, fmt.Errorf("promoter: read the window's page size: %w", err)
+		return record{}, false, fmt.Errorf("promoter: read the window's page size: %w", err)
 	}
 	defer q.Close()
 	if !q.Next() {
-		return paging{}, false, q.Err()
+		return record{}, false, q.Err()
 	}
 	var rows uint32
 	var legacy bool
-	if err := q.Scan(&rows, &legacy); err != nil {
-		return paging{}, false, fmt.Errorf("promoter: read the window's page size: %w", err)
+	var windows uint16
+	if err := q.Scan(&rows, &legacy, &windows); err != nil {
+		return record{}, false, fmt.Errorf("promoter: read the window's page size: %w", err)
 	}
-	if rows == 0 {
-		return paging{}, false, errors.New("promoter: the window's recorded page size is 0")
+	if rows == 0 || windows == 0 {
+		return record{}, false, fmt.Errorf("promoter: the window's recorded page size %d or span %d is 0", rows, windows)
 	}
-	got := pagingFor(w.records, int(rows), legacy)
-	if got.rows != w.p.cfg.PageRows {
-		w.p.log.Debug().Time("window", w.start).Int("page_rows", got.rows).Bool("legacy", legacy).
-			Msg("window started in pages of another size: finishing it in those")
-	}
-	return got, true, nil
+	return record{rows: int(rows), legacy: legacy, windows: int(windows)}, true, nil
 }

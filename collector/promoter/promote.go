@@ -2,6 +2,7 @@ package promoter
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"sync"
@@ -36,10 +37,15 @@ type windowRun struct {
 	ctx        context.Context
 	p          *Promoter
 	sh         Shard
-	start, end time.Time
-	token      string // the window's; its pages' are paging.token's
-	paging     paging
-	beat       bool // heartbeat between pages (Run; CatchUp sends none)
+	start, end time.Time   // end: start plus windows
+	windows    int         // the windows it spans: 1, or more (span.go)
+	held       []time.Time // the windows of the span holding inbox rows
+	// windowToken is the first window's token (of its itl_promote_pages
+	// row), token the run's: the window's, with /w<windows> for a span.
+	// The pages' are paging.token's.
+	windowToken, token string
+	paging             paging
+	beat               bool // heartbeat between pages (Run; CatchUp sends none)
 
 	// The pages being inserted (at most pagesInFlight) and the first
 	// insert's error.
@@ -80,47 +86,96 @@ type page struct {
 	ids            []promotedID         // what the page promotes, for itl_promoted_ids
 }
 
-// promote promotes the window [start, start+Window), page by page.
+// promote promotes the window [start, start+Window), or the span of
+// sealed windows from start to at most sealedEnd (span.go), page by page.
 // Everything it inserts is a function of sealed inbox rows and of earlier
 // windows' promotions, and every insert carries a token of the window, its
-// paging (paging.go), the page and the table: run again, by this or another
-// collector, after a cut anywhere, it completes the window and duplicates
-// nothing.
+// span and paging (recorded before the first insert: paging.go), the page
+// and the table: run again, by this or another collector, after a cut
+// anywhere, it completes the run and duplicates nothing.
 //
 // With beat, p beats between pages: a window of a backlog may take longer
-// than leaderTTL, and its leader stays the leader meanwhile.
-func (p *Promoter) promote(ctx context.Context, sh Shard, start time.Time, beat bool) error {
-	w := &windowRun{ctx: ctx, p: p, sh: sh, start: start, end: start.Add(Window),
-		token: "itlmon/promote/" + strconv.FormatInt(start.Unix(), 10), beat: beat}
+// than leaderTTL, and its leader stays the leader meanwhile. It returns the
+// last window promoted.
+func (p *Promoter) promote(ctx context.Context, sh Shard, start, sealedEnd time.Time, beat bool) (time.Time, error) {
 	if sh.Replicas != "" {
 		// Rows another replica committed may not be here yet: fetch them.
 		if err := sh.Conn.Exec(ctx, "SYSTEM SYNC REPLICA itl_inbox"); err != nil {
-			return fmt.Errorf("promoter: sync replica: %w", err)
+			return time.Time{}, fmt.Errorf("promoter: sync replica: %w", err)
 		}
 	}
-	kinds, err := windowKinds(ctx, sh.Conn, w.start, w.end)
+	for {
+		w := &windowRun{ctx: ctx, p: p, sh: sh, start: start, beat: beat,
+			windowToken: "itlmon/promote/" + strconv.FormatInt(start.Unix(), 10)}
+		err := w.run(sealedEnd)
+		if errors.Is(err, errRaced) {
+			continue // another promoter's row landed first: by it
+		}
+		if err != nil {
+			return time.Time{}, err
+		}
+		return w.held[len(w.held)-1], nil
+	}
+}
+
+// run promotes w: its span, its paging, its pages, its mark.
+func (w *windowRun) run(sealedEnd time.Time) error {
+	p, sh := w.p, w.sh
+	rec, recorded, err := readRecord(w.ctx, sh, w.start)
 	if err != nil {
 		return err
 	}
+	w.windows = 1
+	switch {
+	case recorded:
+		w.windows = rec.windows
+	case !p.earlierRelease:
+		if w.windows, err = w.spanOf(sealedEnd); err != nil {
+			return err
+		}
+	}
+	w.end, w.token = w.start.Add(time.Duration(w.windows)*Window), w.windowToken
+	if w.windows > 1 {
+		w.token += "/w" + strconv.Itoa(w.windows)
+	}
+	kinds, held, err := windowKinds(w.ctx, sh.Conn, w.start, w.end)
+	if err != nil {
+		return err
+	}
+	w.held = held
+	if len(held) == 0 {
+		w.held = []time.Time{w.start} // gone from the inbox meanwhile (its TTL): marked all the same
+	}
 	for k, n := range kinds {
 		if !p.kinds[k] {
-			return &errBlocked{start, strconv.FormatUint(n, 10) + " inbox rows of kind " + strconv.Quote(k) + ", which it does not know"}
+			return &errBlocked{w.start, strconv.FormatUint(n, 10) + " inbox rows of kind " + strconv.Quote(k) + ", which it does not know"}
 		}
 		w.records += int(n)
 	}
-	if p.earlierRelease {
+	switch {
+	case p.earlierRelease:
 		w.paging = pagingFor(w.records, legacyPageRows, true)
-	} else if w.paging, err = w.pagingOf(); err != nil {
-		return err
+	case recorded:
+		w.paging = w.pagingBy(rec)
+	default:
+		if w.paging, err = w.pagingOf(); err != nil {
+			return err
+		}
+		if p.cutAfterRecord {
+			return errCut
+		}
 	}
 	w.slots = make(chan struct{}, pagesInFlight)
-	err = readPages(ctx, sh.Conn, w.start, w.end, w.paging.rows, w.promotePage)
+	err = readPages(w.ctx, sh.Conn, w.start, w.end, w.paging.rows, w.promotePage)
 	w.inserting.Wait()
 	if err != nil {
 		return err
 	}
 	if err := w.insertError(); err != nil {
 		return err
+	}
+	if p.cutBeforeMark {
+		return errCut
 	}
 	return w.finish()
 }
@@ -320,8 +375,9 @@ func joinVantage[R any](pg *page, v *vantage[R], ts []timeline, origins map[join
 	return append(rows, more...), joined, nil
 }
 
-// earlierClients reads the client records of earlier windows that want
-// names (their first copies), by stream id.
+// earlierClients reads the client records that want names (their first
+// copies: of earlier windows, or of earlier windows of this span), by
+// stream id.
 func (pg *page) earlierClients(want []naming) (map[string]collector.Stream, error) {
 	out := map[string]collector.Stream{}
 	if len(want) == 0 {
@@ -336,7 +392,7 @@ func (pg *page) earlierClients(want []naming) (map[string]collector.Stream, erro
 		}
 	}
 	rows, err := readInbox(pg.w.ctx, pg.w.sh.Conn, "kind = ? AND ingested_at >= fromUnixTimestamp64Micro(?) AND ingested_at < fromUnixTimestamp64Micro(?) AND stream_id IN (SELECT id FROM want_ids)",
-		uniq(ids), store.KindClient, micros(from), micros(pg.w.start))
+		uniq(ids), store.KindClient, micros(from), micros(pg.w.end))
 	if err != nil {
 		return nil, err
 	}
@@ -439,13 +495,19 @@ func (pg *page) insert(originRows []Row, edgeRows []EdgeRow) error {
 	return nil
 }
 
-// finish marks the window promoted (itl_promoted) and counts it.
+// finish marks the run's windows promoted (itl_promoted: a row for each
+// window holding inbox rows, as window by window, the run's counts on the
+// last) and counts it.
 func (w *windowRun) finish() error {
 	copies := w.records - w.streams - w.origins - w.edges
-	mark := []promotedWindow{{
-		Window: w.start, Records: uint32(w.records), Streams: uint32(w.streams), Origins: uint32(w.origins),
+	mark := make([]promotedWindow, 0, len(w.held))
+	for _, at := range w.held[:len(w.held)-1] {
+		mark = append(mark, promotedWindow{Window: at, Collector: w.p.cfg.Collector})
+	}
+	mark = append(mark, promotedWindow{
+		Window: w.held[len(w.held)-1], Records: uint32(w.records), Streams: uint32(w.streams), Origins: uint32(w.origins),
 		Copies: uint32(max(copies, 0)), Joined: uint32(w.joined), Collector: w.p.cfg.Collector,
-	}}
+	})
 	if err := store.InsertRows(w.ctx, w.sh.Conn, "itl_promoted", store.TokenSettings(w.token+"/itl_promoted"), mark); err != nil {
 		return fmt.Errorf("promoter: %w", err)
 	}

@@ -192,6 +192,10 @@ type Promoter struct {
 	// the releases before itl_promote_pages did.
 	cutAfterPages  int
 	earlierRelease bool
+	maxSpan        int // maxSpanWindows; 1 in tests that promote window by window
+	// Tests: cutAfterRecord stops a run once its span and paging are
+	// recorded, cutBeforeMark once its pages have landed (errCut).
+	cutAfterRecord, cutBeforeMark bool
 }
 
 // errCut is the error of a promotion cut by cutAfterPages.
@@ -200,7 +204,7 @@ var errCut = errors.New("promoter: cut (test)")
 // Stats counts what a Promoter did (counters) and how far behind it is
 // (gauges).
 type Stats struct {
-	Windows         uint64        // windows promoted by this collector (reruns included)
+	Windows         uint64        // runs finished by this collector, each a window or a span of them (reruns included)
 	Records         uint64        // inbox rows read in them
 	Streams         uint64        // client records promoted
 	Origins         uint64        // origin timelines promoted
@@ -239,7 +243,7 @@ func newPromoter(shards []Shard, resolve func(context.Context) ([]Shard, error),
 		return nil, err
 	}
 	p := &Promoter{id: promoterID(cfg.Collector), cfg: cfg, shards: shards, resolve: resolve,
-		beats: map[string]time.Time{}, progress: map[string]progress{}, takeover: takeoverLag, blocked: map[string]blockedWindow{}, kinds: map[string]bool{},
+		beats: map[string]time.Time{}, progress: map[string]progress{}, takeover: takeoverLag, blocked: map[string]blockedWindow{}, kinds: map[string]bool{}, maxSpan: maxSpanWindows,
 		log: cfg.Logger.With().Str("component", "promoter").Logger()}
 	for _, k := range knownKinds {
 		p.kinds[k] = true

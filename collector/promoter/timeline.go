@@ -124,15 +124,26 @@ func clientSide[R any](pg *page, v *vantage[R], origins map[joinKey]*beacon.Orig
 	for i := range pg.clients {
 		ids = append(ids, pg.clients[i].OriginID)
 	}
-	ts, err := firstTimelines(w.ctx, w.sh.Conn, v.kind, uniq(ids), w.start.Add(-w.p.cfg.JoinTTL), w.end.Add(w.p.cfg.Hold))
+	ts, err := timelinesOf(w.ctx, w.sh.Conn, v.kind, uniq(ids), w.start.Add(-w.p.cfg.JoinTTL), w.end.Add(w.p.cfg.Hold))
 	if err != nil {
 		return nil, nil, err
 	}
 	for i := range pg.clients {
 		c := &pg.clients[i]
 		k := joinKey{c.Site, c.OriginID}
-		tr, ok := ts[k]
-		if c.OriginID == "" || !ok {
+		if c.OriginID == "" {
+			continue
+		}
+		// The first timeline the client's own window sees: from the TTL
+		// before it to the hold after it (a span reads further).
+		names := pg.naming[k]
+		i := slices.IndexFunc(names, func(n naming) bool { return n.streamID == string(c.StreamID[:]) })
+		if i < 0 {
+			continue // not read: never a candidate
+		}
+		at := names[i].at
+		tr, ok := firstIn(ts[k], at.Truncate(Window).Add(-w.p.cfg.JoinTTL), w.clientSees(at))
+		if !ok {
 			continue
 		}
 		n, ok := pg.rule(k).winner(tr.IngestedAt)
@@ -155,9 +166,36 @@ func clientSide[R any](pg *page, v *vantage[R], origins map[joinKey]*beacon.Orig
 	return rows, joined, nil
 }
 
+// clientSees is the end of what the window of a client record that
+// reached the inbox at at sees of its timelines: the hold after it.
+func (w *windowRun) clientSees(at time.Time) time.Time {
+	return at.Truncate(Window).Add(Window + w.p.cfg.Hold)
+}
+
+// clientSideJoins reports whether this run's client side joins client
+// record n with a timeline that reached the inbox at t: n came in this run,
+// and t in the hold after n's window. Otherwise the timeline's side does (n
+// came in an earlier window, or in an earlier window of this span with t
+// past its hold: joined late, in the timeline's table only).
+func (w *windowRun) clientSideJoins(n naming, t time.Time) bool {
+	return !n.at.Before(w.start) && t.Before(w.clientSees(n.at))
+}
+
+// firstIn is the first of rows (in inboxOrder) that reached the inbox in
+// [from, to).
+func firstIn(rows []inboxRead, from, to time.Time) (inboxRead, bool) {
+	for _, r := range rows {
+		if !r.IngestedAt.Before(from) && r.IngestedAt.Before(to) {
+			return r, true
+		}
+	}
+	return inboxRead{}, false
+}
+
 // timelineSide returns the version 0 rows of the page's timelines of v, and
-// the version 1 rows of those whose client record came in an earlier
-// window (the client's window joined the others, or a later one will).
+// the version 1 rows of those whose client record its client side did not
+// join (it came in an earlier window, or earlier in the span and the
+// timeline past its hold).
 func timelineSide[R any](pg *page, v *vantage[R], ts []timeline) (rows []R, joins int, err error) {
 	w := pg.w
 	// The earlier client records these timelines join, read at once.
@@ -166,7 +204,7 @@ func timelineSide[R any](pg *page, v *vantage[R], ts []timeline) (rows []R, join
 		if ts[i].OriginID == "" {
 			continue
 		}
-		if n, ok := pg.rule(joinKey{ts[i].Site, ts[i].OriginID}).winner(ts[i].IngestedAt); ok && n.at.Before(w.start) {
+		if n, ok := pg.rule(joinKey{ts[i].Site, ts[i].OriginID}).winner(ts[i].IngestedAt); ok && !w.clientSideJoins(n, ts[i].IngestedAt) {
 			want = append(want, n)
 		}
 	}
@@ -192,8 +230,8 @@ func timelineSide[R any](pg *page, v *vantage[R], ts []timeline) (rows []R, join
 		}
 		k := joinKey{tr.Site, tr.OriginID}
 		n, ok := pg.rule(k).winner(tr.IngestedAt)
-		if !ok || !n.at.Before(w.start) {
-			continue // none yet, or this window's client side joined it
+		if !ok || w.clientSideJoins(n, tr.IngestedAt) {
+			continue // none yet, or this run's client side joined it
 		}
 		c, ok := clients[n.streamID]
 		if !ok {

@@ -123,7 +123,8 @@ func (p *Promoter) promoteOldest(ctx context.Context, sh Shard, always bool) (Lo
 		return l, nil
 	}
 	began := time.Now()
-	if err := p.promote(ctx, sh, start, !always); err != nil {
+	last, err := p.promote(ctx, sh, start, p.sealedEnd(f), !always)
+	if err != nil {
 		var b *errBlocked
 		if errors.As(err, &b) {
 			p.block(sh, start, err)
@@ -132,7 +133,7 @@ func (p *Promoter) promoteOldest(ctx context.Context, sh Shard, always bool) (Lo
 		return l, err
 	}
 	p.unblock(sh)
-	p.promoted(sh, start)
+	p.promoted(sh, last)
 	p.busyNanos.Add(int64(time.Since(began)))
 	l.Promoted = true
 	return l, nil

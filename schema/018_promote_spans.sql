@@ -1,0 +1,15 @@
+-- 018: itl_promote_pages.windows, the windows a promotion run spans, and a
+-- row for every run.
+--
+-- Why: a promoter behind (after an outage, a busy spell, a restart)
+-- promotes several sealed windows in one run, up to 30 seconds of the inbox
+-- in one page, so that a shard with rows in every second does not need a
+-- run per second to keep up (an insert into itl_streams costs ClickHouse
+-- about the same for one record as for thousands: a part per view). Such a
+-- run's pages carry a token of its first window and its span, so a rerun
+-- after a cut must take the same windows: the first promoter to start a
+-- window now records the span with the page size, for every window (with
+-- 017 only windows of more than 100 records were recorded), and every run
+-- of it promotes it by that row. Rows written before this migration span
+-- one window (the default).
+ALTER TABLE itl_promote_pages ADD COLUMN IF NOT EXISTS windows UInt16 DEFAULT 1 AFTER legacy;
