@@ -99,8 +99,8 @@ func spanInbox(t *testing.T, base time.Time) []store.InboxRow {
 	return rows
 }
 
-// landSpanInbox lands rows in db's inbox, each ingested at its received_at.
-func landSpanInbox(t *testing.T, db *store.DB, rows []store.InboxRow) {
+// landInbox lands rows in db's inbox, each ingested at its received_at.
+func landInbox(t *testing.T, db *store.DB, rows []store.InboxRow) {
 	t.Helper()
 	ctx := t.Context()
 	if err := db.Conn().Exec(ctx, "CREATE TABLE staging AS itl_inbox"); err != nil {
@@ -168,7 +168,7 @@ func spanCatchUp(t *testing.T, db *store.DB, collector string, setup func(*promo
 func spanRun(t *testing.T, rows []store.InboxRow, maxSpan int) (map[string][]string, promoter.Stats, uint64) {
 	t.Helper()
 	db := newDB(t)
-	landSpanInbox(t, db, rows)
+	landInbox(t, db, rows)
 	st, err := spanCatchUp(t, db, "a", func(p *promoter.Promoter) { p.SetMaxSpan(maxSpan) })
 	if err != nil {
 		t.Fatal(err)
@@ -233,7 +233,7 @@ func TestCutSpanFinishedAsRecorded(t *testing.T) {
 		{"before its mark", (*promoter.Promoter).SetCutBeforeMark},
 	} {
 		db := newDB(t)
-		landSpanInbox(t, db, rows)
+		landInbox(t, db, rows)
 		if _, err := spanCatchUp(t, db, "a-cut", tc.cut); err == nil {
 			t.Fatalf("cut %s: the cut promoter finished its span", tc.name)
 		}

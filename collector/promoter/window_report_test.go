@@ -85,35 +85,27 @@ func promoteWindows(t *testing.T, n, perWindow, maxSpan int) time.Duration {
 	t.Helper()
 	db := newDB(t)
 	ctx := t.Context()
-	// The rows land in a table of the inbox's structure, then in the inbox
-	// with ingested_at set a window apart: inserts of now would share
-	// windows.
-	if err := db.Conn().Exec(ctx, "CREATE TABLE staging AS itl_inbox"); err != nil {
-		t.Fatal(err)
-	}
+	// Each window's rows received (and ingested) a second after the last's:
+	// inserts of now would share windows.
+	base := time.Now().Add(-time.Hour).Truncate(time.Second)
 	var rows []store.InboxRow
-	for _, w := range windowStreams(n, perWindow) {
+	for i, w := range windowStreams(n, perWindow) {
+		at := base.Add(time.Duration(i) * time.Second)
 		for _, s := range w {
 			c, err := store.ClientRow(&s)
 			if err != nil {
 				t.Fatal(err)
 			}
 			o := pausedOrigin(s.OriginID)
-			or, err := store.OriginRow("chat", time.Now(), &o)
+			or, err := store.OriginRow("chat", at, &o)
 			if err != nil {
 				t.Fatal(err)
 			}
+			c.ReceivedAt = at
 			rows = append(rows, c, or)
 		}
 	}
-	if err := store.InsertRows(ctx, db.Conn(), "staging", nil, rows); err != nil {
-		t.Fatal(err)
-	}
-	if err := db.Conn().Exec(ctx, `INSERT INTO itl_inbox SELECT * REPLACE (
-		toStartOfSecond(now64(6)) - INTERVAL 1 HOUR + toIntervalSecond(toUInt32OrZero(splitByChar('-', origin_id)[2])) AS ingested_at)
-		FROM staging`); err != nil {
-		t.Fatal(err)
-	}
+	landInbox(t, db, rows)
 	p, err := promoter.New([]promoter.Shard{{Conn: db.Conn()}}, promoter.Config{
 		Hold: 100 * time.Millisecond, Grace: 50 * time.Millisecond, Logger: zerolog.Nop()})
 	if err != nil {
