@@ -137,11 +137,11 @@ func clientSide[R any](pg *page, v *vantage[R], origins map[joinKey]*beacon.Orig
 		// The first timeline the client's own window sees: from the TTL
 		// before it to the hold after it (a span reads further).
 		names := pg.naming[k]
-		i := slices.IndexFunc(names, func(n naming) bool { return n.streamID == string(c.StreamID[:]) })
-		if i < 0 {
+		j := slices.IndexFunc(names, func(n naming) bool { return n.streamID == string(c.StreamID[:]) })
+		if j < 0 {
 			continue // not read: never a candidate
 		}
-		at := names[i].at
+		at := names[j].at
 		tr, ok := firstIn(ts[k], at.Truncate(Window).Add(-w.p.cfg.JoinTTL), w.clientSees(at))
 		if !ok {
 			continue
