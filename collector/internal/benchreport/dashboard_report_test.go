@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ClickHouse/clickhouse-go/v2"
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
 	"github.com/itlmon/itlmon/collector/ingest"
@@ -104,9 +105,24 @@ func TestDashboardReport(t *testing.T) {
 	// merges fold them as production's steady trickle of inserts lets
 	// them. Fold them now, so the rollups are read as they stand after
 	// their merges.
+	//
+	// A merge of 10 M rows' rollups takes longer than the driver's read
+	// timeout (5 min: seen 2026-12-04 on a slow day, itl_rollup_1m), and the
+	// engine sends nothing while it merges: the OPTIMIZEs get a connection
+	// of their own that waits up to an hour.
+	var db string
+	if err := conn.QueryRow(ctx, "SELECT currentDatabase()").Scan(&db); err != nil {
+		t.Fatal(err)
+	}
+	merger, err := clickhouse.Open(&clickhouse.Options{Addr: []string{m.Engine.NativeAddr()}, Auth: clickhouse.Auth{Database: db},
+		DialContext: m.Engine.DialContext, ReadTimeout: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer merger.Close()
 	for _, table := range []string{"itl_rollup_1m", "itl_rollup_1m_site", "itl_rollup_1h", "itl_rollup_1h_dim", "itl_rollup_1d_dim"} {
 		t0 := time.Now()
-		if err := conn.Exec(ctx, "OPTIMIZE TABLE "+table+" FINAL"); err != nil {
+		if err := merger.Exec(ctx, "OPTIMIZE TABLE "+table+" FINAL"); err != nil {
 			t.Fatal(err)
 		}
 		fmt.Printf("OPTIMIZE TABLE %s FINAL: %.1f s\n", table, time.Since(t0).Seconds())
