@@ -44,32 +44,53 @@ func scanInbox(q driver.Rows) (inboxRead, error) {
 	return r, err
 }
 
-// windowKinds counts the inbox rows of [start, end) per kind, and lists
-// the windows (seconds) holding any, in order.
-func windowKinds(ctx context.Context, conn driver.Conn, start, end time.Time) (map[string]uint64, []time.Time, error) {
+// inboxCount is how many inbox rows of a kind one window holds.
+type inboxCount struct {
+	window time.Time
+	kind   string
+	rows   uint64
+}
+
+// countInbox counts the inbox rows of [start, end) per window (second) and
+// kind, in window order.
+func countInbox(ctx context.Context, conn driver.Conn, start, end time.Time) ([]inboxCount, error) {
 	q, err := conn.Query(ctx, `SELECT toUnixTimestamp(ingested_at) AS second, kind, count() FROM itl_inbox
 		WHERE ingested_at >= fromUnixTimestamp64Micro(?) AND ingested_at < fromUnixTimestamp64Micro(?)
 		GROUP BY second, kind ORDER BY second`,
 		micros(start), micros(end))
 	if err != nil {
-		return nil, nil, fmt.Errorf("promoter: count the window: %w", err)
+		return nil, fmt.Errorf("promoter: count the inbox: %w", err)
 	}
 	defer q.Close()
-	kinds := map[string]uint64{}
-	var windows []time.Time
+	var out []inboxCount
 	for q.Next() {
 		var second uint32
-		var k string
-		var n uint64
-		if err := q.Scan(&second, &k, &n); err != nil {
-			return nil, nil, fmt.Errorf("promoter: count the window: %w", err)
+		var c inboxCount
+		if err := q.Scan(&second, &c.kind, &c.rows); err != nil {
+			return nil, fmt.Errorf("promoter: count the inbox: %w", err)
 		}
-		kinds[k] += n
-		if w := time.Unix(int64(second), 0).UTC(); len(windows) == 0 || !windows[len(windows)-1].Equal(w) {
-			windows = append(windows, w)
+		c.window = time.Unix(int64(second), 0).UTC()
+		out = append(out, c)
+	}
+	return out, q.Err()
+}
+
+// windowKinds counts the inbox rows of [start, end) per kind, and lists
+// the windows (seconds) holding any, in order.
+func windowKinds(ctx context.Context, conn driver.Conn, start, end time.Time) (map[string]uint64, []time.Time, error) {
+	counts, err := countInbox(ctx, conn, start, end)
+	if err != nil {
+		return nil, nil, err
+	}
+	kinds := map[string]uint64{}
+	var windows []time.Time
+	for _, c := range counts {
+		kinds[c.kind] += c.rows
+		if len(windows) == 0 || !windows[len(windows)-1].Equal(c.window) {
+			windows = append(windows, c.window)
 		}
 	}
-	return kinds, windows, q.Err()
+	return kinds, windows, nil
 }
 
 // readPages reads window [start, end) in one query, in inboxOrder, and

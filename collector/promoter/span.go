@@ -55,32 +55,20 @@ func (w *windowRun) spanOf(sealedEnd time.Time) (int, error) {
 	if end.Sub(w.start) < 2*Window {
 		return 1, nil
 	}
-	q, err := w.sh.Conn.Query(w.ctx, `SELECT toUnixTimestamp(ingested_at) AS second, kind, count() FROM itl_inbox
-		WHERE ingested_at >= fromUnixTimestamp64Micro(?) AND ingested_at < fromUnixTimestamp64Micro(?)
-		GROUP BY second, kind ORDER BY second`, micros(w.start), micros(end))
+	counts, err := countInbox(w.ctx, w.sh.Conn, w.start, end)
 	if err != nil {
-		return 0, fmt.Errorf("promoter: windows to span: %w", err)
+		return 0, err
 	}
-	defer q.Close()
 	type second struct {
 		records int
 		unknown bool
 	}
 	seconds := make([]second, int(end.Sub(w.start)/Window))
-	for q.Next() {
-		var at uint32
-		var kind string
-		var n uint64
-		if err := q.Scan(&at, &kind, &n); err != nil {
-			return 0, fmt.Errorf("promoter: windows to span: %w", err)
+	for _, c := range counts {
+		if i := int(c.window.Sub(w.start) / Window); i >= 0 && i < len(seconds) {
+			seconds[i].records += int(c.rows)
+			seconds[i].unknown = seconds[i].unknown || !w.p.kinds[c.kind]
 		}
-		if i := int(time.Unix(int64(at), 0).Sub(w.start) / Window); i >= 0 && i < len(seconds) {
-			seconds[i].records += int(n)
-			seconds[i].unknown = seconds[i].unknown || !w.p.kinds[kind]
-		}
-	}
-	if err := q.Err(); err != nil {
-		return 0, fmt.Errorf("promoter: windows to span: %w", err)
 	}
 	// The span ends before the first window that would take it past a page
 	// or holds a kind this promoter cannot promote (then it is that
