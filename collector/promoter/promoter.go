@@ -181,6 +181,9 @@ type Promoter struct {
 	blockMu sync.Mutex
 	blocked map[string]blockedWindow // per shard name: the window this promoter cannot promote
 
+	// gate is held by Run during each step and by Hold until released.
+	gate chan struct{}
+
 	windows, records, streams, origins, copies, joined, joinedInStreams, refused, errs atomic.Uint64
 	edges, edgeJoined, conflicts, blockedWindows, beatErrs                             atomic.Uint64
 	lagNanos, busyNanos                                                                atomic.Int64
@@ -244,7 +247,8 @@ func newPromoter(shards []Shard, resolve func(context.Context) ([]Shard, error),
 	}
 	p := &Promoter{id: promoterID(cfg.Collector), cfg: cfg, shards: shards, resolve: resolve,
 		beats: map[string]time.Time{}, progress: map[string]progress{}, takeover: takeoverLag, blocked: map[string]blockedWindow{}, kinds: map[string]bool{}, maxSpan: maxSpanWindows,
-		log: cfg.Logger.With().Str("component", "promoter").Logger()}
+		gate: make(chan struct{}, 1),
+		log:  cfg.Logger.With().Str("component", "promoter").Logger()}
 	for _, k := range knownKinds {
 		p.kinds[k] = true
 	}
@@ -371,7 +375,13 @@ func (p *Promoter) Run(ctx context.Context) {
 			}
 		}
 		for i, sh := range p.shards {
+			select {
+			case p.gate <- struct{}{}:
+			case <-ctx.Done():
+				return
+			}
 			look, err := step(ctx, sh)
+			<-p.gate
 			if ctx.Err() != nil {
 				return
 			}
@@ -418,6 +428,19 @@ func (p *Promoter) Run(ctx context.Context) {
 		case <-time.After(cmp.Or(wait, p.cfg.IdleInterval)):
 		}
 	}
+}
+
+// Hold keeps Run from starting another step (a look at a shard, and the
+// promotion it starts) until release is called; it returns once a step
+// under way has ended. The ingest report holds the promoter while it counts
+// the engine's CPU for landing records in the inbox, so that a promotion
+// starting meanwhile is not counted as their cost. A held promoter neither
+// promotes nor heartbeats: past the takeover lag, another collector's
+// promoter takes the lead. release may be called more than once.
+func (p *Promoter) Hold() (release func()) {
+	p.gate <- struct{}{}
+	var once sync.Once
+	return func() { once.Do(func() { <-p.gate }) }
 }
 
 // promoterID is name plus a random suffix, unique per Promoter.

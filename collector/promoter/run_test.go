@@ -644,3 +644,36 @@ func TestRegisterMetrics(t *testing.T) {
 		t.Errorf("%d metric families, want %d", got, want)
 	}
 }
+
+// Hold waits for the step under way, no step starts while held, the next
+// starts at release, and a held promoter still stops when its context ends.
+func TestHoldKeepsStepsOff(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p, _ := newTestPromoter(t, shards("1"))
+		const took = 100 * time.Millisecond
+		s := &stepper{answer: func(context.Context, string, int) (promoter.Look, error) {
+			time.Sleep(took)
+			return promoter.Look{Known: true, Age: 1500 * time.Millisecond}, nil
+		}}
+		start := time.Now()
+		stop, done := runPromoter(t, p, s)
+		// Steps start at 0, 350 and 700 ms; Hold comes during the third.
+		time.Sleep(750 * time.Millisecond)
+		release := p.Hold()
+		if held := time.Since(start); held != 800*time.Millisecond {
+			t.Errorf("Hold returned at %v, want 800ms (the end of the step under way)", held)
+		}
+		time.Sleep(2200 * time.Millisecond)
+		release()
+		release() // a second call does nothing
+		synctest.Wait()
+		want := []time.Time{start, start.Add(350 * time.Millisecond), start.Add(700 * time.Millisecond), start.Add(3 * time.Second)}
+		if got := s.on("1"); !slices.EqualFunc(got, want, time.Time.Equal) {
+			t.Errorf("stepped at %v, want %v", offsets(got, start), offsets(want, start))
+		}
+		time.Sleep(took)
+		p.Hold()
+		stop()
+		<-done
+	})
+}

@@ -17,8 +17,9 @@ import (
 
 // cpuTimes is the CPU time spent so far by this test process (the
 // collector, in process; the ingest report's load clients run in a
-// process of their own) and by the engine's process.
-type cpuTimes struct{ self, engine time.Duration }
+// process of their own) and by the engine's process; after is the part of
+// engine spent once a phase had ended, until its merges did (phaseCPU).
+type cpuTimes struct{ self, engine, after time.Duration }
 
 func cpuNow(t testing.TB, enginePID int) cpuTimes {
 	t.Helper()
@@ -30,8 +31,12 @@ func cpuNow(t testing.TB, enginePID int) cpuTimes {
 	return cpuTimes{self: self, engine: time.Duration(procCPU(enginePID) * float64(time.Second))}
 }
 
-func (c cpuTimes) sub(d cpuTimes) cpuTimes { return cpuTimes{c.self - d.self, c.engine - d.engine} }
-func (c cpuTimes) add(d cpuTimes) cpuTimes { return cpuTimes{c.self + d.self, c.engine + d.engine} }
+func (c cpuTimes) sub(d cpuTimes) cpuTimes {
+	return cpuTimes{c.self - d.self, c.engine - d.engine, c.after - d.after}
+}
+func (c cpuTimes) add(d cpuTimes) cpuTimes {
+	return cpuTimes{c.self + d.self, c.engine + d.engine, c.after + d.after}
+}
 
 // quiesce waits (at most a minute) until the engine runs no merge and no
 // mutation, so each timed phase starts from the same quiet state instead of
@@ -49,10 +54,11 @@ func quiesce(t testing.TB, conn driver.Conn) {
 // promoter would count); the engine's with the merges of the phase's parts.
 func phaseCPU(t testing.TB, conn driver.Conn, enginePID int, cpu0 cpuTimes) cpuTimes {
 	t.Helper()
-	self := cpuNow(t, enginePID).self
+	end := cpuNow(t, enginePID)
 	quiesce(t, conn)
 	c := cpuNow(t, enginePID).sub(cpu0)
-	c.self = self - cpu0.self
+	c.self = end.self - cpu0.self
+	c.after = c.engine - (end.engine - cpu0.engine)
 	return c
 }
 
