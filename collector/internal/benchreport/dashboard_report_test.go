@@ -164,6 +164,7 @@ func TestDashboardReport(t *testing.T) {
 	fmt.Printf("%-12s %-5s %10s %10s %12s %12s %8s\n", "endpoint", "range", "p50 ms", "p95 ms", "raw p50 ms", "raw p95 ms", "raw/api")
 	var missed []string // endpoints over the goal's p95
 	reads := 0
+	fewer := false // a raw read run fewer times (timeRaw)
 	for _, rng := range []struct {
 		name string
 		d    time.Duration
@@ -181,7 +182,7 @@ func TestDashboardReport(t *testing.T) {
 			}
 			until := time.Now().UTC()
 			since := until.Add(-rng.d)
-			rawT := timeIt(t, reps, func() error {
+			rawT := timeRaw(t, reps, func() error {
 				for _, q := range e.raw(rng.d) {
 					if err := scanAll(ctx, conn, q, "chat", since, until); err != nil {
 						return err
@@ -189,9 +190,16 @@ func TestDashboardReport(t *testing.T) {
 				}
 				return nil
 			})
-			fmt.Println(line + fmt.Sprintf(" %12.1f %12.1f %7.1fx", msOf(quantileDur(rawT, 0.5)), msOf(quantileDur(rawT, 0.95)),
-				float64(quantileDur(rawT, 0.5))/float64(quantileDur(api, 0.5))))
+			mark := ""
+			if len(rawT) < reps {
+				mark, fewer = "*", true
+			}
+			fmt.Println(line + fmt.Sprintf(" %12.1f %12.1f %7.1fx%s", msOf(quantileDur(rawT, 0.5)), msOf(quantileDur(rawT, 0.95)),
+				float64(quantileDur(rawT, 0.5))/float64(quantileDur(api, 0.5)), mark))
 		}
+	}
+	if fewer {
+		fmt.Printf("*: raw rows read %d times, not %d: their warm-up took over %v (their p95 is their slowest)\n", slowRawReps, reps, slowRaw)
 	}
 	fmt.Printf("goal: every endpoint's p95 at most %v over every range: %d of %d reads met it", dashGoalP95, reads-len(missed), reads)
 	if len(missed) > 0 {
@@ -482,6 +490,29 @@ func timeIt(t *testing.T, reps int, f func() error) []time.Duration {
 			t.Fatal(err)
 		}
 		ds[i] = time.Since(t0)
+	}
+	return ds
+}
+
+// A raw-row baseline read whose warm-up takes longer than slowRaw is
+// repeated slowRawReps times, not reps: at 10 M streams over 30 days one
+// takes 30-60 s, 10-300 times the endpoint it is set against, and seven of
+// each made a third of the report's hour of reads.
+const (
+	slowRaw     = 5 * time.Second
+	slowRawReps = 3
+)
+
+// timeRaw is timeIt for the raw-row baselines (slowRaw).
+func timeRaw(t *testing.T, reps int, f func() error) []time.Duration {
+	t.Helper()
+	warm := timeOnce(t, f)
+	if warm > slowRaw {
+		reps = min(reps, slowRawReps)
+	}
+	ds := make([]time.Duration, reps)
+	for i := range ds {
+		ds[i] = timeOnce(t, f)
 	}
 	return ds
 }
