@@ -51,8 +51,10 @@ func TestEdgeWrangler(t *testing.T) {
 	}
 	// The repository's layout, as the docs deploy from its root: bin/edge.
 	dir := t.TempDir()
-	if err := os.MkdirAll(filepath.Join(dir, "bin"), 0o755); err != nil {
-		t.Fatal(err)
+	for _, sub := range []string{"bin", "tmp"} {
+		if err := os.MkdirAll(filepath.Join(dir, sub), 0o755); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if err := os.Symlink(edge, filepath.Join(dir, "bin", "edge")); err != nil {
 		t.Fatal(err)
@@ -63,9 +65,11 @@ func TestEdgeWrangler(t *testing.T) {
 	wrangler := func(args ...string) *exec.Cmd {
 		cmd := exec.Command(bin, args...)
 		cmd.Dir = dir
-		// Its own home: no account, no metrics, no update check.
+		// Its own home: no account, no metrics, no update check; and its
+		// own temporary directory (wrangler dev leaves a miniflare-*
+		// directory in it), removed with the test's.
 		cmd.Env = append(os.Environ(), "HOME="+dir, "XDG_CONFIG_HOME="+filepath.Join(dir, ".config"),
-			"WRANGLER_SEND_METRICS=false", "CI=true", "NO_UPDATE_NOTIFIER=1")
+			"TMPDIR="+filepath.Join(dir, "tmp"), "WRANGLER_SEND_METRICS=false", "CI=true", "NO_UPDATE_NOTIFIER=1")
 		return cmd
 	}
 
