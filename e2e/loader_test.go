@@ -44,7 +44,8 @@ type loaderPage struct {
 	Debug   bool
 	Init    template.JS // options for itlmon.init before anything else, or empty
 	App     template.JS
-	Nonce   string // when set, every script carries it and the page's CSP allows scripts by this nonce only
+	Nonce   string      // when set, every script carries it and the page's CSP allows scripts by this nonce only
+	Before  template.JS // a script of the page's own before itlmon's (a fetch wrapper older than it), or empty
 }
 
 // snippetJS is the inline snippet (web/static/itl-snippet.js) as pages paste it.
@@ -76,6 +77,7 @@ window.addTag = function () {
   });
 };
 </script>
+{{if .Before}}<script{{if .Nonce}} nonce="{{.Nonce}}"{{end}}>{{.Before}}</script>{{end}}
 {{if .Head}}<script src="{{.Src}}" data-site="e2e"{{if .Debug}} data-debug{{end}}{{if .Nonce}} nonce="{{.Nonce}}"{{end}}></script>{{end}}
 {{if .Snippet}}<script data-src="{{.Src}}" data-site="e2e"{{if .Debug}} data-debug{{end}}{{if .Nonce}} nonce="{{.Nonce}}"{{end}}>{{snippet}}</script>{{end}}
 {{if or .Head .Snippet}}<script{{if .Nonce}} nonce="{{.Nonce}}"{{end}}>

@@ -86,11 +86,12 @@ func TestEnginesSnippet(t *testing.T) {
 			release := func() { once.Do(func() { close(hold) }) }
 			t.Cleanup(release)
 			a.Hold["itl.js"] = hold
-			chat := demo.Endpoint(demo.OpenAIChat)
-			o.Handle("/held/v1/chat/completions", http.StripPrefix("/held", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				chat.ServeHTTP(&flushSignal{ResponseWriter: w, flushed: release}, r)
-			})))
-			pageURL := servePage(t, o, "/snippet", loaderPage{Src: a.URL + "/itl.js", Snippet: true, App: template.JS(snippetApp)})
+			o.Handle("/held/v1/chat/completions", http.StripPrefix("/held", demo.Endpoint(demo.OpenAIChat)))
+			// itl.js is released once the page has the SDK's stream's
+			// headers (heldSignal), not when the server sent them: the
+			// page may run itl.js before they reach it.
+			o.Handle("POST /release-itl", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { release() }))
+			pageURL := servePage(t, o, "/snippet", loaderPage{Src: a.URL + "/itl.js", Snippet: true, Before: heldSignal, App: template.JS(snippetApp)})
 			p := NewPage(t, e)
 			NavigateIn(t, p, pageURL)
 			return evalFor[snippetResult](t, p, 60*time.Second,
@@ -135,16 +136,17 @@ func TestEnginesSnippet(t *testing.T) {
 	})
 }
 
-// flushSignal calls flushed at the first Flush: the response headers and
-// first bytes are on their way to the page.
-type flushSignal struct {
-	http.ResponseWriter
-	flushed func()
-}
-
-func (f *flushSignal) Flush() {
-	if fl, ok := f.ResponseWriter.(http.Flusher); ok {
-		fl.Flush()
-	}
-	f.flushed()
-}
+// heldSignal is a fetch wrapper of the page's own, older than the snippet
+// (which keeps it as the page's fetch): when the response to a request of
+// the held path has its headers in the page, it asks the test's origin to
+// release itl.js.
+const heldSignal = `(function () {
+  var f = window.fetch;
+  window.fetch = function (input) {
+    var p = f.apply(this, arguments);
+    if (String((input && input.url) || input).indexOf('/held/') >= 0) {
+      p.then(function () { f('/release-itl', { method: 'POST' }); }, function () {});
+    }
+    return p;
+  };
+})();`
