@@ -480,16 +480,16 @@ func getOK(u string) error {
 // timeIt runs f once to warm up, then reps times, and returns the times.
 func timeIt(t *testing.T, reps int, f func() error) []time.Duration {
 	t.Helper()
-	if err := f(); err != nil {
-		t.Fatal(err)
-	}
+	timeOnce(t, f)
+	return timeReps(t, reps, f)
+}
+
+// timeReps runs f reps times and returns the times.
+func timeReps(t *testing.T, reps int, f func() error) []time.Duration {
+	t.Helper()
 	ds := make([]time.Duration, reps)
 	for i := range ds {
-		t0 := time.Now()
-		if err := f(); err != nil {
-			t.Fatal(err)
-		}
-		ds[i] = time.Since(t0)
+		ds[i] = timeOnce(t, f)
 	}
 	return ds
 }
@@ -510,11 +510,7 @@ func timeRaw(t *testing.T, reps int, f func() error) []time.Duration {
 	if warm > slowRaw {
 		reps = min(reps, slowRawReps)
 	}
-	ds := make([]time.Duration, reps)
-	for i := range ds {
-		ds[i] = timeOnce(t, f)
-	}
-	return ds
+	return timeReps(t, reps, f)
 }
 
 // timeOnce runs f once and returns its time.
