@@ -94,14 +94,15 @@ function state() { // a ChatState for AbstractChat, as @ai-sdk/react's, without 
     snapshot: (x) => structuredClone(x) };
 }
 // newOut returns the SDK's output record and a function to call per content
-// item: it counts the page's own gaps over 200 ms between content items.
+// item: it counts the page's own gaps over 100 ms between content items
+// (see slowGapMs).
 function newOut() {
   const out = { text: '', items: 0, content: 0, usage: -1, err: '', parts: '', status: '' };
-  const page = { longGaps: 0 };
+  const page = { slowGaps: 0 };
   let last = -1;
   const content = (t) => {
     const now = performance.now();
-    if (last >= 0 && now - last > 200) page.longGaps++;
+    if (last >= 0 && now - last > 100) page.slowGaps++;
     last = now; out.text += t; out.content++;
   };
   return { out, page, content };
@@ -323,7 +324,7 @@ type sdkSummary struct {
 type sdkRun struct {
 	Out  sdkOut `json:"out"`
 	Page struct {
-		LongGaps    int
+		SlowGaps    int
 		FirstTextMs float64 // the providers' drivers (sdk_providers_test.go)
 	} `json:"page"`
 	Summaries []sdkSummary `json:"summaries"`
@@ -393,11 +394,11 @@ func TestSDKMatrix(t *testing.T) {
 					return
 				}
 				sum := got.Summaries[0]
-				// A page that itself saw another number of long gaps between
-				// content items than the cadence has was starved (2 busy
-				// cores): run again, at most three times.
-				if sum.Stalls != s.stalls && got.Page.LongGaps != s.stalls && attempt < 3 {
-					t.Logf("%s run %d: %d stalls measured, the page itself saw %d long gaps: starved, running again", name, attempt, sum.Stalls, got.Page.LongGaps)
+				// A page that itself saw another number of gaps over slowGapMs
+				// between content items than the cadence has pauses was
+				// starved (2 busy cores): run again, at most three times.
+				if sum.Stalls != s.stalls && got.Page.SlowGaps != s.stalls && attempt < 3 {
+					t.Logf("%s run %d: %d stalls measured, the page itself saw %d gaps over %d ms: starved, running again", name, attempt, sum.Stalls, got.Page.SlowGaps, slowGapMs)
 					continue
 				}
 				if sum.Status != s.status || sum.ContentEvents != s.content || sum.Stalls != s.stalls ||

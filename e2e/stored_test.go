@@ -79,7 +79,7 @@ func TestStoredCadence(t *testing.T) {
 // 500 ms (the gap is the pause plus one 20 ms interval), equal to the gap the
 // page itself saw between the same two reads. The page times its own reads,
 // after the module stamped them: a run in which the page saw another gap
-// over 200 ms, saw the pause itself outside [500, 560] ms (the token before
+// over slowGapMs, saw the pause itself outside [500, 560] ms (the token before
 // it delivered late: CI saw 459 ms stored), or saw it more than 5 ms off the
 // stored stall (the page preempted around one of the two reads) is a starved
 // machine, logged and run again, at most three times; a module that stamps
@@ -93,11 +93,11 @@ func TestStoredStall(t *testing.T) {
 			t.Fatalf("page error: %s", page.Error)
 		}
 		row := StreamByID(t, WaitStreams(t, c, site, attempt), lastSummary(t, ctx).ID)
-		if page.LongGaps != 1 {
+		if page.SlowGaps != 1 {
 			if attempt == 3 {
-				t.Fatalf("the page itself saw %d gaps over 200 ms in each of 3 runs, want a run with only the injected one", page.LongGaps)
+				t.Fatalf("the page itself saw %d gaps over %d ms in each of 3 runs, want a run with only the injected one", page.SlowGaps, slowGapMs)
 			}
-			t.Logf("run %d: the page itself saw %d gaps over 200 ms (stored stalls %d): machine noise, running again", attempt, page.LongGaps, row.Stalls)
+			t.Logf("run %d: the page itself saw %d gaps over %d ms (stored stalls %d): machine noise, running again", attempt, page.SlowGaps, slowGapMs, row.Stalls)
 			continue
 		}
 		if got, want := row.Stalls, uint32(1); got != want {
