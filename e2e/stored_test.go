@@ -78,13 +78,13 @@ func TestStoredCadence(t *testing.T) {
 // TestStoredStall: a 500 ms pause mid-stream is stored as one stall of about
 // 500 ms (the gap is the pause plus one 20 ms interval), equal to the gap the
 // page itself saw between the same two reads. The page times its own reads,
-// after the module stamped them: a run in which the page saw another gap
-// over slowGapMs, saw the pause itself outside [500, 560] ms (the token before
-// it delivered late: CI saw 459 ms stored), or saw it more than 5 ms off the
-// stored stall (the page preempted around one of the two reads) is a starved
-// machine, logged and run again, at most three times; a module that stamps
-// late fails in all three. The assertions apply to a run the page saw as
-// clean.
+// after the module stamped them: a run stored with another number of stalls
+// in which the page saw another gap over slowGapMs, or one in which the page
+// saw the pause itself outside [500, 560] ms (the token before it delivered
+// late: CI saw 459 ms stored) or more than 5 ms off the stored stall (the
+// page preempted around one of the two reads), is a starved machine, logged
+// and run again, at most three times; a module that stamps late fails in all
+// three. The assertions apply to a run the page saw as clean.
 func TestStoredStall(t *testing.T) {
 	_, c, ctx, site := sharedCollectorPage(t, nil)
 	for attempt := 1; ; attempt++ {
@@ -93,7 +93,7 @@ func TestStoredStall(t *testing.T) {
 			t.Fatalf("page error: %s", page.Error)
 		}
 		row := StreamByID(t, WaitStreams(t, c, site, attempt), lastSummary(t, ctx).ID)
-		if page.SlowGaps != 1 {
+		if page.SlowGaps != 1 && row.Stalls != 1 {
 			if attempt == 3 {
 				t.Fatalf("the page itself saw %d gaps over %d ms in each of 3 runs, want a run with only the injected one", page.SlowGaps, slowGapMs)
 			}
