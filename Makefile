@@ -348,7 +348,7 @@ bench: deps wasm edge
 	@echo "promoter at operators' scale: a 30-minute outage's 1,000,000 records replayed by three spools and promoted by three itlmon serve on one engine: RSS per collector next to its budget, catch-up rate, every record promoted once (ITLMON_BACKLOG_RECORDS to change the count)"
 	ITLMON_BENCH_REPORT=1 ITLMON_REQUIRE_REAL=1 $(GO) test -count=1 -timeout 3h -v -run '^TestReportBacklogFleet$$' ./collector/promoter 2>&1 | sed -n -e '/promoter fleet backlog report/,/itl_streams:/p' -e '/_test\.go:[0-9]*:/p' -e '/^--- FAIL/p' | tee -a /tmp/itlmon-bench.txt
 	$(GO) test -run '^$$' -bench . -benchmem -count=1 ./collector/enrich ./collector/ingest | tee -a /tmp/itlmon-bench.txt
-	@echo "dashboard: every read endpoint over seeded streams (ITLMON_DASH_STREAMS, default 10,000,000 over 30 days; ITLMON_DASH_REPS runs, default 7) and the same aggregates over raw rows, same run"
+	@echo "dashboard: every read endpoint over seeded streams (ITLMON_DASH_STREAMS, default 10,000,000 over 30 days; ITLMON_DASH_REPS runs, default 7; ITLMON_DASH_ENDPOINTS=worst,compare times only those) and the same aggregates over raw rows, same run"
 	ITLMON_BENCH_REPORT=1 ITLMON_REQUIRE_REAL=1 $(GO) test -count=1 -timeout 180m -v -run '^TestDashboardReport$$' ./collector/internal/benchreport 2>&1 | grep -v -e '^=== RUN' | tee -a /tmp/itlmon-bench.txt
 	@echo "GeoIP: the default database's open time, memory, lookup time and ISO 3166-2 region coverage"
 	ITLMON_BENCH_REPORT=1 ITLMON_REQUIRE_REAL=1 $(GO) test -count=1 -v -run '^TestReportGeoIP$$' ./collector/enrich 2>&1 | grep 'geoip report:' | tee -a /tmp/itlmon-bench.txt

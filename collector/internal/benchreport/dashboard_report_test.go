@@ -31,7 +31,10 @@ import (
 // the dashboard and the API over HTTP for 1 hour and 1, 7 and 30 days of the largest
 // site, p50 and p95 of ITLMON_DASH_REPS repetitions (default 7, after one
 // warm-up), and, for the endpoints that read the rollup, the same aggregates
-// computed from the raw itl_streams rows in the same run. It prints the
+// computed from the raw itl_streams rows in the same run (for the worst
+// streams and the comparison, which read rows, the same answer in one
+// statement). ITLMON_DASH_ENDPOINTS (a comma-separated list of the table's
+// names, such as worst,compare) times only those. It prints the
 // seeding time, the table and the disk size of the tables. It asserts
 // correctness only (every endpoint answers 200, the rollup counts every
 // seeded stream), never speed.
@@ -162,6 +165,7 @@ func TestDashboardReport(t *testing.T) {
 	fmt.Printf("\ndashboard endpoints, site chat (%.0f %% of the streams), %d runs each after a warm-up; HTTP through the collector (JSON included) vs the same aggregates as SQL over itl_streams through clickhouse-go (rows scanned)\n",
 		100*float64(r.Streams)/float64(total), reps)
 	fmt.Printf("%-12s %-5s %10s %10s %12s %12s %8s\n", "endpoint", "range", "p50 ms", "p95 ms", "raw p50 ms", "raw p95 ms", "raw/api")
+	only := envSet(t, "ITLMON_DASH_ENDPOINTS", dashEndpoints("1h", id))
 	var missed []string // endpoints over the goal's p95
 	reads := 0
 	fewer := false // a raw read run fewer times (timeRaw)
@@ -170,6 +174,9 @@ func TestDashboardReport(t *testing.T) {
 		d    time.Duration
 	}{{"1h", time.Hour}, {"1d", 24 * time.Hour}, {"7d", 7 * 24 * time.Hour}, {"30d", 30 * 24 * time.Hour}} {
 		for _, e := range dashEndpoints(rng.name, id) {
+			if len(only) > 0 && !only[e.name] {
+				continue
+			}
 			api := timeIt(t, reps, func() error { return getOK(m.ReadURL() + e.path) })
 			line := fmt.Sprintf("%-12s %-5s %10.1f %10.1f", e.name, rng.name, msOf(quantileDur(api, 0.5)), msOf(quantileDur(api, 0.95)))
 			reads++
@@ -343,6 +350,26 @@ func (c hideFrom) Query(ctx context.Context, q string, args ...any) (driver.Rows
 	return c.Conn.Query(ctx, q, args...)
 }
 
+// envSet returns the names the comma-separated list in the environment
+// variable name holds (none: empty, every endpoint), each one of es.
+func envSet(t *testing.T, name string, es []dashEndpoint) map[string]bool {
+	set := map[string]bool{}
+	for n := range strings.SplitSeq(os.Getenv(name), ",") {
+		if n = strings.TrimSpace(n); n == "" {
+			continue
+		}
+		if !slices.ContainsFunc(es, func(e dashEndpoint) bool { return e.name == n }) {
+			var names []string
+			for _, e := range es {
+				names = append(names, e.name)
+			}
+			t.Fatalf("%s: no endpoint %q: want some of %s", name, n, strings.Join(names, ","))
+		}
+		set[n] = true
+	}
+	return set
+}
+
 func envInt(t *testing.T, name string, def int) int {
 	s := os.Getenv(name)
 	if s == "" {
@@ -387,8 +414,23 @@ func dashEndpoints(since, id string) []dashEndpoint {
 			return []string{"SELECT DISTINCT toString(site) AS s FROM itl_streams WHERE received_at >= ? AND received_at < ? ORDER BY s LIMIT 1000"}
 		}},
 		{"rechunk", "/api/rechunk" + q + "&by=api_origin", nil},
-		{"worst", "/api/worst" + q + "&order=stalled", nil},
-		{"compare", "/api/compare" + q + "&dim=release&a=web-2026.11.2&b=web-2026.11.3", nil},
+		// The same answers in one statement each: the worst 25 by stalled
+		// time with the columns the list shows, and each side's 20,000
+		// sampled streams' metrics (the comparison's read before its hash
+		// bound; its counts apart).
+		{"worst", "/api/worst" + q + "&order=stalled", func(time.Duration) []string {
+			return []string{"SELECT stream_id, received_at, browser, region, country, model, release, url_origin, url_path, status, ttft_us, ttft_cause," +
+				" content_events, gap_p50_us, gap_p99_us, gap_max_us, stalls, stalled_us, jank, tokens_per_sec, stalled_us_origin, stalled_us_network," +
+				" stalled_us_page, stalled_us_unknown" + rawFrom + " ORDER BY stalled_us DESC, received_at DESC LIMIT 1 BY stream_id LIMIT 25"}
+		}},
+		{"compare", "/api/compare" + q + "&dim=release&a=web-2026.11.2&b=web-2026.11.3", func(time.Duration) []string {
+			side := func(v string) string {
+				return "SELECT count() OVER (), ttft_us / 1000, if(content_events >= 3, gap_p50_us / 1000, NULL), if(content_events >= 3, gap_p99_us / 1000, NULL)," +
+					" if(content_events >= 2, stalls / (content_events - 1), NULL), if(tokens_per_sec > 0, toFloat64(tokens_per_sec), NULL)" +
+					" FROM itl_streams_sample WHERE site = ? AND received_at >= ? AND received_at < ? AND release = '" + v + "' ORDER BY hash LIMIT 20000"
+			}
+			return []string{side("web-2026.11.2"), side("web-2026.11.3")}
+		}},
 		{"values", "/api/values" + q + "&dim=release", nil},
 		{"streams", "/api/streams" + q + "&limit=100", nil},
 		{"stream", "/api/stream?site=chat&id=" + url.QueryEscape(id), nil},
