@@ -193,33 +193,20 @@ func compare(ctx context.Context, conn Conn, f Filter, dim, a, b string, limit i
 // compareSamples reads, from table (itl_streams or itl_streams_sample), the
 // streams with col = value and the smallest hashes of their id, at most
 // limit: one slice per CompareMetrics value (the streams without it left
-// out), and how many streams of the table match (itl_streams only: a side
-// read from the sample is counted apart, and 0 is returned).
-//
-// From the sample, which Compare reads only for a side with limit streams
-// there, the limit-th smallest hash is found first, from the hashes alone,
-// and the metrics are read for the streams up to it only: at 10 M streams
-// over 30 days a side has some 300,000 streams there, of which 20,000 are
-// compared.
+// out), and how many streams of the table match.
 func compareSamples(ctx context.Context, conn Conn, f Filter, table, col, value string, limit int) ([][]float64, int64, error) {
 	where, args := f.rawWhere()
-	where += " AND " + col + " = ?"
-	args = append(args, value)
-	var sel []string
-	hash, bound := "cityHash64(stream_id)", ""
+	hash := "cityHash64(stream_id)"
 	if table == sampleTable {
 		hash = "hash"
-		bound = " AND hash <= (SELECT max(hash) FROM (SELECT hash FROM " + table + " WHERE " + where + " ORDER BY hash LIMIT " + strconv.Itoa(limit) + "))"
-		args = append(args, args...)
-	} else {
-		sel = append(sel, "count() OVER ()")
 	}
+	sel := []string{"count() OVER ()"}
 	for _, m := range CompareMetrics {
 		sel = append(sel, "toNullable(toFloat64("+m.Expr+"))")
 	}
-	q := "SELECT " + strings.Join(sel, ", ") + " FROM " + table + " WHERE " + where + bound +
+	q := "SELECT " + strings.Join(sel, ", ") + " FROM " + table + " WHERE " + where + " AND " + col + " = ?" +
 		" ORDER BY " + hash + " LIMIT " + strconv.Itoa(limit)
-	rows, err := conn.Query(ctx, q, args...)
+	rows, err := conn.Query(ctx, q, append(args, value)...)
 	if err != nil {
 		return nil, 0, fmt.Errorf("query compare %s: %w", value, err)
 	}
@@ -227,10 +214,7 @@ func compareSamples(ctx context.Context, conn Conn, f Filter, table, col, value 
 	out := make([][]float64, len(CompareMetrics))
 	var total uint64
 	vals := make([]*float64, len(CompareMetrics))
-	var dst []any
-	if table != sampleTable {
-		dst = append(dst, &total)
-	}
+	dst := []any{&total}
 	for i := range vals {
 		dst = append(dst, &vals[i])
 	}

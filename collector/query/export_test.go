@@ -10,7 +10,3 @@ func CompareLimit(ctx context.Context, conn Conn, f Filter, dim, a, b string, li
 
 // StreamRowSQL is the stream view's read of one stream's row.
 const StreamRowSQL = streamRowSQL
-
-// WorstBound is worstBound: the bound WorstStreams reads a long range's rows
-// from.
-var WorstBound = worstBound

@@ -3,11 +3,9 @@ package query_test
 import (
 	"context"
 	"encoding/hex"
-	"maps"
 	"math"
 	"math/rand/v2"
 	"reflect"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -461,103 +459,44 @@ func TestWorstStreamsTwoPhases(t *testing.T) {
 		t.Fatal(err)
 	}
 	f := query.Filter{Site: "h", Since: base.Add(-4*time.Hour + 20*time.Minute), Until: base.Add(30 * time.Minute)}
-	for _, limit := range []int{1, 7, 50, query.MaxWorst} {
-		sameWorst(t, conn, f, limit)
-	}
-}
-
-// TestWorstStreamsBound: over a range longer than a day, WorstStreams reads
-// the rows at or above the last day's bound, and lists what the
-// one-statement read lists: with the day holding the limit's streams (the
-// bound read) and not (the range read), the worst streams mostly before
-// the day.
-func TestWorstStreamsBound(t *testing.T) {
-	db, _ := newDB(t)
-	conn := db.Conn()
-	ctx := context.Background()
-	base := time.Now().UTC().Truncate(time.Hour).Add(-time.Hour)
-	writeHours(t, conn, base, 40, 12, 5) // 41 hours, ~300 streams in the last day
-	if err := conn.Exec(ctx, "INSERT INTO itl_streams SELECT * REPLACE (received_at + INTERVAL 1 SECOND AS received_at) FROM itl_streams WHERE site = 'h' AND stalls > 0 LIMIT 10"); err != nil {
-		t.Fatal(err)
-	}
-	f := query.Filter{Site: "h", Since: base.Add(-40 * time.Hour), Until: base.Add(time.Hour)}
 	for order, col := range query.WorstOrders {
-		for _, limit := range []int{1, 50, query.MaxWorst} {
-			bound, ok, err := query.WorstBound(ctx, conn, f, col, limit)
+		for _, limit := range []int{1, 7, 50, query.MaxWorst} {
+			got, err := query.WorstStreams(ctx, conn, f, order, limit)
+			if err != nil {
+				t.Fatalf("%s %d: %v", order, limit, err)
+			}
+			// The one-statement read, ids and times only (the details are
+			// the rows').
+			rows, err := conn.Query(ctx, "SELECT lower(hex(stream_id)), received_at FROM itl_streams WHERE site = ? AND received_at >= ? AND received_at < ?"+
+				" ORDER BY "+col+" DESC, received_at DESC LIMIT 1 BY stream_id LIMIT ?", f.Site, f.Since, f.Until, limit)
 			if err != nil {
 				t.Fatal(err)
 			}
-			var nth float64
-			if err := conn.QueryRow(ctx, "SELECT toFloat64(min(c)) FROM (SELECT max("+col+") AS c FROM itl_streams WHERE site = 'h' AND received_at >= ? AND received_at < ?"+
-				" GROUP BY stream_id ORDER BY c DESC LIMIT ?)", f.Since, f.Until, limit).Scan(&nth); err != nil {
-				t.Fatal(err)
+			var want []string
+			for rows.Next() {
+				var (
+					id string
+					at time.Time
+				)
+				if err := rows.Scan(&id, &at); err != nil {
+					t.Fatal(err)
+				}
+				want = append(want, id+" "+at.UTC().Format(time.RFC3339Nano))
 			}
-			// Every order has a bound for these limits; and the bound is at most the range's limit-th.
-			if !ok || bound > nth {
-				t.Errorf("%s limit %d: bound %v (ok %v), want one at most the range's %d-th largest %v", order, limit, bound, ok, limit, nth)
+			rows.Close()
+			var have []string
+			for _, b := range got {
+				if _, err := hex.DecodeString(b.StreamID); err != nil {
+					t.Fatal(err)
+				}
+				have = append(have, b.StreamID+" "+b.ReceivedAt.Format(time.RFC3339Nano))
 			}
-		}
-	}
-	for _, limit := range []int{1, 50, query.MaxWorst} {
-		sameWorst(t, conn, f, limit)
-	}
-	// A filter the day holds fewer than 60 streams of (~50; the range
-	// ~80): no bound for 60, the range read.
-	g := f
-	g.Where = map[string]string{"browser": "Safari", "device": "mobile"}
-	if _, ok, err := query.WorstBound(ctx, conn, g, "stalled_us", 60); err != nil || ok {
-		t.Errorf("Safari mobile, limit 60: a bound (%v, err %v), want none: the day holds fewer streams", ok, err)
-	}
-	for _, limit := range []int{1, 20, 60} {
-		sameWorst(t, conn, g, limit)
-	}
-}
-
-// sameWorst fails unless WorstStreams lists, for f and limit and each order,
-// the streams and rows of the one-statement read of itl_streams (ids and
-// times only: the details are the rows').
-func sameWorst(t *testing.T, conn driver.Conn, f query.Filter, limit int) {
-	t.Helper()
-	ctx := context.Background()
-	where, args := "site = ? AND received_at >= ? AND received_at < ?", []any{f.Site, f.Since, f.Until}
-	for _, k := range slices.Sorted(maps.Keys(f.Where)) {
-		where += " AND " + k + " = ?"
-		args = append(args, f.Where[k])
-	}
-	for order, col := range query.WorstOrders {
-		got, err := query.WorstStreams(ctx, conn, f, order, limit)
-		if err != nil {
-			t.Fatalf("%s %d: %v", order, limit, err)
-		}
-		rows, err := conn.Query(ctx, "SELECT lower(hex(stream_id)), received_at FROM itl_streams WHERE "+where+
-			" ORDER BY "+col+" DESC, received_at DESC LIMIT 1 BY stream_id LIMIT ?", append(slices.Clip(args), limit)...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var want []string
-		for rows.Next() {
-			var (
-				id string
-				at time.Time
-			)
-			if err := rows.Scan(&id, &at); err != nil {
-				t.Fatal(err)
+			if len(want) != limit {
+				t.Fatalf("%s %d: the fixture has %d streams", order, limit, len(want))
 			}
-			want = append(want, id+" "+at.UTC().Format(time.RFC3339Nano))
-		}
-		rows.Close()
-		var have []string
-		for _, b := range got {
-			if _, err := hex.DecodeString(b.StreamID); err != nil {
-				t.Fatal(err)
+			if !reflect.DeepEqual(have, want) {
+				t.Errorf("%s limit %d:\ngot  %v\nwant %v", order, limit, have, want)
 			}
-			have = append(have, b.StreamID+" "+b.ReceivedAt.Format(time.RFC3339Nano))
-		}
-		if len(want) != limit {
-			t.Fatalf("%s %d: the fixture has %d streams", order, limit, len(want))
-		}
-		if !reflect.DeepEqual(have, want) {
-			t.Errorf("%s limit %d:\ngot  %v\nwant %v", order, limit, have, want)
 		}
 	}
 }

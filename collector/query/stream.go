@@ -5,8 +5,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"math"
-	"slices"
 	"strconv"
 	"time"
 )
@@ -78,8 +76,7 @@ func (b *StreamBrief) finish(ttft *uint32, p50, p99, mx uint32, stalled uint64) 
 // stream once, by its row that sorts first (the largest value, then the
 // latest). It reads in two phases (TopRows): the ids of the streams, from
 // the sort column, the id and the time only, then the details of those
-// streams' rows alone. Over a range longer than a day, the first phase reads
-// only the rows at or above a bound the range's last day gives (worstBound).
+// streams' rows alone.
 func WorstStreams(ctx context.Context, conn Conn, f Filter, order string, limit int) ([]StreamBrief, error) {
 	if err := f.Validate(); err != nil {
 		return nil, err
@@ -91,27 +88,11 @@ func WorstStreams(ctx context.Context, conn Conn, f Filter, order string, limit 
 	if limit < 1 || limit > MaxWorst {
 		return nil, fmt.Errorf("%w: limit %d: want 1 to %d", ErrBadFilter, limit, MaxWorst)
 	}
-	if f.Until.IsZero() {
-		f.Until = time.Now() // the bound's day and the range end together
-	}
 	where, args := f.rawWhere()
 	by := " ORDER BY " + col + " DESC, received_at DESC"
-	var keys RowKeys
-	bound, ok, err := worstBound(ctx, conn, f, col, limit)
+	keys, err := TopRows(ctx, conn, streamsTable, where+by, args, limit)
 	if err != nil {
 		return nil, fmt.Errorf("query worst streams: %w", err)
-	}
-	if ok {
-		if keys, err = TopRows(ctx, conn, streamsTable, where+" AND "+col+" >= ?"+by, append(slices.Clip(args), bound), limit); err != nil {
-			return nil, fmt.Errorf("query worst streams: %w", err)
-		}
-	}
-	// Without a bound, or (which a bound cannot cause: rows the table merged
-	// away between the two reads) with too few streams above it: the range.
-	if len(keys) < limit {
-		if keys, err = TopRows(ctx, conn, streamsTable, where+by, args, limit); err != nil {
-			return nil, fmt.Errorf("query worst streams: %w", err)
-		}
 	}
 	if len(keys) == 0 {
 		return nil, nil
@@ -142,44 +123,6 @@ func WorstStreams(ctx context.Context, conn Conn, f Filter, order string, limit 
 		return nil, fmt.Errorf("read worst streams: %w", err)
 	}
 	return out, nil
-}
-
-// worstBoundSpan is the part of a longer range, its end, that worstBound
-// reads.
-const worstBoundSpan = 24 * time.Hour
-
-// worstBound returns a value of col that the limit streams of f with the
-// largest col all reach, when f's range is longer than worstBoundSpan and
-// its last worstBoundSpan holds limit streams: the limit-th largest of
-// those streams' col (each stream by its largest). Those limit streams are
-// streams of the range too, so the range's limit largest are at or above
-// it. The worst of 30 days are read from the rows at or above the worst
-// 200 of one day, about 30 x 200 of them, instead of sorting the range's
-// sort column, ids and times (3.3 M rows at 10 M streams over 30 days, three
-// sites): only the sort column is read for every row.
-func worstBound(ctx context.Context, conn Conn, f Filter, col string, limit int) (bound float64, ok bool, err error) {
-	day := f.Until.Add(-worstBoundSpan)
-	if !f.Since.Before(day) {
-		return 0, false, nil
-	}
-	f.Since = day
-	where, args := f.rawWhere()
-	rows, err := conn.Query(ctx, "SELECT count(), toFloat64(min(c)) FROM (SELECT max("+col+") AS c FROM "+streamsTable+" WHERE "+where+
-		" GROUP BY stream_id ORDER BY c DESC LIMIT "+strconv.Itoa(limit)+")", args...)
-	if err != nil {
-		return 0, false, err
-	}
-	defer rows.Close()
-	var n uint64
-	for rows.Next() {
-		if err := rows.Scan(&n, &bound); err != nil {
-			return 0, false, err
-		}
-	}
-	if err := rows.Err(); err != nil {
-		return 0, false, err
-	}
-	return bound, n == uint64(limit) && !math.IsNaN(bound), nil
 }
 
 // ErrNotFound is returned by StreamDetailOf for an unknown stream.
