@@ -415,9 +415,9 @@ func dashEndpoints(since, id string) []dashEndpoint {
 		}},
 		{"rechunk", "/api/rechunk" + q + "&by=api_origin", nil},
 		// The same answers in one statement each: the worst 25 by stalled
-		// time with the columns the list shows, and each side's 20,000
-		// sampled streams' metrics (the comparison's read before its hash
-		// bound; its counts apart).
+		// time with the columns the list shows; each side's 20,000 sampled
+		// streams' metrics, the comparison's own reads of the sample (its
+		// counts of the sides apart: the API's time less this is theirs).
 		{"worst", "/api/worst" + q + "&order=stalled", func(time.Duration) []string {
 			return []string{"SELECT stream_id, received_at, browser, region, country, model, release, url_origin, url_path, status, ttft_us, ttft_cause," +
 				" content_events, gap_p50_us, gap_p99_us, gap_max_us, stalls, stalled_us, jank, tokens_per_sec, stalled_us_origin, stalled_us_network," +
