@@ -424,10 +424,13 @@ func dashEndpoints(since, id string) []dashEndpoint {
 				" stalled_us_page, stalled_us_unknown" + rawFrom + " ORDER BY stalled_us DESC, received_at DESC LIMIT 1 BY stream_id LIMIT 25"}
 		}},
 		{"compare", "/api/compare" + q + "&dim=release&a=web-2026.11.2&b=web-2026.11.3", func(time.Duration) []string {
+			sel := []string{"count() OVER ()"}
+			for _, m := range query.CompareMetrics {
+				sel = append(sel, "toNullable(toFloat64("+m.Expr+"))")
+			}
 			side := func(v string) string {
-				return "SELECT count() OVER (), ttft_us / 1000, if(content_events >= 3, gap_p50_us / 1000, NULL), if(content_events >= 3, gap_p99_us / 1000, NULL)," +
-					" if(content_events >= 2, stalls / (content_events - 1), NULL), if(tokens_per_sec > 0, toFloat64(tokens_per_sec), NULL)" +
-					" FROM itl_streams_sample WHERE site = ? AND received_at >= ? AND received_at < ? AND release = '" + v + "' ORDER BY hash LIMIT 20000"
+				return "SELECT " + strings.Join(sel, ", ") + " FROM itl_streams_sample WHERE site = ? AND received_at >= ? AND received_at < ?" +
+					" AND release = '" + v + "' ORDER BY hash LIMIT " + strconv.Itoa(query.MaxCompareStreams)
 			}
 			return []string{side("web-2026.11.2"), side("web-2026.11.3")}
 		}},
