@@ -334,6 +334,10 @@ func TestDashboardViews(t *testing.T) {
 			t.Errorf("%s: console errors:\n%s", view, strings.Join(errs, "\n"))
 		}
 	}
+	// blueJS is a JavaScript function of image data and a pixel's offset in
+	// it: whether the pixel's blue stands out (the dashboard's accent, and
+	// the page cause's colour).
+	const blueJS = `((d, i) => d[i + 3] > 40 && d[i + 2] - d[i] > 60)`
 	// drawn checks that the uPlot in #id has its x scale set (uPlot commits
 	// its scales after construction: a failed draw leaves them null) and
 	// returns the share of the plot's sampled pixels whose blue stands out
@@ -347,7 +351,7 @@ func TestDashboardViews(t *testing.T) {
 			let n = 0, blue = 0;
 			for (let y = 0; y < b.height; y += 3) for (let x = 0; x < b.width; x += 3) {
 				const i = 4 * (y * b.width + x); n++;
-				if (img[i + 3] > 40 && img[i + 2] - img[i] > 60) blue++;
+				if (`+blueJS+`(img, i)) blue++;
 			}
 			return String(blue / n) })()`)
 		var share float64
@@ -355,12 +359,12 @@ func TestDashboardViews(t *testing.T) {
 		return share
 	}
 	// bandDrawn returns, for the series labelled label of the stacked chart
-	// in #id, how many of the plot's pixels lie inside its band
-	// (between its top and the top of the series stacked under it, the lines
-	// between the points as uPlot draws them, clear of both lines' strokes)
-	// and how many of those are blue. Measured against the data rather than the whole plot: the
-	// band's share of the plot is the page stalls' share of the busiest
-	// bucket, which is the machine's (CI's slow run: 0.2 %).
+	// in #id, how many of the plot's pixels lie inside its band (between its
+	// top and the top of the series stacked under it, the lines between the
+	// points as uPlot draws them, clear of both lines' strokes) and how many
+	// of those are blue (as drawn's). Measured against the data rather than
+	// the whole plot: the band's share of the plot is the page stalls' share
+	// of the busiest bucket, which is the machine's (CI's slow run: 0.2 %).
 	bandDrawn := func(id, label string) (inside, blue int) {
 		t.Helper()
 		v := poll(id+" band", `(() => {
@@ -385,7 +389,7 @@ func TestDashboardViews(t *testing.T) {
 						if (y < b.top || y >= b.top + b.height) continue;
 						const j = 4 * ((y - b.top) * b.width + (x - b.left));
 						inside++;
-						if (img[j + 3] > 40 && img[j + 2] - img[j] > 60) blue++;
+						if (`+blueJS+`(img, j)) blue++;
 					}
 				}
 			}
