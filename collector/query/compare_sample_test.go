@@ -17,9 +17,11 @@ import (
 
 // TestCompareSampleEqualsStreams: itl_streams_sample holds exactly the
 // streams whose hash is below the bound, and a comparison answers, stream
-// for stream, what it answers from itl_streams alone: from the sample when
-// a side has the limit's streams there, from itl_streams when it has fewer
-// or the range starts before the sample is complete.
+// for stream, what it answers from itl_streams alone for the same streams:
+// from the sample when a side has the limit's streams there, or fewer but
+// at least the floor (then the answer from itl_streams with that many),
+// from itl_streams when it has fewer or the range starts before the sample
+// is complete.
 func TestCompareSampleEqualsStreams(t *testing.T) {
 	t.Parallel()
 	db, _ := newDB(t)
@@ -43,9 +45,10 @@ func TestCompareSampleEqualsStreams(t *testing.T) {
 	}
 
 	got, raw := &tableConn{Conn: conn}, &tableConn{Conn: conn, minuteOnly: true}
-	// Sides read from the sample, from itl_streams with too few of their
-	// streams in the sample, from itl_streams with the sample not complete.
-	var fromSample, tooFew, notComplete int
+	// Sides read from the sample (the limit's streams there, or fewer but
+	// at least the floor), from itl_streams with too few of their streams
+	// in the sample, from itl_streams with the sample not complete.
+	var fromSample, fewer, tooFew, notComplete int
 	// inSample counts the streams of a side in the sample.
 	inSample := func(f query.Filter, col, v string) int {
 		t.Helper()
@@ -61,15 +64,43 @@ func TestCompareSampleEqualsStreams(t *testing.T) {
 		}
 		return int(n)
 	}
-	// check compares the answers through got and raw and which tables
-	// the read through got took its streams from.
-	check := func(name string, f query.Filter, dim, col, a, b string, limit int, sampleComplete bool) {
+	// check compares the answer through got with the one through raw
+	// (itl_streams alone) for the streams the sample gives each side (all
+	// of the limit's, or the k < limit the sample holds when k is at least
+	// the floor: the side's k smallest hashes), and which tables the read
+	// through got took its streams from.
+	check := func(name string, f query.Filter, dim, col, a, b string, limit, floor int, sampleComplete bool) {
 		t.Helper()
-		g, err := query.CompareLimit(ctx, got, f, dim, a, b, limit)
+		g, err := query.CompareLimits(ctx, got, f, dim, a, b, [2]int{limit, limit}, floor)
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
-		w, err := query.CompareLimit(ctx, raw, f, dim, a, b, limit)
+		wantSample, wantStreams := 0, 0
+		limits := [2]int{limit, limit}
+		for i, v := range []string{a, b} {
+			k := 0
+			if sampleComplete {
+				k = inSample(f, col, v)
+			}
+			switch {
+			case !sampleComplete:
+				wantStreams++
+				notComplete++
+			case k >= limit:
+				wantSample++
+				fromSample++
+			case k >= floor:
+				wantSample++
+				fewer++
+				limits[i] = k
+			default:
+				// The sample read first, then itl_streams.
+				wantSample++
+				wantStreams++
+				tooFew++
+			}
+		}
+		w, err := query.CompareLimits(ctx, raw, f, dim, a, b, limits, floor)
 		if err != nil {
 			t.Fatalf("%s (itl_streams alone): %v", name, err)
 		}
@@ -77,21 +108,7 @@ func TestCompareSampleEqualsStreams(t *testing.T) {
 			t.Fatalf("%s: the read of itl_streams alone read the sample", name)
 		}
 		if !reflect.DeepEqual(g, w) {
-			t.Errorf("%s: with the sample\n%+v\nfrom itl_streams alone\n%+v", name, g, w)
-		}
-		wantSample, wantStreams := 0, 0
-		for _, v := range []string{a, b} {
-			switch {
-			case !sampleComplete:
-				wantStreams++
-				notComplete++
-			case inSample(f, col, v) >= limit:
-				wantSample++
-				fromSample++
-			default:
-				wantStreams++
-				tooFew++
-			}
+			t.Errorf("%s: with the sample\n%+v\nfrom itl_streams alone, at most %v streams a side\n%+v", name, g, limits, w)
 		}
 		if r := sampleReads(got); r != [2]int{wantSample, wantStreams} {
 			t.Errorf("%s: the sides were read %d times from the sample and %d from itl_streams, want %d and %d",
@@ -102,9 +119,11 @@ func TestCompareSampleEqualsStreams(t *testing.T) {
 		fr := f
 		fr.Where = map[string]string{"region": "DE-BE"}
 		for _, limit := range []int{4, 12, 40, 150} {
-			l := label + ", at most " + strconv.Itoa(limit)
-			check(l+": by browser", f, "browser", "browser", "Chrome", "Firefox", limit, complete)
-			check(l+": by release where region", fr, "release", "release", "r1", "r2", limit, complete)
+			for _, floor := range []int{limit, limit / 3} {
+				l := label + ", at most " + strconv.Itoa(limit) + ", at least " + strconv.Itoa(floor) + " from the sample"
+				check(l+": by browser", f, "browser", "browser", "Chrome", "Firefox", limit, floor, complete)
+				check(l+": by release where region", fr, "release", "release", "r1", "r2", limit, floor, complete)
+			}
 		}
 	}
 	reads("the sample complete from the start", query.Filter{Site: "h", Since: base.Add(-41 * time.Hour), Until: base.Add(time.Hour)}, true)
@@ -117,10 +136,11 @@ func TestCompareSampleEqualsStreams(t *testing.T) {
 	completeOnlyFrom(t, conn, "itl_streams_sample", "received_at", from)
 	reads("a range from before the sample is complete", query.Filter{Site: "h", Since: from.Add(-10*time.Hour + 20*time.Minute), Until: base}, false)
 	reads("a range from when it is complete", query.Filter{Site: "h", Since: from, Until: base.Add(time.Hour)}, true)
-	t.Logf("sides read from the sample %d times, from itl_streams with too few in it %d, with it not complete %d", fromSample, tooFew, notComplete)
-	if fromSample < 4 || tooFew < 4 || notComplete < 4 {
-		t.Errorf("sides read from the sample %d times, from itl_streams with too few in it %d, with it not complete %d: want every path taken",
-			fromSample, tooFew, notComplete)
+	t.Logf("sides read from the sample %d times (%d of them with fewer than the limit), from itl_streams with too few in it %d, with it not complete %d",
+		fromSample+fewer, fewer, tooFew, notComplete)
+	if fromSample < 4 || fewer < 4 || tooFew < 4 || notComplete < 4 {
+		t.Errorf("sides read from the sample with the limit's streams %d times, with fewer %d, from itl_streams with too few in it %d, with it not complete %d: want every path taken",
+			fromSample, fewer, tooFew, notComplete)
 	}
 }
 

@@ -2,10 +2,12 @@ package query
 
 import "context"
 
-// CompareLimit is Compare with at most limit streams per side, so that a
-// test reaches the sample's bound with a few thousand streams.
-func CompareLimit(ctx context.Context, conn Conn, f Filter, dim, a, b string, limit int) (Comparison, error) {
-	return compare(ctx, conn, f, dim, a, b, limit)
+// CompareLimits is Compare with at most limits[0] streams on side a and
+// limits[1] on side b, a side read from the sample when it holds at least
+// floor of them, so that a test reaches the sample's bounds with a few
+// thousand streams.
+func CompareLimits(ctx context.Context, conn Conn, f Filter, dim, a, b string, limits [2]int, floor int) (Comparison, error) {
+	return compare(ctx, conn, f, dim, a, b, limits, floor)
 }
 
 // StreamRowSQL is the stream view's read of one stream's row.

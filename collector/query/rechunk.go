@@ -274,7 +274,7 @@ func RechunkBy(ctx context.Context, conn Conn, f Filter, dim string) ([]Rechunk,
 	if err != nil {
 		return nil, err
 	}
-	hours, raw, err := rechunkSplit(ctx, conn, f, dim)
+	hours, raw, err := rechunkSplit(ctx, conn, f, dim, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -308,8 +308,9 @@ func RechunkBy(ctx context.Context, conn Conn, f Filter, dim string) ([]Rechunk,
 // rechunkSplit splits f's range into the whole hours a read by dim takes
 // from itl_rechunk_1h (empty unless the read names at most one dimension,
 // f's filter and dim together, and the rollup is complete for some of
-// them) and the ranges it takes from itl_streams.
-func rechunkSplit(ctx context.Context, conn Conn, f Filter, dim string) (hours timeRange, raw []timeRange, err error) {
+// them) and the ranges it takes from itl_streams. froms is completeFroms'
+// answer for rechunkFromTable when the caller read it already, else nil.
+func rechunkSplit(ctx context.Context, conn Conn, f Filter, dim string, froms map[string]time.Time) (hours timeRange, raw []timeRange, err error) {
 	until := f.Until
 	if until.IsZero() {
 		until = time.Now()
@@ -318,9 +319,10 @@ func rechunkSplit(ctx context.Context, conn Conn, f Filter, dim string) (hours t
 	if _, same := f.Where[dim]; len(f.Where) > 1 || len(f.Where) == 1 && !same {
 		return hours, raw, nil
 	}
-	froms, err := completeFroms(ctx, conn, rechunkFromTable)
-	if err != nil {
-		return hours, nil, err
+	if froms == nil {
+		if froms, err = completeFroms(ctx, conn, rechunkFromTable); err != nil {
+			return hours, nil, err
+		}
 	}
 	if from, ok := froms[rechunkFromTable]; ok {
 		hours = timeRange{ceilHour(later(f.Since.UTC(), from)), until.UTC().Truncate(time.Hour)}

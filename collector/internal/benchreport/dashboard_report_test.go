@@ -415,16 +415,17 @@ func dashEndpoints(since, id string) []dashEndpoint {
 		}},
 		{"rechunk", "/api/rechunk" + q + "&by=api_origin", nil},
 		// The same answers in one statement each: the worst 25 by stalled
-		// time with the columns the list shows; each side's 20,000 sampled
-		// streams' metrics, the comparison's own reads of the sample (its
-		// counts of the sides apart: the API's time less this is theirs).
+		// time with the columns the list shows; each side's sampled
+		// streams' metrics (up to 20,000), the comparison's own reads of
+		// the sample one after the other (the API runs them and its count
+		// of the sides' streams at once).
 		{"worst", "/api/worst" + q + "&order=stalled", func(time.Duration) []string {
 			return []string{"SELECT stream_id, received_at, browser, region, country, model, release, url_origin, url_path, status, ttft_us, ttft_cause," +
 				" content_events, gap_p50_us, gap_p99_us, gap_max_us, stalls, stalled_us, jank, tokens_per_sec, stalled_us_origin, stalled_us_network," +
 				" stalled_us_page, stalled_us_unknown" + rawFrom + " ORDER BY stalled_us DESC, received_at DESC LIMIT 1 BY stream_id LIMIT 25"}
 		}},
 		{"compare", "/api/compare" + q + "&dim=release&a=web-2026.11.2&b=web-2026.11.3", func(time.Duration) []string {
-			sel := []string{"count() OVER ()"}
+			var sel []string
 			for _, m := range query.CompareMetrics {
 				sel = append(sel, "toNullable(toFloat64("+m.Expr+"))")
 			}
