@@ -350,6 +350,8 @@ bench: deps wasm edge
 	$(GO) test -run '^$$' -bench . -benchmem -count=1 ./collector/enrich ./collector/ingest | tee -a /tmp/itlmon-bench.txt
 	@echo "dashboard: every read endpoint over seeded streams (ITLMON_DASH_STREAMS, default 10,000,000 over 30 days; ITLMON_DASH_REPS runs, default 7; ITLMON_DASH_ENDPOINTS=worst,compare times only those) and the same aggregates over raw rows, same run"
 	ITLMON_BENCH_REPORT=1 ITLMON_REQUIRE_REAL=1 $(GO) test -count=1 -timeout 180m -v -run '^TestDashboardReport$$' ./collector/internal/benchreport 2>&1 | grep -v -e '^=== RUN' | tee -a /tmp/itlmon-bench.txt
+	@echo "dashboard: each statement of the worst streams and the comparison over 30 days of the same streams (ITLMON_DASH_STREAMS), seeded with only the views they read, through collector/query"
+	ITLMON_BENCH_REPORT=1 ITLMON_REQUIRE_REAL=1 $(GO) test -count=1 -timeout 60m -v -run '^TestDashboardStatements$$' ./collector/internal/benchreport 2>&1 | grep -v -e '^=== RUN' -e '\.go:[0-9]*: {' | tee -a /tmp/itlmon-bench.txt
 	@echo "GeoIP: the default database's open time, memory, lookup time and ISO 3166-2 region coverage"
 	ITLMON_BENCH_REPORT=1 ITLMON_REQUIRE_REAL=1 $(GO) test -count=1 -v -run '^TestReportGeoIP$$' ./collector/enrich 2>&1 | grep 'geoip report:' | tee -a /tmp/itlmon-bench.txt
 	$(GO) test -run '^$$' -bench . -benchmem -count=1 ./origin ./collector/join ./e2e/jitterproxy | tee -a /tmp/itlmon-bench.txt
