@@ -442,9 +442,10 @@ func TestDailyRollupEqualsMinute(t *testing.T) {
 	reads("partly complete, no whole day after it", f, false)
 }
 
-// TestWorstStreamsTwoPhases: WorstStreams (ids first, then details) lists
-// what the one-statement read lists, copies of a stream included.
-func TestWorstStreamsTwoPhases(t *testing.T) {
+// TestWorstStreamsOncePerStream: WorstStreams (the first rows in the
+// order, each stream's first kept, more asked for when copies left too
+// few) lists what LIMIT 1 BY stream_id lists, copies of a stream included.
+func TestWorstStreamsOncePerStream(t *testing.T) {
 	db, _ := newDB(t)
 	conn := db.Conn()
 	ctx := context.Background()

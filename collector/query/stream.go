@@ -74,9 +74,16 @@ func (b *StreamBrief) finish(ttft *uint32, p50, p99, mx uint32, stalled uint64) 
 // WorstStreams lists the streams matching f with the largest value of order
 // (a WorstOrders key), at most limit (1..MaxWorst), from itl_streams: each
 // stream once, by its row that sorts first (the largest value, then the
-// latest). It reads in two phases (TopRows): the ids of the streams, from
-// the sort column, the id and the time only, then the details of those
-// streams' rows alone.
+// latest).
+//
+// One statement, ORDER BY the order column with a LIMIT: the engine sorts
+// that column alone and reads the list's other columns for just the rows
+// it returns (lazy materialization, up to 10,000 rows). Two phases, the
+// rows' keys first and then their columns, found the scattered rows twice:
+// at 10 M streams over 30 days, 245-300 ms for the two against 205-225.
+// It asks for a few rows more than limit, for a stream stored twice that
+// the table has not collapsed yet, keeps each stream's first row, and asks
+// for more only when copies left fewer than limit streams.
 func WorstStreams(ctx context.Context, conn Conn, f Filter, order string, limit int) ([]StreamBrief, error) {
 	if err := f.Validate(); err != nil {
 		return nil, err
@@ -89,23 +96,31 @@ func WorstStreams(ctx context.Context, conn Conn, f Filter, order string, limit 
 		return nil, fmt.Errorf("%w: limit %d: want 1 to %d", ErrBadFilter, limit, MaxWorst)
 	}
 	where, args := f.rawWhere()
-	by := " ORDER BY " + col + " DESC, received_at DESC"
-	keys, err := TopRows(ctx, conn, streamsTable, where+by, args, limit)
-	if err != nil {
-		return nil, fmt.Errorf("query worst streams: %w", err)
+	q := "SELECT " + briefSelect + " FROM " + streamsTable + " WHERE " + where + " ORDER BY " + col + " DESC, received_at DESC LIMIT "
+	for m := limit + max(4, limit/8); ; m *= 4 {
+		out, got, err := worstRows(ctx, conn, q+strconv.Itoa(m), args, limit)
+		if err != nil {
+			return nil, err
+		}
+		if len(out) == limit || got < m {
+			return out, nil
+		}
 	}
-	if len(keys) == 0 {
-		return nil, nil
-	}
-	kw, kargs := keys.Where()
-	q := "SELECT " + briefSelect + " FROM " + streamsTable + " WHERE " + where + kw + by +
-		" LIMIT 1 BY stream_id LIMIT " + strconv.Itoa(limit)
-	rows, err := conn.Query(ctx, q, append(args, kargs...)...)
+}
+
+// worstRows runs q and returns the first row of each stream, at most
+// limit, and how many rows q returned.
+func worstRows(ctx context.Context, conn Conn, q string, args []any, limit int) ([]StreamBrief, int, error) {
+	rows, err := conn.Query(ctx, q, args...)
 	if err != nil {
-		return nil, fmt.Errorf("query worst streams: %w", err)
+		return nil, 0, fmt.Errorf("query worst streams: %w", err)
 	}
 	defer rows.Close()
-	var out []StreamBrief
+	var (
+		out  []StreamBrief
+		seen = map[string]bool{}
+		got  int
+	)
 	for rows.Next() {
 		var (
 			b            StreamBrief
@@ -114,15 +129,19 @@ func WorstStreams(ctx context.Context, conn Conn, f Filter, order string, limit 
 			stalled      uint64
 		)
 		if err := rows.Scan(b.dest(&ttft, &p50, &p99, &mx, &stalled)...); err != nil {
-			return nil, fmt.Errorf("scan worst streams: %w", err)
+			return nil, 0, fmt.Errorf("scan worst streams: %w", err)
 		}
-		b.finish(ttft, p50, p99, mx, stalled)
-		out = append(out, b)
+		got++
+		if len(out) < limit && !seen[b.StreamID] {
+			seen[b.StreamID] = true
+			b.finish(ttft, p50, p99, mx, stalled)
+			out = append(out, b)
+		}
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("read worst streams: %w", err)
+		return nil, 0, fmt.Errorf("read worst streams: %w", err)
 	}
-	return out, nil
+	return out, got, nil
 }
 
 // ErrNotFound is returned by StreamDetailOf for an unknown stream.
