@@ -279,7 +279,11 @@ func sampleVsStreams(t *testing.T, conn query.Conn, reps int) {
 			return query.Compare(ctx, c, f, "release", "web-2026.11.2", "web-2026.11.3")
 		}})
 	}
-	versus(t, conn, reps, "compare from itl_streams_sample vs from itl_streams alone", "sample", "streams", "itl_streams_sample_from", true, reads)
+	// Not the same answer by design when a side has 5,000 to 20,000
+	// streams in the sample (query.MinSampleStreams): read from it, the
+	// side has fewer streams than from itl_streams. The query package's
+	// TestCompareSampleEqualsStreams checks each path stream for stream.
+	versus(t, conn, reps, "compare from itl_streams_sample vs from itl_streams alone", "sample", "streams", "itl_streams_sample_from", false, reads)
 }
 
 // rechunkVsStreams times the re-chunking view (the dashboard's, by API
