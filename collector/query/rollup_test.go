@@ -6,6 +6,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"reflect"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -16,6 +17,7 @@ import (
 	"github.com/itlmon/itlmon/collector"
 	"github.com/itlmon/itlmon/collector/query"
 	"github.com/itlmon/itlmon/collector/store"
+	"github.com/itlmon/itlmon/wasm/beacon"
 	"github.com/itlmon/itlmon/wasm/meter"
 )
 
@@ -499,5 +501,42 @@ func TestWorstStreamsOncePerStream(t *testing.T) {
 				t.Errorf("%s limit %d:\ngot  %v\nwant %v", order, limit, have, want)
 			}
 		}
+	}
+}
+
+// TestWorstByTTFTWithoutFirstToken: order=ttft lists the largest TTFT
+// first, a TTFT of 0 after every other, and the streams without a first
+// token last, each group latest first.
+func TestWorstByTTFTWithoutFirstToken(t *testing.T) {
+	db, _ := newDB(t)
+	conn := db.Conn()
+	ctx := context.Background()
+	base := time.Now().UTC().Truncate(time.Hour).Add(-time.Hour)
+	ttfts := []uint32{beacon.NoTime, 0, 300_000, beacon.NoTime, 0, 900_000}
+	var streams []collector.Stream
+	for i, ttft := range ttfts {
+		r := synth{ttft: 100 * time.Millisecond, gaps: []time.Duration{20 * time.Millisecond, 30 * time.Millisecond}}.record(t)
+		r.TTFTUs = ttft
+		streams = append(streams, collector.Stream{Record: r, Site: "z", ReceivedAt: base.Add(time.Duration(i) * time.Minute),
+			Country: "DE", Region: "DE-BE", Browser: "Chrome", OS: "Linux", Device: "desktop", Release: "r1"})
+	}
+	if err := store.InsertDirect(ctx, conn, streams); err != nil {
+		t.Fatal(err)
+	}
+	got, err := query.WorstStreams(ctx, conn, query.Filter{Site: "z", Since: base, Until: base.Add(time.Hour)}, "ttft", len(ttfts))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var have []string
+	for _, b := range got {
+		ttft := "none"
+		if b.TTFTMs != nil {
+			ttft = strconv.FormatFloat(*b.TTFTMs, 'f', -1, 64)
+		}
+		have = append(have, b.ReceivedAt.Sub(base).String()+" "+ttft)
+	}
+	want := []string{"5m0s 900", "2m0s 300", "4m0s 0", "1m0s 0", "3m0s none", "0s none"}
+	if !reflect.DeepEqual(have, want) {
+		t.Errorf("order=ttft:\ngot  %v\nwant %v", have, want)
 	}
 }

