@@ -85,7 +85,7 @@ TEST_PARALLEL ?= 2
 # stay; a debugger wants DWARF: `go test -c` a package by hand for it.
 TEST_FLAGS  := -count=1 -ldflags=-w -parallel $(TEST_PARALLEL) -timeout $(TEST_TIMEOUT)
 
-.PHONY: vendor-uplot build run check test unit bench fuzz vet depscheck wasm scripts edge deps deps-apt deps-chdb deps-geoip deps-go deps-openai-js deps-sdk-js deps-ts deps-workerd deps-wrangler subdivisions clean
+.PHONY: vendor-uplot build run check test test-prep test-compile unit bench fuzz vet depscheck wasm scripts edge deps deps-apt deps-chdb deps-geoip deps-go deps-openai-js deps-sdk-js deps-ts deps-workerd deps-wrangler subdivisions clean
 
 ## deps: install what is missing (apt packages, the pinned ClickHouse engine and GeoIP database from npm, Go modules)
 deps: deps-apt deps-chdb deps-geoip deps-go deps-sdk-js deps-ts deps-workerd
@@ -323,8 +323,25 @@ check: deps-chdb deps-geoip deps-ts wasm
 ## test: everything: vet, depscheck, unit, integration (real ClickHouse engine), e2e (real Chromium, nginx, workerd)
 # vet and depscheck run beside the tests (the suite leaves about 40 % of two cores idle, its tests waiting on
 # engines, browsers and clocks); their output is printed after the tests', and either failing fails the target.
-test: deps deps-wrangler wasm edge
+test: test-prep
 	@$(call beside_vet,ITLMON_REQUIRE_REAL=1 $(GO) test $(TEST_FLAGS) -p 2 $(SLOW_PKGS) ./...)
+
+# test-prep: what make test needs, the slow parts side by side. On a fresh machine the apt packages
+# (mostly download and unpack) and the npm ones are network-bound while the e2e tests' compile from an
+# empty Go build cache (the longest package's, ~90 s of both cores here) is CPU-bound: one after the
+# other, the e2e package started about three minutes into make test. The compile is left in Go's build
+# cache (test-compile); the browser module is built last, its compression needing apt's brotli (a
+# change to the files it embeds recompiles one package).
+test-prep:
+	@echo "make test: installing what is missing, building the edge Worker and compiling the e2e tests, side by side"
+	@$(MAKE) --no-print-directory -j 16 --output-sync=target deps deps-wrangler edge test-compile
+	@$(MAKE) --no-print-directory wasm
+
+# test-compile: the e2e package's test binary and the browser module compiled into Go's build cache
+# (nothing kept but the cache).
+test-compile:
+	$(GO) test -c -ldflags=-w -o /dev/null ./e2e
+	GOOS=js GOARCH=wasm $(GO) build $(GOFLAGS_BUILD) $(WASM_GCFLAGS) -ldflags='-s -w' -o /dev/null ./wasm/browser
 
 # beside_vet runs the command $(1) (printed first) with `make vet depscheck` beside it, prints vet's output after
 # it, and fails if either failed.
