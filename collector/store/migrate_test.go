@@ -336,3 +336,48 @@ func TestHourFromOnUpgrade(t *testing.T) {
 		}
 	}
 }
+
+// TestPromotedIDsHashOnUpgrade: 019 adds id_hash to itl_promoted_ids; rows
+// stored before it (in parts without the column) read the same hash as
+// rows stored after, so the promoter's lookup, which filters on the hash
+// first, finds both.
+func TestPromotedIDsHashOnUpgrade(t *testing.T) {
+	t.Parallel() // a database of its own; its assertions time nothing
+	ctx := context.Background()
+	db := migratedUpTo(t, "idhash", 18)
+	at := time.Now().UTC().Truncate(time.Second)
+	insert := func(ids ...string) {
+		t.Helper()
+		for _, id := range ids {
+			if err := db.Conn().Exec(ctx, "INSERT INTO itl_promoted_ids (kind, site, stream_id, promoted_window) VALUES ('client', 's', ?, ?)", id, at); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	insert("before-1", "before-2")
+	if err := db.Migrate(ctx); err != nil {
+		t.Fatalf("migrate: %v", err)
+	}
+	insert("after-1")
+	if n := queryUint(t, db, "SELECT countIf(id_hash != cityHash64(stream_id)) + countIf(id_hash = 0) FROM itl_promoted_ids"); n != 0 {
+		t.Errorf("%d rows whose id_hash is not cityHash64(stream_id)", n)
+	}
+	var got []string
+	rows, err := db.Conn().Query(ctx, `SELECT stream_id FROM itl_promoted_ids
+		PREWHERE id_hash IN (SELECT cityHash64(arrayJoin(['before-2', 'after-1', 'never'])))
+		WHERE stream_id IN ('before-2', 'after-1', 'never') ORDER BY stream_id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, id)
+	}
+	rows.Close()
+	if want := []string{"after-1", "before-2"}; !slices.Equal(got, want) {
+		t.Errorf("the lookup by hash found %v, want %v", got, want)
+	}
+}
