@@ -326,10 +326,10 @@ check: deps-chdb deps-geoip deps-ts wasm
 test: test-prep
 	@$(call beside_vet,ITLMON_REQUIRE_REAL=1 $(GO) test $(TEST_FLAGS) -p 2 $(SLOW_PKGS) ./...)
 
-# test-prep: what make test needs, the slow parts side by side. On a fresh machine the apt packages
-# (mostly download and unpack) and the npm ones are network-bound while the e2e tests' compile from an
-# empty Go build cache (the longest package's, ~90 s of both cores here) is CPU-bound: one after the
-# other, the e2e package started about three minutes into make test. The compile is left in Go's build
+# test-prep: what make test needs, the slow parts side by side. On a fresh machine the apt and npm
+# packages wait on downloads part of the time, and the e2e tests' compile from an empty Go build cache
+# (the longest package's, ~85 s of both cores here) can use it: one after the other, the e2e binary
+# could start 206 s in, side by side 179 s (docs/development.md). The compile is left in Go's build
 # cache (test-compile); the browser module is built last, its compression needing apt's brotli (a
 # change to the files it embeds recompiles one package).
 test-prep:
