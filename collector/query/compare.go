@@ -35,10 +35,11 @@ const (
 	// reach MaxCompareStreams read the dimension's column of every stream
 	// of the range, and then the metrics of every stream of the side (at
 	// 10 M streams over 30 days, 120-150 ms for a side with fewer than
-	// 20,000 streams in the sample, against 20-30 ms from the sample). With 5,000 streams a side the
-	// test finds a shift of 0.07 standard deviations 80 % of the time at
-	// its per-metric threshold (p < 0.01: (2.58 + 0.84) * sqrt(2/5000),
-	// over the U test's efficiency, 0.95 of a t-test's for normal values).
+	// 20,000 streams in the sample, against 20-30 ms from the sample).
+	// With 5,000 streams a side the test finds a shift of 0.07 standard
+	// deviations 80 % of the time at its per-metric threshold (p < 0.01:
+	// (2.58 + 0.84) * sqrt(2/5000), over the U test's efficiency, 0.95 of
+	// a t-test's for normal values).
 	MinSampleStreams = 5000
 )
 

@@ -22,8 +22,8 @@ import (
 // streams (/api/worst, in each order) and a comparison (/api/compare),
 // over 30 days of ITLMON_DASH_STREAMS streams (default 10,000,000,
 // TestDashboardReport's rows), ITLMON_DASH_REPS runs after a warm-up, and
-// the read's whole time:
-// where a read's time goes, which TestDashboardReport's totals do not say.
+// the read's whole time: where a read's time goes, which
+// TestDashboardReport's totals do not say.
 // It seeds itl_streams with only the views these reads need
 // (itl_streams_sample's, itl_rechunk_1h's; the rollups' dropped), in
 // about a tenth of that report's time, then reads through collector/query
