@@ -58,6 +58,7 @@ var xssPayloads = []string{
 // Trusted Types: assigning markup to innerHTML throws, the one violation
 // expected.
 func TestDashboardStoredScript(t *testing.T) {
+	t.Parallel() // it times nothing
 	Browser(t)
 	began := time.Now()
 	const site, pageOrigin, originKey = "xss", "https://chat.example.com", "xss-origin-key-0123456789"

@@ -95,6 +95,7 @@ func headerOrigin() http.Handler {
 // measured, a 304 and a redirect. The only difference allowed is the stream
 // id the Go Worker adds to a measured stream that has none.
 func TestEdgeHeaders(t *testing.T) {
+	t.Parallel() // it times nothing
 	sink := startEdgeSink(t)
 	originURL, _ := serve(t, headerOrigin())
 	wd := startWorkerd(t, originURL, sink.URL)

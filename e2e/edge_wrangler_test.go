@@ -41,6 +41,7 @@ func docsWranglerTOML(t *testing.T) string {
 // timeline. The vars that name the origin and the collector are given on
 // the command line (--var), as a deployment gives its own.
 func TestEdgeWrangler(t *testing.T) {
+	t.Parallel() // it times nothing
 	bin := os.Getenv("WRANGLER_BIN")
 	if _, err := os.Stat(bin); bin == "" || err != nil {
 		requireReal(t, "wrangler (WRANGLER_BIN, make deps-wrangler)", err)

@@ -51,8 +51,8 @@ var leaveDelays = []int{0, 5, 20, 100}
 
 // leaveJS runs the matrix's cases (an array of {init, model, delay}) in
 // iframes of the top page: it loads the test page in one iframe per case
-// (itlmon in its Worker, or on the main thread) and waits for their modules,
-// then runs the cases one after the other. Each, in its
+// (itlmon in its Worker, or on the main thread), all at once, and waits for
+// their modules, then runs the cases one after the other. Each, in its
 // iframe's own realm, fetches the answer through the buffering proxy, reads
 // it to its end and removes its own iframe delay ms after that last read: at
 // once in the read's own task for 0, else from the iframe's setTimeout.
@@ -75,8 +75,11 @@ const leaveJS = `async (cases) => {
     if (!w.itlmon || !(await w.itlmon.ready)) throw new Error(c.model + ': itlmon not ready: ' + (w.itlmon && w.itlmon.timing.error));
     return w;
   };
-  const frames = [];
-  for (const c of cases) frames.push(await load(c)); // one at a time: a Worker's start is bounded (10 s)
+  // All at once: a module loads once its page has loaded and the browser is
+  // idle, or 1 s after load where there is no requestIdleCallback (WebKit),
+  // and those waits overlap; the Worker starts that follow (each bounded,
+  // 10 s) are 8 small ones.
+  const frames = await Promise.all(cases.map(load));
   const results = [];
   for (let i = 0; i < cases.length; i++) {
     const w = frames[i], c = cases[i], mode = w.itlmon.timing.mode;

@@ -30,6 +30,7 @@ import (
 // bare location, the WebSocket through its own) and what it took is read
 // back with the token.
 func TestReadSideBehindNginx(t *testing.T) {
+	t.Parallel() // it times nothing
 	nginx.RequireReal(t)
 	const site, page, token = "guarded", "https://shop.example.com", "e2e-read-token-0123456789"
 	// A deployment, not the demo: --demo=false.
