@@ -122,6 +122,7 @@ func browserView(o beacon.Origin, arrive []uint32, cause meter.Cause) collector.
 // late and coalesced): the three records, origin and edge first, make the
 // browser's row say network on origin→edge, in Berlin via Frankfurt.
 func TestEdgeStallBeforeEdge(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, 3*time.Second)
 	o := smoothOrigin("edge-1")
 	atEdge := heldFrom(shifted(o.EmitUs, 5*ms), 15, 600*ms)
@@ -185,6 +186,7 @@ func TestEdgeStallAfterEdge(t *testing.T) {
 // (no colo, the GeoIP region), the late join is in itl_edge; copies of the
 // edge timeline are dropped.
 func TestLateEdgeAndCopies(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, 100*time.Millisecond)
 	o := smoothOrigin("edge-3")
 	atEdge := shifted(o.EmitUs, 5*ms)

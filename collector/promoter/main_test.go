@@ -9,6 +9,14 @@ import (
 	"github.com/itlmon/itlmon/internal/chtest"
 )
 
+// Tests with a database of their own whose assertions time nothing call
+// t.Parallel(): most of their time is the promoter waiting out a window, its
+// hold and grace. Those that time what they assert stay serial: the leases
+// and takeovers (TestOnePromoterLeads, TestOldAndNewPromoter,
+// TestHeartbeatFailsPromotionGoesOn, TestLeaderKeepsLeadInsideWindow) and
+// the joins whose second record comes 300 ms after the first, inside a join
+// hold of 2 s (TestClientWaitsForOrigin, TestEdgeStallAfterEdge,
+// TestEdgeFirstOriginLast).
 func TestMain(m *testing.M) {
 	os.Exit(itlmontest.Main(m)) // the engine child, and the itlmon binary removed
 }

@@ -17,6 +17,7 @@ import (
 // with a smaller stream id, keeps its own causes and location, and is
 // counted as a conflict.
 func TestOneRecordPerTimeline(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, 2*time.Second)
 	o := smoothOrigin("dup-1")
 	atEdge := heldFrom(shifted(o.EmitUs, 5*ms), 15, 600*ms)
@@ -47,6 +48,7 @@ func TestOneRecordPerTimeline(t *testing.T) {
 // Two records of one insert (one ingested_at) naming one id: the smaller
 // stream id takes the timeline, whichever window the timeline lands in.
 func TestOneRecordPerTimelineSameInsert(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, 100*time.Millisecond)
 	o := pausedOrigin("dup-2")
 	a, b := clientOf(o, "chat"), clientOf(o, "chat")
@@ -101,6 +103,7 @@ func TestOldAndNewPromoter(t *testing.T) {
 // Windows are read in pages: a window of 12 records and 12 copies read 5
 // rows at a time stores each record once and counts the copies.
 func TestPagedWindow(t *testing.T) {
+	t.Parallel()
 	db := newDB(t)
 	f := newCollectorWith(t, db, promoter.Config{Hold: 100 * time.Millisecond, PageRows: 5}, nil)
 	var streams []collector.Stream

@@ -69,6 +69,7 @@ func exactlyOnce(t *testing.T, db *store.DB, prefix string, n int) {
 // once. In its own size its pages would hold other rows under the first
 // one's tokens: rows dropped, or stored twice.
 func TestCutWindowFinishedInItsPageSize(t *testing.T) {
+	t.Parallel()
 	db := newDB(t)
 	in := inboxOnly(t, db)
 	streams := streamsOf("cut", 23)
@@ -100,6 +101,7 @@ func TestCutWindowFinishedInItsPageSize(t *testing.T) {
 // earlier release's paging. In its own size (one page of 10,000) it would
 // store the first 2,000 records twice.
 func TestEarlierReleaseWindowFinished(t *testing.T) {
+	t.Parallel()
 	db := newDB(t)
 	in := inboxOnly(t, db)
 	const n = 2100
@@ -126,6 +128,7 @@ func TestEarlierReleaseWindowFinished(t *testing.T) {
 // size is recorded, whichever lands first, and both page the window in
 // it, so the window is stored once whoever wins.
 func TestPromotersOfTwoSizesAtOnce(t *testing.T) {
+	t.Parallel()
 	db := newDB(t)
 	in := inboxOnly(t, db)
 	in.submit(t, streamsOf("race", 40)...)
@@ -154,6 +157,7 @@ func TestPromotersOfTwoSizesAtOnce(t *testing.T) {
 // records as one of 150: a run that would span other windows (a promoter
 // behind) must find what a run of it started took.
 func TestOnePageWindows(t *testing.T) {
+	t.Parallel()
 	for _, records := range []int{12, 150} {
 		db := newDB(t)
 		in := inboxOnly(t, db)

@@ -184,6 +184,7 @@ func eventuallyWithin[T comparable](t *testing.T, within time.Duration, db *stor
 // The origin timeline arrives first: the client record is refined at once,
 // in itl_streams (and its rollup) and in itl_origin.
 func TestOriginFirst(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, 3*time.Second)
 	o := pausedOrigin("req-1")
 	f.addOrigin(t, "chat", o)
@@ -235,6 +236,7 @@ func TestClientWaitsForOrigin(t *testing.T) {
 // The timeline comes after the hold: itl_streams keeps the client's causes,
 // the late join is in itl_origin.
 func TestLateOrigin(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, 100*time.Millisecond)
 	o := pausedOrigin("req-3")
 	f.submit(t, clientOf(o, "chat"))
@@ -258,6 +260,7 @@ func TestLateOrigin(t *testing.T) {
 }
 
 func TestHandler(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, 0)
 	srv := httptest.NewServer(f.in.Handler(func(site string) (secret.Token, bool) {
 		return secret.New("s3cret"), site == "chat"
@@ -313,6 +316,7 @@ func TestHandler(t *testing.T) {
 // A client record whose origin timeline never comes is stored unrefined
 // once the hold is over.
 func TestOriginNeverComes(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, 200*time.Millisecond)
 	o := pausedOrigin("req-5")
 	f.submit(t, clientOf(o, "blog"))

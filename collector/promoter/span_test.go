@@ -190,6 +190,7 @@ func spanRun(t *testing.T, rows []store.InboxRow, maxSpan int) (map[string][]str
 // whether a span holds the whole inbox or spans of 4 windows cut across
 // its joins and copies.
 func TestSpansStoreWhatWindowsDo(t *testing.T) {
+	t.Parallel()
 	rows := spanInbox(t, time.Now().Add(-time.Hour).Truncate(time.Second))
 	want, wantStats, runs := spanRun(t, rows, 1)
 	if runs != 14 {
@@ -223,6 +224,7 @@ func TestSpansStoreWhatWindowsDo(t *testing.T) {
 // window) in the recorded span: one run, under the span's tokens (the
 // landed pages deduplicated), storing what window by window stores.
 func TestCutSpanFinishedAsRecorded(t *testing.T) {
+	t.Parallel()
 	rows := spanInbox(t, time.Now().Add(-time.Hour).Truncate(time.Second))
 	want, _, _ := spanRun(t, rows, 1)
 	for _, tc := range []struct {

@@ -49,6 +49,7 @@ func execAll(t *testing.T, c driver.Conn, queries ...string) {
 // `migrate --cluster`, nothing wrong after it, a Distributed table sharded by
 // another key, and a shard that does not answer; usage errors exit 2.
 func TestClusterCheckSharded(t *testing.T) {
+	t.Parallel()
 	itlmontest.ChdbLib(t)
 	nodes := chtest.Cluster(t, "itl", 2)
 	dsn := "clickhouse://" + nodes[0].NativeAddr() + "/itlmon"
@@ -111,6 +112,7 @@ func TestClusterCheckSharded(t *testing.T) {
 // stays read-only (its local mode has no interserver port), and the check
 // must say so.
 func TestClusterCheckReplicated(t *testing.T) {
+	t.Parallel()
 	itlmontest.ChdbLib(t)
 	began := time.Now()
 	keeper := chtest.ZooKeeper(t)

@@ -23,6 +23,7 @@ import (
 // real engine listens on that port the schema is applied in the background
 // and every acked record is stored exactly once.
 func TestDSNStartsWhileClickHouseDown(t *testing.T) {
+	t.Parallel()
 	lib := itlmontest.ChdbLib(t)
 	port := itlmontest.FreePort(t)
 	dsn := fmt.Sprintf("clickhouse://127.0.0.1:%d/default?dial_timeout=500ms", port)

@@ -18,6 +18,7 @@ import (
 // local table in itlmon); run again, it applies nothing. --cluster without a
 // DSN and an unknown replication mode are usage errors.
 func TestMigrateClusterCommand(t *testing.T) {
+	t.Parallel()
 	itlmontest.ChdbLib(t)
 	nodes := chtest.Cluster(t, "itl", 2)
 	dsn := "clickhouse://" + nodes[1].NativeAddr() + "/itlmon"

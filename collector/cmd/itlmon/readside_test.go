@@ -18,6 +18,7 @@ import (
 // /metrics, /dashboard/) answers only as its configuration allows, while
 // ingest and the module's assets stay public.
 func TestReadSideAccess(t *testing.T) {
+	t.Parallel()
 	const token = "read-token-0123456789"
 	status := func(t *testing.T, url string, hdr ...string) int {
 		t.Helper()
@@ -155,6 +156,7 @@ func TestReadSideConfig(t *testing.T) {
 // cover what it sends: a minute is only exported once it has closed and
 // settled, too late for this test to wait for).
 func TestServeOTLP(t *testing.T) {
+	t.Parallel()
 	var posts atomic.Int64
 	rc := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { posts.Add(1) }))
 	defer rc.Close()

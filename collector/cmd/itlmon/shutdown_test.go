@@ -32,6 +32,7 @@ import (
 // connections with 1001, drains the writer and exits 0; after a restart
 // every acked record is stored. (A second signal: TestSecondSignalExits.)
 func TestGracefulSIGTERM(t *testing.T) {
+	t.Parallel()
 	lib := itlmontest.ChdbLib(t)
 	data := t.TempDir()
 	p1 := itlmontest.StartProcess(t, lib, data)
@@ -153,6 +154,7 @@ func TestSecondSignalExits(t *testing.T) {
 // TestBeaconPostGeoIP: the sendBeacon fallback stores like a frame, with
 // country/region from a MaxMind database keyed by the forwarded client IP.
 func TestBeaconPostGeoIP(t *testing.T) {
+	t.Parallel()
 	mmdb := writeMMDB(t)
 	const originKey = "0123456789abcdef"
 	m := itlmontest.StartMain(t, func(c *server.Config) {
@@ -243,6 +245,7 @@ func waitExit(t *testing.T, p *itlmontest.Proc) {
 // stream id, and its origin timeline reaches this collector's intake by the
 // time Close returns.
 func TestDemoSite(t *testing.T) {
+	t.Parallel()
 	m := itlmontest.StartMain(t, func(c *server.Config) { c.Demo = true })
 	if got := itlmontest.GetStatus(t, m.URL()+"/demo/"); got != 200 {
 		t.Fatalf("GET /demo/ = %d, want 200", got)
