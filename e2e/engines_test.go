@@ -26,6 +26,7 @@ func forEachEngine(t *testing.T, f func(t *testing.T, e browsers.Engine)) {
 // has (for await and BYOB readers only where its own bodies support them:
 // WebKitGTK 2.50 has neither), with the module in its Worker.
 func TestEnginesPassThrough(t *testing.T) {
+	t.Parallel() // it times nothing (each engine's session takes one command at a time)
 	o := StartOrigin(t)
 	a := StartAssets(t)
 	o.SetCollector(a.URL, "e2e")

@@ -65,6 +65,7 @@ type snippetResult struct {
 // itl.js missing, the same page streams exactly as without itlmon, through
 // the fetch the client kept, and gets its own fetch back.
 func TestEnginesSnippet(t *testing.T) {
+	t.Parallel() // it times nothing (each engine's session takes one command at a time)
 	forEachEngine(t, func(t *testing.T, e browsers.Engine) {
 		var want string
 		for i := range 25 {

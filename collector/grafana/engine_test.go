@@ -202,6 +202,7 @@ func loadDashboard(t *testing.T) dashboard {
 // each on the real engine over streams seeded through the store's insert
 // path, and checks the shapes and the numbers.
 func TestDashboardOnEngine(t *testing.T) {
+	t.Parallel() // a database of its own; it times nothing
 	db := chtest.NewDB(t, store.Options{})
 	conn := db.Conn()
 	now := time.Now().UTC()
@@ -438,6 +439,7 @@ func checkValues(t *testing.T, panelID int, res result, n int, gaps []float64, s
 // with the exact statistics of the seeded values within hist.RelativeError,
 // over one set of streams (a breakdown row).
 func TestQuantileSQL(t *testing.T) {
+	t.Parallel() // a database of its own; it times nothing
 	db := chtest.NewDB(t, store.Options{})
 	conn := db.Conn()
 	now := time.Now().UTC()

@@ -27,6 +27,7 @@ import (
 // that must not be read. Then a marker row in each coarse table shows that
 // each read takes the table it should, and no other.
 func TestPanelsReadTheCoarsestRollups(t *testing.T) {
+	t.Parallel() // a database of its own; it times nothing
 	db := chtest.NewDB(t, store.Options{})
 	conn := db.Conn()
 	ctx := context.Background()
