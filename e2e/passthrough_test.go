@@ -4,9 +4,11 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"io"
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -340,12 +342,53 @@ func TestAbortListeners(t *testing.T) {
 	o := StartOrigin(t)
 	a := StartAssets(t)
 	o.SetCollector(a.URL, "e2e")
+	// The gated answer sends its first chunk, then the rest once the page
+	// asks for it (/v1/release): what the page's first read gets is that
+	// chunk at most, whatever the machine's load, and the rest is unread.
+	var mu sync.Mutex
+	gates := map[string]chan struct{}{}
+	gate := func(key string) chan struct{} {
+		mu.Lock()
+		defer mu.Unlock()
+		if gates[key] == nil {
+			gates[key] = make(chan struct{})
+		}
+		return gates[key]
+	}
+	o.Handle("/v1/gated", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		rc := http.NewResponseController(w)
+		chunks := leaveChunks()
+		io.WriteString(w, chunks[0])
+		rc.Flush()
+		select {
+		case <-gate(r.URL.Query().Get("gate")):
+		case <-r.Context().Done():
+			return
+		}
+		for _, c := range chunks[1:] {
+			io.WriteString(w, c)
+			rc.Flush()
+		}
+	}))
+	o.Handle("/v1/release", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		close(gate(r.URL.Query().Get("gate")))
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	// The body is complete once its resource timing entry is there (added
+	// at the response's end, read or not): then the page aborts.
 	const arrivedJS = `(async () => {
 		const ac = new AbortController();
-		const r = await fetch('/v1/chat/completions?tokens=6&interval_ms=20', { signal: ac.signal });
+		const key = Math.random().toString(36).slice(2), url = '/v1/gated?gate=' + key;
+		const r = await fetch(url, { signal: ac.signal });
 		const reader = r.body.getReader();
 		await reader.read();
-		await new Promise(res => setTimeout(res, 400)); // the rest arrives, unread
+		await fetch('/v1/release?gate=' + key);
+		const full = new URL(url, location.href).href;
+		for (let i = 0; !performance.getEntriesByName(full).length; i++) {
+			if (i > 2000) throw new Error('the body did not arrive in 20 s');
+			await new Promise(res => setTimeout(res, 10));
+		}
 		ac.abort();
 		let after = 0, err = '';
 		try { for (;;) { const x = await reader.read(); if (x.done) break; after++; } } catch (e) { err = e.name; }
