@@ -40,7 +40,7 @@ func tab(t *testing.T) context.Context {
 		}
 		// Chromium's temporary files (a directory per run, left behind
 		// when it is killed) in one removed with the browser.
-		tmp, err := os.MkdirTemp("", "itlmon-dashboard-chromium")
+		tmp, err := os.MkdirTemp("", "itlmon-chromium")
 		if err != nil {
 			browserErr = err
 			return
