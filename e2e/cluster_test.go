@@ -796,17 +796,7 @@ func TestBalancedCollectors(t *testing.T) {
 		bb := beacon.Batch{Seq: seq, Client: beacon.Client{ModuleVersion: "e2e"}}
 		for range n {
 			next++
-			r := beacon.Record{StartUnixMs: time.Now().UnixMilli(), PageOrigin: page, PagePath: "/chat",
-				URLOrigin: "https://api.example.com", URLPath: "/v1/chat/completions", Model: "lb-test",
-				HTTPProto: "h2", ContentType: "text/event-stream", HTTPStatus: 200,
-				TTFBUs: 10_000, TTFCUs: 12_000, TTFTUs: 15_000, DurationUs: 500_000,
-				Events: 11, ContentEvents: 10, Tokens: 10, Reads: 10, Bytes: 1000}
-			for range 9 {
-				r.ITL.Record(50_000)
-			}
-			r.StreamID[0], r.StreamID[1] = 0x1b, 0x12
-			r.StreamID[12], r.StreamID[13], r.StreamID[14], r.StreamID[15] = byte(next>>24), byte(next>>16), byte(next>>8), byte(next)
-			bb.Records = append(bb.Records, r)
+			bb.Records = append(bb.Records, testRecord(page, "lb-test", 0x1b, 0x12, next))
 		}
 		p, err := bb.AppendBinary(nil)
 		if err != nil {

@@ -91,7 +91,7 @@ func TestShardAway(t *testing.T) {
 				mu.Lock()
 				for range 3 {
 					next++
-					r := awayRecord(page, c, next)
+					r := testRecord(page, "away-test", 0xa3, byte(c), next) // client c's own ids
 					bb.Records = append(bb.Records, r)
 					ids = append(ids, fmt.Sprintf("%x", r.StreamID))
 				}
@@ -382,18 +382,20 @@ func (db *clusterDB) oneOn(t *testing.T, i int, query string, args ...any) strin
 	return s
 }
 
-// awayRecord is client c's record number n: a stream id of its own, the
-// client's number in its first byte.
-func awayRecord(page string, c int, n uint32) beacon.Record {
+// testRecord is a synthetic stream of model on page (ten tokens 50 ms
+// apart, the stream's own timings fixed) whose id is idA, idB, then zeros,
+// then n: tests that send records themselves number them, and check each
+// id stored once.
+func testRecord(page, model string, idA, idB byte, n uint32) beacon.Record {
 	r := beacon.Record{StartUnixMs: time.Now().UnixMilli(), PageOrigin: page, PagePath: "/chat",
-		URLOrigin: "https://api.example.com", URLPath: "/v1/chat/completions", Model: "away-test",
+		URLOrigin: "https://api.example.com", URLPath: "/v1/chat/completions", Model: model,
 		HTTPProto: "h2", ContentType: "text/event-stream", HTTPStatus: 200,
 		TTFBUs: 10_000, TTFCUs: 12_000, TTFTUs: 15_000, DurationUs: 500_000,
 		Events: 11, ContentEvents: 10, Tokens: 10, Reads: 10, Bytes: 1000}
 	for range 9 {
 		r.ITL.Record(50_000)
 	}
-	r.StreamID[0], r.StreamID[1] = 0xa3, byte(c)
+	r.StreamID[0], r.StreamID[1] = idA, idB
 	r.StreamID[12], r.StreamID[13], r.StreamID[14], r.StreamID[15] = byte(n>>24), byte(n>>16), byte(n>>8), byte(n)
 	return r
 }
