@@ -277,7 +277,7 @@ func TestDashboardViews(t *testing.T) {
 	seedDashboard(t, p.col.DB)
 
 	dir := shotsDir(t)
-	tab := NewTab(t)
+	tab := OwnTab(t) // its viewport is emulated
 	console := watchConsole(t, tab)
 	base := p.col.URL + "/dashboard/"
 	step := func(what string, a ...chromedp.Action[chromedp.Void]) {

@@ -163,7 +163,7 @@ func TestDashboardStoredScript(t *testing.T) {
 
 	// The browser: a binding the payloads call, and a listener for CSP
 	// violations installed before the page's own scripts.
-	tab := NewTab(t)
+	tab := OwnTab(t) // a binding and a script on new documents
 	console := watchConsole(t, tab)
 	var mu sync.Mutex
 	var ran []string

@@ -91,7 +91,7 @@ func TestEdgeStored(t *testing.T) {
 // stream id.
 func edgeStoredStream(t *testing.T, c *Collector, o *Origin, base string, n int) (originID, streamID string) {
 	t.Helper()
-	ctx := NewTab(t)
+	ctx := OwnTab(t) // extra headers
 	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	if _, err := chromedp.Call(sctx, network.Enable, network.EnableParams{}); err != nil {

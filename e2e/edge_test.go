@@ -445,7 +445,7 @@ func (w *workerd) cpu(t testing.TB) time.Duration {
 // tab whose every request carries the injected request.cf.
 func edgeTab(t *testing.T, base string) context.Context {
 	t.Helper()
-	ctx := NewTab(t)
+	ctx := OwnTab(t) // extra headers
 	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	if _, err := chromedp.Call(sctx, network.Enable, network.EnableParams{}); err != nil {

@@ -11,7 +11,8 @@
 //	                                 (ITLMON_REQUIRE_REAL=1) when Chromium is missing
 //	testCert                         the self-signed certificate (e2e/nginx.SelfSigned) that Browser
 //	                                 trusts, for HTTPS proxies (nginx.Options.TLS)
-//	NewTab(t) context.Context        a fresh tab, closed at cleanup
+//	NewTab(t) context.Context        a tab on a blank page, back to a pool at cleanup (OwnTab: one
+//	                                 closed at cleanup, for tests that change the tab's state)
 //	StartOrigin(t) *Origin           the page's server: /, /v1/chat/completions and collector/demo's
 //	                                 other cadence-controlled APIs, /plain; Origin.Handle adds routes,
 //	                                 Origin.SetCollector points the page's tag at a collector
@@ -50,6 +51,7 @@ import (
 	"errors"
 	"flag"
 	"html/template"
+	"io"
 	"io/fs"
 	"net"
 	"net/http"
@@ -62,6 +64,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
 
 	"github.com/itlmon/itlmon/collector/chdb"
@@ -90,6 +94,7 @@ func TestMain(m *testing.M) {
 	chdb.MaybeRunChild()
 	code := func() int {
 		flag.Parse()
+		defer tabs.close()   // NewTab's pool
 		defer closeEngines() // Firefox and WebKit, launched by the first test that asks (engine_test.go)
 		defer stopShared()   // the shared collector (SharedCollector), started by the first test that asks
 		defer chtest.Stop()  // the seeded engine directory (chtest.SeedEngineDir)
@@ -181,9 +186,35 @@ func Browser(t testing.TB) context.Context {
 	return browserCtx
 }
 
-// NewTab opens a new tab in the shared browser, closed when t ends. The
-// returned context has no deadline; derive one per step.
+// NewTab gives t a tab of the shared browser, on a blank page of its own
+// (no history, nothing of another test's), for t's pages. When t ends the tab
+// goes back to a pool for the next test, on that blank page, or is closed if t
+// failed. The returned context has no deadline; derive one per step.
+//
+// A new tab costs Chromium about a CPU-second on this machine (its page and
+// renderer, the DevTools session), navigating a tab to another port of
+// 127.0.0.1 (the same site: the same renderer) about a third of that, and
+// the e2e tests open over a hundred. A test that changes the tab itself, not
+// its page (viewport emulation, bindings, scripts on new documents, extra
+// headers, the cache, DevTools domains), takes OwnTab instead.
 func NewTab(t testing.TB) context.Context {
+	t.Helper()
+	browser := Browser(t)
+	ctx, cancel, err := tabs.take(browser)
+	if err != nil {
+		t.Fatalf("new tab: %v", err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() || !tabs.put(ctx, cancel) {
+			cancel()
+		}
+	})
+	return ctx
+}
+
+// OwnTab opens a tab of the shared browser for t alone, closed when t ends:
+// for a test that changes the tab's own state (see NewTab).
+func OwnTab(t testing.TB) context.Context {
 	t.Helper()
 	ctx, cancel := chromedp.NewContext(Browser(t))
 	t.Cleanup(cancel)
@@ -191,6 +222,103 @@ func NewTab(t testing.TB) context.Context {
 		t.Fatalf("new tab: %v", err)
 	}
 	return ctx
+}
+
+// tabs are the tabs NewTab gave tests that passed, each on the blank page,
+// its history reset (its earlier pages out of the back/forward cache too).
+var tabs tabPool
+
+type tabPool struct {
+	mu    sync.Mutex
+	idle  []pooledTab
+	blank string       // the blank page's URL, served by srv
+	srv   *http.Server // started with the first tab, closed by TestMain
+}
+
+type pooledTab struct {
+	ctx    context.Context
+	cancel context.CancelFunc
+}
+
+// take returns a pooled tab, or a new one on the blank page.
+func (p *tabPool) take(browser context.Context) (context.Context, context.CancelFunc, error) {
+	p.mu.Lock()
+	if n := len(p.idle); n > 0 {
+		tab := p.idle[n-1]
+		p.idle = p.idle[:n-1]
+		p.mu.Unlock()
+		return tab.ctx, tab.cancel, nil
+	}
+	blank, err := p.blankURL()
+	p.mu.Unlock()
+	if err != nil {
+		return nil, nil, err
+	}
+	ctx, cancel := chromedp.NewContext(browser)
+	// The first Do opens the tab for as long as ctx lives: never with a timeout.
+	if err := chromedp.Do(ctx); err != nil {
+		cancel()
+		return nil, nil, err
+	}
+	sctx, stop := context.WithTimeout(ctx, 30*time.Second)
+	defer stop()
+	if err := chromedp.Do(sctx, chromedp.Navigate(blank)); err != nil {
+		cancel()
+		return nil, nil, err
+	}
+	return ctx, cancel, nil
+}
+
+// put takes the tab back: it loads the blank page and forgets its history;
+// false if it could not (then the caller closes it).
+func (p *tabPool) put(ctx context.Context, cancel context.CancelFunc) bool {
+	p.mu.Lock()
+	blank := p.blank
+	p.mu.Unlock()
+	sctx, stop := context.WithTimeout(ctx, 10*time.Second)
+	defer stop()
+	if err := chromedp.Do(sctx, chromedp.Navigate(blank)); err != nil {
+		return false
+	}
+	if _, err := chromedp.Call(sctx, page.ResetNavigationHistory, cdp.Empty{}); err != nil {
+		return false
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.idle = append(p.idle, pooledTab{ctx, cancel})
+	return true
+}
+
+// blankURL starts the blank page's server on first use; p.mu is held.
+func (p *tabPool) blankURL() (string, error) {
+	if p.srv != nil {
+		return p.blank, nil
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	p.srv = &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		w.Header().Set("Cache-Control", "no-store")
+		io.WriteString(w, "<!doctype html><title>e2e blank</title>")
+	}), ReadHeaderTimeout: 10 * time.Second}
+	go p.srv.Serve(ln)
+	p.blank = "http://" + ln.Addr().String() + "/"
+	return p.blank, nil
+}
+
+// close closes the pooled tabs and the blank page's server (TestMain).
+func (p *tabPool) close() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, tab := range p.idle {
+		tab.cancel()
+	}
+	p.idle = nil
+	if p.srv != nil {
+		p.srv.Close()
+	}
 }
 
 // serve starts h on 127.0.0.1:0 and returns its base URL.

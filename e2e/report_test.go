@@ -288,7 +288,7 @@ func loadCost(t *testing.T, o *Origin) loadCosts {
 	with := servePage(t, o, "/cost", loaderPage{Src: c.URL + "/itl.js", Head: true})
 	without := servePage(t, o, "/cost-none", loaderPage{Src: c.URL + "/itl.js"})
 	snippet := servePage(t, o, "/cost-snippet", loaderPage{Src: c.URL + "/itl.js", Snippet: true})
-	ctx := NewTab(t)
+	ctx := OwnTab(t) // the cache disabled
 	if _, err := chromedp.Call(ctx, network.Enable, network.EnableParams{}); err != nil {
 		t.Fatalf("network domain: %v", err)
 	}

@@ -413,7 +413,10 @@ func TestBFCache(t *testing.T) {
 	defer cancel()
 	var mu sync.Mutex
 	var notUsed []string
-	chromedp.Listen(ctx, func(ev any) {
+	// The listener ends with the test: the tab goes on to another (NewTab).
+	lctx, unlisten := context.WithCancel(ctx)
+	defer unlisten()
+	chromedp.Listen(lctx, func(ev any) {
 		if e, ok := ev.(*page.EventBackForwardCacheNotUsed); ok {
 			mu.Lock()
 			defer mu.Unlock()
