@@ -324,8 +324,9 @@ check: deps-chdb deps-geoip deps-ts wasm
 	@$(call with_test_tmp,$(call beside_vet,ITLMON_REQUIRE_REAL=1 ITLMON_NO_BROWSERS=1 $(GO) test $(TEST_FLAGS) -p $(CHECK_P) $(CHECK_PKGS)))
 
 ## test: everything: vet, depscheck, unit, integration (real ClickHouse engine), e2e (real Chromium, nginx, workerd)
-# vet and depscheck run beside the tests (the suite leaves about 40 % of two cores idle, its tests waiting on
-# engines, browsers and clocks); their output is printed after the tests', and either failing fails the target.
+# vet and depscheck run beside the tests (on 2026-12-05 both cores were busy in nearly every 5 s of a run, so they
+# cost their own CPU, but not a phase of their own); their output is printed after the tests', and either failing
+# fails the target.
 test: test-prep
 	@$(call with_test_tmp,$(call beside_vet,ITLMON_REQUIRE_REAL=1 $(GO) test $(TEST_FLAGS) -p 2 $(SLOW_PKGS) ./...))
 
