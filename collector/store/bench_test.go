@@ -3,12 +3,14 @@ package store_test
 import (
 	"context"
 	"crypto/rand"
+	mrand "math/rand/v2"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/itlmon/itlmon/collector"
 	"github.com/itlmon/itlmon/collector/store"
+	"github.com/itlmon/itlmon/internal/benchrec"
 	"github.com/itlmon/itlmon/internal/chtest"
 	"github.com/itlmon/itlmon/internal/cpubench"
 )
@@ -38,6 +40,38 @@ func BenchmarkInsertDirect(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(benchRows*b.N)/b.Elapsed().Seconds(), "rows/s")
+}
+
+// BenchmarkAppendColumns is the client's CPU to append 10,000 itl_streams
+// rows of 120-token answers to a batch (not sent), as an insert does
+// (rows) and with one Append per column (whole: the baseline).
+func BenchmarkAppendColumns(b *testing.B) {
+	db := chtest.NewDB(b, store.Options{})
+	rng := mrand.New(mrand.NewPCG(1, 2))
+	streams := makeStreams(benchRows, "bench", time.Now().UTC())
+	for i := range streams {
+		benchrec.Answer(&streams[i].Record, rng)
+	}
+	cols := store.StreamColumns(streams)
+	for _, way := range []string{"rows", "whole"} {
+		b.Run(way, func(b *testing.B) {
+			start := cpubench.Now()
+			for b.Loop() {
+				batch, err := db.Conn().PrepareBatch(context.Background(), "INSERT INTO itl_streams ("+store.StreamColumnList+")")
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := store.AppendColumns(batch, cols, way == "whole"); err != nil {
+					b.Fatal(err)
+				}
+				if err := batch.Abort(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			cpubench.Report(b, start, 0)
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*benchRows), "ns/row")
+		})
+	}
 }
 
 // BenchmarkWriter sends the same rows through the Writer as 100 Submits of

@@ -60,8 +60,42 @@ func reflectColumns[R any](rows []R) []any {
 // appendColumns appends column-major data to a prepared batch.
 func appendColumns(b driver.Batch, cols []any) error {
 	for i, c := range cols {
-		if err := b.Column(i).Append(c); err != nil {
+		if err := appendColumn(b.Column(i), c); err != nil {
 			return fmt.Errorf("column %d: %w", i, err)
+		}
+	}
+	return nil
+}
+
+// appendColumn appends one column's values. An Array column's values (a
+// slice of slices) go in row by row: clickhouse-go's Append of the whole
+// column (v2.51) hands each row on as a reflect.Value, which misses the
+// driver's typed path for a row and reflects over, and allocates for,
+// every element (the histograms' buckets, the timelines' reads: hundreds a
+// record). A row as a typed slice takes that path, which still boxes each
+// element: BenchmarkAppendColumns, 10,000 rows of 120-token answers, 130-153
+// ms of CPU against 162-184 ms for the whole column (same run), and 0.59 of
+// the allocations of BenchmarkInsertDirect's inserts.
+func appendColumn(col driver.BatchColumn, c any) error {
+	switch v := c.(type) {
+	case [][]int32:
+		return appendRows(col, v)
+	case [][]uint32:
+		return appendRows(col, v)
+	case [][]uint64:
+		return appendRows(col, v)
+	case [][]bool:
+		return appendRows(col, v)
+	case [][]string:
+		return appendRows(col, v)
+	}
+	return col.Append(c)
+}
+
+func appendRows[T any](col driver.BatchColumn, rows [][]T) error {
+	for _, r := range rows {
+		if err := col.AppendRow(r); err != nil {
+			return err
 		}
 	}
 	return nil

@@ -241,3 +241,25 @@ func (db *DB) Bootstrap(ctx context.Context) error {
 func (db *DB) MigrateWith(ctx context.Context, migs []schema.Migration) error {
 	return db.migrateWith(ctx, migs)
 }
+
+// StreamColumnList is itl_streams' insert column list.
+var StreamColumnList = streamColumns
+
+// StreamColumns are the columns of streams' itl_streams rows, as an insert
+// appends them.
+func StreamColumns(streams []collector.Stream) []any { return toColumns(newRowBatch(streams).Streams) }
+
+// AppendColumns appends cols to b as an insert does, or, with whole, each
+// column with one Append (the driver's reflective way for an Array column):
+// the baseline of BenchmarkAppendColumns.
+func AppendColumns(b driver.Batch, cols []any, whole bool) error {
+	if !whole {
+		return appendColumns(b, cols)
+	}
+	for i, c := range cols {
+		if err := b.Column(i).Append(c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
