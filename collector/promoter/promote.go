@@ -251,9 +251,9 @@ func (w *windowRun) insertError() error {
 // previous page's last record included), of records no earlier window
 // promoted.
 func (w *windowRun) fresh(rows []inboxRead, prev *inboxRead) ([]inboxRead, error) {
-	var fresh []inboxRead
-	var ids []string
-	seen := map[recKey]bool{}
+	fresh := make([]inboxRead, 0, len(rows))
+	ids := make([]string, 0, len(rows))
+	seen := make(map[recKey]bool, len(rows))
 	if prev != nil {
 		seen[keyOf(&prev.InboxRow)] = true
 	}
@@ -284,6 +284,17 @@ func (w *windowRun) fresh(rows []inboxRead, prev *inboxRead) ([]inboxRead, error
 // classify decodes the fresh rows into the page's client records and
 // timelines. A row it cannot read blocks the window.
 func (pg *page) classify(fresh []inboxRead) error {
+	// Sized at once: a page holds thousands of records, and a Stream is
+	// large (grown by append, their copies were a tenth of a promotion's
+	// CPU in this process).
+	clients := 0
+	for i := range fresh {
+		if fresh[i].Kind == store.KindClient {
+			clients++
+		}
+	}
+	pg.clients = make([]collector.Stream, 0, clients)
+	pg.ids = make([]promotedID, 0, clients)
 	for _, r := range fresh {
 		switch r.Kind {
 		case store.KindClient:
