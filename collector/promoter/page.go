@@ -100,9 +100,17 @@ func windowKinds(ctx context.Context, conn driver.Conn, start, end time.Time) (m
 // returns: the collector holds one page, whatever the window's size. The
 // order is total (a record's copies that tie on every key are the same
 // bytes), so the pages are the same on any rerun: the window is sealed.
+//
+// The sort runs on one thread (max_threads = 1): sorting the rows with
+// their payloads, it is the data moved between the threads' sorted blocks
+// that costs, not the comparisons. Measured with 200,000 inbox rows of
+// 120-token answers on two cores, read warm, three runs: 0.48-0.89 s of the
+// engine's CPU against 0.96-1.45 s with the default threads, and no longer
+// to the last row (0.62-1.07 s against 0.79-1.16); the promoter's
+// parallelism is its pages in flight.
 func readPages(ctx context.Context, conn driver.Conn, start, end time.Time, limit int,
 	page func(n int, rows []inboxRead, prev *inboxRead) error) error {
-	qctx, cancel := context.WithCancel(clickhouse.Context(ctx, clickhouse.WithSettings(clickhouse.Settings{"max_block_size": limit})))
+	qctx, cancel := context.WithCancel(clickhouse.Context(ctx, clickhouse.WithSettings(clickhouse.Settings{"max_block_size": limit, "max_threads": 1})))
 	defer cancel()
 	q, err := conn.Query(qctx, `SELECT `+inboxColumns+` FROM itl_inbox
 		WHERE ingested_at >= fromUnixTimestamp64Micro(?) AND ingested_at < fromUnixTimestamp64Micro(?)
