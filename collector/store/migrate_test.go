@@ -3,6 +3,7 @@ package store_test
 import (
 	"context"
 	"fmt"
+	mrand "math/rand/v2"
 	"slices"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/itlmon/itlmon/collector"
 	"github.com/itlmon/itlmon/collector/store"
+	"github.com/itlmon/itlmon/internal/benchrec"
 	"github.com/itlmon/itlmon/internal/chtest"
 	"github.com/itlmon/itlmon/wasm/beacon"
 	"github.com/itlmon/itlmon/wasm/meter"
@@ -379,5 +381,41 @@ func TestPromotedIDsHashOnUpgrade(t *testing.T) {
 	rows.Close()
 	if want := []string{"after-1", "before-2"}; !slices.Equal(got, want) {
 		t.Errorf("the lookup by hash found %v, want %v", got, want)
+	}
+}
+
+// TestStreamsPartsCompactOnUpgrade: 020 has itl_streams write the part of a
+// promoter's page (10,000 records here, over the 10 MiB a part was wide
+// from before) in the compact format; before it, the same insert made a
+// wide part.
+func TestStreamsPartsCompactOnUpgrade(t *testing.T) {
+	t.Parallel() // a database of its own; its assertions time nothing
+	ctx := context.Background()
+	db := migratedUpTo(t, "compact", 19)
+	rng := mrand.New(mrand.NewPCG(3, 4))
+	partOf := func(site string) (typ string, bytes uint64) {
+		t.Helper()
+		streams := makeStreams(10_000, site, time.Now().UTC())
+		for i := range streams {
+			benchrec.Answer(&streams[i].Record, rng)
+		}
+		if err := store.InsertDirect(ctx, db.Conn(), streams); err != nil {
+			t.Fatal(err)
+		}
+		if err := db.Conn().QueryRow(ctx, `SELECT any(part_type), sum(data_uncompressed_bytes) FROM system.parts
+			WHERE database = currentDatabase() AND table = 'itl_streams' AND active
+			AND name IN (SELECT DISTINCT _part FROM itl_streams WHERE site = ?)`, site).Scan(&typ, &bytes); err != nil {
+			t.Fatal(err)
+		}
+		return typ, bytes
+	}
+	if typ, bytes := partOf("before"); typ != "Wide" {
+		t.Errorf("before 020, a page's part of %.1f MiB is %s, want Wide (the default)", float64(bytes)/(1<<20), typ)
+	}
+	if err := db.Migrate(ctx); err != nil {
+		t.Fatalf("migrate: %v", err)
+	}
+	if typ, bytes := partOf("after"); typ != "Compact" {
+		t.Errorf("after 020, a page's part of %.1f MiB is %s, want Compact", float64(bytes)/(1<<20), typ)
 	}
 }
