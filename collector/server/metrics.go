@@ -6,8 +6,9 @@ import (
 	"github.com/itlmon/itlmon/collector/store"
 )
 
-// registerStoreMetrics exports the writer's counters and gauges.
-func registerStoreMetrics(reg prometheus.Registerer, w *store.Writer) {
+// registerStoreMetrics exports the writer's counters and gauges, and what
+// its inserts cost ClickHouse.
+func registerStoreMetrics(reg prometheus.Registerer, w *store.Writer, db *store.DB) {
 	counter := func(name, help string, f func(store.Stats) float64) prometheus.Collector {
 		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, func() float64 { return f(w.Stats()) })
 	}
@@ -39,6 +40,9 @@ func registerStoreMetrics(reg prometheus.Registerer, w *store.Writer) {
 			func(s store.Stats) float64 { return float64(s.InsertErrors) }),
 		counter("itlmon_store_insert_seconds_total", "Time spent in successful inserts; divide by itlmon_store_inserts_total for the mean latency.",
 			func(s store.Stats) float64 { return s.InsertSeconds }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "itlmon_store_insert_server_cpu_seconds_total",
+			Help: "CPU (user + system) ClickHouse reported spending in the inbox inserts (their ProfileEvents), failed ones included; divide by itlmon_store_rows_inserted_total for its CPU per record. The merges the inserted parts cause later are not in it."},
+			func() float64 { return db.InboxServerCPU().Seconds() }),
 		gauge("itlmon_store_last_batch_rows", "Records in the last flushed batch.",
 			func(s store.Stats) float64 { return float64(s.LastBatchRows) }),
 		gauge("itlmon_store_spool_segments", "Spool segments waiting for replay.",

@@ -153,7 +153,7 @@ func (m *Main) Run(ctx context.Context) (err error) {
 
 	m.Registry = prometheus.NewRegistry()
 	m.Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	registerStoreMetrics(m.Registry, m.Writer)
+	registerStoreMetrics(m.Registry, m.Writer, m.DB)
 	// Records land in the inbox (the writer); the promoter turns the inbox
 	// into the tables, joined and exactly once, whichever collector took them.
 	host, _ := os.Hostname()

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2"
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
@@ -147,6 +148,7 @@ func (db *DB) insertInbox(ctx context.Context, rows []InboxRow) error {
 	if len(rows) == 0 {
 		return nil
 	}
+	ctx = WithServerCPU(ctx, &db.inboxCPU)
 	set := clickhouse.Settings{}
 	if db.cluster != "" {
 		set["distributed_foreground_insert"] = 1
@@ -159,6 +161,30 @@ func (db *DB) insertInbox(ctx context.Context, rows []InboxRow) error {
 		}
 	}
 	return err
+}
+
+// InboxServerCPU is the CPU (user and system) ClickHouse reported spending
+// in this DB's inbox inserts so far, failed ones and those a cluster's
+// shards were landed by included: the ProfileEvents the server sends back
+// during each query. Merges, which the inserted parts cause later in the
+// background, are not in it.
+func (db *DB) InboxServerCPU() time.Duration {
+	return time.Duration(db.inboxCPU.Load()) * time.Microsecond
+}
+
+// WithServerCPU is ctx with the server's CPU for its queries (the user and
+// system time of every thread of theirs, as ProfileEvents report it) added
+// to *us in microseconds.
+func WithServerCPU(ctx context.Context, us *atomic.Int64) context.Context {
+	return clickhouse.Context(ctx, clickhouse.WithProfileEvents(func(events []clickhouse.ProfileEvent) {
+		var n int64
+		for _, e := range events {
+			if e.Type == "increment" && (e.Name == "UserTimeMicroseconds" || e.Name == "SystemTimeMicroseconds") {
+				n += e.Value
+			}
+		}
+		us.Add(n)
+	}))
 }
 
 // InsertStreams inserts the timelines of streams into itl_timelines, then

@@ -65,6 +65,10 @@ type DB struct {
 	// statement k (from 1) of migration m has run; an error cuts the
 	// migration there.
 	stmtHook func(ctx context.Context, m schema.Migration, k int) error
+
+	// inboxCPU is the CPU ClickHouse reported for the inbox inserts, in
+	// microseconds (InboxServerCPU).
+	inboxCPU atomic.Int64
 }
 
 // ErrSchemaPending is returned by SchemaReady while MigrateInBackground has

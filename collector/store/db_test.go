@@ -56,3 +56,31 @@ func TestOpenDSN(t *testing.T) {
 		t.Fatalf("LatestStreams without a site succeeded, want an error")
 	}
 }
+
+// TestInboxServerCPU: the server's CPU for the inbox inserts, as its
+// ProfileEvents report it, is counted insert by insert.
+func TestInboxServerCPU(t *testing.T) {
+	t.Parallel() // a database of its own; its assertions time nothing
+	db := chtest.NewDB(t, store.Options{})
+	rows := make([]store.InboxRow, 2000)
+	for i, s := range makeStreams(len(rows), "cpu", time.Now().UTC()) {
+		var err error
+		if rows[i], err = store.ClientRow(&s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := db.InboxServerCPU(); got != 0 {
+		t.Fatalf("server CPU before any insert = %v, want 0", got)
+	}
+	var last time.Duration
+	for k := range 2 {
+		if err := store.InsertInbox(t.Context(), db, rows); err != nil {
+			t.Fatal(err)
+		}
+		got := db.InboxServerCPU()
+		if got <= last {
+			t.Fatalf("server CPU after insert %d = %v, want more than %v", k+1, got, last)
+		}
+		last = got
+	}
+}
