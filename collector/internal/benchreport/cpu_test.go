@@ -18,8 +18,11 @@ import (
 // cpuTimes is the CPU time spent so far by this test process (the
 // collector, in process; the ingest report's load clients run in a
 // process of their own) and by the engine's process; after is the part of
-// engine spent once a phase had ended, until its merges did (phaseCPU).
-type cpuTimes struct{ self, engine, after time.Duration }
+// engine spent once a phase had ended, until its merges did (phaseCPU);
+// inserts is the part of engine the server reported for the phase's
+// inserts themselves (their ProfileEvents: the rest is the merges of the
+// parts they wrote, and the engine's other work meanwhile).
+type cpuTimes struct{ self, engine, after, inserts time.Duration }
 
 func cpuNow(t testing.TB, enginePID int) cpuTimes {
 	t.Helper()
@@ -32,10 +35,10 @@ func cpuNow(t testing.TB, enginePID int) cpuTimes {
 }
 
 func (c cpuTimes) sub(d cpuTimes) cpuTimes {
-	return cpuTimes{c.self - d.self, c.engine - d.engine, c.after - d.after}
+	return cpuTimes{c.self - d.self, c.engine - d.engine, c.after - d.after, c.inserts - d.inserts}
 }
 func (c cpuTimes) add(d cpuTimes) cpuTimes {
-	return cpuTimes{c.self + d.self, c.engine + d.engine, c.after + d.after}
+	return cpuTimes{c.self + d.self, c.engine + d.engine, c.after + d.after, c.inserts + d.inserts}
 }
 
 // quiesce waits (at most a minute) until the engine runs no merge and no
@@ -47,6 +50,17 @@ func quiesce(t testing.TB, conn driver.Conn) {
 		var n uint64
 		return conn.QueryRow(context.Background(), "SELECT (SELECT count() FROM system.merges) + (SELECT count() FROM system.mutations WHERE NOT is_done)").Scan(&n) == nil && n == 0
 	})
+}
+
+// compact merges table's parts into one per partition (OPTIMIZE FINAL
+// returns once it has): a phase inserting into it then pays the merges of
+// its own parts, as the phase it is compared with does, not those earlier
+// phases left.
+func compact(t testing.TB, conn driver.Conn, table string) {
+	t.Helper()
+	if err := conn.Exec(context.Background(), "OPTIMIZE TABLE "+table+" FINAL"); err != nil {
+		t.Fatalf("optimize %s: %v", table, err)
+	}
 }
 
 // phaseCPU is what a timed phase that began at cpu0 and just ended cost:
