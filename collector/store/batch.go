@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -144,8 +145,16 @@ func insertHook(conn driver.Conn) func(table string, sent bool) error {
 // (copies are the promoter's business). On a cluster the insert goes through
 // the Distributed table and returns once the shards have the rows; when it
 // fails, the rows of the shards that answer are landed anyway (landByShard).
-func (db *DB) insertInbox(ctx context.Context, rows []InboxRow) error {
-	if len(rows) == 0 {
+//
+// The rows are those of parts, in order, as one insert: the writer's
+// batches are the rows of many Submits, inserted without copying them
+// into one slice first.
+func (db *DB) insertInbox(ctx context.Context, parts ...[]InboxRow) error {
+	n := 0
+	for _, p := range parts {
+		n += len(p)
+	}
+	if n == 0 {
 		return nil
 	}
 	ctx = WithServerCPU(ctx, &db.inboxCPU)
@@ -153,11 +162,11 @@ func (db *DB) insertInbox(ctx context.Context, rows []InboxRow) error {
 	if db.cluster != "" {
 		set["distributed_foreground_insert"] = 1
 	}
-	err := insertRows(ctx, db.conn, "itl_inbox", inboxColumns, set, rows)
+	err := insertBlocks(ctx, db.conn, "itl_inbox", inboxColumns, set, n, inboxBlocks(parts))
 	if err != nil && db.cluster != "" && !refused(err) && ctx.Err() == nil {
 		// A shard may be away: the others get their rows now (shardsplit.go).
-		if n, lerr := db.landByShard(ctx, rows, set); n > 0 || lerr != nil {
-			db.log.Debug().Err(lerr).Int("rows", len(rows)).Int("landed", n).Msg("inbox insert failed; landed the rows of the shards that answer")
+		if landed, lerr := db.landByShard(ctx, slices.Concat(parts...), set); landed > 0 || lerr != nil {
+			db.log.Debug().Err(lerr).Int("rows", n).Int("landed", landed).Msg("inbox insert failed; landed the rows of the shards that answer")
 		}
 	}
 	return err
@@ -285,7 +294,16 @@ var blockRows = 1024
 // insertRows sends rows as one batch: PrepareBatch with an explicit column
 // list, Append, Send.
 func insertRows[R any](ctx context.Context, conn driver.Conn, table, columns string, set clickhouse.Settings, rows []R) error {
-	if len(rows) == 0 {
+	return insertBlocks(ctx, conn, table, columns, set, len(rows), func(cols []any, k, n int) []any {
+		return toColumnsReusing(cols, rows[k:k+n])
+	})
+}
+
+// insertBlocks is insertRows of n rows whose columns block makes: the
+// columns of rows k to k+n-1, asked for in order, in the room of cols
+// (the last block's, sent by then).
+func insertBlocks(ctx context.Context, conn driver.Conn, table, columns string, set clickhouse.Settings, n int, block func(cols []any, k, n int) []any) error {
+	if n == 0 {
 		return nil
 	}
 	ctx = clickhouse.Context(ctx, clickhouse.WithSettings(insertSettings(set)))
@@ -308,13 +326,13 @@ func insertRows[R any](ctx context.Context, conn driver.Conn, table, columns str
 	// The columns of a block are made in the room of the last block's
 	// (sent by then, and copied by the driver when appended).
 	var cols []any
-	for k := 0; k < len(rows); k += blockRows {
+	for k := 0; k < n; k += blockRows {
 		if k > 0 {
 			if err := batch.Flush(); err != nil {
 				return fmt.Errorf("insert %s: %w", table, err)
 			}
 		}
-		cols = toColumnsReusing(cols, rows[k:min(k+blockRows, len(rows))])
+		cols = block(cols, k, min(blockRows, n-k))
 		if err := appendColumns(batch, cols); err != nil {
 			return fmt.Errorf("append %s rows: %w: %w", table, errUnencodable, err)
 		}

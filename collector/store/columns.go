@@ -108,7 +108,15 @@ func inboxColumnsOf(rows []InboxRow) []any { return inboxColumnsInto(nil, rows) 
 // inboxColumnsInto is inboxColumnsOf in the room of cols (its result for
 // other rows), when there is enough.
 func inboxColumnsInto(cols []any, rows []InboxRow) []any {
-	n := len(rows)
+	cols = inboxColumnsSized(cols, len(rows))
+	fillInboxColumns(cols, 0, rows)
+	return cols
+}
+
+// inboxColumnsSized is n rows of inbox columns (inboxColumnsOf's shape), in
+// the room of cols when there is enough, their values to be filled in
+// (fillInboxColumns).
+func inboxColumnsSized(cols []any, n int) []any {
 	str := func(i int) []string {
 		if i < len(cols) {
 			if c, ok := cols[i].([]string); ok && cap(c) >= n {
@@ -132,12 +140,40 @@ func inboxColumnsInto(cols []any, rows []InboxRow) []any {
 		}
 	}
 	os, device, payload := str(9), str(10), str(11)
-	for i := range rows {
-		r := &rows[i]
-		kind[i], site[i], id[i], origin[i] = r.Kind, r.Site, r.StreamID, r.OriginID
-		at[i] = r.ReceivedAt
-		country[i], region[i], browser[i], major[i] = r.Country, r.Region, r.Browser, r.BrowserMajor
-		os[i], device[i], payload[i] = r.OS, r.Device, r.Payload
-	}
 	return []any{kind, site, id, origin, at, country, region, browser, major, os, device, payload}
+}
+
+// fillInboxColumns sets rows k, k+1, ... of cols (inboxColumnsSized) to rows.
+func fillInboxColumns(cols []any, k int, rows []InboxRow) {
+	kind, site, id, origin := cols[0].([]string), cols[1].([]string), cols[2].([]string), cols[3].([]string)
+	at := cols[4].([]time.Time)
+	country, region, browser, major := cols[5].([]string), cols[6].([]string), cols[7].([]string), cols[8].([]uint16)
+	os, device, payload := cols[9].([]string), cols[10].([]string), cols[11].([]string)
+	for i := range rows {
+		r, j := &rows[i], k+i
+		kind[j], site[j], id[j], origin[j] = r.Kind, r.Site, r.StreamID, r.OriginID
+		at[j] = r.ReceivedAt
+		country[j], region[j], browser[j], major[j] = r.Country, r.Region, r.Browser, r.BrowserMajor
+		os[j], device[j], payload[j] = r.OS, r.Device, r.Payload
+	}
+}
+
+// inboxBlocks fills blocks of inbox columns from parts, in order: the
+// rows of parts[0], then of parts[1], and so on, as if they were one
+// slice. Its calls must ask for the rows in order, each from where the
+// last ended (insertBlocks does).
+func inboxBlocks(parts [][]InboxRow) func(cols []any, k, n int) []any {
+	p, i := 0, 0 // the next row: parts[p][i]
+	return func(cols []any, _, n int) []any {
+		cols = inboxColumnsSized(cols, n)
+		for j := 0; j < n; {
+			for i == len(parts[p]) {
+				p, i = p+1, 0
+			}
+			m := min(n-j, len(parts[p])-i)
+			fillInboxColumns(cols, j, parts[p][i:i+m])
+			i, j = i+m, j+m
+		}
+		return cols
+	}
 }

@@ -164,13 +164,13 @@ func DistributedDDL(l ClusterLayout, table, key string) string { return distribu
 // on one (NewWriterOn) runs without a network, in a synctest bubble.
 type Inbox interface {
 	SchemaReady() error
-	InsertInbox(ctx context.Context, rows []InboxRow) error
+	InsertInbox(ctx context.Context, parts ...[]InboxRow) error // the rows of parts, in order, as one insert
 }
 
 type inboxOf struct{ Inbox }
 
-func (in inboxOf) insertInbox(ctx context.Context, rows []InboxRow) error {
-	return in.InsertInbox(ctx, rows)
+func (in inboxOf) insertInbox(ctx context.Context, parts ...[]InboxRow) error {
+	return in.InsertInbox(ctx, parts...)
 }
 
 // NewWriterOn is NewWriter inserting through in instead of a DB.

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"fmt"
 	"reflect"
 	"slices"
 	"testing"
@@ -77,6 +78,33 @@ func TestInboxColumnsOf(t *testing.T) {
 	earlier := inboxColumnsOf([]InboxRow{rows[1], rows[0], rows[1]})
 	if got := inboxColumnsInto(earlier, rows[:1]); !reflect.DeepEqual(got, reflectColumns(rows[:1])) {
 		t.Fatalf("inboxColumnsInto = %v, want %v", got, reflectColumns(rows[:1]))
+	}
+}
+
+// TestInboxBlocks: blocks made from the writer's parts (the rows of many
+// Submits, some of them empty) are the blocks of the rows as one slice,
+// whatever the block size, a block ending inside a part or at its end.
+func TestInboxBlocks(t *testing.T) {
+	var all []InboxRow
+	var parts [][]InboxRow
+	for i, n := range []int{3, 0, 1, 5, 0, 2, 4} {
+		p := make([]InboxRow, n)
+		for k := range p {
+			p[k] = InboxRow{Kind: KindClient, Site: "s", StreamID: fmt.Sprintf("%d/%d", i, k), ReceivedAt: time.Unix(int64(i), int64(k)).UTC(),
+				BrowserMajor: uint16(10*i + k), Payload: fmt.Sprintf("p%d.%d", i, k)}
+		}
+		parts, all = append(parts, p), append(all, p...)
+	}
+	for _, size := range []int{1, 2, 3, 4, 7, len(all)} {
+		block := inboxBlocks(parts)
+		var cols []any
+		for k := 0; k < len(all); k += size {
+			n := min(size, len(all)-k)
+			cols = block(cols, k, n)
+			if want := reflectColumns(all[k : k+n]); !reflect.DeepEqual(cols, want) {
+				t.Fatalf("blocks of %d: block at row %d = %v, want %v", size, k, cols, want)
+			}
+		}
 	}
 }
 

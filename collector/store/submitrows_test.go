@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	mrand "math/rand/v2"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -32,7 +33,8 @@ type checkingInbox struct {
 
 func (*checkingInbox) SchemaReady() error { return nil }
 
-func (in *checkingInbox) InsertInbox(_ context.Context, rows []store.InboxRow) error {
+func (in *checkingInbox) InsertInbox(_ context.Context, parts ...[]store.InboxRow) error {
+	rows := slices.Concat(parts...)
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	in.inserts++

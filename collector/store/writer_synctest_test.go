@@ -67,7 +67,8 @@ func (f *fakeInbox) setSchema(err error) {
 	f.schema = err
 }
 
-func (f *fakeInbox) InsertInbox(_ context.Context, rows []store.InboxRow) error {
+func (f *fakeInbox) InsertInbox(_ context.Context, parts ...[]store.InboxRow) error {
+	rows := slices.Concat(parts...)
 	f.mu.Lock()
 	answer := f.answer
 	f.mu.Unlock()

@@ -25,7 +25,7 @@ type discardInbox struct{}
 
 func (discardInbox) SchemaReady() error { return nil }
 
-func (discardInbox) InsertInbox(context.Context, []store.InboxRow) error { return nil }
+func (discardInbox) InsertInbox(context.Context, ...[]store.InboxRow) error { return nil }
 
 // BenchmarkWebSocketPath is the collector's side of the ingest report's
 // WebSocket path without ClickHouse (an insert that takes the rows at
