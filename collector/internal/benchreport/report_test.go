@@ -57,12 +57,17 @@ func benchRecord(run uint32, i uint32) beacon.Record {
 // itl_inbox that no promoter reads), alternating rounds, best of each; then
 // how long the records take to be readable (promoted into itl_streams), and
 // the promotion's rate against a direct insert of the same records into
-// itl_streams (with its rollup views) placed as the promotion ran. Clients keep many batches in flight so the collector, not their
-// window, sets the pace. Each round measures both paths twice: with the
-// collector and the engine sharing every CPU, and with this process on one
-// CPU and the engine on the others (where ClickHouse, as in production, does
-// not pay for the collector's CPU: the ratio then says whether one collector
-// core keeps up with what ClickHouse absorbs).
+// itl_streams (with its rollup views) placed as the promotion ran. Clients
+// keep many batches in flight so the collector, not their window, sets the
+// pace. Each round measures both paths twice: with the collector and the
+// engine sharing every CPU, and with this process on one CPU and the engine
+// on the others (where ClickHouse, as in production, does not pay for the
+// collector's CPU: the ratio then says whether one collector core keeps up
+// with what ClickHouse absorbs). The engine's CPU counts until the merges of
+// a phase's parts have ended, each inbox phase starting with its table in
+// one part: the merges of the parts earlier phases left would otherwise land
+// in whichever phase runs next (with them, the engine spends more than
+// twice the CPU its inserts themselves take).
 func TestReportIngest(t *testing.T) {
 	benchReport(t)
 	const (
