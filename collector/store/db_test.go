@@ -84,3 +84,49 @@ func TestInboxServerCPU(t *testing.T) {
 		last = got
 	}
 }
+
+// TestInboxRoundTrip: an insert of several blocks stores every row as it
+// was given, the first block's payload column sized before it is filled
+// (presize) and later blocks larger than that room.
+func TestInboxRoundTrip(t *testing.T) {
+	t.Parallel() // a database of its own; its assertions time nothing
+	db := chtest.NewDB(t, store.Options{})
+	const n = 3000 // blocks of 1,024 rows: ~350 KB of payloads, then ~1 MB and ~1.7 MB
+	rows := make([]store.InboxRow, n)
+	want := make(map[string]string, n)
+	for i := range rows {
+		id := fmt.Sprintf("rt-%05d", i)
+		p := make([]byte, 100+i/2)
+		for k := range p {
+			p[k] = byte(i + k)
+		}
+		rows[i] = store.InboxRow{Kind: store.KindClient, Site: "rt", StreamID: id, ReceivedAt: time.Now().UTC(), Payload: string(p)}
+		want[id] = string(p)
+	}
+	if err := store.InsertInbox(t.Context(), db, rows[:n/2], rows[n/2:]); err != nil {
+		t.Fatal(err)
+	}
+	q, err := db.Conn().Query(t.Context(), "SELECT stream_id, payload FROM itl_inbox WHERE site = 'rt'")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	got := 0
+	for q.Next() {
+		var id, p string
+		if err := q.Scan(&id, &p); err != nil {
+			t.Fatal(err)
+		}
+		if w, ok := want[id]; !ok || p != w {
+			t.Fatalf("row %s: payload of %d bytes, want %d bytes as inserted (known: %v)", id, len(p), len(w), ok)
+		}
+		delete(want, id)
+		got++
+	}
+	if err := q.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if got != n || len(want) != 0 {
+		t.Fatalf("read %d rows, want %d (%d missing)", got, n, len(want))
+	}
+}
