@@ -381,8 +381,8 @@ func presize(batch driver.Batch, cols []any) {
 	}
 }
 
-// zeros is what presize appends: never written, its pages are the
-// system's shared zero page until then, so it takes no memory.
+// zeros is what presize appends. Never written, its pages stay the
+// system's shared zero page: it takes no memory.
 var zeros [8 << 20]byte
 
 // InsertDirect inserts streams with one plain batch per table: no queue, no
