@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 	"time"
 	"unsafe"
 
@@ -21,6 +22,11 @@ const (
 
 // InboxRow is one row of itl_inbox (schema/007_inbox.sql): one record as a
 // collector accepted it. ingested_at is left to the server (its DEFAULT).
+//
+// The stream id and payload of the rows Writer.Submit makes point into
+// memory the writer reuses once their batch is done (inserted or spooled,
+// and acked): what is kept of them past the insert is copied
+// (strings.Clone), as the driver and the spool do.
 type InboxRow struct {
 	Kind         string    `ch:"kind"`
 	Site         string    `ch:"site"`
@@ -83,7 +89,8 @@ func clientOf(s *collector.Stream) beacon.Client {
 // the rows of a batch check and encode them once); it is used only with a
 // wire. The payload is appended to arena (the rows of a batch share one
 // allocation, and are dropped together; nil: one of its own); its bytes
-// are never changed.
+// are not changed while the row is in use (the writer reuses an arena
+// only once its batch is done: putArena).
 func clientRow(s *collector.Stream, c *beacon.Client, rb *beacon.RecordBatcher, r *beacon.Record, w beacon.Wire, arena *[]byte) (InboxRow, error) {
 	var p []byte
 	var id string
@@ -109,7 +116,7 @@ func clientRow(s *collector.Stream, c *beacon.Client, rb *beacon.RecordBatcher, 
 			*arena = (*arena)[:at]
 		} else {
 			ids := (*arena)[at : at+len(r.StreamID)]
-			id = unsafe.String(unsafe.SliceData(ids), len(ids)) // never changed
+			id = unsafe.String(unsafe.SliceData(ids), len(ids)) // not changed while the row is in use
 			p = (*arena)[at+len(r.StreamID) : len(*arena) : len(*arena)]
 		}
 	}
@@ -236,17 +243,26 @@ func (r *InboxRow) Origin() (beacon.Origin, error) {
 // each of b.Streams(), without making the streams. A record that cannot be
 // encoded (it broke a beacon limit on its way) is returned in bad, with why.
 func batchRows(b *collector.Batch) (rows []InboxRow, bad []error) {
+	return batchRowsIn(b, new([]byte))
+}
+
+// batchRowsIn is batchRows with the rows' stream ids and payloads in
+// *arena, in its room when there is enough (else in new room, left in
+// *arena): the rows point into it until they are dropped.
+func batchRowsIn(b *collector.Batch, arena *[]byte) (rows []InboxRow, bad []error) {
 	rows = make([]InboxRow, 0, len(b.Records))
 	c := clientOf(&b.Shared)
 	wires := len(b.Wires) == len(b.Records)
-	var arena []byte // the stream ids and payloads, in one allocation
 	var rb beacon.RecordBatcher
 	if wires {
 		n := 0
 		for i := range b.Records {
 			n += wireRowSize(b.Shared.Site, &c, &b.Records[i], b.Wires[i])
 		}
-		arena = make([]byte, 0, n)
+		if cap(*arena) < n {
+			*arena = make([]byte, 0, n) // in one allocation
+		}
+		*arena = (*arena)[:0]
 		rb.Reset(b.Shared.Site, &c)
 	}
 	for i := range b.Records {
@@ -254,7 +270,7 @@ func batchRows(b *collector.Batch) (rows []InboxRow, bad []error) {
 		if wires {
 			w = b.Wires[i]
 		}
-		row, err := clientRow(&b.Shared, &c, &rb, &b.Records[i], w, &arena)
+		row, err := clientRow(&b.Shared, &c, &rb, &b.Records[i], w, arena)
 		if err != nil {
 			bad = append(bad, err)
 			continue
@@ -263,6 +279,40 @@ func batchRows(b *collector.Batch) (rows []InboxRow, bad []error) {
 	}
 	return rows, bad
 }
+
+// arenas keeps the memory of the writer's batches' stream ids and payloads
+// (batchRowsIn) from a batch whose rows are done (stored, or refused to the
+// sender) for the next: at saturation that memory was two thirds of what
+// the collector allocated, and the garbage collector ran as often.
+var arenas sync.Pool // *[]byte
+
+// maxPooledArena is the largest arena arenas keeps (a batch of 20 typical
+// records takes ~12 KiB): a rare large batch's is let go.
+const maxPooledArena = 256 << 10
+
+func getArena() *[]byte {
+	if a, ok := arenas.Get().(*[]byte); ok {
+		return a
+	}
+	return new([]byte)
+}
+
+// putArena gives a back to arenas. Nothing may read the rows made in it
+// afterwards: their strings' bytes will be another batch's.
+func putArena(a *[]byte) {
+	if a != nil && cap(*a) <= maxPooledArena {
+		if poisonArenas {
+			clear((*a)[:cap(*a)])
+		}
+		*a = (*a)[:0]
+		arenas.Put(a)
+	}
+}
+
+// poisonArenas, set by this package's tests, zeroes an arena given back:
+// a string kept from its rows then reads as zeros, not as another batch's
+// record, which a check could take for a real one.
+var poisonArenas bool
 
 // inboxRows turns client streams into inbox rows. A stream that cannot be
 // encoded (it broke a beacon limit on its way) is returned in bad, with why.

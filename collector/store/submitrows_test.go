@@ -6,6 +6,7 @@ import (
 	"fmt"
 	mrand "math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -49,7 +50,7 @@ func (in *checkingInbox) InsertInbox(_ context.Context, parts ...[]store.InboxRo
 		return errors.New("dial tcp 127.0.0.1:9000: connect: connection refused")
 	}
 	for i := range rows {
-		in.seen[rows[i].StreamID]++
+		in.seen[strings.Clone(rows[i].StreamID)]++ // the row's bytes are reused once it is done
 	}
 	return nil
 }

@@ -82,7 +82,9 @@ type Stats struct {
 // inbox is what a Writer needs of ClickHouse: *DB, or a fake in tests.
 type inbox interface {
 	SchemaReady() error
-	insertInbox(ctx context.Context, parts ...[]InboxRow) error // the rows of parts, in order, as one insert
+	// insertInbox inserts the rows of parts, in order, as one insert, and
+	// keeps none of their strings once it returns (InboxRow).
+	insertInbox(ctx context.Context, parts ...[]InboxRow) error
 }
 
 // Writer is the collector.Sink for ClickHouse: one goroutine batches the
@@ -132,8 +134,9 @@ type frameKey struct {
 
 // job is one Submit call.
 type job struct {
-	rows []InboxRow
-	done func(error)
+	rows  []InboxRow
+	done  func(error)
+	arena *[]byte // the memory rows point into, given back once they are done (nil: none of the writer's)
 }
 
 var _ collector.Sink = (*Writer)(nil)
@@ -198,9 +201,10 @@ func newWriter(db inbox, opts WriterOptions) (*Writer, error) {
 // otherwise done is called exactly once, from the writer's goroutine, with
 // nil when every stream is inserted or spooled and fsynced.
 func (w *Writer) Submit(ctx context.Context, b *collector.Batch, done func(error)) error {
-	rows, bad := batchRows(b)
+	arena := getArena()
+	rows, bad := batchRowsIn(b, arena)
 	w.unstorable(bad)
-	return w.SubmitRows(ctx, rows, done)
+	return w.submit(ctx, job{rows: rows, done: done, arena: arena})
 }
 
 // SubmitStreams queues streams, with Submit's contract.
@@ -223,7 +227,11 @@ func (w *Writer) unstorable(bad []error) {
 // SubmitRows queues inbox rows (ClientRow, OriginRow), with Submit's
 // contract.
 func (w *Writer) SubmitRows(ctx context.Context, rows []InboxRow, done func(error)) error {
-	j := job{rows: rows, done: done}
+	return w.submit(ctx, job{rows: rows, done: done})
+}
+
+// submit queues j, with Submit's contract.
+func (w *Writer) submit(ctx context.Context, j job) error {
 	w.mu.RLock()
 	defer w.mu.RUnlock()
 	if w.closed {
@@ -462,6 +470,9 @@ func (w *Writer) end(f flushed) {
 	}
 	for _, j := range f.jobs {
 		j.done(err)
+		// Its rows are in ClickHouse or the spool (copied), or refused to
+		// the sender: nothing reads them again.
+		putArena(j.arena)
 	}
 	if inserted && w.spool.Segments() > 0 {
 		w.replay() // ClickHouse is up: a good moment to empty the spool

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -176,7 +177,7 @@ func inboxRowsFrom(first, n int) []store.InboxRow {
 func rowIDs(rows []store.InboxRow) []string {
 	ids := make([]string, len(rows))
 	for i, r := range rows {
-		ids[i] = r.StreamID
+		ids[i] = strings.Clone(r.StreamID) // the writer may reuse a row's bytes once it is done (InboxRow)
 	}
 	return ids
 }
