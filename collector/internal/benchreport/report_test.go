@@ -128,8 +128,7 @@ func TestReportIngest(t *testing.T) {
 			}
 			// Each inbox phase starts with its table's earlier rows in one
 			// part, so it pays the merges of its own parts, not those the
-			// previous phases left (merges are a third to a half of the
-			// engine's CPU for an inbox insert).
+			// previous phases left (see above).
 			compact(t, conn, "itl_inbox")
 			quiesce(t, conn)
 			// The promoter is held from here until the phase's merges
