@@ -161,7 +161,7 @@ func ClusterBootDDL(l ClusterLayout) []string { return bootDDL(l) }
 func DistributedDDL(l ClusterLayout, table, key string) string { return distributedDDL(l, table, key) }
 
 // A row kept past its batch's insert reads as zeros in every test.
-func init() { poisonArenas = true }
+func init() { poisonBatchMem = true }
 
 // Inbox is what a Writer needs of ClickHouse, for a fake: a test's Writer
 // on one (NewWriterOn) runs without a network, in a synctest bubble.

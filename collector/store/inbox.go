@@ -89,8 +89,8 @@ func clientOf(s *collector.Stream) beacon.Client {
 // the rows of a batch check and encode them once); it is used only with a
 // wire. The payload is appended to arena (the rows of a batch share one
 // allocation, and are dropped together; nil: one of its own); its bytes
-// are not changed while the row is in use (the writer reuses an arena
-// only once its batch is done: putArena).
+// are not changed while the row is in use (the writer reuses a batch's
+// memory only once the batch is done: putBatchMem).
 func clientRow(s *collector.Stream, c *beacon.Client, rb *beacon.RecordBatcher, r *beacon.Record, w beacon.Wire, arena *[]byte) (InboxRow, error) {
 	var p []byte
 	var id string
@@ -243,14 +243,17 @@ func (r *InboxRow) Origin() (beacon.Origin, error) {
 // each of b.Streams(), without making the streams. A record that cannot be
 // encoded (it broke a beacon limit on its way) is returned in bad, with why.
 func batchRows(b *collector.Batch) (rows []InboxRow, bad []error) {
-	return batchRowsIn(b, new([]byte))
+	return batchRowsIn(b, new(batchMem))
 }
 
-// batchRowsIn is batchRows with the rows' stream ids and payloads in
-// *arena, in its room when there is enough (else in new room, left in
-// *arena): the rows point into it until they are dropped.
-func batchRowsIn(b *collector.Batch, arena *[]byte) (rows []InboxRow, bad []error) {
-	rows = make([]InboxRow, 0, len(b.Records))
+// batchRowsIn is batchRows with the rows in m: the rows slice and their
+// stream ids and payloads, in m's room when there is enough (else in new
+// room, left in m). The rows point into m until they are dropped.
+func batchRowsIn(b *collector.Batch, m *batchMem) (rows []InboxRow, bad []error) {
+	if cap(m.rows) < len(b.Records) {
+		m.rows = make([]InboxRow, 0, len(b.Records))
+	}
+	rows = m.rows[:0]
 	c := clientOf(&b.Shared)
 	wires := len(b.Wires) == len(b.Records)
 	var rb beacon.RecordBatcher
@@ -259,10 +262,10 @@ func batchRowsIn(b *collector.Batch, arena *[]byte) (rows []InboxRow, bad []erro
 		for i := range b.Records {
 			n += wireRowSize(b.Shared.Site, &c, &b.Records[i], b.Wires[i])
 		}
-		if cap(*arena) < n {
-			*arena = make([]byte, 0, n) // in one allocation
+		if cap(m.bytes) < n {
+			m.bytes = make([]byte, 0, n) // in one allocation
 		}
-		*arena = (*arena)[:0]
+		m.bytes = m.bytes[:0]
 		rb.Reset(b.Shared.Site, &c)
 	}
 	for i := range b.Records {
@@ -270,49 +273,64 @@ func batchRowsIn(b *collector.Batch, arena *[]byte) (rows []InboxRow, bad []erro
 		if wires {
 			w = b.Wires[i]
 		}
-		row, err := clientRow(&b.Shared, &c, &rb, &b.Records[i], w, arena)
+		row, err := clientRow(&b.Shared, &c, &rb, &b.Records[i], w, &m.bytes)
 		if err != nil {
 			bad = append(bad, err)
 			continue
 		}
 		rows = append(rows, row)
 	}
+	m.rows = rows
 	return rows, bad
 }
 
-// arenas keeps the memory of the writer's batches' stream ids and payloads
-// (batchRowsIn) from a batch whose rows are done (stored, or refused to the
-// sender) for the next: at saturation that memory was two thirds of what
-// the collector allocated, and the garbage collector ran as often.
-var arenas sync.Pool // *[]byte
-
-// maxPooledArena is the largest arena arenas keeps (a batch of 20 typical
-// records takes ~12 KiB): a rare large batch's is let go.
-const maxPooledArena = 256 << 10
-
-func getArena() *[]byte {
-	if a, ok := arenas.Get().(*[]byte); ok {
-		return a
-	}
-	return new([]byte)
+// batchMem is the memory of a batch's inbox rows (batchRowsIn): the rows
+// and the bytes of their stream ids and payloads. The writer keeps it from
+// a batch whose rows are done (stored, or refused to the sender) for the
+// next (batchMems): at saturation it was most of what the collector
+// allocated, and the rows, full of pointers, what the garbage collector
+// scanned.
+type batchMem struct {
+	rows  []InboxRow
+	bytes []byte
 }
 
-// putArena gives a back to arenas. Nothing may read the rows made in it
-// afterwards: their strings' bytes will be another batch's.
-func putArena(a *[]byte) {
-	if a != nil && cap(*a) <= maxPooledArena {
-		if poisonArenas {
-			clear((*a)[:cap(*a)])
-		}
-		*a = (*a)[:0]
-		arenas.Put(a)
+var batchMems sync.Pool // *batchMem
+
+// maxPooledBatch is the most records and bytes of a batchMem that
+// batchMems keeps (a batch of 20 typical records takes ~12 KiB): a rare
+// large batch's memory is let go.
+const (
+	maxPooledBatchRows  = 256
+	maxPooledBatchBytes = 256 << 10
+)
+
+func getBatchMem() *batchMem {
+	if m, ok := batchMems.Get().(*batchMem); ok {
+		return m
 	}
+	return new(batchMem)
 }
 
-// poisonArenas, set by this package's tests, zeroes an arena given back:
-// a string kept from its rows then reads as zeros, not as another batch's
-// record, which a check could take for a real one.
-var poisonArenas bool
+// putBatchMem gives m back to batchMems. Nothing may read the rows made in
+// it afterwards: they and their strings' bytes will be another batch's.
+func putBatchMem(m *batchMem) {
+	if m == nil || cap(m.rows) > maxPooledBatchRows || cap(m.bytes) > maxPooledBatchBytes {
+		return
+	}
+	clear(m.rows[:cap(m.rows)]) // keeps no strings of other memory alive
+	m.rows = m.rows[:0]
+	if poisonBatchMem {
+		clear(m.bytes[:cap(m.bytes)])
+	}
+	m.bytes = m.bytes[:0]
+	batchMems.Put(m)
+}
+
+// poisonBatchMem, set by this package's tests, zeroes the bytes of a
+// batchMem given back: a string kept from its rows then reads as zeros,
+// not as another batch's record, which a check could take for a real one.
+var poisonBatchMem bool
 
 // inboxRows turns client streams into inbox rows. A stream that cannot be
 // encoded (it broke a beacon limit on its way) is returned in bad, with why.

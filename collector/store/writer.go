@@ -134,9 +134,9 @@ type frameKey struct {
 
 // job is one Submit call.
 type job struct {
-	rows  []InboxRow
-	done  func(error)
-	arena *[]byte // the memory rows point into, given back once they are done (nil: none of the writer's)
+	rows []InboxRow
+	done func(error)
+	mem  *batchMem // the memory of rows, given back once they are done (nil: none of the writer's)
 }
 
 var _ collector.Sink = (*Writer)(nil)
@@ -201,10 +201,10 @@ func newWriter(db inbox, opts WriterOptions) (*Writer, error) {
 // otherwise done is called exactly once, from the writer's goroutine, with
 // nil when every stream is inserted or spooled and fsynced.
 func (w *Writer) Submit(ctx context.Context, b *collector.Batch, done func(error)) error {
-	arena := getArena()
-	rows, bad := batchRowsIn(b, arena)
+	mem := getBatchMem()
+	rows, bad := batchRowsIn(b, mem)
 	w.unstorable(bad)
-	return w.submit(ctx, job{rows: rows, done: done, arena: arena})
+	return w.submit(ctx, job{rows: rows, done: done, mem: mem})
 }
 
 // SubmitStreams queues streams, with Submit's contract.
@@ -472,7 +472,7 @@ func (w *Writer) end(f flushed) {
 		j.done(err)
 		// Its rows are in ClickHouse or the spool (copied), or refused to
 		// the sender: nothing reads them again.
-		putArena(j.arena)
+		putBatchMem(j.mem)
 	}
 	if inserted && w.spool.Segments() > 0 {
 		w.replay() // ClickHouse is up: a good moment to empty the spool
