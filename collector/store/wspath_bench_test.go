@@ -74,9 +74,12 @@ func BenchmarkWebSocketPath(b *testing.B) {
 	hdr.Set("Origin", "https://chat.example.com")
 	hdr.Set("User-Agent", "Mozilla/5.0 (X11; Ubuntu; Linux x86_64; rv:133.0) Gecko/20100101 Firefox/133.0")
 	hdr.Set("CF-IPCountry", "DE")
+	// A batch is one frame, as browsers send it (gorilla's client splits a
+	// message past its write buffer into frames of that size).
+	dialer := websocket.Dialer{WriteBufferSize: 64 << 10}
 	conns := make([]*websocket.Conn, clients)
 	for i := range conns {
-		c, _, err := websocket.DefaultDialer.Dial("ws"+strings.TrimPrefix(srv.URL, "http")+"/v1/ws?site=test", hdr)
+		c, _, err := dialer.Dial("ws"+strings.TrimPrefix(srv.URL, "http")+"/v1/ws?site=test", hdr)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -58,6 +58,11 @@ func clientsProcess(config string, in io.Reader, out io.Writer) error {
 	if err := json.Unmarshal([]byte(config), &c); err != nil {
 		return fmt.Errorf("config: %w", err)
 	}
+	// A batch is one frame, as browsers send it: gorilla's client splits
+	// a message past its write buffer (4 KiB by default) into frames of
+	// that size, which the collector reads one at a time; Chromium sends
+	// a message up to 64 KiB as one frame, Firefox every message.
+	dialer := websocket.Dialer{HandshakeTimeout: 30 * time.Second, WriteBufferSize: 64 << 10}
 	conns := make([]*websocket.Conn, c.Clients)
 	for i := range conns {
 		h := http.Header{}
@@ -65,7 +70,7 @@ func clientsProcess(config string, in io.Reader, out io.Writer) error {
 		h.Set("User-Agent", itlmontest.FirefoxUA)
 		h.Set("CF-IPCountry", "DE")
 		h.Set("CloudFront-Viewer-Country", "DE")
-		conn, _, err := websocket.DefaultDialer.Dial(itlmontest.WSURL(c.URL, "test"), h)
+		conn, _, err := dialer.Dial(itlmontest.WSURL(c.URL, "test"), h)
 		if err != nil {
 			return fmt.Errorf("dial: %w", err)
 		}
