@@ -356,8 +356,12 @@ func (h *Handler) releaseCPU() { <-h.cpu }
 // cpu token. Waiting for the token counts against ctx, as waiting for
 // queue space in Submit does.
 func (h *Handler) handOver(ctx context.Context, submit func() error) error {
-	if !h.acquireCPU(ctx.Done()) {
-		return ctx.Err()
+	select {
+	case h.cpu <- struct{}{}: // a token free: ctx not looked at (waitContext)
+	default:
+		if !h.acquireCPU(ctx.Done()) {
+			return ctx.Err()
+		}
 	}
 	defer h.releaseCPU()
 	return submit()

@@ -467,7 +467,7 @@ func (c *conn) handleFrame(frame []byte, held int64) bool {
 		})
 	}
 	began := time.Now()
-	ctx, cancel := context.WithTimeout(h.base, h.queueWait)
+	ctx := newWaitContext(h.base, began.Add(h.queueWait))
 	// Counted once handed over: when Submit returns, or when done runs
 	// first (from the store's goroutine, before the ack goes out).
 	accepted := sync.OnceFunc(func() { h.m.accepted.Add(float64(n)); c.site.records.Add(float64(n)) })
@@ -489,7 +489,7 @@ func (c *conn) handleFrame(frame []byte, held int64) bool {
 			c.queueAck(seq, beacon.RejectNone, true)
 		})
 	})
-	cancel()
+	ctx.release()
 	if err != nil {
 		finish()
 		if errors.Is(err, context.DeadlineExceeded) && h.base.Err() == nil {

@@ -238,6 +238,11 @@ func (w *Writer) submit(ctx context.Context, j job) error {
 		return ErrClosed
 	}
 	select {
+	case w.queue <- j: // room: ctx not looked at (a caller may make it lazily)
+		return nil
+	default:
+	}
+	select {
 	case w.queue <- j:
 		return nil
 	case <-ctx.Done():
