@@ -34,6 +34,17 @@ func cpuNow(t testing.TB, enginePID int) cpuTimes {
 	return cpuTimes{self: self, engine: time.Duration(procCPU(enginePID) * float64(time.Second))}
 }
 
+// minorFaults is this process's minor page faults so far: first touches of
+// memory the kernel maps in.
+func minorFaults(t testing.TB) int64 {
+	t.Helper()
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		t.Fatal(err)
+	}
+	return ru.Minflt
+}
+
 func (c cpuTimes) sub(d cpuTimes) cpuTimes {
 	return cpuTimes{c.self - d.self, c.engine - d.engine, c.after - d.after, c.inserts - d.inserts}
 }
