@@ -297,7 +297,7 @@ type batchMem struct {
 
 var batchMems sync.Pool // *batchMem
 
-// maxPooledBatch is the most records and bytes of a batchMem that
+// maxPooledBatchRows and maxPooledBatchBytes bound the batchMem that
 // batchMems keeps (a batch of 20 typical records takes ~12 KiB): a rare
 // large batch's memory is let go.
 const (
@@ -318,7 +318,7 @@ func putBatchMem(m *batchMem) {
 	if m == nil || cap(m.rows) > maxPooledBatchRows || cap(m.bytes) > maxPooledBatchBytes {
 		return
 	}
-	clear(m.rows[:cap(m.rows)]) // keeps no strings of other memory alive
+	clear(m.rows) // keeps no strings of other memory alive (past len: cleared before, or never set)
 	m.rows = m.rows[:0]
 	if poisonBatchMem {
 		clear(m.bytes[:cap(m.bytes)])
