@@ -42,6 +42,8 @@ type fakeSink struct {
 	block   chan struct{}
 
 	in, maxIn atomic.Int32 // Submit calls running, and the most at once
+
+	ctxMade []bool // per Submit: whether its waitContext had been looked at (made) by then
 }
 
 func (f *fakeSink) Submit(ctx context.Context, b *collector.Batch, done func(error)) error {
@@ -58,6 +60,11 @@ func (f *fakeSink) Submit(ctx context.Context, b *collector.Batch, done func(err
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if wc, ok := ctx.(*waitContext); ok {
+		wc.mu.Lock()
+		f.ctxMade = append(f.ctxMade, wc.ctx != nil)
+		wc.mu.Unlock()
+	}
 	f.got = append(f.got, b.Streams()) // copies: b is the caller's past Submit
 	if f.hold {
 		f.held = append(f.held, done)

@@ -6,6 +6,10 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/gorilla/websocket"
+
+	"github.com/itlmon/itlmon/wasm/beacon"
 )
 
 // TestWaitContext: a waitContext behaves as context.WithDeadline does, and
@@ -66,4 +70,28 @@ func TestWaitContext(t *testing.T) {
 		}
 		c.release()
 	})
+}
+
+// TestWaitContextNotMade: a batch that finds a CPU token free reaches the
+// sink with its wait context not made (handOver takes the token without
+// looking at it).
+func TestWaitContextNotMade(t *testing.T) { synctest.Test(t, testWaitContextNotMade) }
+
+func testWaitContextNotMade(t *testing.T) {
+	f := newFixture(t, nil)
+	c, _, err := f.dial(t, "chat", pageOrigin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.WriteMessage(websocket.BinaryMessage, mustBatch(t, 3, "chat", 2)); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := readAck(t, c), (beacon.Ack{Seq: 3}); got != want {
+		t.Fatalf("ack = %+v, want %+v", got, want)
+	}
+	f.sink.mu.Lock()
+	defer f.sink.mu.Unlock()
+	if len(f.sink.ctxMade) != 1 || f.sink.ctxMade[0] {
+		t.Fatalf("wait contexts made by Submit time: %v, want [false]", f.sink.ctxMade)
+	}
 }

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -705,6 +706,68 @@ func TestWriterOverlapsInserts(t *testing.T) {
 		time.Sleep(maxRetry) // past the backoff
 		if n := overlap(12, 3); n != 1 {
 			t.Fatalf("%d inserts running after a failure, want 1 until one succeeds", n)
+		}
+	})
+}
+
+// watchedContext counts the calls of its Done.
+type watchedContext struct {
+	context.Context
+	looks atomic.Int32
+}
+
+func (c *watchedContext) Done() <-chan struct{} {
+	c.looks.Add(1)
+	return c.Context.Done()
+}
+
+// TestSubmitRoomLeavesContext: a Submit that finds room in the queue does
+// not look at its context (ingest makes a batch's context only when
+// something waits on it), and one that must wait does.
+func TestSubmitRoomLeavesContext(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		in := &fakeInbox{}
+		block := make(chan struct{})
+		in.setAnswer(func([]store.InboxRow) error { <-block; return nil })
+		w, _ := newFakeWriter(t, in, store.WriterOptions{QueueSize: 1, MaxRows: 1, Inserts: 1})
+		ctx := &watchedContext{Context: context.Background()}
+		var dones []chan error
+		submit := func(c context.Context, i int) error {
+			done := make(chan error, 1)
+			dones = append(dones, done)
+			return w.SubmitRows(c, inboxRowsFrom(i, 1), func(err error) { done <- err })
+		}
+		if err := submit(ctx, 0); err != nil {
+			t.Fatal(err)
+		}
+		if n := ctx.looks.Load(); n != 0 {
+			t.Fatalf("a Submit with room looked at its context %d times, want 0", n)
+		}
+		// The first insert blocks: the next row waits in the writer, one
+		// fills the queue, and the one after waits for room until its
+		// context ends.
+		synctest.Wait()
+		if err := submit(context.Background(), 1); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		if err := submit(context.Background(), 2); err != nil {
+			t.Fatal(err)
+		}
+		waiting, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		wctx := &watchedContext{Context: waiting}
+		if err := submit(wctx, 3); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Submit on a full queue = %v, want context.DeadlineExceeded", err)
+		}
+		if wctx.looks.Load() == 0 {
+			t.Fatal("a Submit that waited never looked at its context")
+		}
+		close(block)
+		for _, d := range dones[:3] {
+			if err := <-d; err != nil {
+				t.Fatal(err)
+			}
 		}
 	})
 }
