@@ -117,6 +117,15 @@ func TestReportIngest(t *testing.T) {
 	var readableTimes, heldFor []time.Duration
 	pid := m.Engine.PID()
 	sent := uint64(0)
+	// promoted counts n more records sent and waits until every record
+	// sent is readable in itl_streams.
+	promoted := func(n int) {
+		sent += uint64(n)
+		itlmontest.Settle(t, 2*time.Minute, func() bool {
+			var stored uint64
+			return conn.QueryRow(t.Context(), "SELECT count() FROM itl_streams WHERE site = 'test'").Scan(&stored) == nil && stored >= sent
+		})
+	}
 
 	// A warm-up burst before the rounds, shared placement, both paths: a
 	// fresh collector's first burst grows its heap and faults its pages in
@@ -139,12 +148,7 @@ func TestReportIngest(t *testing.T) {
 		_, warm.e2eRate = cl.run(t)
 		warm.self, warm.faults = cpuNow(t, pid).self-cpu0.self, minorFaults(t)-faults0
 		release()
-		sent += totalRecs
-		want := sent
-		itlmontest.Settle(t, 2*time.Minute, func() bool {
-			var n uint64
-			return conn.QueryRow(t.Context(), "SELECT count() FROM itl_streams WHERE site = 'test'").Scan(&n) == nil && n >= want
-		})
+		promoted(totalRecs)
 		sd := &steady{total: totalRecs}
 		insertInboxDirect(t, m, inboxRows(t, roundStreams(r, clients, batches, perBatch)), sd, new(atomic.Int64))
 		warm.directRate = sd.rate()
@@ -196,12 +200,7 @@ func TestReportIngest(t *testing.T) {
 			if !pl.pinned {
 				heldFor = append(heldFor, time.Since(began))
 			}
-			sent += totalRecs
-			want := sent
-			itlmontest.Settle(t, 2*time.Minute, func() bool {
-				var n uint64
-				return conn.QueryRow(t.Context(), "SELECT count() FROM itl_streams WHERE site = 'test'").Scan(&n) == nil && n >= want
-			})
+			promoted(totalRecs)
 			if !pl.pinned {
 				readableTimes = append(readableTimes, time.Since(began))
 			}
