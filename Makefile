@@ -205,15 +205,25 @@ WASM_GCFLAGS := -gcflags=runtime=-l
 # served from web/static instead. Made again only when a source changed.
 DIST_SCRIPTS := itl.js itl-module.js itl-worker.js
 
-scripts: $(addprefix $(WASM_OUT)/,$(DIST_SCRIPTS))
+scripts: $(addprefix $(WASM_OUT)/,$(DIST_SCRIPTS) $(DIST_SCRIPTS:=.gz))
 
-$(addprefix $(WASM_OUT)/,$(DIST_SCRIPTS)) &: $(addprefix web/static/,$(DIST_SCRIPTS)) web/tsconfig.dist.json | $(TSC)
+# Each script with its compressed copies (compress_beside), which the collector would otherwise make at every
+# start: brotli at quality 11 in Go took ~150 ms of CPU for the four scripts, ~0.2-0.6 s with the garbage collector
+# (2026-12-05), and the test suite starts a collector some hundred times.
+$(addprefix $(WASM_OUT)/,$(DIST_SCRIPTS) $(DIST_SCRIPTS:=.gz)) &: $(addprefix web/static/,$(DIST_SCRIPTS)) web/tsconfig.dist.json | $(TSC)
 	node $(TSC) -p web/tsconfig.dist.json
 	@for f in $(DIST_SCRIPTS); do \
 		sum=$$(sha256sum <web/static/$$f | cut -d' ' -f1) && \
 		{ echo "/*! itlmon $$f without its comments (make wasm), from sha256:$$sum */"; cat $(WASM_OUT)/.scripts/$$f; } \
-			>$(WASM_OUT)/$$f.new && mv $(WASM_OUT)/$$f.new $(WASM_OUT)/$$f || exit 1; \
+			>$(WASM_OUT)/$$f.new && $(call compress_beside,$(WASM_OUT)/$$f) || exit 1; \
 	done
+
+# compress_beside: shell commands that write FILE.new's gzip -9 and (when apt's brotli is there) brotli -q 11 copies
+# as FILE.gz and FILE.br, then move FILE.new to FILE: the copies first, so that a cut run leaves FILE out of date
+# and is done again (the collector also checks a small file's copies against it).
+compress_beside = gzip -9 -n <$(1).new >$(1).gz.new && mv $(1).gz.new $(1).gz && \
+	if command -v brotli >/dev/null; then brotli -f -q 11 -o $(1).br.new $(1).new && mv $(1).br.new $(1).br; \
+	else rm -f $(1).br; fi && mv $(1).new $(1)
 
 ## wasm: into web/dist (embedded by the collector): the browser module, precompressed, wasm_exec.js, the page scripts
 wasm: scripts
@@ -245,9 +255,12 @@ wasm: scripts
 	  echo 'globalThis.__itlmon_wasm_exec = { fs: globalThis.fs, process: globalThis.process, path: globalThis.path };'; \
 	  sed -e 's/globalThis\.\(fs\|process\|path\|Go\)\b/globalThis.__itlmon_wasm_exec.\1/g' \
 	      -e 's/\([^.a-zA-Z_]\)fs\.writeSync(/\1globalThis.__itlmon_wasm_exec.fs.writeSync(/' \
-	      "$$($(GO) env GOROOT)/lib/wasm/wasm_exec.js"; } > $(WASM_OUT)/wasm_exec.js
-	@if grep -nE '(^|[^._a-zA-Z])(fs|process|path)\.' $(WASM_OUT)/wasm_exec.js | grep -v __itlmon_wasm_exec; then \
+	      "$$($(GO) env GOROOT)/lib/wasm/wasm_exec.js"; } > $(WASM_OUT)/wasm_exec.js.new
+	@if grep -nE '(^|[^._a-zA-Z])(fs|process|path)\.' $(WASM_OUT)/wasm_exec.js.new | grep -v __itlmon_wasm_exec; then \
 		echo "wasm_exec.js: a global reference left after the rewrite (above); update the Makefile's sed" >&2; exit 1; fi
+	@if cmp -s $(WASM_OUT)/wasm_exec.js.new $(WASM_OUT)/wasm_exec.js && [ -f $(WASM_OUT)/wasm_exec.js.gz ] && \
+		{ [ -f $(WASM_OUT)/wasm_exec.js.br ] || ! command -v brotli >/dev/null; }; then rm $(WASM_OUT)/wasm_exec.js.new; \
+	else $(call compress_beside,$(WASM_OUT)/wasm_exec.js); fi
 
 ## edge: the edge Worker (wasm/edge) into $(EDGE_OUT): app.wasm, wasm_exec.js, worker.mjs; prints its size
 # against Cloudflare's limits (a Worker's compressed size: 3 MB free plan, 10 MB paid)
@@ -419,4 +432,4 @@ fuzz:
 	$(GO) test ./collector/join -run '^$$' -fuzz '^FuzzOriginHandler$$' -fuzztime $(FUZZTIME)
 
 clean:
-	rm -rf bin $(WASM_OUT)/itl.wasm* $(WASM_OUT)/wasm_exec.js $(addprefix $(WASM_OUT)/,$(DIST_SCRIPTS)) $(WASM_OUT)/.scripts
+	rm -rf bin $(WASM_OUT)/itl.wasm* $(WASM_OUT)/wasm_exec.js* $(addprefix $(WASM_OUT)/,$(DIST_SCRIPTS) $(DIST_SCRIPTS:=.gz) $(DIST_SCRIPTS:=.br)) $(WASM_OUT)/.scripts

@@ -17,9 +17,9 @@ import (
 	"strings"
 )
 
-// dist holds the build outputs of `make wasm` (itl.wasm, itl.wasm.gz,
-// itl.wasm.br, wasm_exec.js, the scripts without comments); static holds the
-// hand-written pages and scripts.
+// dist holds the build outputs of `make wasm` (itl.wasm, wasm_exec.js, the
+// scripts without comments, each with its .gz and .br copies); static holds
+// the hand-written pages and scripts.
 //
 //go:embed dist static
 var files embed.FS

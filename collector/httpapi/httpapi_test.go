@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"bytes"
 	"compress/gzip"
 	"context"
 	"encoding/json"
@@ -281,5 +282,67 @@ func TestAssets(t *testing.T) {
 	}
 	if rec := get(t, h, "/"); rec.Code != 200 || !strings.Contains(rec.Body.String(), "itlmon") {
 		t.Errorf("/ = %d %q", rec.Code, rec.Body)
+	}
+}
+
+// TestAssetsPrecompressed: the compressed copies `make wasm` writes beside a
+// script are served as they are, and copies of another version of the
+// script (a build cut between them and the script) are not: the collector
+// compresses the script itself instead.
+func TestAssetsPrecompressed(t *testing.T) {
+	compressed := func(enc string, b []byte) []byte {
+		var buf bytes.Buffer
+		var w io.WriteCloser
+		if enc == "br" {
+			w = brotli.NewWriterLevel(&buf, 1) // not what the collector makes (11)
+		} else {
+			w, _ = gzip.NewWriterLevel(&buf, 1)
+		}
+		w.Write(b)
+		w.Close()
+		return buf.Bytes()
+	}
+	loader := []byte(strings.Repeat("// the loader, as make wasm wrote it\n", 20))
+	host := []byte(strings.Repeat("// the module host, this version\n", 20))
+	old := []byte(strings.Repeat("// the module host, the version before\n", 20))
+	dist := fstest.MapFS{
+		"itl.js":           {Data: loader},
+		"itl.js.br":        {Data: compressed("br", loader)},
+		"itl.js.gz":        {Data: compressed("gzip", loader)},
+		"itl-module.js":    {Data: host},
+		"itl-module.js.br": {Data: compressed("br", old)},
+		"itl-module.js.gz": {Data: compressed("gzip", old)},
+	}
+	h := mustNew(t, Config{Dist: dist, Static: fstest.MapFS{}})
+	decode := func(enc string, b []byte) []byte {
+		var r io.Reader = brotli.NewReader(bytes.NewReader(b))
+		if enc == "gzip" {
+			zr, err := gzip.NewReader(bytes.NewReader(b))
+			if err != nil {
+				t.Fatal(err)
+			}
+			r = zr
+		}
+		got, err := io.ReadAll(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	for _, enc := range []string{"br", "gzip"} {
+		rec := get(t, h, "/itl.js", "Accept-Encoding", enc)
+		if got := rec.Header().Get("Content-Encoding"); got != enc {
+			t.Fatalf("/itl.js (%s): Content-Encoding %q", enc, got)
+		}
+		if !bytes.Equal(rec.Body.Bytes(), dist["itl.js."+map[string]string{"br": "br", "gzip": "gz"}[enc]].Data) {
+			t.Errorf("/itl.js (%s): %d bytes served, not the %s copy beside it", enc, rec.Body.Len(), enc)
+		}
+		rec = get(t, h, "/itl-module.js", "Accept-Encoding", enc)
+		if got := rec.Header().Get("Content-Encoding"); got != enc {
+			t.Fatalf("/itl-module.js (%s): Content-Encoding %q", enc, got)
+		}
+		if got := decode(enc, rec.Body.Bytes()); !bytes.Equal(got, host) {
+			t.Errorf("/itl-module.js (%s): decodes to %q..., want the script served plain (its copies beside it are of another version)", enc, got[:min(len(got), 40)])
+		}
 	}
 }
