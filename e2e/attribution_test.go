@@ -664,7 +664,9 @@ const busyJS = `(window.__busy = setInterval(function () { var end = performance
 // page (behind whatever the scenario puts in between) streams from the
 // origin middleware, the browser module reports to the real collector, and
 // the test checks what ClickHouse stored: itl_streams (refined causes) and
-// itl_origin (the join).
+// itl_origin (the join). Its subtest "dashboard" opens the dashboard's
+// views of those streams and of the dashboard's other re-chunkers, streamed
+// with them (dashboardViews): one set of real streams for both.
 func TestAttributionBrowser(t *testing.T) {
 	Browser(t)
 	nginx.RequireReal(t)
@@ -718,12 +720,20 @@ func TestAttributionBrowser(t *testing.T) {
 		}},
 		{name: "6 origin pause", injected: "origin sleeps 600ms mid-stream", via: func(*testing.T) string { return og.URL }, query: "pause=600", check: wantStoredOriginPause},
 	}
+	// The dashboard's other real re-chunkers (dashboardViews): nginx
+	// buffering + brotli, nginx passing the answer on in full buffers, and
+	// nginx buffering + gzip on a long answer, its encoder passing on one
+	// block of compressed output at a time.
+	brn := nginx.Start(t, nginx.Options{Upstream: upstream, Buffering: true, Brotli: true}) // Chromium accepts br: nginx prefers it
+	fb := nginx.Start(t, nginx.Options{Upstream: upstream, Buffering: true, Extra: fullBuffersNginx})
+	gzb := nginx.Start(t, nginx.Options{Upstream: upstream, Buffering: true, Gzip: true})
 	// The streams run one after the other and are stored together; then
-	// each scenario's checks.
+	// each scenario's checks, then the dashboard's views of them all.
 	runs := make([]attrRun, len(scenarios))
 	for i, sc := range scenarios {
 		runs[i] = attrRun{base: sc.via(t), query: sc.query, busy: sc.busy, smooth: attrSmooth(sc.name)}
 	}
+	runs = append(runs, attrRun{base: brn.URL()}, attrRun{base: fb.URL()}, attrRun{base: gzb.URL(), query: gzipBlocksQuery})
 	stored := p.runAll(t, runs...)
 	for i, sc := range scenarios {
 		t.Run(sc.name, func(t *testing.T) {
@@ -731,6 +741,18 @@ func TestAttributionBrowser(t *testing.T) {
 			sc.check(t, stored[i])
 		})
 	}
+	n := len(scenarios)
+	t.Run("dashboard", func(t *testing.T) {
+		dashboardViews(t, p, dashboardRuns{
+			buffered: stored[1], jittered: stored[3], busy: stored[4], paused: stored[5],
+			brotlied: stored[n], full: stored[n+1], blocks: stored[n+2],
+			real:      len(runs),
+			brotliURL: brn.URL(),
+			fullURL:   fb.URL(),
+			blocksURL: gzb.URL(),
+			jitterURL: jitter.jp.URL(),
+		})
+	})
 }
 
 // attrPage is the browser scenarios' set-up: the collector (with the join),

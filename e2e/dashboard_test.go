@@ -22,7 +22,6 @@ import (
 	"github.com/itlmon/itlmon/collector"
 	"github.com/itlmon/itlmon/collector/query"
 	"github.com/itlmon/itlmon/collector/store"
-	"github.com/itlmon/itlmon/e2e/nginx"
 	"github.com/itlmon/itlmon/wasm/beacon"
 	"github.com/itlmon/itlmon/wasm/meter"
 )
@@ -208,51 +207,34 @@ func deref32(p *uint32) any {
 	return *p
 }
 
-// TestDashboardViews runs attribution scenarios 2 (nginx buffering + gzip)
-// and 6 (a 600 ms origin pause), and the other real re-chunkers (nginx
-// buffering + brotli, nginx passing the answer on in full buffers, nginx
-// buffering + gzip on a long answer), in Chromium against the real
-// collector and engine, seeds releases and page stalls beside them, then
-// opens every dashboard view in Chromium: each renders without console
-// errors; the causes show origin, network and page; re-chunking names each
-// proxy's read pattern with its diagnosis, in the stored figures and on
-// the page (buffering + gzip or brotli: one read at the end, with the
+// dashboardRuns are the real streams dashboardViews shows, streamed and
+// stored by TestAttributionBrowser: its scenarios 2 (nginx buffering +
+// gzip), 4 (the jitter proxy), 5 (the busy page) and 6 (a 600 ms origin
+// pause), and the dashboard's other real re-chunkers (nginx buffering +
+// brotli, nginx passing the answer on in full buffers, nginx buffering +
+// gzip on a long answer), with their proxies' URLs.
+type dashboardRuns struct {
+	buffered, jittered, busy, paused         attrStored
+	brotlied, full, blocks                   attrStored
+	real                                     int // real streams stored, runs again not counted
+	brotliURL, fullURL, blocksURL, jitterURL string
+}
+
+// dashboardViews checks the stored figures of the re-chunkers, seeds
+// releases and page stalls beside the real streams, then opens every
+// dashboard view in Chromium: each renders without console errors; the
+// causes show origin, network and page; re-chunking names each proxy's read
+// pattern with its diagnosis, in the stored figures and on the page
+// (buffering + gzip or brotli: one read at the end, with the
 // X-Accel-Buffering fix; full buffers and gzip blocks: steady, with the
 // proxy_http_version fix; the jitter proxy: held); the paused stream's view
 // shades its gap `origin` with the origin's emit times drawn; compare flags
 // the seeded regression and not two samples of one cadence; the views fit
 // a phone-width screen. Screenshots go to shotsDir.
-func TestDashboardViews(t *testing.T) {
-	Browser(t)
-	nginx.RequireReal(t)
-	p := startAttrPage(t)
-	upstream := strings.TrimPrefix(p.og.URL, "http://")
-
-	// The real scenarios, streamed one after the other and stored together:
-	// the origin pause (direct); buffering proxies (nginx with gzip, with
-	// brotli, passing full buffers on, and gzip again on a long answer, its
-	// encoder passing on one block of compressed output at a time: another
-	// instance, its own API origin); network stalls (a proxy holding reads)
-	// and page stalls (a busy main thread), as attribution scenarios 4 and 5
-	// check them.
-	ng := nginx.Start(t, nginx.Options{Upstream: upstream, Buffering: true, Gzip: true})
-	brn := nginx.Start(t, nginx.Options{Upstream: upstream, Buffering: true, Brotli: true}) // Chromium accepts br: nginx prefers it
-	fb := nginx.Start(t, nginx.Options{Upstream: upstream, Buffering: true, Extra: fullBuffersNginx})
-	gzb := nginx.Start(t, nginx.Options{Upstream: upstream, Buffering: true, Gzip: true})
-	jp := startJitter(t, upstream)
-	runs := p.runAll(t,
-		attrRun{base: p.og.URL, query: "pause=600"},
-		attrRun{base: ng.URL()},
-		attrRun{base: brn.URL()},
-		attrRun{base: fb.URL()},
-		attrRun{base: gzb.URL(), query: gzipBlocksQuery},
-		attrRun{base: jp.URL()},
-		attrRun{base: p.og.URL, query: "tokens=" + strconv.Itoa(attrBusyTokens), busy: true})
-	paused, buffered, brotlied, full, blocks, jittered, busy := runs[0], runs[1], runs[2], runs[3], runs[4], runs[5], runs[6]
-	wantStoredOriginPause(t, paused)
-	wantStoredCoalesced(t, buffered)
-	logReads(t, "nginx buffering + gzip", buffered)
+func dashboardViews(t *testing.T, p *attrPage, runs dashboardRuns) {
+	paused, buffered, brotlied, full, blocks, jittered, busy := runs.paused, runs.buffered, runs.brotlied, runs.full, runs.blocks, runs.jittered, runs.busy
 	wantStoredCoalesced(t, brotlied)
+	logReads(t, "nginx buffering + gzip", buffered)
 	logReads(t, "nginx buffering + brotli", brotlied)
 	wantStoredFullBuffers(t, full)
 	logReads(t, "nginx full 1 KB buffers", full)
@@ -404,14 +386,14 @@ func TestDashboardViews(t *testing.T) {
 	// Overview: uPlot draws the ITL quantiles.
 	open("", url.Values{})
 	poll("overview chart", `(() => { const u = document.querySelector("#chart")._u; return u && u.series.length === 6 && u.data[0].length > 0 ? "ok" : null })()`)
-	// 7 real streams and 72 seeded, and one more for each scenario run
+	// The real streams and 72 seeded, and one more for each scenario run
 	// again (a run the machine's load spoiled is stored too).
 	var stored uint64
 	if err := p.col.DB.Conn().QueryRow(context.Background(), "SELECT count() FROM itl_streams WHERE site = ?", attrSite).Scan(&stored); err != nil {
 		t.Fatal(err)
 	}
-	if stored < 79 {
-		t.Errorf("%d streams stored, want at least 79 (7 real + 72 seeded)", stored)
+	if want := uint64(runs.real + 72); stored < want {
+		t.Errorf("%d streams stored, want at least %d (%d real + 72 seeded)", stored, want, runs.real)
 	}
 	if got := poll("streams tile", `(() => { const v = document.querySelector('.tile[data-k="streams"] .v').textContent; return v === "—" ? null : v })()`); got != strconv.FormatUint(stored, 10) {
 		t.Errorf("streams tile = %s, want the %d stored", got, stored)
@@ -510,7 +492,7 @@ func TestDashboardViews(t *testing.T) {
 	}
 	// The origin middleware's timelines (every stream here is joined) show
 	// it emitted one event per flush: each diagnosis says the path did it.
-	for key, want := range map[string]string{nginxOrigin: query.PatternOneRead, brn.URL(): query.PatternOneRead, fb.URL(): query.PatternSteady, gzb.URL(): query.PatternSteady, jp.URL(): query.PatternHeld} {
+	for key, want := range map[string]string{nginxOrigin: query.PatternOneRead, runs.brotliURL: query.PatternOneRead, runs.fullURL: query.PatternSteady, runs.blocksURL: query.PatternSteady, runs.jitterURL: query.PatternHeld} {
 		if got := byOrigin[key]; got.Pattern != want || got.Diagnosis != query.Diagnoses[want]+query.PathConfirmed {
 			t.Errorf("stored rechunk of %s: pattern %q, diagnosis %q; want %q and its diagnosis, the path's confirmed by the origin", key, got.Pattern, got.Diagnosis, want)
 		}
@@ -522,8 +504,8 @@ func TestDashboardViews(t *testing.T) {
 		k, v, _ := strings.Cut(kv, "=")
 		diag[k] = v
 	}
-	if diag[nginxOrigin] != "one_read" || diag[brn.URL()] != "one_read" || diag[fb.URL()] != "steady" || diag[gzb.URL()] != "steady" || diag[jp.URL()] != "held" {
-		t.Errorf("flagged segments = %s, want %s and %s one_read, %s and %s steady, %s held", got, nginxOrigin, brn.URL(), fb.URL(), gzb.URL(), jp.URL())
+	if diag[nginxOrigin] != "one_read" || diag[runs.brotliURL] != "one_read" || diag[runs.fullURL] != "steady" || diag[runs.blocksURL] != "steady" || diag[runs.jitterURL] != "held" {
+		t.Errorf("flagged segments = %s, want %s and %s one_read, %s and %s steady, %s held", got, nginxOrigin, runs.brotliURL, runs.fullURL, runs.blocksURL, runs.jitterURL)
 	}
 	if v, ok := diag[p.og.URL]; ok && v != "page" {
 		t.Errorf("the origin itself (%s) flagged %q, want not flagged or page", p.og.URL, v)

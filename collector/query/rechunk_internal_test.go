@@ -18,7 +18,7 @@ func TestRechunkClassify(t *testing.T) {
 		{"encoder", Rechunk{EventsPerRead: 2, BurstyShare: 0.8}, PatternBursty, true},
 		{"a few backlogs", Rechunk{EventsPerRead: 1.1, BurstyShare: 0.2, NetworkStallShare: 0.2}, PatternNone, false},
 		{"sub-floor without pattern", Rechunk{EventsPerRead: 1.1, SubFloorShare: 0.25}, PatternNone, true},
-		// The figures TestDashboardViews measured in Chromium behind the real
+		// The figures e2e TestAttributionBrowser/dashboard measured in Chromium behind the real
 		// re-chunkers: the gaps between full buffers are network stalls, and
 		// still the reads name a buffer, not a stalling hop.
 		{"nginx buffering + gzip, short answer", Rechunk{EventsPerRead: 42, SubFloorShare: 1, CoalescedTTFTShare: 1, OneReadShare: 1}, PatternOneRead, true},
