@@ -70,9 +70,12 @@ CLDR_SUBDIV_VERSION := 48.2.0
 CLDR_SUBDIV_DIR := $(CACHE_DIR)/cldr-subdivisions-$(CLDR_SUBDIV_VERSION)
 # The edge Worker (`make edge`): app.wasm, its wasm_exec.js and worker.mjs, ready for wrangler or workerd.
 EDGE_OUT    ?= bin/edge
+# chromium-headless-shell: the Chromium the browser tests drive (e2e/browsers.ChromiumPath: Chromium without the
+# browser's own UI, a third of its CPU a page); chromium: the full browser, for the one test of what the shell leaves
+# out (the back/forward cache, e2e TestBFCache).
 # zookeeper: Debian's ZooKeeper 3.8 (Java), for the test of `itlmon cluster check` against the engine's real
 # answers for a Replicated table (collector/cmd/itlmon, TestClusterCheckReplicated).
-APT_PKGS    := chromium chromium-driver nginx libnginx-mod-http-brotli-filter brotli firefox-esr webkit2gtk-driver xvfb zookeeper
+APT_PKGS    := chromium-headless-shell chromium nginx libnginx-mod-http-brotli-filter brotli firefox-esr webkit2gtk-driver xvfb zookeeper
 SUDO        := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 WASM_OUT    := web/dist
 WASM_CACHE  := $(CACHE_DIR)/wasm-compressed

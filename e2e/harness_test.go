@@ -7,8 +7,11 @@
 //
 // The harness (this file) is shared by every e2e test in the package:
 //
-//	Browser(t)                       the package's one Chromium (started in TestMain); skips or fails
+//	Browser(t)                       the package's one Chromium (started in TestMain): its headless
+//	                                 shell (browsers.ChromiumPath); skips or fails
 //	                                 (ITLMON_REQUIRE_REAL=1) when Chromium is missing
+//	FullBrowserTab(t) context.Context a tab of the full Chromium (started on first use), for what the
+//	                                 shell leaves out: the back/forward cache
 //	testCert                         the self-signed certificate (e2e/nginx.SelfSigned) that Browser
 //	                                 trusts, for HTTPS proxies (nginx.Options.TLS)
 //	NewTab(t) context.Context        a tab on a blank page, back to a pool at cleanup (OwnTab: one
@@ -76,8 +79,6 @@ import (
 	"github.com/itlmon/itlmon/web"
 )
 
-const chromiumPath = "/usr/lib/chromium/chromium"
-
 var (
 	browserCtx context.Context // the shared browser; nil when it could not start
 	browserErr error
@@ -106,8 +107,9 @@ func TestMain(m *testing.M) {
 			browserErr = errNoBrowsers
 			return m.Run()
 		}
-		if _, err := os.Stat(chromiumPath); err != nil {
-			browserErr = errors.New("chromium not installed at " + chromiumPath)
+		chromiumPath, err := browsers.ChromiumPath()
+		if err != nil {
+			browserErr = err
 			return m.Run()
 		}
 		// The certificate must exist before the browser starts; chromedp
@@ -125,39 +127,104 @@ func TestMain(m *testing.M) {
 		}
 		// Chromium's own temporary files (a directory per run, which it
 		// leaves behind when it is killed) go in certDir too.
-		browserTmp := filepath.Join(certDir, "tmp")
+		browserTmp = filepath.Join(certDir, "tmp")
 		if err := os.Mkdir(browserTmp, 0o700); err != nil {
 			browserErr = err
 			return m.Run()
 		}
-		opts := []chromedp.ExecAllocatorOption{
-			chromedp.ExecPath(chromiumPath),
-			chromedp.Env("TMPDIR=" + browserTmp),
-			chromedp.Flag("ignore-certificate-errors-spki-list", testCert.SPKIHash),
-			chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun,
-			chromedp.Flag("disable-quic", true),
-			chromedp.Flag("disable-background-networking", true),
-			chromedp.Flag("disable-component-update", true),
-			chromedp.Flag("disable-sync", true),
-			chromedp.Flag("no-default-browser-check", true),
-			chromedp.Flag("disable-renderer-backgrounding", true),
-			chromedp.Flag("disable-background-timer-throttling", true),
-			chromedp.Flag("disable-backgrounding-occluded-windows", true),
-		}
-		allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
-		defer cancelAlloc()
-		ctx, cancel := chromedp.NewContext(allocCtx)
-		defer cancel()
-		// The first Run starts the browser; never give its context a timeout.
-		if err := chromedp.Do(ctx); err != nil {
+		defer closeFullBrowser() // started by the first test that asks (FullBrowser)
+		ctx, cancel, err := launchChromium(chromiumPath)
+		if err != nil {
 			browserErr = err
 			return m.Run()
 		}
+		defer cancel()
 		browserCtx = ctx
 		return m.Run()
 	}()
 	os.Exit(code)
 }
+
+// browserTmp is where the browsers launchChromium starts keep their
+// temporary files (removed after them, with the test certificate's directory).
+var browserTmp string
+
+// launchChromium starts the Chromium at path, headless, trusting testCert,
+// and returns its browser context (the first chromedp.Run's) and what
+// closes it.
+func launchChromium(path string) (context.Context, context.CancelFunc, error) {
+	opts := []chromedp.ExecAllocatorOption{
+		chromedp.ExecPath(path),
+		chromedp.Env("TMPDIR=" + browserTmp),
+		chromedp.Flag("ignore-certificate-errors-spki-list", testCert.SPKIHash),
+		chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun,
+		chromedp.Flag("disable-quic", true),
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.Flag("no-default-browser-check", true),
+		chromedp.Flag("disable-renderer-backgrounding", true),
+		chromedp.Flag("disable-background-timer-throttling", true),
+		chromedp.Flag("disable-backgrounding-occluded-windows", true),
+	}
+	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	ctx, cancel := chromedp.NewContext(allocCtx)
+	// The first Run starts the browser; never give its context a timeout.
+	if err := chromedp.Do(ctx); err != nil {
+		cancel()
+		cancelAlloc()
+		return nil, nil, err
+	}
+	return ctx, func() { cancel(); cancelAlloc() }, nil
+}
+
+// The full browser (browsers.FullChromiumPath), for the pages that need
+// what the headless shell of the shared browser leaves out: started by
+// the first test that asks (FullBrowser), closed after the tests.
+var (
+	fullOnce   sync.Once
+	fullCtx    context.Context
+	fullErr    error
+	fullCancel context.CancelFunc = func() {}
+)
+
+// FullBrowser returns the full Chromium's browser context, for a test of
+// what only the full browser has (its back/forward cache); the shared
+// browser (Browser) is Chromium's headless shell.
+func FullBrowser(t testing.TB) context.Context {
+	t.Helper()
+	Browser(t) // the same skips, and testCert
+	fullOnce.Do(func() {
+		if _, err := os.Stat(browsers.FullChromiumPath); err != nil {
+			fullErr = err
+			return
+		}
+		ctx, cancel, err := launchChromium(browsers.FullChromiumPath)
+		if err != nil {
+			fullErr = err
+			return
+		}
+		fullCtx, fullCancel = ctx, cancel
+	})
+	if fullErr != nil {
+		requireReal(t, "full browser", fullErr)
+	}
+	return fullCtx
+}
+
+// FullBrowserTab opens a tab of the full browser (FullBrowser) for t alone,
+// closed when t ends.
+func FullBrowserTab(t testing.TB) context.Context {
+	t.Helper()
+	ctx, cancel := chromedp.NewContext(FullBrowser(t))
+	t.Cleanup(cancel)
+	if err := chromedp.Do(ctx); err != nil {
+		t.Fatalf("new tab of the full browser: %v", err)
+	}
+	return ctx
+}
+
+func closeFullBrowser() { fullCancel() }
 
 // requireReal skips t when a real part is missing, or fails it when
 // ITLMON_REQUIRE_REAL=1 (make test).
@@ -191,8 +258,9 @@ func Browser(t testing.TB) context.Context {
 // goes back to a pool for the next test, on that blank page, or is closed if t
 // failed. The returned context has no deadline; derive one per step.
 //
-// A new tab costs Chromium about a CPU-second on this machine (its page and
-// renderer, the DevTools session), navigating a tab to another port of
+// A new tab cost the full Chromium about a CPU-second on this machine (its
+// page and renderer, the DevTools session; the headless shell costs less),
+// navigating a tab to another port of
 // 127.0.0.1 (the same site: the same renderer) about a third of that, and
 // the e2e tests open over a hundred. A test that changes the tab itself, not
 // its page (viewport emulation, bindings, scripts on new documents, extra

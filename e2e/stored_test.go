@@ -400,10 +400,17 @@ func TestDemoPage(t *testing.T) {
 // TestBFCache: a measured page can enter the back/forward cache (the module
 // adds no unload handler and closes its socket on pagehide; this Chromium
 // would also evict the socket itself), and after coming back it measures and
-// sends again over a new socket.
+// sends again over a new socket. In a tab of the full browser: the headless
+// shell of the shared one has no back/forward cache.
 func TestBFCache(t *testing.T) {
 	t.Parallel()
-	o, c, ctx, site := sharedCollectorPage(t, nil)
+	o := StartOrigin(t)
+	c, site := SharedCollector(t)
+	o.SetCollector(c.URL, site)
+	ctx := FullBrowserTab(t)
+	if !OpenPage(t, ctx, o.PageURL(nil, false)) {
+		t.Fatalf("itlmon did not become ready: %s", Eval[string](t, ctx, `itlmon.timing.error`))
+	}
 	RunStream(t, ctx, StreamOpts{Query: "tokens=5&interval_ms=5"})
 	WaitStreams(t, c, site, 1)
 	if Eval[float64](t, ctx, `itlmon._stats().then(s => s.connects)`) < 1 {
@@ -413,7 +420,7 @@ func TestBFCache(t *testing.T) {
 	defer cancel()
 	var mu sync.Mutex
 	var notUsed []string
-	// The listener ends with the test: the tab goes on to another (NewTab).
+	// The listener ends with the test, as the tab does.
 	lctx, unlisten := context.WithCancel(ctx)
 	defer unlisten()
 	chromedp.Listen(lctx, func(ev any) {

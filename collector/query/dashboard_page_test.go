@@ -2,7 +2,6 @@ package query_test
 
 import (
 	"context"
-	"errors"
 	"net/http/httptest"
 	"os"
 	"regexp"
@@ -13,10 +12,9 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/itlmon/itlmon/collector/httpapi"
+	"github.com/itlmon/itlmon/e2e/browsers"
 	"github.com/itlmon/itlmon/web"
 )
-
-const chromiumPath = "/usr/lib/chromium/chromium"
 
 var (
 	browserOnce  sync.Once
@@ -34,8 +32,9 @@ func tab(t *testing.T) context.Context {
 		t.Skip("browser test: ITLMON_NO_BROWSERS=1 (make check)")
 	}
 	browserOnce.Do(func() {
-		if _, err := os.Stat(chromiumPath); err != nil {
-			browserErr = errors.New("chromium not installed at " + chromiumPath)
+		chromiumPath, err := browsers.ChromiumPath()
+		if err != nil {
+			browserErr = err
 			return
 		}
 		// Chromium's temporary files (a directory per run, left behind

@@ -34,8 +34,8 @@ func TestDrivers(t *testing.T) {
 
 	launch := map[string]func(ctx context.Context) (Engine, error){
 		"chromium": func(ctx context.Context) (Engine, error) {
-			const chromium = "/usr/lib/chromium/chromium"
-			if _, err := os.Stat(chromium); err != nil {
+			chromium, err := ChromiumPath()
+			if err != nil {
 				return nil, err
 			}
 			alloc, cancel := chromedp.NewExecAllocator(context.Background(), chromedp.ExecPath(chromium),
