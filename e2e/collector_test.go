@@ -484,11 +484,18 @@ func collectorPage(t *testing.T, init map[string]any) (*Origin, *Collector, cont
 // the test's site key too.
 func sharedCollectorPage(t *testing.T, init map[string]any) (*Origin, *Collector, context.Context, string) {
 	t.Helper()
+	return sharedCollectorPageIn(t, init, NewTab)
+}
+
+// sharedCollectorPageIn is sharedCollectorPage in the tab that tab opens
+// (FullBrowserTab: one of the full browser).
+func sharedCollectorPageIn(t *testing.T, init map[string]any, tab func(testing.TB) context.Context) (*Origin, *Collector, context.Context, string) {
+	t.Helper()
 	Browser(t)
 	o := StartOrigin(t)
 	c, site := SharedCollector(t)
 	o.SetCollector(c.URL, site)
-	ctx := NewTab(t)
+	ctx := tab(t)
 	if !OpenPage(t, ctx, o.PageURL(init, false)) {
 		t.Fatalf("itlmon did not become ready: %s", Eval[string](t, ctx, `itlmon.timing.error`))
 	}

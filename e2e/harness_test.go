@@ -216,12 +216,7 @@ func FullBrowser(t testing.TB) context.Context {
 // closed when t ends.
 func FullBrowserTab(t testing.TB) context.Context {
 	t.Helper()
-	ctx, cancel := chromedp.NewContext(FullBrowser(t))
-	t.Cleanup(cancel)
-	if err := chromedp.Do(ctx); err != nil {
-		t.Fatalf("new tab of the full browser: %v", err)
-	}
-	return ctx
+	return tabOf(t, FullBrowser(t))
 }
 
 func closeFullBrowser() { fullCancel() }
@@ -284,7 +279,13 @@ func NewTab(t testing.TB) context.Context {
 // for a test that changes the tab's own state (see NewTab).
 func OwnTab(t testing.TB) context.Context {
 	t.Helper()
-	ctx, cancel := chromedp.NewContext(Browser(t))
+	return tabOf(t, Browser(t))
+}
+
+// tabOf opens a tab of browser for t alone, closed when t ends.
+func tabOf(t testing.TB, browser context.Context) context.Context {
+	t.Helper()
+	ctx, cancel := chromedp.NewContext(browser)
 	t.Cleanup(cancel)
 	if err := chromedp.Do(ctx); err != nil {
 		t.Fatalf("new tab: %v", err)

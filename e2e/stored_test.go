@@ -404,13 +404,7 @@ func TestDemoPage(t *testing.T) {
 // shell of the shared one has no back/forward cache.
 func TestBFCache(t *testing.T) {
 	t.Parallel()
-	o := StartOrigin(t)
-	c, site := SharedCollector(t)
-	o.SetCollector(c.URL, site)
-	ctx := FullBrowserTab(t)
-	if !OpenPage(t, ctx, o.PageURL(nil, false)) {
-		t.Fatalf("itlmon did not become ready: %s", Eval[string](t, ctx, `itlmon.timing.error`))
-	}
+	o, c, ctx, site := sharedCollectorPageIn(t, nil, FullBrowserTab)
 	RunStream(t, ctx, StreamOpts{Query: "tokens=5&interval_ms=5"})
 	WaitStreams(t, c, site, 1)
 	if Eval[float64](t, ctx, `itlmon._stats().then(s => s.connects)`) < 1 {
