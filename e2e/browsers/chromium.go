@@ -26,8 +26,8 @@ var chromiumPaths = []string{ChromiumShellPath, FullChromiumPath}
 
 // ChromiumPath returns the Chromium the tests drive: Debian's headless
 // shell, Chromium's headless mode built without the browser's own UI (its
-// windows, tab strip and WebUI pages), which Puppeteer's and Playwright's
-// headless runs use too. Pages get the same Blink, V8 and network stack as
+// windows, tab strip and WebUI pages), which Playwright's headless runs use
+// by default and Puppeteer's with headless: 'shell'. Pages get the same Blink, V8 and network stack as
 // in the full browser, at a fraction of its CPU: a new tab, a page and a
 // short stream took 0.8 s of the machine's CPU in the shell against 2.9 s
 // in the full browser's headless mode (six tabs each, one after the other).
