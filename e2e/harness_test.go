@@ -255,9 +255,8 @@ func Browser(t testing.TB) context.Context {
 //
 // A new tab cost the full Chromium about a CPU-second on this machine (its
 // page and renderer, the DevTools session; the headless shell costs less),
-// navigating a tab to another port of
-// 127.0.0.1 (the same site: the same renderer) about a third of that, and
-// the e2e tests open over a hundred. A test that changes the tab itself, not
+// navigating a tab to another port of 127.0.0.1 (the same site: the same
+// renderer) about a third of that, and the e2e tests open over a hundred. A test that changes the tab itself, not
 // its page (viewport emulation, bindings, scripts on new documents, extra
 // headers, the cache, DevTools domains), takes OwnTab instead.
 func NewTab(t testing.TB) context.Context {
