@@ -97,6 +97,9 @@ type progress struct {
 	mark  mark
 	since time.Time // this process's clock when another promoter last moved it
 	mine  time.Time // the last window p promoted itself
+	// heavy: p's last run of the shard took at least PageRows/10 records
+	// (Config.Gather).
+	heavy bool
 }
 
 // stalled is how long no other promoter has moved the promotion of sh
@@ -133,12 +136,23 @@ func (p *Promoter) stalled(sh Shard, m mark, waited time.Duration) time.Duration
 
 // promoted records that p promoted sh up to window start (the last of a
 // span).
-func (p *Promoter) promoted(sh Shard, start time.Time) {
+func (p *Promoter) promoted(sh Shard, start time.Time, records int) {
 	p.beatMu.Lock()
 	defer p.beatMu.Unlock()
 	pr := p.progress[sh.Name]
-	pr.mine = start
+	pr.mine, pr.heavy = start, records >= p.cfg.PageRows/10
 	p.progress[sh.Name] = pr
+}
+
+// gathering reports whether the sealed windows of sh gather before a run
+// (Config.Gather): they do while its last run by p was light.
+func (p *Promoter) gathering(sh Shard) bool {
+	if p.cfg.Gather <= Window {
+		return false
+	}
+	p.beatMu.Lock()
+	defer p.beatMu.Unlock()
+	return !p.progress[sh.Name].heavy
 }
 
 // mayPromote reports whether p promotes the waiting window of sh now: p

@@ -33,6 +33,9 @@ import (
 // maxSpanWindows is the most windows one run spans.
 const maxSpanWindows = 30
 
+// MaxGather is the longest Config.Gather: the longest span.
+const MaxGather = maxSpanWindows * Window
+
 // sealedEnd is the end of the last sealed window: the server clock less
 // the hold and the grace, and no later than the hold before the oldest
 // inbox insert still running began.

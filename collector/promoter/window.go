@@ -100,7 +100,12 @@ func (p *Promoter) promoteOldest(ctx context.Context, sh Shard, always bool) (Lo
 	p.unblockBefore(sh, start)
 	// Sealed: the server clock is past the window's end plus the hold and
 	// the grace, and no inbox insert that began before end+hold is running.
+	// While the shard's traffic is light, Run's step waits until Gather's
+	// windows from start are sealed (Config.Gather), and takes them all.
 	sealedAt := end.Add(p.cfg.Hold + p.cfg.Grace)
+	if !always && p.gathering(sh) {
+		sealedAt = start.Add(p.cfg.Gather + p.cfg.Hold + p.cfg.Grace)
+	}
 	if f.now.Before(sealedAt) {
 		return Look{Known: true, Seals: sealedAt.Sub(f.now)}, nil
 	}
@@ -123,7 +128,7 @@ func (p *Promoter) promoteOldest(ctx context.Context, sh Shard, always bool) (Lo
 		return l, nil
 	}
 	began := time.Now()
-	last, err := p.promote(ctx, sh, start, p.sealedEnd(f), !always)
+	last, records, err := p.promote(ctx, sh, start, p.sealedEnd(f), !always)
 	if err != nil {
 		var b *errBlocked
 		if errors.As(err, &b) {
@@ -133,7 +138,7 @@ func (p *Promoter) promoteOldest(ctx context.Context, sh Shard, always bool) (Lo
 		return l, err
 	}
 	p.unblock(sh)
-	p.promoted(sh, last)
+	p.promoted(sh, last, records)
 	p.busyNanos.Add(int64(time.Since(began)))
 	l.Promoted = true
 	return l, nil

@@ -24,10 +24,11 @@ import (
 // it falls behind for good however few records there are. Windows of one
 // client record and its origin timeline, and of ten of each, are promoted
 // by one promoter (CatchUp: no seal to wait for, they are an hour old)
-// window by window and in spans (several sealed windows a run, as a
-// promoter behind takes them: span.go), against the baseline of a direct
+// window by window, in runs of five windows (what Config.Gather 5 s makes
+// of steady light traffic) and in spans (several sealed windows a run, as
+// a promoter behind takes them: span.go), against the baseline of a direct
 // insert of the same client records into itl_streams, one insert per
-// window, in the same run. Rounds alternate the three. It asserts only
+// window, in the same run. Rounds alternate the four. It asserts only
 // that every record was promoted once.
 func TestReportSmallWindows(t *testing.T) {
 	if os.Getenv("ITLMON_BENCH_REPORT") != "1" {
@@ -40,13 +41,14 @@ func TestReportSmallWindows(t *testing.T) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "promoter small-window report: %d windows a round, one promoter, %d rounds (best / median / worst, ms a window)\n", windows, rounds)
 	for _, perWindow := range []int{1, 10} {
-		var single, spans, direct []time.Duration
+		var single, gathered, spans, direct []time.Duration
 		for range rounds {
 			single = append(single, promoteWindows(t, windows, perWindow, 1))
+			gathered = append(gathered, promoteWindows(t, windows, perWindow, gatherWindows))
 			spans = append(spans, promoteWindows(t, windows, perWindow, 0))
 			direct = append(direct, insertWindows(t, windows, perWindow))
 		}
-		for _, d := range [][]time.Duration{single, spans, direct} {
+		for _, d := range [][]time.Duration{single, gathered, spans, direct} {
 			slices.Sort(d)
 		}
 		per := func(d []time.Duration) string {
@@ -58,13 +60,17 @@ func TestReportSmallWindows(t *testing.T) {
 		ratio := func(a, b []time.Duration) float64 { return a[rounds/2].Seconds() / b[rounds/2].Seconds() }
 		fmt.Fprintf(&b, "  %2d client record(s) and origin timeline(s) a window:\n", perWindow)
 		fmt.Fprintf(&b, "    promoted window by window  %s\n", per(single))
+		fmt.Fprintf(&b, "    promoted %d windows a run   %s (--promote-gather %ds at steady light traffic)\n", gatherWindows, per(gathered), gatherWindows)
 		fmt.Fprintf(&b, "    promoted in spans          %s\n", per(spans))
 		fmt.Fprintf(&b, "    direct insert, one a window %s (the baseline)\n", per(direct))
-		fmt.Fprintf(&b, "    median ratios: window by window / direct %.2fx, spans / direct %.2fx, spans / window by window %.2fx\n",
-			ratio(single, direct), ratio(spans, direct), ratio(spans, single))
+		fmt.Fprintf(&b, "    median ratios: window by window / direct %.2fx, %d a run / window by window %.2fx, spans / direct %.2fx, spans / window by window %.2fx\n",
+			ratio(single, direct), gatherWindows, ratio(gathered, single), ratio(spans, direct), ratio(spans, single))
 	}
 	fmt.Print(b.String())
 }
+
+// gatherWindows: the runs of --promote-gather 5s at steady light traffic.
+const gatherWindows = 5
 
 // windowStreams are n windows of perWindow client records each.
 func windowStreams(n, perWindow int) [][]collector.Stream {
