@@ -42,6 +42,7 @@ type Config struct {
 	ReadAddr        string        // the read side's own loopback listener; "" = 127.0.0.1:<port+1> without a token (see Main.guardReadSide)
 	JoinHold        time.Duration // how long after a client record its origin timeline still refines it
 	PromotePageRows int           // inbox rows a promoter reads at once (memory against promotion rate); 0: the promoter's default
+	PromoteGather   time.Duration // at light traffic, how long sealed windows gather before one run promotes them (promoter.Config.Gather); 0: each at once
 	Cluster         string        // the cluster of a cluster layout (itlmon migrate --cluster); needs ClickHouse
 	SpoolMax        int64         // bytes the spool may hold on disk; the oldest records go beyond (-1: unbounded)
 	IngestMemory    int64         // bytes ingest may hold (frames arriving, batches not yet acked); 0: ingest's default
@@ -142,6 +143,9 @@ func (c *Config) Validate() error {
 	}
 	if c.JoinHold <= 0 {
 		return errors.New("join hold must be > 0")
+	}
+	if c.PromoteGather < 0 || c.PromoteGather > promoter.MaxGather {
+		return fmt.Errorf("promote gather %v: want 0 to %v", c.PromoteGather, promoter.MaxGather)
 	}
 	if c.PromotePageRows != 0 && (c.PromotePageRows < 100 || c.PromotePageRows > 100_000) {
 		return fmt.Errorf("promote page rows %d: want 100 to 100,000 (0: the default)", c.PromotePageRows)

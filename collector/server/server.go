@@ -157,7 +157,7 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	// Records land in the inbox (the writer); the promoter turns the inbox
 	// into the tables, joined and exactly once, whichever collector took them.
 	host, _ := os.Hostname()
-	pcfg := promoter.Config{Hold: c.JoinHold, PageRows: c.PromotePageRows, Collector: host, Logger: log}
+	pcfg := promoter.Config{Hold: c.JoinHold, PageRows: c.PromotePageRows, Gather: c.PromoteGather, Collector: host, Logger: log}
 	if c.Cluster == "" {
 		m.Promoter, err = promoter.New([]promoter.Shard{{Conn: m.DB.Conn()}}, pcfg)
 	} else {

@@ -31,6 +31,12 @@ func TestParseFlags(t *testing.T) {
 				t.Errorf("config = %+v", c)
 			}
 		}},
+		{"promote gather", []string{"--chdb-lib", lib, "--demo", "--promote-gather", "5s"}, nil, "", func(t *testing.T, c server.Config) {
+			if c.PromoteGather != 5*time.Second {
+				t.Errorf("promote gather = %v, want 5s", c.PromoteGather)
+			}
+		}},
+		{"promote gather past a span", []string{"--chdb-lib", lib, "--demo", "--promote-gather", "31s"}, nil, "promote gather 31s: want 0 to 30s", nil},
 		{"no engine library", []string{"--chdb-lib", "", "--demo"}, nil, "make deps-chdb", nil},
 		{"missing engine library", []string{"--chdb-lib", "/nonexistent/libchdb.so", "--demo"}, nil, "make deps-chdb", nil},
 		{"dsn needs no library", []string{"--chdb-lib", "", "--clickhouse", "clickhouse://u:p@db:9000/itlmon", "--demo"}, nil, "", nil},
