@@ -31,9 +31,10 @@ func clientRows(t *testing.T, prefix string, n int, at time.Time) []store.InboxR
 // TestGather: with Config.Gather, a light shard's sealed window waits until
 // Gather's windows from it are sealed (Step reports when), where the
 // default promotes it at once; after a heavy run (PageRows/10 records or
-// more) the next sealed window is promoted at once. What is asserted is
-// where the seal lies against the windows' start, not how long anything
-// took.
+// more a window holding any) the next sealed window is promoted at once,
+// after a run of as many records spread over windows it waits. What is
+// asserted is where the seal lies against the windows' start, not how long
+// anything took.
 func TestGather(t *testing.T) {
 	t.Parallel() // databases of its own; the bounds below leave seconds for the test's own work
 	const (
@@ -112,6 +113,28 @@ func TestGather(t *testing.T) {
 		}
 		if got := streams(t, db, "next"); got != 1 {
 			t.Fatalf("%d streams of the recent window stored, want 1", got)
+		}
+	})
+
+	t.Run("spread stays light", func(t *testing.T) {
+		t.Parallel()
+		db := newDB(t)
+		now := time.Now()
+		var rows []store.InboxRow
+		for k := range 4 { // 12 records, 3 a window: a rate under a tenth of a page
+			rows = append(rows, clientRows(t, fmt.Sprintf("spread%d", k), 3, now.Add(time.Duration(k-40)*time.Second))...)
+		}
+		rows = append(rows, clientRows(t, "next", 1, now.Add(-2*time.Second).Truncate(time.Second).Add(100*time.Millisecond))...)
+		landInbox(t, db, rows)
+		p := newPromoter(t, db, gather)
+		if l := step(t, db, p); !l.Promoted {
+			t.Fatalf("first step: %+v, want the old windows promoted", l)
+		}
+		if got := streams(t, db, "spread"); got != 12 {
+			t.Fatalf("%d streams of the old windows stored, want 12", got)
+		}
+		if l := step(t, db, p); l.Promoted || l.Seals <= 0 {
+			t.Fatalf("after a light run: %+v, want the recent window gathering", l)
 		}
 	})
 }

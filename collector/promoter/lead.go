@@ -98,7 +98,7 @@ type progress struct {
 	since time.Time // this process's clock when another promoter last moved it
 	mine  time.Time // the last window p promoted itself
 	// heavy: p's last run of the shard took at least PageRows/10 records
-	// (Config.Gather).
+	// a window holding any (Config.Gather).
 	heavy bool
 }
 
@@ -136,11 +136,11 @@ func (p *Promoter) stalled(sh Shard, m mark, waited time.Duration) time.Duration
 
 // promoted records that p promoted sh up to window start (the last of a
 // span).
-func (p *Promoter) promoted(sh Shard, start time.Time, records int) {
+func (p *Promoter) promoted(sh Shard, start time.Time, records, windows int) {
 	p.beatMu.Lock()
 	defer p.beatMu.Unlock()
 	pr := p.progress[sh.Name]
-	pr.mine, pr.heavy = start, records >= p.cfg.PageRows/10
+	pr.mine, pr.heavy = start, records >= max(windows, 1)*(p.cfg.PageRows/10)
 	p.progress[sh.Name] = pr
 }
 

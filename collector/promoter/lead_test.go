@@ -46,7 +46,7 @@ func TestStalled(t *testing.T) {
 		// p takes over: its own windows are no progress of another's.
 		for i := range 5 {
 			next := last.Add(time.Duration(i+1) * time.Second)
-			p.promoted(sh, next, 0)
+			p.promoted(sh, next, 0, 0)
 			time.Sleep(time.Second)
 			if got, want := p.stalled(sh, mark{next, 0}, long), time.Duration(13+i)*time.Second; got != want {
 				t.Fatalf("stalled %v after promoting %d windows itself, want %v", got, i+1, want)
@@ -84,7 +84,7 @@ func TestStalledInsideWindow(t *testing.T) {
 		// p takes over and promotes the window: its own window is no
 		// progress of another's, nor are zero pages past it.
 		w1 := w0.Add(time.Second)
-		p.promoted(sh, w1, 0)
+		p.promoted(sh, w1, 0, 0)
 		time.Sleep(time.Second)
 		if got, want := p.stalled(sh, mark{w1, 0}, long), 12*time.Second; got != want {
 			t.Fatalf("stalled %v after promoting the window itself, want %v", got, want)
@@ -92,7 +92,7 @@ func TestStalledInsideWindow(t *testing.T) {
 		// p promotes the next one too; meanwhile the leader is back, ahead
 		// of it: pages past p's window. p stands down.
 		w2 := w1.Add(time.Second)
-		p.promoted(sh, w2, 0)
+		p.promoted(sh, w2, 0, 0)
 		time.Sleep(time.Second)
 		if got := p.stalled(sh, mark{w2, 4000}, long); got != 0 {
 			t.Fatalf("stalled %v with the leader's pages past p's window, want 0", got)

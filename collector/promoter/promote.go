@@ -96,12 +96,13 @@ type page struct {
 //
 // With beat, p beats between pages: a window of a backlog may take longer
 // than leaderTTL, and its leader stays the leader meanwhile. It returns the
-// last window promoted and the inbox rows the run took.
-func (p *Promoter) promote(ctx context.Context, sh Shard, start, sealedEnd time.Time, beat bool) (time.Time, int, error) {
+// last window promoted, the inbox rows the run took and the windows of its
+// span holding any.
+func (p *Promoter) promote(ctx context.Context, sh Shard, start, sealedEnd time.Time, beat bool) (time.Time, int, int, error) {
 	if sh.Replicas != "" {
 		// Rows another replica committed may not be here yet: fetch them.
 		if err := sh.Conn.Exec(ctx, "SYSTEM SYNC REPLICA itl_inbox"); err != nil {
-			return time.Time{}, 0, fmt.Errorf("promoter: sync replica: %w", err)
+			return time.Time{}, 0, 0, fmt.Errorf("promoter: sync replica: %w", err)
 		}
 	}
 	for {
@@ -112,9 +113,9 @@ func (p *Promoter) promote(ctx context.Context, sh Shard, start, sealedEnd time.
 			continue // another promoter's row landed first: by it
 		}
 		if err != nil {
-			return time.Time{}, 0, err
+			return time.Time{}, 0, 0, err
 		}
-		return w.held[len(w.held)-1], w.records, nil
+		return w.held[len(w.held)-1], w.records, len(w.held), nil
 	}
 }
 

@@ -110,8 +110,11 @@ type Config struct {
 	// a record or two a second pays that once per Gather instead of once a
 	// second, and its records become readable up to Gather-Window later.
 	// Light: the shard's last run, by this promoter, took fewer than
-	// PageRows/10 records (a promoter that has run none yet counts it light:
-	// a backlog's windows are past their gathering already). Zero (the
+	// PageRows/10 records a window holding any (a promoter that has run
+	// none yet counts it light: a backlog's windows are past their
+	// gathering already). A rate, not a run's total: a gathered run of a
+	// steady few hundred records a second stays light, and a shard busy
+	// enough to fill a page in a few windows promotes each one at once. Zero (the
 	// default) or Window: every window as soon as it is sealed. At most
 	// MaxGather.
 	Gather time.Duration

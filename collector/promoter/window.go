@@ -128,7 +128,7 @@ func (p *Promoter) promoteOldest(ctx context.Context, sh Shard, always bool) (Lo
 		return l, nil
 	}
 	began := time.Now()
-	last, records, err := p.promote(ctx, sh, start, p.sealedEnd(f), !always)
+	last, records, windows, err := p.promote(ctx, sh, start, p.sealedEnd(f), !always)
 	if err != nil {
 		var b *errBlocked
 		if errors.As(err, &b) {
@@ -138,7 +138,7 @@ func (p *Promoter) promoteOldest(ctx context.Context, sh Shard, always bool) (Lo
 		return l, err
 	}
 	p.unblock(sh)
-	p.promoted(sh, last, records)
+	p.promoted(sh, last, records, windows)
 	p.busyNanos.Add(int64(time.Since(began)))
 	l.Promoted = true
 	return l, nil
