@@ -645,10 +645,15 @@ func clusterCheck(t *testing.T, db *clusterDB, tabs []clusterTab, left []string,
 			t.Errorf("stream %s: %d rows in itl_timelines, want 1", id, timelines[id])
 		}
 	}
+	// The client ids are matched by their hex: itl_streams' ids are
+	// FixedString(16), itl_promoted_ids' Strings, and a String compared
+	// with a set of FixedStrings meets them converted, their trailing zero
+	// bytes dropped (an id ending in 0x00, one in 256, did not match: this
+	// check failed once in a run of 20 streams).
 	want := fmt.Sprintf("(%d,%d,%d,%d,%d,%d)", streams, streams, streams, streams, streams, streams)
 	if got := db.one(t, `(SELECT count() FROM itl_promoted_ids WHERE site = ? AND kind = 'client'),
 		(SELECT uniqExact(stream_id) FROM itl_promoted_ids WHERE site = ? AND kind = 'client'),
-		(SELECT count() FROM itl_promoted_ids WHERE site = ? AND kind = 'client' AND stream_id GLOBAL IN (SELECT stream_id FROM itl_streams WHERE site = ?)),
+		(SELECT count() FROM itl_promoted_ids WHERE site = ? AND kind = 'client' AND hex(stream_id) GLOBAL IN (SELECT hex(stream_id) FROM itl_streams WHERE site = ?)),
 		(SELECT count() FROM itl_promoted_ids WHERE site = ? AND kind = 'origin'),
 		(SELECT uniqExact(stream_id) FROM itl_promoted_ids WHERE site = ? AND kind = 'origin'),
 		(SELECT count() FROM itl_promoted_ids WHERE site = ? AND kind = 'origin' AND stream_id GLOBAL IN (SELECT origin_id FROM itl_streams WHERE site = ?))`,
