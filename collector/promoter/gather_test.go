@@ -94,49 +94,42 @@ func TestGather(t *testing.T) {
 		}
 	})
 
-	t.Run("heavy does not wait", func(t *testing.T) {
-		t.Parallel()
-		db := newDB(t)
-		now := time.Now()
-		landInbox(t, db, append(clientRows(t, "heavy", 12, now.Add(-40*time.Second)), // over a tenth of a page (100)
-			clientRows(t, "next", 1, now.Add(-2*time.Second).Truncate(time.Second).Add(100*time.Millisecond))...))
-		p := newPromoter(t, db, gather)
-		// The first run: its window is past its gathering (40 s old).
-		if l := step(t, db, p); !l.Promoted {
-			t.Fatalf("first step: %+v, want the old window promoted", l)
-		}
-		if got := streams(t, db, "heavy"); got != 12 {
-			t.Fatalf("%d streams of the old window stored, want 12", got)
-		}
-		if l := step(t, db, p); !l.Promoted {
-			t.Fatalf("after a heavy run: %+v, want the sealed window promoted at once", l)
-		}
-		if got := streams(t, db, "next"); got != 1 {
-			t.Fatalf("%d streams of the recent window stored, want 1", got)
-		}
-	})
-
-	t.Run("spread stays light", func(t *testing.T) {
-		t.Parallel()
-		db := newDB(t)
-		now := time.Now()
-		var rows []store.InboxRow
-		for k := range 4 { // 12 records, 3 a window: a rate under a tenth of a page
-			rows = append(rows, clientRows(t, fmt.Sprintf("spread%d", k), 3, now.Add(time.Duration(k-40)*time.Second))...)
-		}
-		rows = append(rows, clientRows(t, "next", 1, now.Add(-2*time.Second).Truncate(time.Second).Add(100*time.Millisecond))...)
-		landInbox(t, db, rows)
-		p := newPromoter(t, db, gather)
-		if l := step(t, db, p); !l.Promoted {
-			t.Fatalf("first step: %+v, want the old windows promoted", l)
-		}
-		if got := streams(t, db, "spread"); got != 12 {
-			t.Fatalf("%d streams of the old windows stored, want 12", got)
-		}
-		if l := step(t, db, p); l.Promoted || l.Seals <= 0 {
-			t.Fatalf("after a light run: %+v, want the recent window gathering", l)
-		}
-	})
+	// A first run of 12 records an hour-old window or spread over four
+	// (past their gathering: promoted at once), then a recent window.
+	for _, tc := range []struct {
+		name    string
+		windows int  // holding the 12 records
+		heavy   bool // 12/windows >= PageRows/10 (10): the recent window is promoted at once
+	}{
+		{"heavy does not wait", 1, true},
+		{"spread stays light", 4, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			db := newDB(t)
+			now := time.Now()
+			var rows []store.InboxRow
+			for k := range tc.windows {
+				rows = append(rows, clientRows(t, fmt.Sprintf("old%d", k), 12/tc.windows, now.Add(time.Duration(k-40)*time.Second))...)
+			}
+			rows = append(rows, clientRows(t, "next", 1, now.Add(-2*time.Second).Truncate(time.Second).Add(100*time.Millisecond))...)
+			landInbox(t, db, rows)
+			p := newPromoter(t, db, gather)
+			if l := step(t, db, p); !l.Promoted {
+				t.Fatalf("first step: %+v, want the old windows promoted", l)
+			}
+			if got := streams(t, db, "old"); got != 12 {
+				t.Fatalf("%d streams of the old windows stored, want 12", got)
+			}
+			l := step(t, db, p)
+			if tc.heavy && !l.Promoted || !tc.heavy && (l.Promoted || l.Seals <= 0) {
+				t.Fatalf("after a run heavy=%v: %+v, want the recent window promoted at once: %v", tc.heavy, l, tc.heavy)
+			}
+			if got, want := streams(t, db, "next"), map[bool]uint64{true: 1}[tc.heavy]; got != want {
+				t.Fatalf("%d streams of the recent window stored, want %d", got, want)
+			}
+		})
+	}
 }
 
 func TestGatherBounds(t *testing.T) {
