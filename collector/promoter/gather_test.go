@@ -94,7 +94,7 @@ func TestGather(t *testing.T) {
 		}
 	})
 
-	// A first run of 12 records an hour-old window or spread over four
+	// A first run of 12 records in a window 40 s old or spread over four
 	// (past their gathering: promoted at once), then a recent window.
 	for _, tc := range []struct {
 		name    string
