@@ -114,9 +114,9 @@ type Config struct {
 	// none yet counts it light: a backlog's windows are past their
 	// gathering already). A rate, not a run's total: a gathered run of a
 	// steady few hundred records a second stays light, and a shard busy
-	// enough to fill a page in a few windows promotes each one at once. Zero (the
-	// default) or Window: every window as soon as it is sealed. At most
-	// MaxGather.
+	// enough to fill a page in a few windows promotes each one at once.
+	// Zero (the default) or Window: every window as soon as it is sealed.
+	// At most MaxGather.
 	Gather time.Duration
 	// PageRows is the most inbox rows read at once (with their payloads)
 	// in the windows this promoter starts; it finishes a window another
