@@ -137,14 +137,21 @@ func TestHeartbeatFailsPromotionGoesOn(t *testing.T) {
 }
 
 // A window of a backlog takes its leader longer than the takeover lag and
-// than the leader's TTL (60 pages of 10 rows): the leader beats between
+// than the leader's TTL (20 pages of 10 rows, each page's insert into
+// itl_streams held 1 s by a sleeping view): the leader beats between
 // pages and its pages count as progress, so the second promoter never
 // promotes the window with it. The takeover lag is derived from this
-// machine's pace: twice what a window of 10 pages took the leader alone, so
+// machine's pace: twice what a window of 3 pages took the leader alone, so
 // the time to the first page and every page after it stay well inside it
-// while the window of 60 pages outlasts it.
+// while the window of 20 pages outlasts it. The pages are slow by the
+// view's sleep rather than by their number: the test shows the same with a
+// fifth of the pages' engine CPU.
 func TestLeaderKeepsLeadInsideWindow(t *testing.T) {
 	db := newDB(t)
+	if err := db.Conn().Exec(t.Context(), `CREATE MATERIALIZED VIEW test_slow_pages ENGINE = Null AS
+		SELECT stream_id FROM itl_streams WHERE sleep(1) = 0`); err != nil {
+		t.Fatal(err)
+	}
 	hold := 100 * time.Millisecond
 	lead := newCollectorWith(t, db, promoter.Config{Hold: hold, Collector: "a-lead", PageRows: 10}, nil)
 	eventually(t, db, "SELECT uniqExact(collector) FROM itl_promoters", uint64(1))
@@ -166,7 +173,7 @@ func TestLeaderKeepsLeadInsideWindow(t *testing.T) {
 		}
 		return time.Duration(took * float64(time.Second))
 	}
-	pace := window("pace", 100)
+	pace := window("pace", 30)
 	takeover := max(3*time.Second, 2*pace)
 	// Real time: the leader's heartbeats are older than the second's (its
 	// id is the smaller too).
@@ -174,13 +181,13 @@ func TestLeaderKeepsLeadInsideWindow(t *testing.T) {
 		p.SetTakeover(takeover)
 	})
 	eventually(t, db, "SELECT uniqExact(collector) FROM itl_promoters", uint64(2))
-	took := window("lead", 600)
-	waitStats(t, lead.p, "both windows promoted by the leader", func(st promoter.Stats) bool { return st.Streams == 700 })
+	took := window("lead", 200)
+	waitStats(t, lead.p, "both windows promoted by the leader", func(st promoter.Stats) bool { return st.Streams == 230 })
 	if n, st := second.p.Pages(), second.p.Stats(); n != 0 || st.Windows != 0 {
 		t.Fatalf("second promoter: %d pages, stats %+v: want no page promoted (the window took the leader %v, its takeover lag %v)", n, st, took, takeover)
 	}
 	if took <= takeover {
 		t.Fatalf("the window took the leader %v, no longer than the takeover lag %v: nothing shown", took, takeover)
 	}
-	t.Logf("a window of 10 pages took the leader %v, one of 60 pages %v; the second's takeover lag %v", pace, took, takeover)
+	t.Logf("a window of 3 pages took the leader %v, one of 20 pages %v; the second's takeover lag %v", pace, took, takeover)
 }
