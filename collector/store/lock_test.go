@@ -295,11 +295,36 @@ func TestMigrateCutAtEveryStatement(t *testing.T) {
 	wantOneRowPerVersion(t, db)
 }
 
-// TestLeaseTakenOverAfterExpiry: a migrator that died holding the lock (its
+// TestLeases runs the tests of the schema lock's lease, whose assertions
+// are about time (leases expiring, renewed, given up), alone in the package:
+// before its parallel tests, as one serial test would, but two at a time
+// among themselves (-parallel), each on a database of its own. They mostly
+// wait out leases, so side by side they take about half the time one after
+// another does, without the package's heavy tests beside them.
+func TestLeases(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		test func(*testing.T)
+	}{
+		{"TakenOverAfterExpiry", leaseTakenOverAfterExpiry},
+		{"Renewed", leaseRenewed},
+		{"WaiterDoesNotClaimACompletedSchema", waiterDoesNotClaimACompletedSchema},
+		{"ReleasedByHand", leaseReleasedByHand},
+		{"ResumedByItsHolder", leaseResumedByItsHolder},
+		{"GivenUpWhenUnrenewable", leaseGivenUpWhenUnrenewable},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			tc.test(t)
+		})
+	}
+}
+
+// leaseTakenOverAfterExpiry: a migrator that died holding the lock (its
 // lease never renewed) holds up the next one only until the lease expires;
 // the next one logs whom it waits for, then takes the lock and applies the
 // schema.
-func TestLeaseTakenOverAfterExpiry(t *testing.T) {
+func leaseTakenOverAfterExpiry(t *testing.T) {
 	e := chtest.Engine(t)
 	db, log := openLogged(t, e, freshName("expiry"))
 	db.SetLeaseTiming(30*time.Second, 10*time.Second, 50*time.Millisecond)
@@ -328,10 +353,10 @@ func TestLeaseTakenOverAfterExpiry(t *testing.T) {
 	wantOneRowPerVersion(t, db)
 }
 
-// TestLeaseRenewed: a migration that runs longer than the lease keeps it
+// leaseRenewed: a migration that runs longer than the lease keeps it
 // (renewed), so a second migrator waits instead of taking it over, and
 // then finds the schema applied without taking the lock at all.
-func TestLeaseRenewed(t *testing.T) {
+func leaseRenewed(t *testing.T) {
 	e := chtest.Engine(t)
 	name := freshName("renew")
 	a, _ := openLogged(t, e, name)
@@ -386,12 +411,12 @@ func TestLeaseRenewed(t *testing.T) {
 	wantOneRowPerVersion(t, a)
 }
 
-// TestWaiterDoesNotClaimACompletedSchema: a holder records its last
+// waiterDoesNotClaimACompletedSchema: a holder records its last
 // migration and then releases the lease; a waiter whose last look found
 // work left, and that next finds the lease free, asks again before it
 // claims, and stops without a lease of its own (CI once saw the waiter take
 // a lease for nothing when the holder finished between its two reads).
-func TestWaiterDoesNotClaimACompletedSchema(t *testing.T) {
+func waiterDoesNotClaimACompletedSchema(t *testing.T) {
 	e := chtest.Engine(t)
 	name := freshName("waiter")
 	a, _ := openLogged(t, e, name)
@@ -458,11 +483,11 @@ func TestWaiterDoesNotClaimACompletedSchema(t *testing.T) {
 	}
 }
 
-// TestLeaseReleasedByHand: the release an operator inserts (docs/operating.md)
+// leaseReleasedByHand: the release an operator inserts (docs/operating.md)
 // ends a lease: its holder stops before its next statement with
 // ErrLeaseLost, and the next migrator takes the lock at once and completes
 // the schema.
-func TestLeaseReleasedByHand(t *testing.T) {
+func leaseReleasedByHand(t *testing.T) {
 	e := chtest.Engine(t)
 	name := freshName("release")
 	a, _ := openLogged(t, e, name)
@@ -497,10 +522,10 @@ func TestLeaseReleasedByHand(t *testing.T) {
 const releaseByHand = `INSERT INTO schema_lock (epoch, holder, seq, ttl_ms)
 SELECT max(epoch), 'released by hand', 4294967295, 0 FROM schema_lock`
 
-// TestLeaseResumedByItsHolder: a lease this migrator claimed without
+// leaseResumedByItsHolder: a lease this migrator claimed without
 // learning it (the claim's answer lost) or could not release is taken up
 // again by its next attempt, not waited out for its 30 s.
-func TestLeaseResumedByItsHolder(t *testing.T) {
+func leaseResumedByItsHolder(t *testing.T) {
 	e := chtest.Engine(t)
 	db, log := openLogged(t, e, freshName("resume"))
 	ctx := context.Background()
@@ -605,12 +630,12 @@ func (c *cutNet) Cut() {
 	}
 }
 
-// TestLeaseGivenUpWhenUnrenewable: a holder cut off from ClickHouse in the
+// leaseGivenUpWhenUnrenewable: a holder cut off from ClickHouse in the
 // middle of a migration cannot renew its lease; it gives the lease up
 // (ErrLeaseLost, before its next statement) instead of going on, and the
 // next migrator takes the lock once the lease has expired and completes
 // the schema.
-func TestLeaseGivenUpWhenUnrenewable(t *testing.T) {
+func leaseGivenUpWhenUnrenewable(t *testing.T) {
 	e := chtest.Engine(t)
 	name := freshName("cutoff")
 	cn := &cutNet{dial: e.DialContext}
