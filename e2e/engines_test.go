@@ -252,6 +252,10 @@ func TestEnginesPagehide(t *testing.T) {
 // abort), and the SDK's own abort works and is stored as aborted (see
 // TestOpenAISDK).
 func TestEnginesOpenAISDK(t *testing.T) {
+	// It times nothing (the abort lands in the server's 1 s pause, as in
+	// TestOpenAISDK, which is parallel too): beside the other parallel
+	// tests, sharing each engine's session one command at a time.
+	t.Parallel()
 	origins, c := engineOrigins(t)
 	laters := map[string]*Later{} // as in TestEnginesStored
 	var want string
