@@ -18,8 +18,8 @@ CHDB_DIR    := $(CACHE_DIR)/chdb-$(CHDB_VERSION)
 CHDB_LIB_PATH ?= $(CHDB_DIR)/node_modules/@chdb/lib-linux-x64-gnu/libchdb.so
 export CHDB_LIB_PATH
 # The real browser SDKs the e2e matrix streams through in Chromium (e2e/sdk_matrix_test.go):
-# e2e/sdkjs/package.json pins them exactly (openai 7.59.0, @anthropic-ai/sdk 1.15.0, ai 7.0.173,
-# ollama 0.6.4, cohere-ai 8.1.0, @google/genai 3.3.0, @mistralai/mistralai 2.7.0, groq-sdk 1.6.0,
+# e2e/sdkjs/package.json pins them exactly (openai 7.60.0, @anthropic-ai/sdk 1.17.0, ai 7.0.185,
+# ollama 0.6.4, cohere-ai 8.1.0, @google/genai 3.6.1, @mistralai/mistralai 2.7.0, groq-sdk 1.6.0,
 # @huggingface/inference 4.13.30) with esbuild 0.28.2 (its binary ships as an npm package), its package-lock.json
 # pins everything they pull in; `npm ci` installs them into a directory named by the lock's
 # hash, and esbuild bundles each entry (e2e/sdkjs/*.mjs) for the browser as one ESM file.
@@ -30,7 +30,7 @@ SDK_JS_DIR ?= $(SDK_JS_ROOT)/dist
 export SDK_JS_DIR
 SDK_JS_ENTRIES := $(wildcard $(SDK_JS_SRC)/*.mjs)
 # The OpenAI JS SDK unbundled (its ESM files as npm ships them), for the e2e tests that import it
-# as is: the pinned 7.59.0 above. Version 7 cancels the response body after `data: [DONE]`
+# as is: the pinned 7.60.0 above. Version 7 cancels the response body after `data: [DONE]`
 # (TestCancelAfterDone needs that).
 OPENAI_JS_DIR ?= $(SDK_JS_ROOT)/node_modules/openai
 export OPENAI_JS_DIR

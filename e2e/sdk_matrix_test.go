@@ -8,7 +8,7 @@ package e2e
 // What each SDK does to the body (read in the installed sources), and so why
 // each scenario exists:
 //
-//   - openai 7.59.0, Chat Completions (POST {baseURL}/chat/completions) and
+//   - openai 7.60.0, Chat Completions (POST {baseURL}/chat/completions) and
 //     Responses (POST {baseURL}/responses), both through Stream.fromSSEResponse:
 //     the client keeps the global fetch it saw when constructed
 //     (Shims.getDefaultFetch() in the constructor); the body is read with
@@ -21,14 +21,15 @@ package e2e
 //     reads until the body ends, after response.completed.
 //     stream.controller.abort() aborts the AbortController whose signal went
 //     to fetch, then cancels the reader.
-//   - @anthropic-ai/sdk 1.15.0 (POST {baseURL}/v1/messages): keeps the fetch
-//     it saw when constructed; parses SSE itself over
-//     ReadableStreamToAsyncIterable(body) and skips events without an
+//   - @anthropic-ai/sdk 1.17.0 (POST {baseURL}/v1/messages): keeps the fetch
+//     it saw when constructed; parses SSE itself over iterBody(body)
+//     (ReadableStreamToAsyncIterable; in 1.17, unlike 1.15, a TypeError the read
+//     throws becomes an APIConnectionError) and skips events without an
 //     `event:` line and `ping`s, so the endpoint must name every event. It
 //     reads until the body ends (no cancel after message_stop; an iterator
 //     dropped unfinished has its body cancelled by a FinalizationRegistry).
 //     stream.controller.abort() aborts the signal given to fetch.
-//   - ai 7.0.173, AbstractChat + DefaultChatTransport (what useChat runs):
+//   - ai 7.0.185, AbstractChat + DefaultChatTransport (what useChat runs):
 //     the transport calls `this.fetch ?? globalThis.fetch` at request time
 //     (never a stale reference), POSTs {id, messages, trigger, messageId} plus
 //     the request's body option to `api`, and pipes the body through

@@ -16,7 +16,7 @@ package e2e
 //     reader (core/stream) needs each event's JSON "type" (message-start,
 //     content-start, content-delta, content-end, message-end; the API names
 //     them in `event:` lines too). message-end's delta.usage.tokens.output_tokens.
-//   - @google/genai 3.3.0, models.generateContentStream (POST
+//   - @google/genai 3.6.1, models.generateContentStream (POST
 //     {baseUrl}/v1/models/MODEL:streamGenerateContent?alt=sse): the
 //     model is only in the path; events end with \r\n\r\n; no [DONE], the
 //     SDK reads to the end of the body; the last chunk has finishReason and
@@ -33,7 +33,7 @@ package e2e
 //     TGI's OpenAI-compatible chunks (role in every delta), usage with
 //     stream_options.include_usage, [DONE] (the SDK returns there and
 //     releases its reader).
-//   - openai 7.59.0 with a baseURL, as these providers document for JS:
+//   - openai 7.60.0 with a baseURL, as these providers document for JS:
 //     OpenRouter (": OPENROUTER PROCESSING" comments before and between the
 //     chunks, a usage chunk with no choices), DeepSeek (": keep-alive"
 //     comments), xAI, Together (choices[].text beside the delta), Fireworks;
