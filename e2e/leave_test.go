@@ -203,3 +203,123 @@ func TestLeaveAfterLastRead(t *testing.T) {
 		}
 	})
 }
+
+// replayChunks is the answer of TestLeaveReplaysInterleaved: a role chunk,
+// replayTokens content chunks 10 ms apart (each flushed: a read of its
+// own, so a stream's reads span several of the page's batches to the
+// Worker, which are posted every 250 ms) and [DONE].
+const replayTokens = 30
+
+func replayAnswer(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-cache")
+	rc := http.NewResponseController(w)
+	for i, chunk := range replayChunks() {
+		if i > 1 {
+			select {
+			case <-time.After(10 * time.Millisecond):
+			case <-r.Context().Done():
+				return
+			}
+		}
+		io.WriteString(w, chunk)
+		rc.Flush()
+	}
+}
+
+func replayChunks() []string {
+	out := []string{"data: {\"choices\":[{\"delta\":{\"role\":\"assistant\"}}]}\n\n"}
+	for i := range replayTokens {
+		out = append(out, fmt.Sprintf("data: {\"choices\":[{\"delta\":{\"content\":\"w%d \"}}]}\n\n", i))
+	}
+	return append(out, "data: [DONE]\n\n")
+}
+
+// TestLeaveReplaysInterleaved: the page keeps a copy of what it posts to
+// the module's Worker until the Worker's mirror shows the stream ended;
+// a page left before that measures the copy again on the main thread
+// (itlmon.timing.replayed). Two streams read at once, their reads
+// interleaved in the same batches and spread over several, and the page
+// left in the task of the last read: the Worker's answer to the stream
+// that ended last cannot have arrived, so at least that one is measured
+// again (the other too when it ended a moment before; otherwise the
+// Worker's mirror already had it whole), nothing fails, and both are
+// stored complete with every content event, read and byte, as the page
+// read them. Which copy is stored is not seen here: the Worker, which has
+// every batch, may send its own record of a stream as it goes, and the
+// collector keeps one per id.
+func TestLeaveReplaysInterleaved(t *testing.T) {
+	t.Parallel()
+	Browser(t)
+	o := StartOrigin(t)
+	o.Handle("/v1/replay", http.HandlerFunc(replayAnswer))
+	c := StartCollector(t, "e2e="+o.URL)
+	o.SetCollector(c.URL, "e2e")
+	p := NewPage(t, BrowserEngine(t, "chromium"))
+	NavigateIn(t, p, o.URL+"/?nomodule=1")
+	type read struct {
+		Model string `json:"model"`
+		Bytes int    `json:"bytes"`
+		Reads int    `json:"reads"`
+	}
+	type result struct {
+		Mode     string `json:"mode"`
+		Replayed int    `json:"replayed"`
+		Streams  []read `json:"streams"`
+	}
+	got := evalFor[result](t, p, time.Minute, `(async () => {
+  const f = document.createElement('iframe');
+  f.src = '/?init=' + encodeURIComponent('{}');
+  const loaded = new Promise(r => { f.onload = r; });
+  document.body.appendChild(f);
+  await loaded;
+  const w = f.contentWindow;
+  while (!w.itlmon && w.e2e.loaded !== 'error') await new Promise(r => setTimeout(r, 5));
+  if (!w.itlmon || !(await w.itlmon.ready)) throw new Error('itlmon not ready: ' + (w.itlmon && w.itlmon.timing.error));
+  return await new Promise((resolve, reject) => w.eval('(' + (async (resolve) => {
+    const out = { mode: itlmon.timing.mode, replayed: -1, streams: [] };
+    addEventListener('pagehide', () => { out.replayed = itlmon.timing.replayed; resolve(out); });
+    const one = async (model) => {
+      const resp = await fetch('/v1/replay', { method: 'POST', headers: { 'Content-Type': 'application/json' },
+        body: JSON.stringify({ model: model, stream: true }) });
+      const rd = resp.body.getReader(), s = { model: model, bytes: 0, reads: 0 };
+      for (;;) {
+        const x = await rd.read();
+        if (x.done) break;
+        s.bytes += x.value.byteLength;
+        s.reads++;
+      }
+      out.streams.push(s);
+    };
+    await Promise.all([one('replay-a'), one('replay-b')]);
+    frameElement.remove(); // pagehide, here and now
+  }) + ')')(resolve).catch(reject));
+})()`)
+	if got.Mode != "worker" || len(got.Streams) != 2 {
+		t.Fatalf("the page ran the module in mode %q and read %d streams; want the Worker and 2", got.Mode, len(got.Streams))
+	}
+	if got.Replayed < 1 || got.Replayed > 2 {
+		t.Errorf("itlmon.timing.replayed = %d, want 1 or 2: the stream that ended last measured again on the page", got.Replayed)
+	}
+	t.Logf("%d of the 2 streams measured again on the page", got.Replayed)
+	wantBytes := len(strings.Join(replayChunks(), ""))
+	rows := WaitStreams(t, c, "e2e", 2)
+	for _, s := range got.Streams {
+		if s.Bytes != wantBytes || s.Reads < 2 {
+			t.Fatalf("%s: the page read %d bytes in %d reads; want %d in several", s.Model, s.Bytes, s.Reads, wantBytes)
+		}
+		var r *StoredStream
+		for i := range rows {
+			if rows[i].Model == s.Model {
+				r = &rows[i]
+			}
+		}
+		switch {
+		case r == nil:
+			t.Errorf("%s: not stored", s.Model)
+		case r.Status != statusComplete || r.End != "body_end" || r.ContentEvents != replayTokens || r.Bytes != uint64(wantBytes) || int(r.Reads) != s.Reads:
+			t.Errorf("%s: stored %s/%s with %d content events, %d bytes in %d reads; want %s/body_end with %d, %d bytes in the page's %d reads",
+				s.Model, r.Status, r.End, r.ContentEvents, r.Bytes, r.Reads, statusComplete, replayTokens, wantBytes, s.Reads)
+		}
+	}
+}
