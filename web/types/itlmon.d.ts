@@ -101,8 +101,10 @@ interface ItlmonHostAPI {
 /** A copy of one stream the page keeps for a pagehide replay (itl-module.js workerAPI). */
 interface ItlmonKept {
   args: unknown[]; // the module's start arguments
-  reads: Uint8Array[]; // each read's bytes
+  reads: Uint8Array[]; // the bytes of its reads, one array per batch posted, in order
+  lens: number[]; // each read's length
   at: number[]; // and its performance.now() stamp
+  bytes: number; // the bytes kept (the sum of lens)
   msg: number; // the number of its last stream message to the Worker
   end: [number, number, number, string] | null; // at, kind, status, proto
   lost: boolean; // its reads passed the bound: it cannot be replayed
