@@ -36,7 +36,7 @@ func loadFixtures(t testing.TB) []fixture {
 			ct = "text/event-stream; charset=utf-8"
 		case ".ndjson":
 			ct = "application/x-ndjson"
-		case ".txt":
+		case ".txt", ".datastream": // .datastream: the AI SDK's data stream protocol, served as text/plain
 			ct = "text/plain; charset=utf-8"
 		default:
 			continue

@@ -338,6 +338,47 @@ func (m *Meter) classifyNDJSON(line []byte) bool {
 	return validJSON(line)
 }
 
+// aiData (the AI SDK's data stream protocol, "x-vercel-ai-data-stream: v1",
+// text/plain: AI SDK 3 and 4's default for useChat; its UI message stream,
+// AI SDK 5's, is SSE and FormatVercelAI): a line is a part, TYPE:JSON.
+// Content: text (0) and reasoning (g) with a non-empty string, a tool call's
+// arguments delta (c) with a non-empty argsTextDelta, and a whole tool call
+// (9) when its arguments did not come in deltas. The finish message (d)
+// reports usage.completionTokens and ends the stream; the steps' starts
+// and finishes (f, e), data (2), annotations (8), errors (3), tool results
+// (a), sources (h) and files (k) are not content.
+var aiDataPath = newJPath([]jnode{
+	0: {key: "argsTextDelta", parent: -1, want: '"'},
+	1: {key: "usage", parent: -1},
+	2: {key: "completionTokens", parent: 1},
+})
+
+func (m *Meter) aiData(line []byte) bool {
+	if len(line) < 3 || line[1] != ':' {
+		return false
+	}
+	v := line[2:]
+	switch line[0] {
+	case '0', 'g':
+		return len(v) > 2 && v[0] == '"' && validJSON(v)
+	case 'c':
+		if scanJSON(v, aiDataPath, &m.scan) && m.scan.hits&1 != 0 {
+			m.toolDeltas = true
+			return true
+		}
+	case '9':
+		return !m.toolDeltas && len(v) > 0 && v[0] == '{' && validJSON(v)
+	case 'd':
+		if scanJSON(v, aiDataPath, &m.scan) {
+			m.terminal = true
+			if t := m.scan.val(v, 2); t != nil {
+				m.setTokens(t)
+			}
+		}
+	}
+	return false
+}
+
 // ollama: content when message.content, message.thinking (chat) or response,
 // thinking (generate) is a non-empty string, or message.tool_calls is a
 // non-empty array. The final line ("done": true) reports eval_count and is

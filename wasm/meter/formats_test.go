@@ -30,6 +30,8 @@ var providerCases = []struct {
 	{"tgi.sse", FormatTGI, 9, 10, true, `"text":"Hello"`},
 	{"tgi_chat.sse", FormatOpenAIChat, 6, 7, true, `"content":"Hello"`},
 	{"generic_typed.sse", FormatSSE, 4, -1, false, `"token":"Hello"`},
+	{"vercel_ai_data.datastream", FormatVercelAIData, 11, 18, true, `g:"The user`},
+	{"vercel_ai_data_tools.datastream", FormatVercelAIData, 5, 23, true, `"argsTextDelta":"{`},
 }
 
 // TestProviderFormats: each provider's stream, fed whole, byte by byte and

@@ -95,7 +95,7 @@ func TestFramingFromContentType(t *testing.T) {
 		{"application/x-ndjson", frameNDJSON},
 		{"application/jsonl", frameNDJSON},
 		{"application/json; charset=utf-8", frameNDJSON},
-		{"text/plain; charset=utf-8", frameText},
+		{"text/plain; charset=utf-8", frameSniffData},
 		{"text/html", frameText},
 		{"", frameSniff},
 		{"application/octet-stream", frameSniff},
@@ -137,6 +137,49 @@ func TestSniff(t *testing.T) {
 			}
 			if tt.format == FormatText {
 				// One read = one event, each at its own read's time.
+				for i, st := range s.Timeline {
+					if st.At != Duration(i+1)*msec || st.Read != uint32(i) {
+						t.Fatalf("text stamp %d = %+v, want read %d at %v", i, st, i, Duration(i+1)*msec)
+					}
+				}
+			}
+		})
+	}
+}
+
+// TestDataStreamSniff: a text/plain body is the AI SDK's data stream when
+// its first line is a part (a type, a colon, a JSON value), else plain
+// text, one read one event, each at its own read's time however long its
+// first bytes were held.
+func TestDataStreamSniff(t *testing.T) {
+	long := `0:"` + strings.Repeat("x", 2*sniffBytes) + "\"\n"
+	tests := []struct {
+		name   string
+		reads  []string
+		format Format
+		events int
+	}{
+		{"data stream", []string{"f:{\"messageId\":\"m\"}\n0:\"Hi\"\n"}, FormatVercelAIData, 2},
+		{"first part split", []string{"0", ":\"H", "i\"\nd:{}\n"}, FormatVercelAIData, 2},
+		{"first part past the bytes held", []string{long[:40], long[40:]}, FormatVercelAIData, 1},
+		{"text", []string{"Hello ", "world"}, FormatText, 2},
+		{"text with a colon", []string{"1: first, ", "2: second"}, FormatText, 2},
+		{"text like a part, not JSON", []string{"a:{b}\n", "more"}, FormatText, 2},
+		{"text held a byte at a time", []string{"0", ":", " zero"}, FormatText, 3},
+		{"short text ended early", []string{"0:"}, FormatText, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			m := New(Options{ContentType: "text/plain; charset=utf-8"})
+			for i, r := range tt.reads {
+				m.Feed([]byte(r), Duration(i+1)*msec)
+			}
+			m.End(100*msec, StatusComplete, 200)
+			s := m.Summary()
+			if s.Format != tt.format || s.Events != tt.events {
+				t.Fatalf("format %v events %d, want %v %d", s.Format, s.Events, tt.format, tt.events)
+			}
+			if tt.format == FormatText {
 				for i, st := range s.Timeline {
 					if st.At != Duration(i+1)*msec || st.Read != uint32(i) {
 						t.Fatalf("text stamp %d = %+v, want read %d at %v", i, st, i, Duration(i+1)*msec)

@@ -75,6 +75,8 @@ const (
 	frameSSE
 	frameNDJSON
 	frameText
+	frameSniffData // text/plain, not decided yet: the AI SDK's data stream or plain text
+	frameData      // the AI SDK's data stream: a part per line (format.go, aiData)
 )
 
 // readStats counts what one network read carried.
@@ -120,6 +122,7 @@ type Meter struct {
 	endAt      Duration
 	terminal   bool // the format's terminal event arrived (Terminal)
 	typed      bool // generic SSE: an event carried a type (genericSSE)
+	toolDeltas bool // AI SDK data stream: a tool call's arguments came in deltas (aiData)
 
 	// Framing state.
 	bom      int8 // bytes of a leading UTF-8 BOM matched so far; -1 once past it
@@ -259,6 +262,8 @@ func framingFor(contentType string) framing {
 		equalFold(mt, "application/stream+json"),
 		equalFold(mt, "application/json"):
 		return frameNDJSON
+	case equalFold(mt, "text/plain"):
+		return frameSniffData
 	}
 	return frameText
 }
@@ -280,7 +285,7 @@ func (m *Meter) Feed(chunk []byte, at Duration) {
 	m.beginRead(at)
 	m.bytes += int64(len(chunk))
 	switch m.framing {
-	case frameSniff:
+	case frameSniff, frameSniffData:
 		m.sniffFeed(chunk, at)
 	case frameText:
 		m.event(true)
@@ -438,12 +443,16 @@ func (m *Meter) drain(at Duration, bodyEnd bool) Duration {
 	if at < m.lastAt {
 		at = m.lastAt
 	}
-	if m.framing == frameSniff && m.reads > 0 {
+	if (m.framing == frameSniff || m.framing == frameSniffData) && m.reads > 0 {
 		m.sniffDecide(true)
 	}
-	if m.framing == frameNDJSON && bodyEnd && len(m.carry) > 0 && m.reads > 0 {
+	if (m.framing == frameNDJSON || m.framing == frameData) && bodyEnd && len(m.carry) > 0 && m.reads > 0 {
 		m.curAt = at
-		m.ndjsonLine(m.carry)
+		if m.framing == frameData {
+			m.dataLine(m.carry)
+		} else {
+			m.ndjsonLine(m.carry)
+		}
 		m.carry = m.carry[:0]
 	}
 	return at
@@ -463,13 +472,20 @@ func (m *Meter) sniffFeed(chunk []byte, at Duration) {
 // sniffDecide chooses the framing once the held bytes are enough (or final),
 // and replays them. It reports whether the framing is now decided.
 func (m *Meter) sniffDecide(final bool) bool {
-	f, ok := sniffFraming(m.sniff, final || len(m.sniff) >= sniffBytes)
+	sniff := sniffFraming
+	if m.framing == frameSniffData {
+		sniff = sniffDataFraming
+	}
+	f, ok := sniff(m.sniff, final || len(m.sniff) >= sniffBytes)
 	if !ok {
 		return false
 	}
 	m.framing = f
-	if f == frameText {
+	switch f {
+	case frameText:
 		m.format = FormatText
+	case frameData:
+		m.format = FormatVercelAIData
 	}
 	// Replay: every held read in turn becomes the current read again. No
 	// event can have been dispatched before the framing was known, so the
@@ -507,7 +523,8 @@ var bomBytes = [3]byte{0xEF, 0xBB, 0xBF}
 
 // sniffFraming picks a framing from the first bytes of a body: SSE when the
 // first line is an SSE field or comment, NDJSON when it starts with '{' or
-// '[', else plain text. ok is false while more bytes could change the answer.
+// '[', the AI SDK's data stream when it is one of its parts (TYPE:JSON),
+// else plain text. ok is false while more bytes could change the answer.
 func sniffFraming(b []byte, final bool) (framing, bool) {
 	for k := 0; k < 3; k++ {
 		if k == len(b) {
@@ -546,10 +563,42 @@ func sniffFraming(b []byte, final bool) (framing, bool) {
 	if l == "" && !complete {
 		return frameText, false
 	}
+	return sniffDataFraming(b, final)
+}
+
+// sniffDataFraming tells a text/plain body that is the AI SDK's data stream
+// (its first line a part: a type, a colon and a JSON value) from plain
+// text. A first line longer than the bytes held (final) is judged by its
+// start: a type, a colon and what opens a JSON string, object or array.
+// Plain text is told at its first byte that cannot start a part.
+func sniffDataFraming(b []byte, final bool) (framing, bool) {
+	line, complete := b, false
+	if i := indexLineEnd(b); i >= 0 {
+		line, complete = b[:i], true
+	}
+	switch {
+	case len(line) > 0 && !isPartType(line[0]), len(line) > 1 && line[1] != ':':
+		return frameText, true
+	case complete:
+		if len(line) > 2 && validJSON(line[2:]) {
+			return frameData, true
+		}
+		return frameText, true
+	case len(line) > 2 && line[2] != '"' && line[2] != '{' && line[2] != '[':
+		return frameText, true
+	case !final:
+		return frameText, false
+	case len(line) > 2:
+		return frameData, true
+	}
 	return frameText, true
 }
 
-// frame runs SSE or NDJSON framing over p.
+// isPartType reports whether c is a data stream part's type: a digit or a
+// lowercase ASCII letter.
+func isPartType(c byte) bool { return c >= '0' && c <= '9' || c >= 'a' && c <= 'z' }
+
+// frame runs SSE, NDJSON or data stream framing over p.
 func (m *Meter) frame(p []byte) {
 	if m.bom >= 0 {
 		for len(p) > 0 && m.bom < 3 {
@@ -615,9 +664,12 @@ func (m *Meter) lines(p []byte) {
 			line = m.carry
 		}
 		m.skipLF = p[i] == '\r'
-		if m.framing == frameSSE {
+		switch m.framing {
+		case frameSSE:
 			m.sseLine(line)
-		} else {
+		case frameData:
+			m.dataLine(line)
+		default:
 			m.ndjsonLine(line)
 		}
 		m.carry = m.carry[:0]
@@ -701,6 +753,23 @@ func (m *Meter) ndjsonLine(line []byte) {
 	content := m.classifyNDJSON(line[i:j])
 	if m.trace != nil {
 		m.trace(line[i:j], content)
+	}
+	m.event(content)
+}
+
+// dataLine is one line of the AI SDK's data stream: one part, one event.
+func (m *Meter) dataLine(line []byte) {
+	j := len(line)
+	for j > 0 && isJSONSpace(line[j-1]) {
+		j--
+	}
+	if j == 0 {
+		return // blank lines are not events
+	}
+	m.scan.keep = false // line is in the caller's read buffer
+	content := m.aiData(line[:j])
+	if m.trace != nil {
+		m.trace(line[:j], content)
 	}
 	m.event(content)
 }

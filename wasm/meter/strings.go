@@ -98,6 +98,7 @@ var formatNames = [...]string{
 	FormatCohere:          "cohere",
 	FormatGemini:          "gemini",
 	FormatTGI:             "tgi",
+	FormatVercelAIData:    "vercel-ai-data",
 }
 
 // String returns the format's short name ("openai-chat", "anthropic", ...).

@@ -20,6 +20,7 @@ const (
 	FormatCohere                 // Cohere v2 chat SSE (content-delta, message-end)
 	FormatGemini                 // Google Gemini streamGenerateContent SSE (candidates[].content.parts[])
 	FormatTGI                    // Hugging Face TGI's native SSE (token, generated_text)
+	FormatVercelAIData           // Vercel AI SDK data stream protocol, AI SDK 3-4 (text/plain, 0:"text" lines)
 )
 
 // Status is how a stream ended.
@@ -85,7 +86,7 @@ func (d Duration) Seconds() float64 {
 // code past the end (a newer sender) has no name here: see Name.
 var (
 	FormatNames = [...]string{"unknown", "openai_chat", "openai_responses", "anthropic", "vercel_ai", "ollama",
-		"sse", "ndjson", "text", "cohere", "gemini", "tgi"}
+		"sse", "ndjson", "text", "cohere", "gemini", "tgi", "vercel_ai_data"}
 	StatusNames = [...]string{"open", "complete", "aborted", "error", "http_error"}
 	CauseNames  = [...]string{"none", "unknown", "network", "page", "origin"}
 	EndNames    = [...]string{"", "body_end", "closed_after_end", "abort", "error"}
