@@ -88,8 +88,8 @@ type Config struct {
 	MaxEmits      int           // content emit times kept per stream
 
 	// Measure decides which responses are measured, from the request and the
-	// response headers as written. Default: text/event-stream and NDJSON
-	// content types.
+	// response headers as written. Default (Streaming): text/event-stream
+	// and NDJSON content types, and the AI SDK's data stream.
 	Measure func(r *http.Request, h http.Header) bool
 	// Paths turns the request's path (percent-encoded, as a browser's
 	// location.pathname is, never the query) into the stored route. Default
@@ -155,9 +155,17 @@ func RedactedPaths(path string) string { return beacon.RedactPath(path) }
 // RawPaths keeps paths as they are (ids included).
 func RawPaths(path string) string { return path }
 
+// HeaderDataStream marks the AI SDK's data stream protocol (AI SDK 3 and
+// 4's useChat), served as text/plain: its value is the protocol's version.
+const HeaderDataStream = "X-Vercel-AI-Data-Stream"
+
 // Streaming reports whether the response is a token stream: its
-// Content-Type is text/event-stream or an NDJSON type.
+// Content-Type is text/event-stream or an NDJSON type, or it is the AI
+// SDK's data stream (HeaderDataStream).
 func Streaming(_ *http.Request, h http.Header) bool {
+	if h.Get(HeaderDataStream) != "" {
+		return true
+	}
 	mt, _, _ := strings.Cut(h.Get("Content-Type"), ";")
 	switch strings.ToLower(strings.TrimSpace(mt)) {
 	case "text/event-stream", "application/x-ndjson", "application/ndjson",

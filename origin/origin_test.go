@@ -355,6 +355,41 @@ func testNotStreaming(t *testing.T) {
 	}
 }
 
+// The AI SDK's data stream (text/plain, told by its header) is measured
+// by default: its parts are its events, its text parts the content, each
+// emitted when it was written.
+func TestDataStream(t *testing.T) { synctest.Test(t, testDataStream) }
+
+func testDataStream(t *testing.T) {
+	c := newFakeCollector(t, "k")
+	rp := newReporter(t, c, nil)
+	h, body := serve(t, rp, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		w.Header().Set(HeaderDataStream, "v1")
+		io.WriteString(w, `f:{"messageId":"msg-1"}`+"\n")
+		for i := range 4 {
+			time.Sleep(every)
+			fmt.Fprintf(w, "0:\"t%d \"\n", i)
+			w.(http.Flusher).Flush()
+		}
+		io.WriteString(w, `d:{"finishReason":"stop","usage":{"promptTokens":3,"completionTokens":5}}`+"\n")
+	})
+	if !hexID.MatchString(h.Get(HeaderStream)) || !strings.HasPrefix(body, `f:{"messageId":"msg-1"}`) {
+		t.Fatalf("%s = %q, body %q: want a measured stream, its body as written", HeaderStream, h.Get(HeaderStream), body)
+	}
+	o := c.next(t)
+	if got, want := meter.Format(o.Format), meter.FormatVercelAIData; got != want || o.ContentEvents != 4 || o.Events != 6 ||
+		len(o.EmitUs) != 4 || o.Status != uint8(meter.StatusComplete) {
+		t.Fatalf("format %v, %d content events of %d, emits %v, status %d; want %v, 4 of 6, 4, complete",
+			got, o.ContentEvents, o.Events, o.EmitUs, o.Status, want)
+	}
+	for k := 1; k < 4; k++ { // the handler slept `every` between text parts
+		if gap := time.Duration(o.EmitUs[k]-o.EmitUs[k-1]) * time.Microsecond; gap != every {
+			t.Fatalf("emit gap %d = %v, want the handler's sleep %v", k, gap, every)
+		}
+	}
+}
+
 // The wrapper keeps the ResponseWriter's optional interfaces working.
 func TestUnwrapAndHijack(t *testing.T) { synctest.Test(t, testUnwrapAndHijack) }
 

@@ -151,6 +151,7 @@ type Response struct {
 	Path        string // the request's path as sent (escaped), without the query
 	Status      int
 	ContentType string
+	DataStream  string        // origin.HeaderDataStream: the AI SDK's data stream, text/plain
 	StreamID    string        // origin.HeaderStream
 	RequestID   string        // origin.HeaderRequestID
 	Expose      string        // origin.HeaderExpose
@@ -180,11 +181,17 @@ type Stream struct {
 	maxEmits  int
 }
 
-// Begin decides whether the response is measured (a token stream: SSE or
-// NDJSON) and, when it is, keeps or assigns its stream id and starts the
-// meter. nil: not measured. newID makes a new stream id.
+// Begin decides whether the response is measured (a token stream: SSE,
+// NDJSON or the AI SDK's data stream) and, when it is, keeps or assigns its
+// stream id and starts the meter. nil: not measured. newID makes a new
+// stream id.
 func (c *Config) Begin(r Response, newID func() string) *Stream {
-	if !origin.Streaming(nil, http.Header{"Content-Type": {r.ContentType}}) {
+	rh := http.Header{}
+	rh.Set("Content-Type", r.ContentType)
+	if r.DataStream != "" {
+		rh.Set(origin.HeaderDataStream, r.DataStream)
+	}
+	if !origin.Streaming(nil, rh) {
 		return nil
 	}
 	s := &Stream{start: r.Start, headersAt: r.HeadersAt, status: r.Status, edge: r.Edge, maxEmits: c.MaxEmits}

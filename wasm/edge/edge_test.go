@@ -156,13 +156,23 @@ func TestStreamID(t *testing.T) {
 	}
 }
 
-// Responses that are not token streams are not measured.
+// Responses that are not token streams are not measured; text/plain is
+// when it is the AI SDK's data stream (its header).
 func TestNotMeasured(t *testing.T) {
 	c := Config{Collector: "https://c", Site: "chat"}
-	for _, ct := range []string{"application/json", "", "text/html", "text/event-streamx"} {
+	for _, ct := range []string{"application/json", "", "text/html", "text/event-streamx", "text/plain; charset=utf-8"} {
 		if s := c.Begin(Response{Path: "/v1/chat/completions", Status: 200, ContentType: ct}, func() string { return "x" }); s != nil {
 			t.Errorf("Content-Type %q measured", ct)
 		}
+	}
+	s := c.Begin(Response{Path: "/api/chat", Status: 200, ContentType: "text/plain; charset=utf-8", DataStream: "v1", Start: time.Now()},
+		func() string { return "x" })
+	if s == nil {
+		t.Fatal("the AI SDK's data stream is not measured")
+	}
+	s.Feed([]byte("f:{\"messageId\":\"m\"}\n0:\"Hi\"\n0:\" there\"\nd:{\"finishReason\":\"stop\",\"usage\":{\"promptTokens\":1,\"completionTokens\":2}}\n"), time.Now())
+	if o := s.End(time.Now(), meter.StopBodyEnd); meter.Format(o.Format) != meter.FormatVercelAIData || o.ContentEvents != 2 || o.Events != 4 {
+		t.Fatalf("format %v, %d content events of %d; want %v, 2 of 4", meter.Format(o.Format), o.ContentEvents, o.Events, meter.FormatVercelAIData)
 	}
 }
 

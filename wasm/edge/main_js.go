@@ -97,6 +97,7 @@ func (w *worker) begin(_ js.Value, args []js.Value) any {
 		Path:        str("path"),
 		Status:      info.Get("status").Int(),
 		ContentType: str("contentType"),
+		DataStream:  str("dataStream"),
 		StreamID:    str("streamID"),
 		RequestID:   str("requestID"),
 		Expose:      str("expose"),

@@ -217,6 +217,7 @@ function measure(api, req, resp, env, ctx, path, start, headersAt) {
     path,
     status: resp.status,
     contentType: h.get("Content-Type"),
+    dataStream: h.get("X-Vercel-AI-Data-Stream"),
     streamID: h.get("X-Itlmon-Stream"),
     requestID: h.get("X-Request-Id"),
     expose: h.get("Access-Control-Expose-Headers"),

@@ -41,7 +41,7 @@
     if (e && !k.off) load();
     return p.then(function (r) {
       var h = performance.now();
-      if (k.late || k.off || !/event-stream|ndjson/i.test(r.headers.get('content-type') || '')) return hand(r, a, t0, h);
+      if (k.late || k.off || !(/event-stream|ndjson/i.test(r.headers.get('content-type') || '') || r.headers.get('x-vercel-ai-data-stream'))) return hand(r, a, t0, h);
       load();
       return new Promise(function (res) {
         var go = function () { clearTimeout(tm); res(hand(r, a, t0, h)); };

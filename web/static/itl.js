@@ -12,8 +12,9 @@
  * What it does: replaces window.fetch with a thin shim as soon as it runs (and
  * offers the same shim as itlmon.fetch for clients that keep a fetch of their
  * own). The shim calls the page's ORIGINAL fetch first, and only for responses
- * matching the config (default: text/event-stream and application/x-ndjson,
- * plus URL patterns) hands the page a Response whose body is a stream pulled
+ * matching the config (default: text/event-stream, application/x-ndjson and
+ * the AI SDK's data stream (its x-vercel-ai-data-stream header), plus URL
+ * patterns) hands the page a Response whose body is a stream pulled
  * from the original one, stamping every network read with performance.now()
  * and staging a copy. A request that looks like a streamed completion is
  * measured from the moment it is issued, so an abort or a network error
@@ -728,7 +729,9 @@
     try {
       if (!on() || !resp.body || resp.status < 200 || resp.status > 599) return resp;
       var ct = resp.headers.get('content-type') || '';
-      if (!facts.urlMatch && !typeMatches(ct)) return resp;
+      // The AI SDK's data stream (AI SDK 3-4's useChat) is text/plain, told
+      // by its header: measured as a token stream is.
+      if (!facts.urlMatch && !typeMatches(ct) && !resp.headers.get('x-vercel-ai-data-stream')) return resp;
       if (resp.status === 204 || resp.status === 205 || resp.status === 304) return resp;
       var origin = resp.headers.get('x-itlmon-stream') || resp.headers.get('x-request-id') || '';
       var rec = begin(facts, t0, resp.status, ct.split(';')[0].trim().toLowerCase(), origin, headersAt);
