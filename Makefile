@@ -20,7 +20,7 @@ export CHDB_LIB_PATH
 # The real browser SDKs the e2e matrix streams through in Chromium (e2e/sdk_matrix_test.go):
 # e2e/sdkjs/package.json pins them exactly (openai 7.60.0, @anthropic-ai/sdk 1.17.0, ai 7.0.185,
 # ollama 0.6.4, cohere-ai 8.1.0, @google/genai 3.6.1, @mistralai/mistralai 2.7.0, groq-sdk 1.6.0,
-# @huggingface/inference 4.13.30) with esbuild 0.28.2 (its binary ships as an npm package), its package-lock.json
+# @huggingface/inference 4.13.30, and AI SDK 4's @ai-sdk/ui-utils 1.2.11) with esbuild 0.28.2 (its binary ships as an npm package), its package-lock.json
 # pins everything they pull in; `npm ci` installs them into a directory named by the lock's
 # hash, and esbuild bundles each entry (e2e/sdkjs/*.mjs) for the browser as one ESM file.
 SDK_JS_SRC  := e2e/sdkjs
@@ -133,7 +133,7 @@ $(SDK_JS_DIR)/versions.json: $(SDK_JS_ROOT)/.installed $(SDK_JS_ENTRIES)
 		--platform=browser --target=es2022 --log-level=warning --outdir=$(SDK_JS_DIR) --out-extension:.js=.mjs
 	@# versions.json: what was bundled, for the tests' logs.
 	cd $(SDK_JS_ROOT) && node -p 'JSON.stringify(Object.fromEntries(process.argv.slice(1).map(p => [p, JSON.parse(require("fs").readFileSync("node_modules/" + p + "/package.json")).version])))' \
-		openai @anthropic-ai/sdk ai ollama cohere-ai @google/genai @mistralai/mistralai groq-sdk @huggingface/inference esbuild > $@.tmp
+		openai @anthropic-ai/sdk ai @ai-sdk/ui-utils ollama cohere-ai @google/genai @mistralai/mistralai groq-sdk @huggingface/inference esbuild > $@.tmp
 	@mv $@.tmp $@
 
 deps-ts: $(TSC)

@@ -235,7 +235,7 @@ func startEdgeOrigin(t *testing.T, sink *edgeSink) (*Origin, *originStarts) {
 	})
 	o, starts := &Origin{mux: http.NewServeMux(), site: edgeSite}, &originStarts{}
 	o.mux.HandleFunc("GET /{$}", o.page)
-	for _, a := range []demo.API{demo.OpenAIChat, demo.OpenAIResponses, demo.Anthropic, demo.VercelUI, demo.Ollama} {
+	for _, a := range demo.APIs() {
 		o.mux.Handle(a.Path(), starts.wrap(rp.Handler(demo.Endpoint(a))))
 	}
 	o.mux.HandleFunc("/plain", func(w http.ResponseWriter, r *http.Request) {
@@ -547,6 +547,27 @@ func TestEdgeWorker(t *testing.T) {
 		}
 		if got := sink.next(t, before); got != id {
 			t.Fatalf("timelines for %q, the response carried %q (the Worker must keep the origin's id)", got, id)
+		}
+	})
+
+	// The AI SDK's data stream is text/plain: measured at both by its header.
+	t.Run("AI SDK data stream", func(t *testing.T) {
+		before := sink.len()
+		req, _ := http.NewRequest("POST", wd.URL+demo.VercelData.Path()+"?tokens=5&interval_ms=1", strings.NewReader(`{"model":"m"}`))
+		req.Header.Set(cfBlobHeader, edgeCFJSON())
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if ct := resp.Header.Get("Content-Type"); !strings.HasPrefix(ct, "text/plain") || resp.Header.Get(origin.HeaderDataStream) != "v1" {
+			t.Fatalf("through the Worker: Content-Type %q, %s %q", ct, origin.HeaderDataStream, resp.Header.Get(origin.HeaderDataStream))
+		}
+		or, ed := wantPair(t, sink.next(t, before), meter.StatusComplete)
+		if meter.Format(ed.Format) != meter.FormatVercelAIData || ed.ContentEvents != 5 {
+			t.Fatalf("edge: format %v, %d content events (origin: %v, %d); want %v, 5",
+				meter.Format(ed.Format), ed.ContentEvents, meter.Format(or.Format), or.ContentEvents, meter.FormatVercelAIData)
 		}
 	})
 

@@ -415,13 +415,13 @@ type Origin struct {
 // StartOrigin starts the page's server on its own port. Routes: "/" the test
 // page, "/v1/chat/completions" the demo SSE endpoint (cadence from the query;
 // see collector/demo) and the demo's other APIs ("/v1/responses",
-// "/v1/messages", "/api/ui-chat", "/api/chat"), "/plain" a JSON response
+// "/v1/messages", "/api/ui-chat", "/api/chat", "/api/data-chat"), "/plain" a JSON response
 // itlmon must not wrap.
 func StartOrigin(t testing.TB) *Origin {
 	t.Helper()
 	o := &Origin{mux: http.NewServeMux(), site: "e2e"}
 	o.mux.HandleFunc("GET /{$}", o.page)
-	for _, a := range []demo.API{demo.OpenAIChat, demo.OpenAIResponses, demo.Anthropic, demo.VercelUI, demo.Ollama} {
+	for _, a := range demo.APIs() {
 		o.mux.Handle(a.Path(), demo.Endpoint(a))
 	}
 	o.mux.HandleFunc("/plain", func(w http.ResponseWriter, r *http.Request) {

@@ -40,6 +40,13 @@ package e2e
 //     (the pipe chain never cancels after finish). chat.stop() aborts the
 //     request's AbortController (the fetch signal) and cancels the reader.
 //     The UI message stream reports no usage: stored tokens are content events.
+//   - @ai-sdk/ui-utils 1.2.11, callChatApi (what AI SDK 4's useChat runs):
+//     calls the global fetch at each call (getOriginalFetch), POSTs the
+//     request's body to `api`, and reads the data stream protocol (text/plain,
+//     X-Vercel-AI-Data-Stream: v1, a part a line: f: ... 0:"text" ... e:, d:)
+//     with body.getReader() until the body ends, never cancelling or
+//     releasing it; useChat's stop() aborts the AbortController whose signal
+//     went to fetch. The finish message (d:) reports completionTokens.
 //   - ollama 0.6.4, browser build (POST {host}/api/chat): keeps the fetch it
 //     saw when constructed (`config.fetch ?? fetch`); splits NDJSON on "\n"
 //     itself. At the line with `done: true` its iterator returns without
@@ -189,6 +196,27 @@ const drivers = {
       return { out, page };
     },
   },
+  ai4: {
+    make: () => ({}), // nothing kept: callChatApi takes the global fetch at each call
+    async data(_, o) {
+      const { out, page, content } = newOut();
+      const ctrl = new AbortController();
+      let seen = '', n = 0;
+      try {
+        await SDK.callChatApi({
+          api: '/api/data-chat', body: Object.assign({ messages: msgs, model: o.model }, o.cadence), streamProtocol: 'data',
+          abortController: () => ctrl, restoreMessagesOnFailure() {}, generateId: () => 'id-' + n++,
+          onUpdate({ message }) {
+            out.items++;
+            if (message.content.length > seen.length) { content(message.content.slice(seen.length)); seen = message.content; }
+            if (o.abortAt && out.content === o.abortAt) ctrl.abort(); // what useChat's stop() does
+          },
+          onFinish(message, { usage, finishReason }) { out.usage = usage.completionTokens; out.status = finishReason; },
+        });
+      } catch (e) { out.err = e.name || String(e); }
+      return { out, page };
+    },
+  },
   ollama: {
     make: () => new SDK.Ollama({ host: location.origin }),
     async chat(client, o) {
@@ -264,6 +292,7 @@ var sdkCases = []sdkCase{
 	{"openai-responses", "openai", "responses", "openai_responses", true},
 	{"anthropic", "anthropic", "messages", "anthropic", true},
 	{"ai-ui", "ai", "ui", "vercel_ai", false},
+	{"ai4-data", "ai4", "data", "vercel_ai_data", true},
 	{"ollama", "ollama", "chat", "ollama", true},
 }
 
@@ -366,7 +395,7 @@ func TestSDKMatrix(t *testing.T) {
 		}
 	}))
 
-	// The clients (openai, @anthropic-ai/sdk, ai, ollama) against the demo's
+	// The clients (openai, @anthropic-ai/sdk, ai, AI SDK 4's, ollama) against the demo's
 	// endpoints, each scenario; then the providers (sdk_providers_test.go).
 	t.Run("clients", func(t *testing.T) {
 		type check struct {
@@ -424,7 +453,7 @@ func TestSDKMatrix(t *testing.T) {
 			return ctx
 		}
 		start := time.Now()
-		for _, bundle := range []string{"openai", "anthropic", "ai", "ollama"} {
+		for _, bundle := range []string{"openai", "anthropic", "ai", "ai4", "ollama"} {
 			without := NewTab(t)
 			if OpenPage(t, without, o.URL+"/sdk-page?sdk="+bundle+"&nomodule=1") {
 				t.Fatalf("%s: itlmon ready on the page without it", bundle)

@@ -8,6 +8,7 @@
 //	/demo/v1/messages          Anthropic Messages SSE (Anthropic)
 //	/demo/api/ui-chat          Vercel AI SDK UI message stream SSE (VercelUI)
 //	/demo/api/chat             Ollama /api/chat NDJSON (Ollama)
+//	/demo/api/data-chat        Vercel AI SDK 3-4 data stream, text/plain (VercelData)
 //
 // Each stream is what the real API sends for a one-part text answer: its
 // opening events, one event per content token, its closing events with the
@@ -73,10 +74,20 @@ const (
 	Anthropic                  // Anthropic Messages: message_start ... message_stop
 	VercelUI                   // Vercel AI SDK UI message stream: start ... finish, then data: [DONE]
 	Ollama                     // Ollama /api/chat: NDJSON lines, the last with "done": true
+	VercelData                 // Vercel AI SDK 3-4 data stream: f: ... 0:"text" ... e:, d: (text/plain)
 )
 
 // apiPaths are the endpoints' paths under /demo, in API order.
-var apiPaths = [...]string{"/v1/chat/completions", "/v1/responses", "/v1/messages", "/api/ui-chat", "/api/chat"}
+var apiPaths = [...]string{"/v1/chat/completions", "/v1/responses", "/v1/messages", "/api/ui-chat", "/api/chat", "/api/data-chat"}
+
+// APIs are every API the demo endpoints speak.
+func APIs() []API {
+	out := make([]API, len(apiPaths))
+	for i := range out {
+		out[i] = API(i)
+	}
+	return out
+}
 
 // Path returns the API's endpoint path (without the /demo prefix).
 func (a API) Path() string { return apiPaths[a] }
@@ -128,7 +139,7 @@ const ConfigPath = "/demo/config.json"
 // the streaming endpoints (see the package doc). Mount it at "/demo/".
 func Handler(opts Options) http.Handler {
 	mux := http.NewServeMux()
-	for a := range API(len(apiPaths)) {
+	for _, a := range APIs() {
 		h := Endpoint(a)
 		if opts.Origin != nil {
 			h = opts.Origin(h)
@@ -201,9 +212,13 @@ func serve(w http.ResponseWriter, r *http.Request, a API) {
 // context ends.
 func Stream(w http.ResponseWriter, r *http.Request, p Params) {
 	h := w.Header()
-	if p.API == Ollama {
+	switch p.API {
+	case Ollama:
 		h.Set("Content-Type", "application/x-ndjson")
-	} else {
+	case VercelData:
+		h.Set("Content-Type", "text/plain; charset=utf-8")
+		h.Set("X-Vercel-AI-Data-Stream", "v1")
+	default:
 		h.Set("Content-Type", "text/event-stream; charset=utf-8")
 	}
 	h.Set("Cache-Control", "no-cache")
@@ -382,7 +397,7 @@ func (p Params) Writes() []Write {
 	for i := 0; i < p.Tokens; i += burst {
 		f.b.Reset()
 		for j := i; j < min(i+burst, p.Tokens); j++ {
-			if p.Comments && j%10 == 0 && p.API != Ollama {
+			if p.Comments && j%10 == 0 && p.API != Ollama && p.API != VercelData {
 				f.b.WriteString(": keep-alive" + f.nl + f.nl)
 			}
 			f.content(j)
@@ -437,6 +452,9 @@ func (f *framer) chatChunk(delta, finish string) string {
 		`,"choices":[{"index":0,"delta":` + delta + `,"finish_reason":` + fr + `}]}`
 }
 
+// data writes one data stream part: its type, a colon, its JSON value.
+func (f *framer) data(typ byte, value string) { f.b.WriteString(string(typ) + ":" + value + f.nl) }
+
 // ollama writes one Ollama /api/chat line.
 func (f *framer) ollama(content string, rest string) {
 	f.b.WriteString(`{"model":` + jsonString(f.p.Model) + `,"created_at":"2025-01-01T00:00:00Z","message":{"role":"assistant","content":` +
@@ -483,6 +501,8 @@ func (f *framer) open() {
 		f.vercel("start-step", "")
 		f.vercel("text-start", `,"id":"txt-0"`)
 	case Ollama:
+	case VercelData:
+		f.data('f', `{"messageId":"msg-demo"}`)
 	}
 }
 
@@ -500,6 +520,8 @@ func (f *framer) content(i int) {
 		f.vercel("text-delta", `,"id":"txt-0","delta":`+tok)
 	case Ollama:
 		f.ollama(Token(i), `"done":false`)
+	case VercelData:
+		f.data('0', tok)
 	}
 }
 
@@ -532,6 +554,10 @@ func (f *framer) close() {
 	case Ollama:
 		f.ollama("", `"done":true,"done_reason":"stop","total_duration":1000000,"load_duration":1000,"prompt_eval_count":12,`+
 			`"prompt_eval_duration":1000,"eval_count":`+usage+`,"eval_duration":1000000`)
+	case VercelData:
+		u := `{"promptTokens":12,"completionTokens":` + usage + `}`
+		f.data('e', `{"finishReason":"stop","usage":`+u+`,"isContinued":false}`)
+		f.data('d', `{"finishReason":"stop","usage":`+u+`}`)
 	}
 }
 

@@ -184,12 +184,15 @@ func TestHandlerStopsOnCancel(t *testing.T) {
 // TestAPIsMetered: every API's stream, fed write by write to the browser
 // module's own parser (wasm/meter) with the content type the endpoint sends,
 // is recognised as its format, with one content event per token, the usage's
-// token count, a 500 ms pause as one stall, and every SSE event or NDJSON line
-// valid JSON (or [DONE]).
+// token count, a 500 ms pause as one stall, and every SSE event, NDJSON line
+// or data stream part's value valid JSON (or [DONE]).
 func TestAPIsMetered(t *testing.T) {
 	formats := map[API]meter.Format{
 		OpenAIChat: meter.FormatOpenAIChat, OpenAIResponses: meter.FormatOpenAIResponses, Anthropic: meter.FormatAnthropic,
-		VercelUI: meter.FormatVercelAI, Ollama: meter.FormatOllama,
+		VercelUI: meter.FormatVercelAI, Ollama: meter.FormatOllama, VercelData: meter.FormatVercelAIData,
+	}
+	if len(formats) != len(apiPaths) {
+		t.Fatalf("%d APIs checked of %d", len(formats), len(apiPaths))
 	}
 	for a, want := range formats {
 		for _, crlf := range []bool{false, true} {
@@ -228,7 +231,15 @@ func TestAPIsMetered(t *testing.T) {
 				}
 				n := 0
 				for _, line := range strings.Split(strings.TrimSuffix(body, nl), nl) {
-					if a != Ollama {
+					switch a {
+					case Ollama:
+					case VercelData:
+						if len(line) < 3 || line[1] != ':' {
+							t.Errorf("not a data stream part: %q", line)
+							continue
+						}
+						line = line[2:]
+					default:
 						d, ok := strings.CutPrefix(line, "data: ")
 						if !ok {
 							continue
@@ -245,6 +256,9 @@ func TestAPIsMetered(t *testing.T) {
 				}
 				if a == VercelUI && rec.Header().Get("X-Vercel-AI-UI-Message-Stream") != "v1" {
 					t.Errorf("X-Vercel-AI-UI-Message-Stream = %q, want v1", rec.Header().Get("X-Vercel-AI-UI-Message-Stream"))
+				}
+				if a == VercelData && rec.Header().Get("X-Vercel-AI-Data-Stream") != "v1" {
+					t.Errorf("X-Vercel-AI-Data-Stream = %q, want v1", rec.Header().Get("X-Vercel-AI-Data-Stream"))
 				}
 			})
 		}
