@@ -246,6 +246,21 @@ func startEdgeOrigin(t *testing.T, sink *edgeSink) (*Origin, *originStarts) {
 	return o, starts
 }
 
+// postThrough POSTs body to url with the injected request.cf, reads the
+// response to its end and returns it (its body closed).
+func postThrough(t *testing.T, url, body string) *http.Response {
+	t.Helper()
+	req, _ := http.NewRequest("POST", url, strings.NewReader(body))
+	req.Header.Set(cfBlobHeader, edgeCFJSON())
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp
+}
+
 // workerd is the real workerd runtime serving the Go edge Worker (URL) and,
 // for comparison, a plain JavaScript pass-through Worker (JSURL), both in
 // front of the same origin.
@@ -533,14 +548,7 @@ func TestEdgeWorker(t *testing.T) {
 
 	t.Run("stream id kept and exposed", func(t *testing.T) {
 		before := sink.len()
-		req, _ := http.NewRequest("POST", wd.URL+"/v1/chat/completions?tokens=3&interval_ms=1", strings.NewReader(`{"model":"m","stream":true}`))
-		req.Header.Set(cfBlobHeader, edgeCFJSON())
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
+		resp := postThrough(t, wd.URL+"/v1/chat/completions?tokens=3&interval_ms=1", `{"model":"m","stream":true}`)
 		id := resp.Header.Get(origin.HeaderStream)
 		if !strings.Contains(resp.Header.Get(origin.HeaderExpose), origin.HeaderStream) || id == "" {
 			t.Fatalf("headers through the Worker: %s %q, %s %q", origin.HeaderStream, id, origin.HeaderExpose, resp.Header.Get(origin.HeaderExpose))
@@ -553,14 +561,7 @@ func TestEdgeWorker(t *testing.T) {
 	// The AI SDK's data stream is text/plain: measured at both by its header.
 	t.Run("AI SDK data stream", func(t *testing.T) {
 		before := sink.len()
-		req, _ := http.NewRequest("POST", wd.URL+demo.VercelData.Path()+"?tokens=5&interval_ms=1", strings.NewReader(`{"model":"m"}`))
-		req.Header.Set(cfBlobHeader, edgeCFJSON())
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
+		resp := postThrough(t, wd.URL+demo.VercelData.Path()+"?tokens=5&interval_ms=1", `{"model":"m"}`)
 		if ct := resp.Header.Get("Content-Type"); !strings.HasPrefix(ct, "text/plain") || resp.Header.Get(origin.HeaderDataStream) != "v1" {
 			t.Fatalf("through the Worker: Content-Type %q, %s %q", ct, origin.HeaderDataStream, resp.Header.Get(origin.HeaderDataStream))
 		}

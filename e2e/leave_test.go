@@ -21,13 +21,31 @@ const leaveTokens = 20
 // chunks 2 ms apart (each flushed: without the proxy they would be reads of
 // their own), and [DONE].
 func leaveAnswer(w http.ResponseWriter, r *http.Request) {
+	pacedAnswer(w, r, leaveChunks(), 2*time.Millisecond)
+}
+
+func leaveChunks() []string { return chatChunks(leaveTokens, "word") }
+
+// chatChunks are an OpenAI Chat answer of n content chunks (prefix0,
+// prefix1, ...): a role chunk first, [DONE] last.
+func chatChunks(n int, prefix string) []string {
+	out := []string{"data: {\"choices\":[{\"delta\":{\"role\":\"assistant\"}}]}\n\n"}
+	for i := range n {
+		out = append(out, fmt.Sprintf("data: {\"choices\":[{\"delta\":{\"content\":\"%s%d \"}}]}\n\n", prefix, i))
+	}
+	return append(out, "data: [DONE]\n\n")
+}
+
+// pacedAnswer writes chunks as an SSE answer, each flushed, every apart
+// from the first content chunk on; it stops when the request ends.
+func pacedAnswer(w http.ResponseWriter, r *http.Request, chunks []string, every time.Duration) {
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-cache")
 	rc := http.NewResponseController(w)
-	for i, chunk := range leaveChunks() {
+	for i, chunk := range chunks {
 		if i > 1 {
 			select {
-			case <-time.After(2 * time.Millisecond):
+			case <-time.After(every):
 			case <-r.Context().Done():
 				return
 			}
@@ -35,14 +53,6 @@ func leaveAnswer(w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, chunk)
 		rc.Flush()
 	}
-}
-
-func leaveChunks() []string {
-	out := []string{"data: {\"choices\":[{\"delta\":{\"role\":\"assistant\"}}]}\n\n"}
-	for i := range leaveTokens {
-		out = append(out, fmt.Sprintf("data: {\"choices\":[{\"delta\":{\"content\":\"word%d \"}}]}\n\n", i))
-	}
-	return append(out, "data: [DONE]\n\n")
 }
 
 // leaveDelays are the matrix's times from the answer's last read to the
@@ -211,29 +221,10 @@ func TestLeaveAfterLastRead(t *testing.T) {
 const replayTokens = 30
 
 func replayAnswer(w http.ResponseWriter, r *http.Request) {
-	w.Header().Set("Content-Type", "text/event-stream")
-	w.Header().Set("Cache-Control", "no-cache")
-	rc := http.NewResponseController(w)
-	for i, chunk := range replayChunks() {
-		if i > 1 {
-			select {
-			case <-time.After(10 * time.Millisecond):
-			case <-r.Context().Done():
-				return
-			}
-		}
-		io.WriteString(w, chunk)
-		rc.Flush()
-	}
+	pacedAnswer(w, r, replayChunks(), 10*time.Millisecond)
 }
 
-func replayChunks() []string {
-	out := []string{"data: {\"choices\":[{\"delta\":{\"role\":\"assistant\"}}]}\n\n"}
-	for i := range replayTokens {
-		out = append(out, fmt.Sprintf("data: {\"choices\":[{\"delta\":{\"content\":\"w%d \"}}]}\n\n", i))
-	}
-	return append(out, "data: [DONE]\n\n")
-}
+func replayChunks() []string { return chatChunks(replayTokens, "w") }
 
 // TestLeaveReplaysInterleaved: the page keeps a copy of what it posts to
 // the module's Worker until the Worker's mirror shows the stream ended;

@@ -125,25 +125,30 @@ func TestSniff(t *testing.T) {
 		{"short text ended early", []string{"da"}, FormatText, 1},
 	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			m := New(Options{})
-			for i, r := range tt.reads {
-				m.Feed([]byte(r), Duration(i+1)*msec)
+		t.Run(tt.name, func(t *testing.T) { checkSniffed(t, "", tt.reads, tt.format, tt.events) })
+	}
+}
+
+// checkSniffed feeds reads (10 ms apart) under the content type ct and
+// checks the format and the events found; plain text, one read one event,
+// each at its own read's time however long its bytes were held.
+func checkSniffed(t *testing.T, ct string, reads []string, format Format, events int) {
+	t.Helper()
+	m := New(Options{ContentType: ct})
+	for i, r := range reads {
+		m.Feed([]byte(r), Duration(i+1)*msec)
+	}
+	m.End(100*msec, StatusComplete, 200)
+	s := m.Summary()
+	if s.Format != format || s.Events != events {
+		t.Fatalf("format %v events %d, want %v %d", s.Format, s.Events, format, events)
+	}
+	if format == FormatText {
+		for i, st := range s.Timeline {
+			if st.At != Duration(i+1)*msec || st.Read != uint32(i) {
+				t.Fatalf("text stamp %d = %+v, want read %d at %v", i, st, i, Duration(i+1)*msec)
 			}
-			m.End(100*msec, StatusComplete, 200)
-			s := m.Summary()
-			if s.Format != tt.format || s.Events != tt.events {
-				t.Fatalf("format %v events %d, want %v %d", s.Format, s.Events, tt.format, tt.events)
-			}
-			if tt.format == FormatText {
-				// One read = one event, each at its own read's time.
-				for i, st := range s.Timeline {
-					if st.At != Duration(i+1)*msec || st.Read != uint32(i) {
-						t.Fatalf("text stamp %d = %+v, want read %d at %v", i, st, i, Duration(i+1)*msec)
-					}
-				}
-			}
-		})
+		}
 	}
 }
 
@@ -169,24 +174,7 @@ func TestDataStreamSniff(t *testing.T) {
 		{"short text ended early", []string{"0:"}, FormatText, 1},
 	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			m := New(Options{ContentType: "text/plain; charset=utf-8"})
-			for i, r := range tt.reads {
-				m.Feed([]byte(r), Duration(i+1)*msec)
-			}
-			m.End(100*msec, StatusComplete, 200)
-			s := m.Summary()
-			if s.Format != tt.format || s.Events != tt.events {
-				t.Fatalf("format %v events %d, want %v %d", s.Format, s.Events, tt.format, tt.events)
-			}
-			if tt.format == FormatText {
-				for i, st := range s.Timeline {
-					if st.At != Duration(i+1)*msec || st.Read != uint32(i) {
-						t.Fatalf("text stamp %d = %+v, want read %d at %v", i, st, i, Duration(i+1)*msec)
-					}
-				}
-			}
-		})
+		t.Run(tt.name, func(t *testing.T) { checkSniffed(t, "text/plain; charset=utf-8", tt.reads, tt.format, tt.events) })
 	}
 }
 
