@@ -42,7 +42,7 @@ TS_DIR      := $(CACHE_DIR)/typescript-$(TS_VERSION)
 TSC         := $(TS_DIR)/node_modules/typescript/bin/tsc
 # workerd, Cloudflare's Workers runtime (the binary ships in the npm package), runs the edge Worker
 # (wasm/edge) in the e2e tests and the edge report: pinned exactly, installed once, offline afterwards.
-WORKERD_VERSION := 1.20261117.1
+WORKERD_VERSION := 1.20261123.1
 WORKERD_DIR := $(CACHE_DIR)/workerd-$(WORKERD_VERSION)
 WORKERD_BIN ?= $(WORKERD_DIR)/node_modules/@cloudflare/workerd-linux-64/bin/workerd
 export WORKERD_BIN
