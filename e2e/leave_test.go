@@ -244,8 +244,8 @@ func TestLeaveReplaysInterleaved(t *testing.T) {
 	Browser(t)
 	o := StartOrigin(t)
 	o.Handle("/v1/replay", http.HandlerFunc(replayAnswer))
-	c := StartCollector(t, "e2e="+o.URL)
-	o.SetCollector(c.URL, "e2e")
+	c, site := SharedCollector(t)
+	o.SetCollector(c.URL, site)
 	p := NewPage(t, BrowserEngine(t, "chromium"))
 	NavigateIn(t, p, o.URL+"/?nomodule=1")
 	type read struct {
@@ -294,7 +294,7 @@ func TestLeaveReplaysInterleaved(t *testing.T) {
 	}
 	t.Logf("%d of the 2 streams measured again on the page", got.Replayed)
 	wantBytes := len(strings.Join(replayChunks(), ""))
-	rows := WaitStreams(t, c, "e2e", 2)
+	rows := WaitStreams(t, c, site, 2)
 	for _, s := range got.Streams {
 		// The reads are the network's: several here (a read per chunk, 10 ms
 		// apart), fewer on a starved machine; the stored row has as many.
