@@ -238,7 +238,8 @@ func replayChunks() []string { return chatChunks(replayTokens, "w") }
 // stored complete with every content event, read and byte, as the page
 // read them. Which copy is stored is not seen here: the Worker, which has
 // every batch, may send its own record of a stream as it goes, and the
-// collector keeps one per id.
+// collector keeps one per id. The page's copies are in arrays of 8 KB here
+// (testKeepBytes 64 KB), so a stream's batches are in several.
 func TestLeaveReplaysInterleaved(t *testing.T) {
 	t.Parallel()
 	Browser(t)
@@ -260,7 +261,7 @@ func TestLeaveReplaysInterleaved(t *testing.T) {
 	}
 	got := evalFor[result](t, p, time.Minute, `(async () => {
   const f = document.createElement('iframe');
-  f.src = '/?init=' + encodeURIComponent('{}');
+  f.src = '/?init=' + encodeURIComponent('{"testHooks":true,"testKeepBytes":65536}');
   const loaded = new Promise(r => { f.onload = r; });
   document.body.appendChild(f);
   await loaded;
@@ -314,6 +315,146 @@ func TestLeaveReplaysInterleaved(t *testing.T) {
 		case r.Status != statusComplete || r.End != "body_end" || r.ContentEvents != replayTokens || r.Bytes != uint64(wantBytes) || int(r.Reads) != s.Reads:
 			t.Errorf("%s: stored %s/%s with %d content events, %d bytes in %d reads; want %s/body_end with %d, %d bytes in the page's %d reads",
 				s.Model, r.Status, r.End, r.ContentEvents, r.Bytes, r.Reads, statusComplete, replayTokens, wantBytes, s.Reads)
+		}
+	}
+}
+
+// keptBound is the bound TestKeptCopyBounded sets on what the page keeps
+// for a pagehide replay (testKeepBytes; its arrays are an eighth of it).
+const keptBound = 32 << 10
+
+// keptLongChunks is the long answer of TestKeptCopyBounded: 60 content
+// chunks of ~1 KB, ~60 KB in all, past keptBound on its own.
+func keptLongChunks() []string { return chatChunks(60, strings.Repeat("x", 1000)) }
+
+// TestKeptCopyBounded: with the module in a Worker, the page keeps a copy of
+// the batches it posts until the Worker's mirror shows their streams ended,
+// copied into arrays it reuses, within a bound. Two streams read at once,
+// their reads in the same batches: a long one (~60 KB) and a short one
+// (~1.7 KB), the bound 32 KB (testKeepBytes). At every read the page looks
+// at what it keeps (itlmon._kept): the memory never passes the bound; the
+// long stream loses its copy (it could no longer be measured again at
+// pagehide) and the short one never does, its reads still kept after the
+// long one's went from the batches they shared; once the mirror shows both
+// ended nothing is kept. Both are stored complete: the Worker's records.
+func TestKeptCopyBounded(t *testing.T) {
+	t.Parallel()
+	Browser(t)
+	o := StartOrigin(t)
+	o.Handle("/v1/kept-long", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		pacedAnswer(w, r, keptLongChunks(), 10*time.Millisecond)
+	}))
+	o.Handle("/v1/replay", http.HandlerFunc(replayAnswer))
+	c, site := SharedCollector(t)
+	o.SetCollector(c.URL, site)
+	p := NewPage(t, BrowserEngine(t, "chromium"))
+	NavigateIn(t, p, o.URL+"/?nomodule=1")
+	type keptStream struct {
+		Pid   int  `json:"pid"`
+		Bytes int  `json:"bytes"`
+		Lost  bool `json:"lost"`
+	}
+	type keptState struct {
+		Streams   []keptStream `json:"streams"`
+		Batches   int          `json:"batches"`
+		Slabs     int          `json:"slabs"`
+		SlabBytes int          `json:"slabBytes"`
+		Spare     bool         `json:"spare"`
+	}
+	type read struct {
+		Model string `json:"model"`
+		Bytes int    `json:"bytes"`
+		Reads int    `json:"reads"`
+	}
+	type result struct {
+		Mode    string      `json:"mode"`
+		Streams []read      `json:"streams"`
+		Seen    []keptState `json:"seen"`  // at each read
+		After   keptState   `json:"after"` // once the mirror shows both ended
+	}
+	init, _ := json.Marshal(map[string]any{"testHooks": true, "testKeepBytes": keptBound})
+	got := evalFor[result](t, p, time.Minute, `(async () => {
+  const f = document.createElement('iframe');
+  f.src = '/?init=' + encodeURIComponent(`+strconv.Quote(string(init))+`);
+  const loaded = new Promise(r => { f.onload = r; });
+  document.body.appendChild(f);
+  await loaded;
+  const w = f.contentWindow;
+  while (!w.itlmon && w.e2e.loaded !== 'error') await new Promise(r => setTimeout(r, 5));
+  if (!w.itlmon || !(await w.itlmon.ready)) throw new Error('itlmon not ready: ' + (w.itlmon && w.itlmon.timing.error));
+  return await w.eval('(' + (async () => {
+    const out = { mode: itlmon.timing.mode, streams: [], seen: [], after: null };
+    const one = async (path, model) => {
+      const resp = await fetch(path, { method: 'POST', headers: { 'Content-Type': 'application/json' },
+        body: JSON.stringify({ model: model, stream: true }) });
+      const rd = resp.body.getReader(), s = { model: model, bytes: 0, reads: 0 };
+      for (;;) {
+        const x = await rd.read();
+        out.seen.push(itlmon._kept());
+        if (x.done) break;
+        s.bytes += x.value.byteLength;
+        s.reads++;
+      }
+      out.streams.push(s);
+    };
+    await Promise.all([one('/v1/kept-long', 'kept-long'), one('/v1/replay', 'kept-short')]);
+    for (;;) {
+      const k = itlmon._kept();
+      if (!k.streams.length) { out.after = k; return out; }
+      await new Promise(r => setTimeout(r, 20));
+    }
+  }) + ')()');
+})()`)
+	if got.Mode != "worker" || len(got.Streams) != 2 {
+		t.Fatalf("the page ran the module in mode %q and read %d streams; want the Worker and 2", got.Mode, len(got.Streams))
+	}
+	longBytes, shortBytes := len(strings.Join(keptLongChunks(), "")), len(strings.Join(replayChunks(), ""))
+	var longLost, shortKeptAfter bool
+	maxMem := 0
+	for i, k := range got.Seen {
+		maxMem = max(maxMem, k.SlabBytes)
+		if k.SlabBytes > keptBound {
+			t.Errorf("read %d: the page keeps %d bytes of copies (%d arrays, %d batches); the bound is %d", i, k.SlabBytes, k.Slabs, k.Batches, keptBound)
+		}
+		for _, s := range k.Streams {
+			switch {
+			case s.Lost && s.Bytes <= shortBytes:
+				t.Errorf("read %d: a stream of %d bytes lost its copy (%+v); only the long one (%d bytes) should", i, s.Bytes, k, longBytes)
+			case s.Lost:
+				longLost = true
+			case longLost && s.Bytes > 0 && s.Bytes <= shortBytes && k.Batches > 0:
+				shortKeptAfter = true
+			}
+		}
+	}
+	if !longLost {
+		t.Errorf("the long stream (%d bytes) never lost its copy past the bound of %d", longBytes, keptBound)
+	}
+	if !shortKeptAfter {
+		t.Errorf("the short stream's reads were not kept after the long stream lost its copy")
+	}
+	if a := got.After; len(a.Streams) != 0 || a.Batches != 0 || a.Slabs != 0 || a.SlabBytes != 0 {
+		t.Errorf("once both ended the page still keeps %+v; want nothing", a)
+	}
+	t.Logf("%d reads looked at; at most %d bytes of copies kept (bound %d); after: %+v", len(got.Seen), maxMem, keptBound, got.After)
+	want := map[string]int{"kept-long": longBytes, "kept-short": shortBytes}
+	rows := WaitStreams(t, c, site, 2)
+	for _, s := range got.Streams {
+		if s.Bytes != want[s.Model] {
+			t.Fatalf("%s: the page read %d bytes; want %d", s.Model, s.Bytes, want[s.Model])
+		}
+		var r *StoredStream
+		for i := range rows {
+			if rows[i].Model == s.Model {
+				r = &rows[i]
+			}
+		}
+		switch {
+		case r == nil:
+			t.Errorf("%s: not stored", s.Model)
+		case r.Status != statusComplete || r.End != "body_end" || r.Bytes != uint64(s.Bytes) || int(r.Reads) != s.Reads:
+			t.Errorf("%s: stored %s/%s with %d bytes in %d reads; want %s/body_end with the page's %d bytes in %d reads",
+				s.Model, r.Status, r.End, r.Bytes, r.Reads, statusComplete, s.Bytes, s.Reads)
 		}
 	}
 }

@@ -26,8 +26,9 @@
  *     it has open, as beacon batches, with how many of the page's stream
  *     messages they reflect;
  *   - a copy of every stream the latest mirror does not show ended: its
- *     start, its reads (bytes and stamps) and its end, as the page handed
- *     them over.
+ *     start and its end, as the page handed them over, and the batches
+ *     that hold its reads (bytes and stamps; a batch is copied whole, and
+ *     kept while a stream it holds is).
  * On pagehide it sends the mirror's records, and the streams the mirror
  * does not show ended (open ones, ended by the page at pagehide, and ones
  * whose last read or end the Worker had not answered yet: behind a
@@ -170,9 +171,13 @@
     });
   }
 
-  // KEEP_BYTES bounds the bytes of the streams' copies the page keeps for a
-  // pagehide replay (see workerAPI); MAX_BUSY the busy intervals kept.
+  // KEEP_BYTES bounds the memory of the streams' copies the page keeps for
+  // a pagehide replay (see workerAPI), which are copied into arrays of SLAB
+  // bytes (with testHooks, the page may set a smaller bound, testKeepBytes,
+  // and the slabs are an eighth of it); MAX_BUSY bounds the busy intervals
+  // kept.
   var KEEP_BYTES = 8 << 20;
+  var SLAB = 1 << 20;
   var MAX_BUSY = 256;
 
   // workerAPI is the module's API over messages to its Worker (the protocol
@@ -198,12 +203,22 @@
     /** @type {Uint8Array | null} */
     var open = null;
     var posted = 0, seen = 0;
-    // kept: a copy of each stream the mirror does not show ended, by page
-    // id; keptBytes: their reads' bytes; busy: recent busy intervals
-    // (start, end pairs); facts: the configuration the Worker's module got.
+    // kept: each stream the mirror does not show ended, by page id;
+    // batches: copies of the batches posted that hold reads of a kept
+    // stream, in order; slabs: the arrays they are in, the last one being
+    // filled, and slabBytes their size; spareSlab: one emptied, for the
+    // next; busy: recent busy intervals (start, end pairs); facts: the
+    // configuration the Worker's module got.
     /** @type {Map<number, ItlmonKept>} */
     var kept = new Map();
-    var keptBytes = 0;
+    /** @type {ItlmonKeptBatch[]} */
+    var batches = [];
+    /** @type {ItlmonSlab[]} */
+    var slabs = [];
+    var slabBytes = 0;
+    /** @type {Uint8Array | null} */
+    var spareSlab = null;
+    var keepBytes = env.keepBytes || KEEP_BYTES, slabSize = env.keepBytes ? env.keepBytes >> 3 : SLAB;
     /** @type {number[]} */
     var busy = [];
     /** @type {object | null} */
@@ -213,13 +228,76 @@
     var configs = [];
     /** @type {Array<[Uint8Array, Float64Array]>} */
     var spares = []; // staging buffers the Worker has given back: no allocation per batch
-    /** @param {ItlmonKept} k */
-    var forget = function (k) {
-      keptBytes -= k.bytes;
-      k.bytes = 0;
-      k.reads = [];
-      k.lens = [];
-      k.at = [];
+    /** @param {number} pid */
+    var needed = function (pid) {
+      var k = kept.get(pid);
+      return !!k && !k.lost;
+    };
+    // biggest is the stream with a copy that has read the most bytes.
+    /** @returns {ItlmonKept | null} */
+    var biggest = function () {
+      /** @type {ItlmonKept | null} */
+      var h = null;
+      kept.forEach(function (k) { if (!k.lost && (!h || k.bytes > h.bytes)) h = k; });
+      return h;
+    };
+    // prune drops the batches no kept stream needs any more, and the slabs
+    // left empty (the last one emptied is kept for the next batches).
+    var prune = function () {
+      batches = batches.filter(function (b) {
+        if (b.pids.some(needed)) return true;
+        b.slab.batches--;
+        return false;
+      });
+      slabs = slabs.filter(function (sl) {
+        if (sl.batches) return true;
+        slabBytes -= sl.bytes.byteLength;
+        if (sl.bytes.byteLength === slabSize) spareSlab = sl.bytes;
+        return false;
+      });
+    };
+    // compact copies what the kept streams need of the batches into one new
+    // array, leaving out the reads of the others: the way a stream that
+    // lost its copy gives back the memory of the batches it shared.
+    var compact = function () {
+      prune();
+      var size = 0;
+      var sizes = batches.map(function (b) {
+        var nb = 0, n = 0;
+        for (var j = 0; j < 4 * b.n; j += 4) {
+          if (needed(b.ops[j])) { nb += b.ops[j + 1]; n++; }
+        }
+        size += ((nb + 7) & ~7) + 32 * n;
+        return [nb, n];
+      });
+      var mem = new Uint8Array(size), at = 0;
+      /** @type {ItlmonSlab} */
+      var into = { bytes: mem, used: size, batches: batches.length };
+      batches = batches.map(function (b, i) {
+        var nb = sizes[i][0], n = sizes[i][1], opsAt = (at + nb + 7) & ~7;
+        var bytes = mem.subarray(at, at + nb), ops = new Float64Array(mem.buffer, opsAt, 4 * n);
+        for (var j = 0, off = 0, w = 0, o = 0; j < 4 * b.n; j += 4) {
+          var len = b.ops[j] >= 0 ? b.ops[j + 1] : 0;
+          if (needed(b.ops[j])) {
+            bytes.set(b.bytes.subarray(off, off + len), w);
+            ops.set(b.ops.subarray(j, j + 4), o);
+            w += len;
+            o += 4;
+          }
+          off += len;
+        }
+        at = opsAt + 32 * n;
+        return { slab: into, bytes: bytes, ops: ops, n: n, pids: b.pids.filter(needed) };
+      });
+      slabs = batches.length ? [into] : [];
+      slabBytes = batches.length ? size : 0;
+    };
+    // room is where a batch of nb bytes and n ops would be copied: the end
+    // of the last slab, or a new one (null) of size bytes.
+    /** @param {number} nb @param {number} n */
+    var room = function (nb, n) {
+      var need = nb + 7 + 32 * n, sl = slabs[slabs.length - 1];
+      return sl && sl.used + need <= sl.bytes.byteLength ? sl : null;
     };
     var settle = function () {
       if (ends.size) return;
@@ -245,7 +323,9 @@
           open = m[2];
           seen = m[3];
           // A stream the mirror shows ended is in held (or was sent): its copy goes.
-          kept.forEach(function (k, pid) { if (k.end && k.msg <= seen) { forget(k); kept.delete(pid); } });
+          var gone = 0;
+          kept.forEach(function (k, pid) { if (k.end && k.msg <= seen) { kept.delete(pid); gone++; } });
+          if (gone) prune();
           break;
         case 'b': if (spares.length < 2) spares.push([new Uint8Array(m[1]), new Float64Array(m[2])]); break;
         case 'c': (configs.shift() || function () {})(m[1]); break;
@@ -284,61 +364,71 @@
         return new Promise(function (resolve) { configs.push(resolve); w.postMessage(['c', f]); });
       },
       start: function (pid, args) {
-        kept.set(pid, { args: args, reads: [], lens: [], at: [], bytes: 0, msg: ++posted, end: null, lost: false });
+        kept.set(pid, { args: args, bytes: 0, msg: ++posted, end: null, lost: false });
         w.postMessage(/** @type {unknown[]} */ (['s', pid]).concat(args));
       },
       feed: function (stage, nb, ops, n) {
-        var msg = ++posted, i, off, len, k, c;
-        // The stage goes to the Worker: the reads kept are copied, into one
-        // array per stream and batch, with each read's length and stamp
-        // beside it. No allocation per read (a view per read cost the page
-        // more than the read): a stream's reads that follow each other in
-        // the stage are copied as one run, one view and one copy.
-        /** @type {Map<number, [Uint8Array, number]>} */
-        var into = new Map();
+        var msg = ++posted, i, pid, last = -1;
+        // The stage goes to the Worker; what a replay needs is kept as a
+        // copy of the whole batch (two copies in the browser's own code, no
+        // work per read but this loop): the streams it holds, in the order
+        // they first read in it, each looked up once per run of its reads.
+        /** @type {number[]} */
+        var pids = [];
+        /** @type {ItlmonKept | undefined} */
+        var cur;
         for (i = 0; i < 4 * n; i += 4) {
-          k = ops[i] >= 0 ? kept.get(ops[i]) : undefined;
-          if (!k || k.lost) continue;
-          c = into.get(ops[i]);
-          if (c) c[1] += ops[i + 1]; else into.set(ops[i], [stage, ops[i + 1]]);
-        }
-        into.forEach(function (c, pid) {
-          c[0] = new Uint8Array(c[1]);
-          c[1] = 0;
-          /** @type {ItlmonKept} */ (kept.get(pid)).reads.push(c[0]);
-        });
-        /** @type {[Uint8Array, number] | undefined} */
-        var run; // the run being gathered: into c[0] at c[1], from the stage at from
-        var from = 0, to = 0;
-        for (i = 0, off = 0; i < 4 * n; i += 4) {
-          len = ops[i + 1];
-          if (ops[i] < 0) {
+          pid = ops[i];
+          if (pid < 0) {
             busy.push(ops[i + 2], ops[i + 3]);
             if (busy.length > 2 * MAX_BUSY) busy.splice(0, 2);
             continue;
           }
-          k = kept.get(ops[i]);
-          if (k) {
-            k.msg = msg;
-            if (!k.lost && keptBytes + len > KEEP_BYTES) { k.lost = true; forget(k); }
-            c = k.lost ? undefined : into.get(ops[i]); // there: not lost in the first pass either
-            if (c) {
-              if (c !== run || to !== off) {
-                if (run) run[0].set(stage.subarray(from, to), run[1] - (to - from));
-                run = c;
-                from = off;
-              }
-              to = off + len;
-              k.lens.push(len);
-              k.at.push(ops[i + 2]);
-              c[1] += len;
-              k.bytes += len;
-              keptBytes += len;
+          if (pid !== last) {
+            last = pid;
+            cur = kept.get(pid);
+            if (cur && cur.msg !== msg) {
+              cur.msg = msg;
+              if (!cur.lost) pids.push(pid);
             }
           }
-          off += len;
+          if (cur) cur.bytes += ops[i + 1];
         }
-        if (run) run[0].set(stage.subarray(from, to), run[1] - (to - from));
+        // Past the bound, the stream with the most bytes kept loses its
+        // copy (it cannot be replayed; the mirror's view of it is sent
+        // instead), and the memory it held goes, until the batch fits: one
+        // long stream does not take the streams beside it along. The
+        // batches it shared with others are copied without it only when
+        // dropping those it had alone was not enough.
+        var need = nb + 7 + 32 * n;
+        var over = function () { return !room(nb, n) && slabBytes + Math.max(need, slabSize) > keepBytes; };
+        while (pids.length && over()) {
+          var hog = biggest();
+          if (!hog) break;
+          hog.lost = true;
+          pids = pids.filter(needed);
+          prune();
+          if (over()) compact();
+        }
+        if (pids.length) {
+          var sl = room(nb, n);
+          if (!sl) {
+            var mem = need > slabSize ? new Uint8Array(need) : spareSlab || new Uint8Array(slabSize);
+            if (mem === spareSlab) spareSlab = null;
+            sl = { bytes: mem, used: 0, batches: 0 };
+            slabs.push(sl);
+            slabBytes += mem.byteLength;
+          }
+          // Into memory kept from batch to batch: a fresh array per batch
+          // (stage.slice) cost the page more than all of the batch's reads.
+          var at = sl.used, opsAt = (at + nb + 7) & ~7;
+          var bytes = sl.bytes.subarray(at, at + nb), kops = new Float64Array(sl.bytes.buffer, opsAt, 4 * n);
+          bytes.set(stage.subarray(0, nb));
+          kops.set(ops.subarray(0, 4 * n));
+          sl.used = opsAt + 32 * n;
+          sl.batches++;
+          batches.push({ slab: sl, bytes: bytes, ops: kops, n: n, pids: pids });
+        }
         var next = spares.pop() || [new Uint8Array(stage.length), new Float64Array(ops.length)];
         // ArrayBuffers, not their views: Chromium posts a view several
         // times slower (measured: 95 vs 14 µs for 72 KB).
@@ -358,17 +448,23 @@
         // on the page, the module fails), the mirror's open streams as the
         // Worker last saw them. The fresh ones first: the browser bounds
         // the bytes of beacons in flight.
-        /** @type {ItlmonKept[]} */
+        /** @type {Array<{pid: number, k: ItlmonKept}>} */
         var left = [];
         var whole = true;
-        kept.forEach(function (k) { if (k.msg > seen) { left.push(k); whole = whole && !k.lost; } });
-        if (left.length && !(whole && replay(env, mod, facts, left, busy))) beacon(beaconURL, open);
+        kept.forEach(function (k, pid) { if (k.msg > seen) { left.push({ pid: pid, k: k }); whole = whole && !k.lost; } });
+        if (left.length && !(whole && replay(env, mod, facts, left, batches, busy))) beacon(beaconURL, open);
         beacon(beaconURL, held);
         w.postMessage(['h']);
       },
       pageshow: function () { w.postMessage(['p']); },
       settled: function () {
         return new Promise(function (r) { waiting.push(r); settle(); });
+      },
+      kept: function () {
+        /** @type {Array<{pid: number, bytes: number, lost: boolean}>} */
+        var streams = [];
+        kept.forEach(function (k, pid) { streams.push({ pid: pid, bytes: k.bytes, lost: k.lost }); });
+        return { streams: streams, batches: batches.length, slabs: slabs.length, slabBytes: slabBytes, spare: !!spareSlab };
       },
       query: function (what, arg) {
         var q = nq++;
@@ -385,8 +481,11 @@
   // its own beacon: no socket (beaconOnly). The same meter on the same bytes
   // and stamps gives the records the Worker would have sent. False when it
   // could not.
-  /** @param {ItlmonHostEnv} env @param {WebAssembly.Module | null} mod @param {object | null} facts @param {ItlmonKept[]} left @param {number[]} busy */
-  function replay(env, mod, facts, left, busy) {
+  /**
+   * @param {ItlmonHostEnv} env @param {WebAssembly.Module | null} mod @param {object | null} facts
+   * @param {Array<{pid: number, k: ItlmonKept}>} left @param {ItlmonKeptBatch[]} batches @param {number[]} busy
+   */
+  function replay(env, mod, facts, left, batches, busy) {
     var Go = g.__itlmon_wasm_exec && g.__itlmon_wasm_exec.Go;
     if (!mod || !facts || typeof Go !== 'function') return false;
     /** @type {ItlmonGo | null} */
@@ -405,33 +504,36 @@
     var a = /** @type {ItlmonGo} */ (m);
     try {
       if (a.configure(Object.assign({}, facts, { beaconOnly: true })) !== true) return false;
-      var ids = [], nb = 0, n = busy.length / 2, i, j;
+      /** @type {Map<number, number>} */
+      var ids = new Map(); // the page's ids of the streams left to the module's
+      var i, j, pid, id;
       for (i = 0; i < left.length; i++) {
-        var id = a.start.apply(a, left[i].args);
-        ids.push(typeof id === 'number' && id >= 0 ? id : UNMEASURED);
-        nb += left[i].bytes;
-        n += left[i].lens.length;
+        id = a.start.apply(a, left[i].k.args);
+        ids.set(left[i].pid, typeof id === 'number' && id >= 0 ? id : UNMEASURED);
       }
-      // One batch: every read, then the busy intervals (each marks the
-      // streams open at its end).
-      var bytes = new Uint8Array(nb), ops = new Float64Array(4 * n), off = 0, o = 0;
-      for (i = 0; i < left.length; i++) {
-        var k = left[i];
-        for (j = 0; j < k.reads.length; j++) {
-          bytes.set(k.reads[j], off);
-          off += k.reads[j].byteLength;
+      // The batches as they were posted, the reads of other streams under
+      // UNMEASURED and the busy intervals left out, then the busy intervals
+      // (each marks the streams open at its end).
+      for (i = 0; i < batches.length; i++) {
+        var b = batches[i];
+        if (!b.pids.some(function (p) { return ids.has(p); })) continue;
+        var ops = new Float64Array(b.ops); // the kept copy stays as it is: the page may come back
+        for (j = 0; j < 4 * b.n; j += 4) {
+          pid = ops[j];
+          id = pid >= 0 ? ids.get(pid) : undefined;
+          ops[j] = id === undefined ? UNMEASURED : id;
         }
-        for (j = 0; j < k.lens.length; j++) {
-          ops[o] = ids[i]; ops[o + 1] = k.lens[j]; ops[o + 2] = k.at[j];
-          o += 4;
-        }
+        a.feed(b.bytes, new Uint8Array(ops.buffer), b.n);
       }
-      for (i = 0; i < busy.length; i += 2) { ops[o] = -1; ops[o + 2] = busy[i]; ops[o + 3] = busy[i + 1]; o += 4; }
-      if (n) a.feed(bytes, new Uint8Array(ops.buffer), n);
+      var n = busy.length / 2, o = 0;
+      var bops = new Float64Array(4 * n);
+      for (i = 0; i < busy.length; i += 2) { bops[o] = -1; bops[o + 2] = busy[i]; bops[o + 3] = busy[i + 1]; o += 4; }
+      if (n) a.feed(new Uint8Array(0), new Uint8Array(bops.buffer), n);
       var out = new Uint8Array(8 * env.summaryFields);
       for (i = 0; i < left.length; i++) {
-        var e = left[i].end || [performance.now(), 5, 0, ''];
-        if (ids[i] !== UNMEASURED) a.end(ids[i], e[0], e[1], e[2], e[3], out);
+        var e = left[i].k.end || [performance.now(), 5, 0, ''];
+        id = ids.get(left[i].pid);
+        if (id !== UNMEASURED) a.end(/** @type {number} */ (id), e[0], e[1], e[2], e[3], out);
       }
       a.pagehide();
       env.timing.replayed = left.length;

@@ -148,6 +148,9 @@
     debug: false,
     flushMs: 0,
     testHooks: false,
+    // testKeepBytes: with testHooks, a smaller bound for what the page keeps
+    // for a pagehide replay with the module in a Worker (itl-module.js).
+    testKeepBytes: 0,
   };
 
   /** @type {(ok: boolean) => void} */
@@ -1056,7 +1059,7 @@
     }).then(function (host) {
       if (host.protocol !== PROTOCOL) throw new Error('itl-module.js speaks protocol ' + host.protocol + ', want ' + PROTOCOL);
       return host.start({ collector: col, worker: cfg.worker !== false, summaryFields: SUMMARY.length, fetch: origFetch,
-        fail: fail, timing: timing, nonce: nonce });
+        fail: fail, timing: timing, nonce: nonce, keepBytes: cfg.testHooks && +cfg.testKeepBytes > 0 ? +cfg.testKeepBytes : 0 });
     }).then(function (a) {
       if (broken) return;
       return a.configure(moduleConfig()).then(function (ok) {
@@ -1226,6 +1229,9 @@
     _collected: function () { if (cfg.testHooks) measured.forEach(function (r) { r.collected = true; }); },
     /** @param {number} ms */
     _sweep: function (ms) { return cfg.testHooks ? sweep(ms) : 0; },
+    // _kept() is what the page keeps for a pagehide replay with the module
+    // in a Worker, null otherwise (testHooks only).
+    _kept: function () { return cfg.testHooks && api && api.kept ? api.kept() : null; },
     // __module is how itl-module.js hands over its host.
     /** @param {ItlmonHost} host */
     __module: function (host) { if (onHost) { var f = onHost; onHost = null; f(host); } },

@@ -61,6 +61,7 @@ interface ItlmonHostEnv {
   fail(msg: string, e?: unknown): void; // turns measuring off for good
   timing: { workerError: string; replayed: number };
   nonce: string; // the tag's CSP nonce, for the scripts the host adds
+  keepBytes: number; // the bound of the pagehide copies in a Worker; 0: the default (testHooks only)
 }
 
 /** What itl.js hands the module's configure (itl-module.js adds what it knows of the browser). */
@@ -96,18 +97,33 @@ interface ItlmonHostAPI {
   pageshow(): void;
   settled(): Promise<void>;
   query(what: string, arg?: unknown): Promise<any>;
+  // kept: what the page keeps for a pagehide replay (a Worker only; itlmon._kept, for tests)
+  kept?(): { streams: Array<{ pid: number; bytes: number; lost: boolean }>; batches: number; slabs: number; slabBytes: number; spare: boolean };
 }
 
 /** A copy of one stream the page keeps for a pagehide replay (itl-module.js workerAPI). */
 interface ItlmonKept {
   args: unknown[]; // the module's start arguments
-  reads: Uint8Array[]; // the bytes of its reads, one array per batch posted, in order
-  lens: number[]; // each read's length
-  at: number[]; // and its performance.now() stamp
-  bytes: number; // the bytes kept (the sum of lens)
+  bytes: number; // the bytes of its reads so far
   msg: number; // the number of its last stream message to the Worker
   end: [number, number, number, string] | null; // at, kind, status, proto
   lost: boolean; // its reads passed the bound: it cannot be replayed
+}
+
+/** A copy of a batch posted to the Worker, kept for a pagehide replay (itl-module.js). */
+interface ItlmonKeptBatch {
+  slab: ItlmonSlab; // the memory it is in
+  bytes: Uint8Array; // the batch's bytes
+  ops: Float64Array; // its operations as staged: page ids, lengths, stamps, busy intervals
+  n: number; // how many
+  pids: number[]; // the kept streams that read in it
+}
+
+/** An array kept batches are copied into, one after the other (itl-module.js). */
+interface ItlmonSlab {
+  bytes: Uint8Array;
+  used: number; // bytes filled
+  batches: number; // kept batches in it
 }
 
 /** globalThis.__itlmon_go: the Go module's exports (wasm/browser). */
