@@ -215,7 +215,13 @@ func (rc readyCosts) print(title string) {
 
 // costJS reads N local SSE chunks through a plain Response and through the
 // shim, back to back in each of R rounds (alternating which goes first), and
-// returns the times. Each read gets a fresh chunk, as from the network.
+// returns the times. Each read gets a fresh chunk, as from the network. A
+// read of the in-memory stream resolves in a microtask, so each stream read
+// is one task: the page gets a task of its own between them, as a page
+// reading the network does between reads, in which the Worker's messages
+// (its mirror, the buffers it gives back) are handled. Without it they waited
+// for the end of all the rounds (2026-12-06), and the page kept every
+// stream's copy and allocated every stage.
 const costJS = `(async () => {
   const N = 5000, R = 31;
   const enc = new TextEncoder();
@@ -223,7 +229,7 @@ const costJS = `(async () => {
   for (let i = 0; i < N; i++) chunks.push(enc.encode('data: {"id":"chatcmpl-b","object":"chat.completion.chunk","created":0,"model":"m","choices":[{"index":0,"delta":{"content":" tok' + i + '"},"finish_reason":null}]}\n\n'));
   const mk = () => { let i = 0; return new Response(new ReadableStream({ pull(c) { if (i < N) c.enqueue(chunks[i++].slice()); else c.close(); } }, { highWaterMark: 0 }), { headers: { 'content-type': 'text/event-stream' } }); };
   const read = async (resp) => { const r = resp.body.getReader(); let n = 0; for (;;) { const x = await r.read(); if (x.done) break; n += x.value.byteLength; } return n; };
-  const run = async (wrapped) => { const resp = mk(); const t = performance.now(); await read(wrapped ? itlmon._wrap(resp, '/bench/stream') : resp); return performance.now() - t; };
+  const run = async (wrapped) => { await new Promise(r => setTimeout(r, 0)); const resp = mk(); const t = performance.now(); await read(wrapped ? itlmon._wrap(resp, '/bench/stream') : resp); return performance.now() - t; };
   await run(false); await run(true); await run(false); await run(true);
   const With = [], Plain = [];
   const f0 = itlmon.timing.feedMs, o0 = itlmon.timing.feedOps, c0 = itlmon.timing.feedCalls;
