@@ -249,44 +249,16 @@ func TestLeaveReplaysInterleaved(t *testing.T) {
 	o.SetCollector(c.URL, site)
 	p := NewPage(t, BrowserEngine(t, "chromium"))
 	NavigateIn(t, p, o.URL+"/?nomodule=1")
-	type read struct {
-		Model string `json:"model"`
-		Bytes int    `json:"bytes"`
-		Reads int    `json:"reads"`
-	}
 	type result struct {
-		Mode     string `json:"mode"`
-		Replayed int    `json:"replayed"`
-		Streams  []read `json:"streams"`
+		Mode     string     `json:"mode"`
+		Replayed int        `json:"replayed"`
+		Streams  []pageRead `json:"streams"`
 	}
-	got := evalFor[result](t, p, time.Minute, `(async () => {
-  const f = document.createElement('iframe');
-  f.src = '/?init=' + encodeURIComponent('{"testHooks":true,"testKeepBytes":65536}');
-  const loaded = new Promise(r => { f.onload = r; });
-  document.body.appendChild(f);
-  await loaded;
-  const w = f.contentWindow;
-  while (!w.itlmon && w.e2e.loaded !== 'error') await new Promise(r => setTimeout(r, 5));
-  if (!w.itlmon || !(await w.itlmon.ready)) throw new Error('itlmon not ready: ' + (w.itlmon && w.itlmon.timing.error));
-  return await new Promise((resolve, reject) => w.eval('(' + (async (resolve) => {
+	got := evalFor[result](t, p, time.Minute, inFrameJS(`{"testHooks":true,"testKeepBytes":65536}`, `
     const out = { mode: itlmon.timing.mode, replayed: -1, streams: [] };
     addEventListener('pagehide', () => { out.replayed = itlmon.timing.replayed; resolve(out); });
-    const one = async (model) => {
-      const resp = await fetch('/v1/replay', { method: 'POST', headers: { 'Content-Type': 'application/json' },
-        body: JSON.stringify({ model: model, stream: true }) });
-      const rd = resp.body.getReader(), s = { model: model, bytes: 0, reads: 0 };
-      for (;;) {
-        const x = await rd.read();
-        if (x.done) break;
-        s.bytes += x.value.byteLength;
-        s.reads++;
-      }
-      out.streams.push(s);
-    };
-    await Promise.all([one('replay-a'), one('replay-b')]);
-    frameElement.remove(); // pagehide, here and now
-  }) + ')')(resolve).catch(reject));
-})()`)
+    out.streams = await Promise.all([readStream('/v1/replay', 'replay-a'), readStream('/v1/replay', 'replay-b')]);
+    frameElement.remove(); // pagehide, here and now`))
 	if got.Mode != "worker" || len(got.Streams) != 2 {
 		t.Fatalf("the page ran the module in mode %q and read %d streams; want the Worker and 2", got.Mode, len(got.Streams))
 	}
@@ -294,15 +266,72 @@ func TestLeaveReplaysInterleaved(t *testing.T) {
 		t.Errorf("itlmon.timing.replayed = %d, want 1 or 2: the stream that ended last measured again on the page", got.Replayed)
 	}
 	t.Logf("%d of the 2 streams measured again on the page", got.Replayed)
+	// The reads are the network's: several here (a read per chunk, 10 ms
+	// apart), fewer on a starved machine; the stored row has as many.
 	wantBytes := len(strings.Join(replayChunks(), ""))
-	rows := WaitStreams(t, c, site, 2)
-	for _, s := range got.Streams {
-		// The reads are the network's: several here (a read per chunk, 10 ms
-		// apart), fewer on a starved machine; the stored row has as many.
-		if s.Bytes != wantBytes {
-			t.Fatalf("%s: the page read %d bytes in %d reads; want %d", s.Model, s.Bytes, s.Reads, wantBytes)
+	checkStoredReads(t, c, site, got.Streams, map[string]int{"replay-a": wantBytes, "replay-b": wantBytes}, replayTokens)
+}
+
+// pageRead is a stream as a test page read it (readStream).
+type pageRead struct {
+	Model string `json:"model"`
+	Bytes int    `json:"bytes"`
+	Reads int    `json:"reads"`
+}
+
+// readStreamJS defines readStream(path, model, each) in a page's script: it
+// POSTs a streamed chat request for model to path and reads the answer to its
+// end through the page's fetch, calling each (if given) after every read, and
+// resolves to the page's read ({model, bytes, reads}).
+const readStreamJS = `const readStream = async (path, model, each) => {
+  const resp = await fetch(path, { method: 'POST', headers: { 'Content-Type': 'application/json' },
+    body: JSON.stringify({ model: model, stream: true }) });
+  const rd = resp.body.getReader(), s = { model: model, bytes: 0, reads: 0 };
+  for (;;) {
+    const x = await rd.read();
+    if (each) each();
+    if (x.done) return s;
+    s.bytes += x.value.byteLength;
+    s.reads++;
+  }
+};
+`
+
+// inFrameJS is a script for the top test page: it loads the test page with
+// itlmon.init(init) (JSON) in an iframe, waits for its module, and runs body
+// in the iframe's own realm, as the body of an async function of resolve
+// with readStream defined. The script returns what the function returns, or
+// what it passes to resolve when it returns nothing (a page that leaves).
+func inFrameJS(init, body string) string {
+	fn := "(async (resolve) => {\n" + readStreamJS + body + "\n})"
+	return `(async () => {
+  const f = document.createElement('iframe');
+  f.src = '/?init=' + encodeURIComponent(` + strconv.Quote(init) + `);
+  const loaded = new Promise(r => { f.onload = r; });
+  document.body.appendChild(f);
+  await loaded;
+  const w = f.contentWindow;
+  while (!w.itlmon && w.e2e.loaded !== 'error') await new Promise(r => setTimeout(r, 5));
+  if (!w.itlmon || !(await w.itlmon.ready)) throw new Error('itlmon not ready: ' + (w.itlmon && w.itlmon.timing.error));
+  return await new Promise((resolve, reject) => w.eval(` + strconv.Quote(fn) + `)(resolve).then(v => { if (v !== undefined) resolve(v); }, reject));
+})()`
+}
+
+// checkStoredReads waits for the streams the page read to be stored on site
+// and fails t unless the page read of each the bytes want gives for its
+// model, and each is stored complete, ended at its body's end, with those
+// bytes in the page's reads and, when events is not 0, that many content
+// events.
+func checkStoredReads(t *testing.T, c *Collector, site string, reads []pageRead, want map[string]int, events int) {
+	t.Helper()
+	for _, s := range reads {
+		if s.Bytes != want[s.Model] {
+			t.Fatalf("%s: the page read %d bytes in %d reads; want %d", s.Model, s.Bytes, s.Reads, want[s.Model])
 		}
 		t.Logf("%s: %d bytes in %d reads", s.Model, s.Bytes, s.Reads)
+	}
+	rows := WaitStreams(t, c, site, len(reads))
+	for _, s := range reads {
 		var r *StoredStream
 		for i := range rows {
 			if rows[i].Model == s.Model {
@@ -312,9 +341,10 @@ func TestLeaveReplaysInterleaved(t *testing.T) {
 		switch {
 		case r == nil:
 			t.Errorf("%s: not stored", s.Model)
-		case r.Status != statusComplete || r.End != "body_end" || r.ContentEvents != replayTokens || r.Bytes != uint64(wantBytes) || int(r.Reads) != s.Reads:
-			t.Errorf("%s: stored %s/%s with %d content events, %d bytes in %d reads; want %s/body_end with %d, %d bytes in the page's %d reads",
-				s.Model, r.Status, r.End, r.ContentEvents, r.Bytes, r.Reads, statusComplete, replayTokens, wantBytes, s.Reads)
+		case r.Status != statusComplete || r.End != "body_end" || r.Bytes != uint64(s.Bytes) || int(r.Reads) != s.Reads ||
+			events != 0 && int(r.ContentEvents) != events:
+			t.Errorf("%s: stored %s/%s with %d content events, %d bytes in %d reads; want %s/body_end with %d bytes in the page's %d reads (and %d content events, 0: any)",
+				s.Model, r.Status, r.End, r.ContentEvents, r.Bytes, r.Reads, statusComplete, s.Bytes, s.Reads, events)
 		}
 	}
 }
@@ -361,50 +391,22 @@ func TestKeptCopyBounded(t *testing.T) {
 		SlabBytes int          `json:"slabBytes"`
 		Spare     bool         `json:"spare"`
 	}
-	type read struct {
-		Model string `json:"model"`
-		Bytes int    `json:"bytes"`
-		Reads int    `json:"reads"`
-	}
 	type result struct {
 		Mode    string      `json:"mode"`
-		Streams []read      `json:"streams"`
+		Streams []pageRead  `json:"streams"`
 		Seen    []keptState `json:"seen"`  // at each read
 		After   keptState   `json:"after"` // once the mirror shows both ended
 	}
 	init, _ := json.Marshal(map[string]any{"testHooks": true, "testKeepBytes": keptBound})
-	got := evalFor[result](t, p, time.Minute, `(async () => {
-  const f = document.createElement('iframe');
-  f.src = '/?init=' + encodeURIComponent(`+strconv.Quote(string(init))+`);
-  const loaded = new Promise(r => { f.onload = r; });
-  document.body.appendChild(f);
-  await loaded;
-  const w = f.contentWindow;
-  while (!w.itlmon && w.e2e.loaded !== 'error') await new Promise(r => setTimeout(r, 5));
-  if (!w.itlmon || !(await w.itlmon.ready)) throw new Error('itlmon not ready: ' + (w.itlmon && w.itlmon.timing.error));
-  return await w.eval('(' + (async () => {
+	got := evalFor[result](t, p, time.Minute, inFrameJS(string(init), `
     const out = { mode: itlmon.timing.mode, streams: [], seen: [], after: null };
-    const one = async (path, model) => {
-      const resp = await fetch(path, { method: 'POST', headers: { 'Content-Type': 'application/json' },
-        body: JSON.stringify({ model: model, stream: true }) });
-      const rd = resp.body.getReader(), s = { model: model, bytes: 0, reads: 0 };
-      for (;;) {
-        const x = await rd.read();
-        out.seen.push(itlmon._kept());
-        if (x.done) break;
-        s.bytes += x.value.byteLength;
-        s.reads++;
-      }
-      out.streams.push(s);
-    };
-    await Promise.all([one('/v1/kept-long', 'kept-long'), one('/v1/replay', 'kept-short')]);
+    const look = () => out.seen.push(itlmon._kept());
+    out.streams = await Promise.all([readStream('/v1/kept-long', 'kept-long', look), readStream('/v1/replay', 'kept-short', look)]);
     for (;;) {
       const k = itlmon._kept();
       if (!k.streams.length) { out.after = k; return out; }
       await new Promise(r => setTimeout(r, 20));
-    }
-  }) + ')()');
-})()`)
+    }`))
 	if got.Mode != "worker" || len(got.Streams) != 2 {
 		t.Fatalf("the page ran the module in mode %q and read %d streams; want the Worker and 2", got.Mode, len(got.Streams))
 	}
@@ -437,24 +439,5 @@ func TestKeptCopyBounded(t *testing.T) {
 		t.Errorf("once both ended the page still keeps %+v; want nothing", a)
 	}
 	t.Logf("%d reads looked at; at most %d bytes of copies kept (bound %d); after: %+v", len(got.Seen), maxMem, keptBound, got.After)
-	want := map[string]int{"kept-long": longBytes, "kept-short": shortBytes}
-	rows := WaitStreams(t, c, site, 2)
-	for _, s := range got.Streams {
-		if s.Bytes != want[s.Model] {
-			t.Fatalf("%s: the page read %d bytes; want %d", s.Model, s.Bytes, want[s.Model])
-		}
-		var r *StoredStream
-		for i := range rows {
-			if rows[i].Model == s.Model {
-				r = &rows[i]
-			}
-		}
-		switch {
-		case r == nil:
-			t.Errorf("%s: not stored", s.Model)
-		case r.Status != statusComplete || r.End != "body_end" || r.Bytes != uint64(s.Bytes) || int(r.Reads) != s.Reads:
-			t.Errorf("%s: stored %s/%s with %d bytes in %d reads; want %s/body_end with the page's %d bytes in %d reads",
-				s.Model, r.Status, r.End, r.Bytes, r.Reads, statusComplete, s.Bytes, s.Reads)
-		}
-	}
+	checkStoredReads(t, c, site, got.Streams, map[string]int{"kept-long": longBytes, "kept-short": shortBytes}, 0)
 }
