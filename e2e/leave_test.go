@@ -353,28 +353,63 @@ func checkStoredReads(t *testing.T, c *Collector, site string, reads []pageRead,
 // for a pagehide replay (testKeepBytes; its arrays are an eighth of it).
 const keptBound = 32 << 10
 
-// keptLongChunks is the long answer of TestKeptCopyBounded: 60 content
-// chunks of ~1 KB, ~60 KB in all, past keptBound on its own.
-func keptLongChunks() []string { return chatChunks(60, strings.Repeat("x", 1000)) }
+// keptLongChunks is a long answer of TestKeptCopyBounded: 70 content
+// chunks of ~1 KB, ~73 KB in all, past keptBound on its own.
+func keptLongChunks() []string { return chatChunks(70, strings.Repeat("x", 1000)) }
+
+// keptLongAnswer sends keptLongChunks in parts, each part's chunks 8 ms apart
+// (paced) or at once, after waiting the part's wait, so that the page's
+// batches of the test's streams have the sizes its comment says.
+func keptLongAnswer(parts []int, waits []time.Duration, paced []bool) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		chunks, from := keptLongChunks(), 0
+		for i, to := range parts {
+			select {
+			case <-time.After(waits[i]):
+			case <-r.Context().Done():
+				return
+			}
+			every := time.Duration(0)
+			if paced[i] {
+				every = 8 * time.Millisecond
+			}
+			pacedAnswer(w, r, chunks[from:to], every)
+			from = to
+		}
+	}
+}
+
+// keptShortChunks is the short answer of TestKeptCopyBounded: 80 content
+// chunks of ~50 bytes, 20 ms apart.
+func keptShortChunks() []string { return chatChunks(80, "w") }
 
 // TestKeptCopyBounded: with the module in a Worker, the page keeps a copy of
 // the batches it posts until the Worker's mirror shows their streams ended,
-// copied into arrays it reuses, within a bound. Two streams read at once,
-// their reads in the same batches: a long one (~60 KB) and a short one
-// (~1.7 KB), the bound 32 KB (testKeepBytes). At every read the page looks
-// at what it keeps (itlmon._kept): the memory never passes the bound; the
-// long stream loses its copy (it could no longer be measured again at
+// copied into arrays it reuses, within a bound, 32 KB here (testKeepBytes).
+// Three streams read at once, their reads in the same batches: a short one
+// (~4 KB over 1.6 s) and two long ones of ~73 KB (keptLongAnswer). The
+// first long one sends ~43 KB at once at its start: the page's first batch
+// is past the bound on its own, and only the other streams' reads of it are
+// kept. The second sends ~29 KB over its first 230 ms (in the first batch,
+// posted 250 ms after the page's first read, with the short one's reads),
+// then ~43 KB at once 400 ms later: past the bound, it loses its copy and
+// the reads it had in the first batch go too. Both long ones stay open
+// while the short one goes on. At every read the page looks at what it
+// keeps (itlmon._kept): the memory never passes the bound; both long
+// streams lose their copies (they could no longer be measured again at
 // pagehide) and the short one never does, its reads still kept after the
-// long one's went from the batches they shared; once the mirror shows both
-// ended nothing is kept. Both are stored complete: the Worker's records.
+// long ones' went from the batches they shared; once the mirror shows the
+// three ended nothing is kept. All are stored complete: the Worker's
+// records.
 func TestKeptCopyBounded(t *testing.T) {
 	t.Parallel()
 	Browser(t)
 	o := StartOrigin(t)
-	o.Handle("/v1/kept-long", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		pacedAnswer(w, r, keptLongChunks(), 10*time.Millisecond)
+	o.Handle("/v1/kept-burst", keptLongAnswer([]int{42, 72}, []time.Duration{0, 2400 * time.Millisecond}, []bool{false, false}))
+	o.Handle("/v1/kept-long", keptLongAnswer([]int{29, 70, 72}, []time.Duration{0, 400 * time.Millisecond, 2 * time.Second}, []bool{true, false, false}))
+	o.Handle("/v1/kept-short", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		pacedAnswer(w, r, keptShortChunks(), 20*time.Millisecond)
 	}))
-	o.Handle("/v1/replay", http.HandlerFunc(replayAnswer))
 	c, site := SharedCollector(t)
 	o.SetCollector(c.URL, site)
 	p := NewPage(t, BrowserEngine(t, "chromium"))
@@ -395,23 +430,25 @@ func TestKeptCopyBounded(t *testing.T) {
 		Mode    string      `json:"mode"`
 		Streams []pageRead  `json:"streams"`
 		Seen    []keptState `json:"seen"`  // at each read
-		After   keptState   `json:"after"` // once the mirror shows both ended
+		After   keptState   `json:"after"` // once the mirror shows all ended
 	}
 	init, _ := json.Marshal(map[string]any{"testHooks": true, "testKeepBytes": keptBound})
 	got := evalFor[result](t, p, time.Minute, inFrameJS(string(init), `
     const out = { mode: itlmon.timing.mode, streams: [], seen: [], after: null };
     const look = () => out.seen.push(itlmon._kept());
-    out.streams = await Promise.all([readStream('/v1/kept-long', 'kept-long', look), readStream('/v1/replay', 'kept-short', look)]);
+    out.streams = await Promise.all([readStream('/v1/kept-burst', 'kept-burst', look), readStream('/v1/kept-long', 'kept-long', look),
+      readStream('/v1/kept-short', 'kept-short', look)]);
     for (;;) {
       const k = itlmon._kept();
       if (!k.streams.length) { out.after = k; return out; }
       await new Promise(r => setTimeout(r, 20));
     }`))
-	if got.Mode != "worker" || len(got.Streams) != 2 {
-		t.Fatalf("the page ran the module in mode %q and read %d streams; want the Worker and 2", got.Mode, len(got.Streams))
+	if got.Mode != "worker" || len(got.Streams) != 3 {
+		t.Fatalf("the page ran the module in mode %q and read %d streams; want the Worker and 3", got.Mode, len(got.Streams))
 	}
-	longBytes, shortBytes := len(strings.Join(keptLongChunks(), "")), len(strings.Join(replayChunks(), ""))
-	var longLost, shortKeptAfter bool
+	longBytes, shortBytes := len(strings.Join(keptLongChunks(), "")), len(strings.Join(keptShortChunks(), ""))
+	lost := map[int]bool{} // the streams seen without a copy, by page id
+	shortKeptAfter := false
 	maxMem := 0
 	for i, k := range got.Seen {
 		maxMem = max(maxMem, k.SlabBytes)
@@ -421,23 +458,23 @@ func TestKeptCopyBounded(t *testing.T) {
 		for _, s := range k.Streams {
 			switch {
 			case s.Lost && s.Bytes <= shortBytes:
-				t.Errorf("read %d: a stream of %d bytes lost its copy (%+v); only the long one (%d bytes) should", i, s.Bytes, k, longBytes)
+				t.Errorf("read %d: a stream of %d bytes lost its copy (%+v); only the long ones (%d bytes) should", i, s.Bytes, k, longBytes)
 			case s.Lost:
-				longLost = true
-			case longLost && s.Bytes > 0 && s.Bytes <= shortBytes && k.Batches > 0:
+				lost[s.Pid] = true
+			case len(lost) > 0 && s.Bytes > 0 && s.Bytes <= shortBytes && k.Batches > 0:
 				shortKeptAfter = true
 			}
 		}
 	}
-	if !longLost {
-		t.Errorf("the long stream (%d bytes) never lost its copy past the bound of %d", longBytes, keptBound)
+	if len(lost) != 2 {
+		t.Errorf("%d streams lost their copies past the bound of %d; want the 2 long ones (%d bytes each)", len(lost), keptBound, longBytes)
 	}
 	if !shortKeptAfter {
-		t.Errorf("the short stream's reads were not kept after the long stream lost its copy")
+		t.Errorf("the short stream's reads were not kept after a long stream lost its copy")
 	}
 	if a := got.After; len(a.Streams) != 0 || a.Batches != 0 || a.Slabs != 0 || a.SlabBytes != 0 {
-		t.Errorf("once both ended the page still keeps %+v; want nothing", a)
+		t.Errorf("once all ended the page still keeps %+v; want nothing", a)
 	}
 	t.Logf("%d reads looked at; at most %d bytes of copies kept (bound %d); after: %+v", len(got.Seen), maxMem, keptBound, got.After)
-	checkStoredReads(t, c, site, got.Streams, map[string]int{"kept-long": longBytes, "kept-short": shortBytes}, 0)
+	checkStoredReads(t, c, site, got.Streams, map[string]int{"kept-burst": longBytes, "kept-long": longBytes, "kept-short": shortBytes}, 0)
 }

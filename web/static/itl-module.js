@@ -256,47 +256,73 @@
         return false;
       });
     };
-    // compact copies what the kept streams need of the batches into one new
-    // array, leaving out the reads of the others: the way a stream that
-    // lost its copy gives back the memory of the batches it shared.
-    var compact = function () {
-      prune();
-      var size = 0;
-      var sizes = batches.map(function (b) {
-        var nb = 0, n = 0;
-        for (var j = 0; j < 4 * b.n; j += 4) {
-          if (needed(b.ops[j])) { nb += b.ops[j + 1]; n++; }
-        }
-        size += ((nb + 7) & ~7) + 32 * n;
-        return [nb, n];
-      });
-      var mem = new Uint8Array(size), at = 0;
-      /** @type {ItlmonSlab} */
-      var into = { bytes: mem, used: size, batches: batches.length };
-      batches = batches.map(function (b, i) {
-        var nb = sizes[i][0], n = sizes[i][1], opsAt = (at + nb + 7) & ~7;
-        var bytes = mem.subarray(at, at + nb), ops = new Float64Array(mem.buffer, opsAt, 4 * n);
-        for (var j = 0, off = 0, w = 0, o = 0; j < 4 * b.n; j += 4) {
-          var len = b.ops[j] >= 0 ? b.ops[j + 1] : 0;
-          if (needed(b.ops[j])) {
-            bytes.set(b.bytes.subarray(off, off + len), w);
-            ops.set(b.ops.subarray(j, j + 4), o);
+    // neededOf is the bytes and operations of a batch's reads of streams
+    // with a copy.
+    /** @param {Float64Array} ops @param {number} n @returns {[number, number]} */
+    var neededOf = function (ops, n) {
+      var nb = 0, k = 0;
+      for (var j = 0; j < 4 * n; j += 4) {
+        if (needed(ops[j])) { nb += ops[j + 1]; k++; }
+      }
+      return [nb, k];
+    };
+    // keep copies a batch (its bytes, its n ops) to the end of slab sl and
+    // returns the kept batch: all of it (whole: nb bytes, k = n ops), or
+    // only its reads of streams with a copy (nb bytes, k ops: neededOf).
+    /**
+     * @param {ItlmonSlab} sl @param {Uint8Array} bytes @param {Float64Array} ops @param {number} n
+     * @param {number} nb @param {number} k @param {boolean} whole @param {number[]} pids @returns {ItlmonKeptBatch}
+     */
+    var keep = function (sl, bytes, ops, n, nb, k, whole, pids) {
+      var at = sl.used, opsAt = (at + nb + 7) & ~7;
+      var kb = sl.bytes.subarray(at, at + nb), ko = new Float64Array(sl.bytes.buffer, opsAt, 4 * k);
+      if (whole) {
+        kb.set(bytes.subarray(0, nb));
+        ko.set(ops.subarray(0, 4 * n));
+      } else {
+        for (var j = 0, off = 0, w = 0, o = 0; j < 4 * n; j += 4) {
+          var len = ops[j] >= 0 ? ops[j + 1] : 0;
+          if (needed(ops[j])) {
+            kb.set(bytes.subarray(off, off + len), w);
+            ko.set(ops.subarray(j, j + 4), o);
             w += len;
             o += 4;
           }
           off += len;
         }
-        at = opsAt + 32 * n;
-        return { slab: into, bytes: bytes, ops: ops, n: n, pids: b.pids.filter(needed) };
+      }
+      sl.used = opsAt + 32 * k;
+      sl.batches++;
+      return { slab: sl, bytes: kb, ops: ko, n: k, pids: pids };
+    };
+    // footprint is what a batch of nb bytes and k ops takes in a slab, at
+    // most (its operations start 8-aligned).
+    /** @param {number} nb @param {number} k */
+    var footprint = function (nb, k) { return nb + 7 + 32 * k; };
+    // compact copies what the streams with a copy need of the batches into
+    // one new array, leaving out the reads of the others: the way a stream
+    // that lost its copy gives back the memory of the batches it shared.
+    var compact = function () {
+      prune();
+      var size = 0;
+      var sizes = batches.map(function (b) {
+        var c = neededOf(b.ops, b.n);
+        size += footprint(c[0], c[1]);
+        return c;
+      });
+      /** @type {ItlmonSlab} */
+      var into = { bytes: new Uint8Array(size), used: 0, batches: 0 };
+      batches = batches.map(function (b, i) {
+        return keep(into, b.bytes, b.ops, b.n, sizes[i][0], sizes[i][1], false, b.pids.filter(needed));
       });
       slabs = batches.length ? [into] : [];
       slabBytes = batches.length ? size : 0;
     };
-    // room is where a batch of nb bytes and n ops would be copied: the end
-    // of the last slab, or a new one (null) of size bytes.
-    /** @param {number} nb @param {number} n */
-    var room = function (nb, n) {
-      var need = nb + 7 + 32 * n, sl = slabs[slabs.length - 1];
+    // room is the slab a batch taking need bytes is copied to: the last
+    // one, if it has the room, else null (a new one).
+    /** @param {number} need */
+    var room = function (need) {
+      var sl = slabs[slabs.length - 1];
       return sl && sl.used + need <= sl.bytes.byteLength ? sl : null;
     };
     var settle = function () {
@@ -368,11 +394,11 @@
         w.postMessage(/** @type {unknown[]} */ (['s', pid]).concat(args));
       },
       feed: function (stage, nb, ops, n) {
-        var msg = ++posted, i, pid, last = -1;
+        var msg = ++posted, i, pid, last = -1, kb = 0, kn = 0, nbusy = 0;
         // The stage goes to the Worker; what a replay needs is kept as a
-        // copy of the whole batch (two copies in the browser's own code, no
-        // work per read but this loop): the streams it holds, in the order
-        // they first read in it, each looked up once per run of its reads.
+        // copy of it. First the streams it holds with a copy, in the order
+        // they first read in it, each looked up once per run of its reads,
+        // and the bytes (kb) and number (kn) of their reads.
         /** @type {number[]} */
         var pids = [];
         /** @type {ItlmonKept | undefined} */
@@ -382,6 +408,7 @@
           if (pid < 0) {
             busy.push(ops[i + 2], ops[i + 3]);
             if (busy.length > 2 * MAX_BUSY) busy.splice(0, 2);
+            nbusy++;
             continue;
           }
           if (pid !== last) {
@@ -392,26 +419,39 @@
               if (!cur.lost) pids.push(pid);
             }
           }
-          if (cur) cur.bytes += ops[i + 1];
+          if (cur) {
+            cur.bytes += ops[i + 1];
+            if (!cur.lost) { kb += ops[i + 1]; kn++; }
+          }
         }
-        // Past the bound, the stream with the most bytes kept loses its
-        // copy (it cannot be replayed; the mirror's view of it is sent
-        // instead), and the memory it held goes, until the batch fits: one
-        // long stream does not take the streams beside it along. The
+        // The batch is copied whole when all it holds is reads of streams
+        // with a copy and busy intervals (one copy, in the browser's own
+        // code); else only those reads. Past the bound, the stream with the
+        // most bytes kept loses its copy (it cannot be replayed; the
+        // mirror's view of it is sent instead), and the memory it held
+        // goes, in earlier batches and in this one, until the batch fits:
+        // one long stream does not take the streams beside it along. The
         // batches it shared with others are copied without it only when
         // dropping those it had alone was not enough.
-        var need = nb + 7 + 32 * n;
-        var over = function () { return !room(nb, n) && slabBytes + Math.max(need, slabSize) > keepBytes; };
+        var whole = kn + nbusy === n, part = whole ? [nb, n] : [kb, kn];
+        var over = function () {
+          var need = footprint(part[0], part[1]);
+          return !room(need) && slabBytes + Math.max(need, slabSize) > keepBytes;
+        };
         while (pids.length && over()) {
           var hog = biggest();
           if (!hog) break;
           hog.lost = true;
           pids = pids.filter(needed);
+          part = neededOf(ops, n);
+          whole = false;
           prune();
           if (over()) compact();
         }
         if (pids.length) {
-          var sl = room(nb, n);
+          // Into memory kept from batch to batch: a fresh array per batch
+          // (stage.slice) cost the page more than all of the batch's reads.
+          var need = footprint(part[0], part[1]), sl = room(need);
           if (!sl) {
             var mem = need > slabSize ? new Uint8Array(need) : spareSlab || new Uint8Array(slabSize);
             if (mem === spareSlab) spareSlab = null;
@@ -419,15 +459,7 @@
             slabs.push(sl);
             slabBytes += mem.byteLength;
           }
-          // Into memory kept from batch to batch: a fresh array per batch
-          // (stage.slice) cost the page more than all of the batch's reads.
-          var at = sl.used, opsAt = (at + nb + 7) & ~7;
-          var bytes = sl.bytes.subarray(at, at + nb), kops = new Float64Array(sl.bytes.buffer, opsAt, 4 * n);
-          bytes.set(stage.subarray(0, nb));
-          kops.set(ops.subarray(0, 4 * n));
-          sl.used = opsAt + 32 * n;
-          sl.batches++;
-          batches.push({ slab: sl, bytes: bytes, ops: kops, n: n, pids: pids });
+          batches.push(keep(sl, stage, ops, n, part[0], part[1], whole, pids));
         }
         var next = spares.pop() || [new Uint8Array(stage.length), new Float64Array(ops.length)];
         // ArrayBuffers, not their views: Chromium posts a view several
