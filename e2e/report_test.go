@@ -223,7 +223,7 @@ func (rc readyCosts) print(title string) {
 // for the end of all the rounds (2026-12-06), and the page kept every
 // stream's copy and allocated every stage.
 const costJS = `(async () => {
-  const N = 5000, R = 31;
+  const N = 5000, R = 101;
   const enc = new TextEncoder();
   const chunks = [];
   for (let i = 0; i < N; i++) chunks.push(enc.encode('data: {"id":"chatcmpl-b","object":"chat.completion.chunk","created":0,"model":"m","choices":[{"index":0,"delta":{"content":" tok' + i + '"},"finish_reason":null}]}\n\n'));
