@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -688,11 +689,23 @@ func deref64(p *float64) any {
 // TestBodyNetworkError: a body that fails mid-stream (the connection drops
 // after three content events, no terminal event) is stored as a network
 // error once its grace has passed without a pagehide (see endOnError in
-// itl.js), and settled() waits for it.
+// itl.js), and settled() waits for it. The connection drops once the page
+// says it has read the three events (/drop/read): a stream that errors
+// discards the chunks queued in it and not read yet (the Streams standard's
+// error, with or without itlmon), so a page slower than the network sees the
+// error first (a fresh-clone CI, 2026-12-06, on a busy machine: a TypeError
+// after 0 bytes, 2 ms after the headers, the three events sent over 60 ms
+// before the drop).
 func TestBodyNetworkError(t *testing.T) {
 	t.Parallel()
 	Browser(t)
 	o := StartOrigin(t)
+	read := make(chan struct{})
+	var readOnce sync.Once
+	o.Handle("/drop/read", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		readOnce.Do(func() { close(read) })
+		w.WriteHeader(http.StatusNoContent)
+	}))
 	o.Handle("/drop/v1/chat/completions", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/event-stream")
 		w.WriteHeader(http.StatusOK)
@@ -700,6 +713,11 @@ func TestBodyNetworkError(t *testing.T) {
 			fmt.Fprintf(w, "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":%q}}]}\n\n", demo.Token(i))
 			w.(http.Flusher).Flush()
 			time.Sleep(20 * time.Millisecond) // sleep: the stream's cadence (the origin's side of the scenario), not a wait
+		}
+		select {
+		case <-read:
+		case <-r.Context().Done():
+			return
 		}
 		if c, _, err := w.(http.Hijacker).Hijack(); err == nil {
 			c.Close() // mid-body: the chunked encoding never ends
@@ -716,8 +734,15 @@ func TestBodyNetworkError(t *testing.T) {
 		let err = '', bytes = 0;
 		try {
 			const r = await fetch('/drop/v1/chat/completions', { method: 'POST', body: '{"stream":true}' });
-			const rd = r.body.getReader();
-			for (;;) { const x = await rd.read(); if (x.done) break; bytes += x.value.byteLength; }
+			const rd = r.body.getReader(), dec = new TextDecoder();
+			let text = '', told = false;
+			for (;;) {
+				const x = await rd.read();
+				if (x.done) break;
+				bytes += x.value.byteLength;
+				text += dec.decode(x.value, { stream: true });
+				if (!told && text.split('data: ').length > 3) { told = true; await fetch('/drop/read'); }
+			}
 		} catch (e) { err = e.name; }
 		await itlmon.settled();
 		return { err, bytes, summary: e2e.summaries.slice(n) };
