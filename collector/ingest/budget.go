@@ -96,6 +96,8 @@ type meteredConn struct {
 	shed     bool
 	tooBig   bool // a data frame declared more than the limit: Read fails with errFrameTooBig
 
+	ra readAhead // the bytes under the meter (readahead.go)
+
 	// Writes: between cork and uncork (the writer, sending the acks one
 	// insert released at once) gorilla's frames are gathered and go out in
 	// one write, not a system call each. wmu orders a ping written meanwhile.
@@ -146,7 +148,7 @@ func (m *meteredConn) Read(p []byte) (int, error) {
 	if m.tooBig {
 		return 0, errFrameTooBig
 	}
-	n, err := m.Conn.Read(p)
+	n, err := m.read(p)
 	for i := 0; i < n; {
 		if m.remaining > 0 {
 			skip := int64(n - i)

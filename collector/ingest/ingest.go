@@ -134,6 +134,7 @@ type Handler struct {
 	queueWait time.Duration
 	retry     int // seconds
 	budget    *budget
+	readAhead *readAheadPool // the connections' read-ahead buffers (readahead.go)
 	log       zerolog.Logger
 	rejLog    *onceLog
 	m         *metrics
@@ -211,6 +212,7 @@ func New(cfg Config) (*Handler, error) {
 		queueWait: cfg.QueueWait,
 		retry:     int(max(1, (cfg.RetryAfter+time.Second-1)/time.Second)),
 		budget:    &budget{limit: cfg.Memory},
+		readAhead: newReadAheadPool(cfg.Memory),
 		log:       cfg.Logger,
 		now:       cfg.Now,
 		conns:     make(map[*conn]struct{}),

@@ -88,6 +88,7 @@ func (h *Handler) ServeWS(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		return // Upgrade answered the client and the Error hook counted it
 	}
+	mc.enableReadAhead(h.readAhead)
 	c := &conn{
 		h:          h,
 		ws:         ws,
@@ -118,6 +119,7 @@ func (c *conn) run() {
 	defer h.untrack(c)
 	c.pinger = time.AfterFunc(pingPeriod, c.ping)
 	c.readLoop()
+	c.mc.dropReadAhead() // what it still holds is not read any more
 	c.pinger.Stop()
 	c.wmu.Lock()
 	c.final = true
