@@ -199,6 +199,12 @@ func decodeBinary(src []byte, maxBuckets int, build bool) (Histogram, int, error
 // returns the last index and the total count. With fill != nil (a second pass over validated input) it also
 // stores the counts at fill[index-first].
 func walkRuns(src []byte, p *int, first int32, slots, maxBuckets int, fill []uint64) (last int32, total uint64, err error) {
+	if fill == nil {
+		if end, last, total, ok := checkRunsFast(src, *p, first, slots, maxBuckets); ok {
+			*p = end
+			return last, total, nil
+		}
+	}
 	idx := int64(first)
 	nonEmpty := 0
 	for slots > 0 {
@@ -289,6 +295,56 @@ func walkRuns(src []byte, p *int, first int32, slots, maxBuckets int, fill []uin
 	return int32(idx - 1), total, nil
 }
 
+// checkRunsFast is the checking pass over runs whose every value (run
+// length, count and gap) is one byte, the common case, in one call: it
+// walks the runs by their lengths and gaps only (each run's first and last
+// counts must not be zero), then sums the whole span eight bytes at a time,
+// lengths and gaps included, and takes theirs back out. ok is false unless
+// walkRuns would accept the runs with the same result; the caller then
+// walks them run by run, which finds the error, if any. A value of two
+// bytes or more is read wrongly by the walk and refused by the sum (a byte
+// of 0x80 or more in the span).
+func checkRunsFast(src []byte, p int, first int32, slots, maxBuckets int) (end int, last int32, total uint64, ok bool) {
+	idx, q, marks := int(first), p, 0
+	var markSum uint64 // the lengths and gaps (marks): none is zero, so each counts once in nz below
+	for {
+		if q >= len(src) {
+			return 0, 0, 0, false
+		}
+		n := int(src[q])
+		if n == 0 || n > slots || q+n >= len(src) || src[q+1] == 0 || src[q+n] == 0 || idx+n-1 > int(MaxIndex) {
+			return 0, 0, 0, false
+		}
+		markSum += uint64(n)
+		marks++
+		idx += n
+		q += 1 + n
+		if slots -= n; slots == 0 {
+			break
+		}
+		if q >= len(src) {
+			return 0, 0, 0, false
+		}
+		g := int(src[q])
+		if g == 0 || g >= 0x80 { // past MaxIndex: the next run's check fails
+			return 0, 0, 0, false
+		}
+		markSum += uint64(g)
+		marks++
+		idx += g
+		q++
+	}
+	sum, nz, one := sumOneByte(src[p:q])
+	if !one {
+		return 0, 0, 0, false
+	}
+	if nonEmpty := nz - marks; maxBuckets > 0 && nonEmpty > maxBuckets {
+		return 0, 0, 0, false
+	}
+	// At most 127 a slot and fewer than NumIndexes slots: no overflow.
+	return q, int32(idx - 1), sum - markSum, true
+}
+
 func appendUvarint(dst []byte, v uint64) []byte {
 	for v >= 0x80 {
 		dst = append(dst, byte(v)|0x80)
@@ -319,35 +375,41 @@ func sumRun(src []byte, p, n int, total uint64, nonEmpty, maxBuckets int) (sum u
 	if run[0] == 0 || run[n-1] == 0 {
 		return 0, 0, false
 	}
-	// Eight counts at a time (SWAR), then the rest one by one. While every
-	// byte is below 0x80 (or checks it: otherwise the result is dropped),
-	// the lanes never carry into each other: a byte b plus 0x7f has its top
-	// bit set exactly when b is not 0, and byte pairs summed in 16-bit
-	// lanes stay under 0x100.
+	sum, nz, ok = sumOneByte(run)
+	if !ok || maxBuckets > 0 && nonEmpty+nz > maxBuckets {
+		return 0, 0, false
+	}
+	return sum, nz, true
+}
+
+// sumOneByte sums the bytes of b and counts those that are not zero, eight
+// at a time (SWAR), then the rest one by one; ok is false (the sums are
+// then meaningless) unless every byte is below 0x80. While they are, the
+// lanes never carry into each other: a byte b plus 0x7f has its top bit set
+// exactly when b is not 0, and byte pairs summed in 16-bit lanes stay under
+// 0x100.
+func sumOneByte(b []byte) (sum uint64, nz int, ok bool) {
 	const (
 		ones  = 0x0101010101010101
 		highs = 0x80 * ones
 		evens = 0x00ff00ff00ff00ff
 	)
 	var or uint64
-	for len(run) >= 8 {
-		x := uint64(run[0]) | uint64(run[1])<<8 | uint64(run[2])<<16 | uint64(run[3])<<24 |
-			uint64(run[4])<<32 | uint64(run[5])<<40 | uint64(run[6])<<48 | uint64(run[7])<<56
+	for len(b) >= 8 {
+		x := uint64(b[0]) | uint64(b[1])<<8 | uint64(b[2])<<16 | uint64(b[3])<<24 |
+			uint64(b[4])<<32 | uint64(b[5])<<40 | uint64(b[6])<<48 | uint64(b[7])<<56
 		or |= x
 		nz += bits.OnesCount64((x + 0x7f*ones) & highs)
 		pairs := x&evens + x>>8&evens             // four 16-bit lanes, each at most 0xfe
 		sum += (pairs * 0x0001000100010001) >> 48 // their sum, at most 0x3f8
-		run = run[8:]
+		b = b[8:]
 	}
-	for _, b := range run {
-		or |= uint64(b)
-		sum += uint64(b)
-		nz += int((b | -b) >> 7) // 1 unless b is 0 (b < 0x80 here)
+	for _, c := range b {
+		or |= uint64(c)
+		sum += uint64(c)
+		nz += int((c | -c) >> 7) // 1 unless c is 0 (c < 0x80 here)
 	}
-	if or&highs != 0 || maxBuckets > 0 && nonEmpty+nz > maxBuckets {
-		return 0, 0, false
-	}
-	return sum, nz, true
+	return sum, nz, or&highs == 0
 }
 
 // readUvarint reads a uvarint at src[*p:] and advances *p.

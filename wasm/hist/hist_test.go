@@ -1,6 +1,7 @@
 package hist
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -742,6 +743,54 @@ func TestWalkRunsChecksAsItFills(t *testing.T) {
 		slots = max(1, slots+rng.IntN(3)-1)
 		first := MinIndex + int32(rng.IntN(NumIndexes))
 		walkBoth(t, src, first, slots, rng.IntN(3)*rng.IntN(60))
+	}
+}
+
+// TestCheckRunsFast: runs of one-byte lengths, counts and gaps (what
+// checkRunsFast takes) are accepted and refused as the count-by-count
+// reading does, whole and with a byte changed, cut or the slots miscounted;
+// and the fast way takes every valid one (it is the one that runs).
+func TestCheckRunsFast(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	for range 20000 {
+		var src []byte
+		slots, nonEmpty := 0, 0
+		for runs := 1 + rng.IntN(30); runs > 0; runs-- {
+			n := 1 + rng.IntN(6)
+			src = append(src, byte(n))
+			for k := range n {
+				c := byte(rng.IntN(128))
+				if k == 0 || k == n-1 {
+					c = byte(1 + rng.IntN(127))
+				}
+				if c != 0 {
+					nonEmpty++
+				}
+				src = append(src, c)
+			}
+			slots += n
+			src = append(src, byte(1+rng.IntN(3))) // the gap (after the last run: a trailing byte)
+		}
+		first := MinIndex + int32(rng.IntN(NumIndexes-300))                          // the runs and gaps span at most 270 indexes
+		maxBuckets := [...]int{0, nonEmpty - 1, nonEmpty, nonEmpty + 1}[rng.IntN(4)] // the bucket limit, at its edge
+		_, _, _, ok := checkRunsFast(src, 0, first, slots, maxBuckets)
+		if valid := maxBuckets == 0 || nonEmpty <= maxBuckets; ok != valid {
+			t.Fatalf("runs %x (first %d, %d slots, max %d, %d non-empty): the fast way says %v", src, first, slots, maxBuckets, nonEmpty, ok)
+		}
+		walkBoth(t, src, first, slots, maxBuckets)
+		broken := bytes.Clone(src)
+		switch rng.IntN(4) {
+		case 0:
+			broken[rng.IntN(len(broken))] = 0
+		case 1:
+			broken[rng.IntN(len(broken))] = byte(0x80 + rng.IntN(0x80))
+		case 2:
+			broken = broken[:rng.IntN(len(broken))]
+		case 3:
+			slots = max(1, slots+rng.IntN(5)-2)
+		}
+		walkBoth(t, broken, first, slots, maxBuckets)
+		walkBoth(t, src, MaxIndex-int32(rng.IntN(300)), slots, 0) // runs past MaxIndex
 	}
 }
 
