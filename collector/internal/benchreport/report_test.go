@@ -581,7 +581,7 @@ type memSample struct{ rss, heap, heapSys, stack, goroutines float64 }
 func sampleMem(t *testing.T, p *itlmontest.Proc) memSample {
 	t.Helper()
 	p.FreeOSMemory(t) // collect garbage in the collector first
-	base, pid := p.URL, p.Cmd.Process.Pid
+	base, pid := p.ReadURL, p.Cmd.Process.Pid
 	return memSample{
 		rss:        procRSS(t, pid),
 		heap:       metricValue(t, base, "go_memstats_heap_inuse_bytes"),
