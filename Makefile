@@ -390,7 +390,9 @@ bench: deps wasm edge
 	@echo "wasm/meter: ns/op is wall time per network read (1-3 events); cpu-ns/op and cpu-ns/event are CPU time, steadier on a shared machine"
 	@echo "wasm/meter compiled to WebAssembly, run by Node's V8 (the engine of Chromium): what the page pays"
 	GOOS=js GOARCH=wasm $(GO) test -run '^$$' -bench 'Feed|ValidJSON|ClassifyChat' -count=1 -exec "$$($(GO) env GOROOT)/lib/wasm/go_js_wasm_exec" ./wasm/meter | tee -a /tmp/itlmon-bench.txt
-	$(GO) test -run '^$$' -bench . -benchmem -benchtime 5x -count=1 ./collector/store | tee -a /tmp/itlmon-bench.txt
+	@echo "collector/store: the inserts into the embedded ClickHouse five times each; the rest (rows, spool, the WebSocket path without ClickHouse) for a second each"
+	$(GO) test -run '^$$' -bench '^Benchmark(InsertDirect|AppendColumns|Writer|InsertInbox)$$' -benchmem -benchtime 5x -count=1 ./collector/store | tee -a /tmp/itlmon-bench.txt
+	$(GO) test -run '^$$' -bench . -skip '^Benchmark(InsertDirect|AppendColumns|Writer|InsertInbox)$$' -benchmem -count=1 ./collector/store | tee -a /tmp/itlmon-bench.txt
 	@echo "collector: end-to-end WebSocket ingest vs direct clickhouse-go insert (same run), memory per idle connection at 5,000 and 20,000, half-sent frames against the ingest memory budget"
 	ITLMON_BENCH_REPORT=1 $(GO) test -count=1 -v -run '^TestReport' ./collector/internal/benchreport 2>&1 | grep -v -e '^=== RUN' -e '\.go:[0-9]*: {' | tee -a /tmp/itlmon-bench.txt
 	@echo "promoter: a replayed backlog promoted in pages and in whole windows (same run): catch-up rate, peak memory"
