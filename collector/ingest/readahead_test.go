@@ -106,18 +106,26 @@ func TestReadAheadOneCallForQueuedFrames(t *testing.T) {
 	}
 }
 
+// twoConnsOneBuffer returns two metered connections with read-ahead from a
+// pool of one buffer, and their peers.
+func twoConnsOneBuffer(t *testing.T) (pool *readAheadPool, ma *meteredConn, aPeer net.Conn, mc *meteredConn, cPeer net.Conn) {
+	t.Helper()
+	a, aPeer := socketPair(t)
+	c, cPeer := socketPair(t)
+	pool = newReadAheadPool(0)
+	pool.max = 1
+	ma = &meteredConn{Conn: a, b: &budget{limit: 1 << 20}, limit: 1 << 20}
+	mc = &meteredConn{Conn: c, b: &budget{limit: 1 << 20}, limit: 1 << 20}
+	ma.enableReadAhead(pool)
+	mc.enableReadAhead(pool)
+	return pool, ma, aPeer, mc, cPeer
+}
+
 // TestReadAheadWaitsWithoutBuffer: a read that finds nothing waits without
 // a buffer (the only one goes to another connection meanwhile), and gets
 // what arrives later; the peer's close ends the reads with io.EOF.
 func TestReadAheadWaitsWithoutBuffer(t *testing.T) {
-	a, aPeer := socketPair(t)
-	c, cPeer := socketPair(t)
-	pool := newReadAheadPool(0)
-	pool.max = 1
-	ma := &meteredConn{Conn: a, b: &budget{limit: 1 << 20}, limit: 1 << 20}
-	mc := &meteredConn{Conn: c, b: &budget{limit: 1 << 20}, limit: 1 << 20}
-	ma.enableReadAhead(pool)
-	mc.enableReadAhead(pool)
+	pool, ma, aPeer, mc, cPeer := twoConnsOneBuffer(t)
 
 	type result struct {
 		b   []byte
@@ -156,14 +164,7 @@ func TestReadAheadWaitsWithoutBuffer(t *testing.T) {
 // TestReadAheadBound: past the pool's bound a connection reads straight
 // into the caller's buffer; what it reads is the same.
 func TestReadAheadBound(t *testing.T) {
-	a, aPeer := socketPair(t)
-	c, cPeer := socketPair(t)
-	pool := newReadAheadPool(0)
-	pool.max = 1
-	ma := &meteredConn{Conn: a, b: &budget{limit: 1 << 20}, limit: 1 << 20}
-	mc := &meteredConn{Conn: c, b: &budget{limit: 1 << 20}, limit: 1 << 20}
-	ma.enableReadAhead(pool)
-	mc.enableReadAhead(pool)
+	pool, ma, aPeer, mc, cPeer := twoConnsOneBuffer(t)
 	sentA, sentC := maskedFrames(4, 1000), maskedFrames(4, 1000)
 	aPeer.Write(sentA)
 	cPeer.Write(sentC)
