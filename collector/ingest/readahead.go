@@ -70,10 +70,40 @@ type readAhead struct {
 	pool *readAheadPool
 	buf  *[]byte // bytes read and not handed up: (*buf)[r:w]; nil when none
 	r, w int
+
+	// fillFn is fill, made once: the outcome of a fill is left in got,
+	// gotN, gotErr and through rather than in variables a closure made per
+	// read would move to the heap.
+	fillFn  func(fd uintptr) bool
+	got     *[]byte // the buffer read into, nil when none
+	gotN    int
+	gotErr  error
+	through bool // no buffer to be had: read into the caller's
+
 	// fills counts the system calls that read into a buffer, waits the
 	// reads that found nothing and gave the buffer back (tests).
 	fills int
 	waits atomic.Int32
+}
+
+// fill is the function RawConn.Read calls: with the socket readable (or
+// first, optimistically), read into a buffer taken now; when there is
+// nothing to read, give the buffer back before waiting.
+func (ra *readAhead) fill(fd uintptr) bool {
+	if ra.got == nil {
+		if ra.got = ra.pool.get(); ra.got == nil {
+			ra.through = true
+			return true
+		}
+	}
+	var wait bool
+	if ra.gotN, wait, ra.gotErr = sysRead(fd, *ra.got); wait {
+		ra.pool.put(ra.got)
+		ra.got = nil
+		ra.waits.Add(1)
+		return false
+	}
+	return true
 }
 
 // enableReadAhead turns read-ahead on for a connection whose socket allows
@@ -81,6 +111,7 @@ type readAhead struct {
 func (m *meteredConn) enableReadAhead(p *readAheadPool) {
 	if rc := rawConnOf(m.Conn); rc != nil {
 		m.ra = readAhead{rc: rc, pool: p}
+		m.ra.fillFn = m.ra.fill
 	}
 }
 
@@ -105,29 +136,10 @@ func (m *meteredConn) read(p []byte) (int, error) {
 	if ra.rc == nil || len(p) == 0 || len(p) >= readAheadSize {
 		return m.Conn.Read(p)
 	}
-	var (
-		b       *[]byte
-		n       int
-		serr    error
-		through bool // no buffer to be had: read into p
-	)
-	err := ra.rc.Read(func(fd uintptr) bool {
-		if b == nil {
-			if b = ra.pool.get(); b == nil {
-				through = true
-				return true
-			}
-		}
-		var wait bool
-		if n, wait, serr = sysRead(fd, *b); wait {
-			// Nothing to read: wait without the buffer.
-			ra.pool.put(b)
-			b = nil
-			ra.waits.Add(1)
-			return false
-		}
-		return true
-	})
+	ra.got, ra.through = nil, false
+	err := ra.rc.Read(ra.fillFn)
+	b, n, serr, through := ra.got, ra.gotN, ra.gotErr, ra.through
+	ra.got, ra.gotErr = nil, nil
 	if through {
 		return m.Conn.Read(p)
 	}
