@@ -487,6 +487,7 @@
     call(['s', rec.pid, [t0, performance.timeOrigin + t0, facts.href, facts.method, facts.model, ct, status, origin,
       sid, redactPath(location.pathname), headersAt]]);
     measured.add(rec);
+    watchLeaving();
     observeBusy();
     load();
     return rec;
@@ -516,6 +517,7 @@
     if (rec.done) return;
     rec.done = true;
     measured.delete(rec);
+    watchLeaving();
     if (dropped) dropped.unregister(rec);
     if (broken) return;
     flush(); // its reads first
@@ -554,14 +556,32 @@
   }
 
   // Firefox and WebKit fail the bodies (and pending fetches) of a page being
-  // left with a network error (TypeError) after beforeunload and before
-  // pagehide (Firefox ~25-40 ms before it, WebKitGTK ~2 ms; Chromium fires
-  // pagehide first). So a network error ends its stream only after
-  // ERROR_GRACE_MS without a pagehide; a pagehide meanwhile ends it as cut
-  // by the navigation (PAGEHIDE), at the time of the error. A beforeunload
-  // listener would tell sooner, but it costs the page Firefox's
-  // back/forward cache.
+  // left with a network error (TypeError) as the navigation starts, right
+  // after beforeunload, and fire pagehide only once the next page has
+  // answered: as long after as that page takes (Chromium fires pagehide
+  // first). So a network error ends its stream only after a grace without a
+  // pagehide; a pagehide meanwhile ends it as cut by the navigation
+  // (PAGEHIDE), at the time of the error. The grace is LEAVE_GRACE_MS when
+  // the page said beforeunload shortly before (its navigation may still be
+  // waiting for the next page, or have been called off), else ERROR_GRACE_MS
+  // (engines without beforeunload, such as iOS Safari, or a navigation its
+  // listener missed). The beforeunload listener is there only while a stream
+  // is measured: Firefox keeps such a page out of its back/forward cache
+  // anyway, and older ones did a page with the listener.
   var ERROR_GRACE_MS = 250;
+  var LEAVE_GRACE_MS = 10000;
+  var leavingAt = -Infinity; // the last beforeunload
+  var leaveWatched = false;
+  function onBeforeUnload() { leavingAt = performance.now(); }
+
+  // watchLeaving keeps the beforeunload listener while a stream is measured.
+  function watchLeaving() {
+    var want = measured.size > 0;
+    if (want === leaveWatched) return;
+    leaveWatched = want;
+    if (want) addEventListener('beforeunload', onBeforeUnload);
+    else removeEventListener('beforeunload', onBeforeUnload);
+  }
   var inGrace = 0; // ends waiting out their grace, or for their protocol (endStream)
   /** @type {Array<() => void>} */
   var graceWaiters = [];
@@ -581,7 +601,7 @@
     setTimeout(function () {
       endStream(rec, NET_ERROR, at); // a no-op when pagehide ended it
       graceDone();
-    }, ERROR_GRACE_MS);
+    }, at - leavingAt < LEAVE_GRACE_MS ? LEAVE_GRACE_MS : ERROR_GRACE_MS);
   }
 
   // stageRead stages a read of stream r made at time at. While the module
@@ -611,6 +631,7 @@
     if (rec.done) return;
     rec.done = true;
     measured.delete(rec);
+    watchLeaving();
     if (dropped) dropped.unregister(rec);
     timing.unmeasured++;
     /** @type {ItlmonQueued[]} */
