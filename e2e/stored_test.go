@@ -2,7 +2,12 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
+	"io"
 	"math"
+	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -451,6 +456,81 @@ func TestBFCache(t *testing.T) {
 	}
 	RunStream(t, ctx, StreamOpts{Query: "tokens=5&interval_ms=5"})
 	WaitStreams(t, c, site, 2)
+}
+
+// TestFrozenPage: a stall while the page is frozen (Chromium's Page
+// Lifecycle: a background tab, a mobile browser switched away from) is the
+// page's, not the network's. The origin goes on sending while the page runs
+// nothing; at resume the backlog comes in one read, which alone would blame
+// the network (rule 2 of docs/measuring.md). The page is frozen through the
+// DevTools protocol once the origin has sent 10 of the answer's 60 events.
+func TestFrozenPage(t *testing.T) {
+	t.Parallel()
+	o, c, ctx, site := sharedCollectorPage(t, nil)
+	sent := make(chan struct{})
+	o.Handle("/frozen/v1/chat/completions", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		for i := range 60 {
+			if i == 10 {
+				close(sent)
+			}
+			fmt.Fprintf(w, "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":%q}}]}\n\n", demo.Token(i))
+			w.(http.Flusher).Flush()
+			time.Sleep(20 * time.Millisecond) // sleep: the stream's cadence (the origin's side of the scenario), not a wait
+		}
+		io.WriteString(w, "data: [DONE]\n\n")
+	}))
+	Eval[bool](t, ctx, `(window.frozen = e2e.stream('', { path: '/frozen/v1/chat/completions' }), true)`)
+	select {
+	case <-sent:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the origin did not send 10 events")
+	}
+	lifecycle := func(s page.SetWebLifecycleStateState) {
+		t.Helper()
+		if _, err := chromedp.Call(ctx, page.SetWebLifecycleState, page.SetWebLifecycleStateParams{State: s}); err != nil {
+			t.Fatalf("page lifecycle %s: %v", s, err)
+		}
+	}
+	lifecycle(page.SetWebLifecycleStateStateFrozen)
+	time.Sleep(time.Second) // sleep: how long the page stays frozen (the scenario), not a wait
+	lifecycle(page.SetWebLifecycleStateStateActive)
+	if read := Eval[PageRead](t, ctx, `window.frozen`); read.Error != "" {
+		t.Fatalf("page read: %s", read.Error)
+	}
+	id := lastSummary(t, ctx).ID
+	StreamByID(t, WaitStreams(t, c, site, 1), id)
+	// The dashboard's one-stream view, as stored.
+	resp, err := http.Get(c.URL + "/api/stream?" + url.Values{"site": {site}, "id": {id}}.Encode())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var d struct {
+		Status    string `json:"status"`
+		Content   uint32 `json:"content_events"`
+		StallList []struct {
+			StartMs float64 `json:"start_ms"`
+			EndMs   float64 `json:"end_ms"`
+			Cause   string  `json:"cause"`
+		} `json:"stall_list"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&d); err != nil || d.Status != statusComplete || d.Content != 60 {
+		t.Fatalf("/api/stream: %+v (%v), want complete with 60 content events", d, err)
+	}
+	// The freeze is the longest stall: at least most of its second, the page's.
+	var longest struct {
+		ms    float64
+		cause string
+	}
+	for _, st := range d.StallList {
+		if st.EndMs-st.StartMs > longest.ms {
+			longest.ms, longest.cause = st.EndMs-st.StartMs, st.Cause
+		}
+	}
+	if longest.ms < 800 || longest.cause != "page" {
+		t.Fatalf("stored stalls %+v: want the longest (%.0f ms, %s) at least 800 ms, the page's", d.StallList, longest.ms, longest.cause)
+	}
 }
 
 // TestStoredPaths: the page path is the one at the stream's start (a

@@ -1141,6 +1141,17 @@
       addEventListener('pageshow', function (e) {
         try { if (e.persisted && api && !broken) api.pageshow(); } catch (x) { fail('module failed', x); }
       });
+      // A frozen page (Chromium's Page Lifecycle: a background tab, a
+      // mobile browser switched away from) runs nothing, its reads
+      // included, while the network goes on: at resume the backlog comes
+      // in one read, which alone would blame the stall on the network. The
+      // time frozen is a busy interval, as a long task is.
+      var frozenAt = -1;
+      document.addEventListener('freeze', function () { frozenAt = performance.now(); });
+      document.addEventListener('resume', function () {
+        if (frozenAt >= 0 && measured.size && !broken) pushOp(-1, null, frozenAt, performance.now());
+        frozenAt = -1;
+      });
     }
     if (g.fetch === origFetch && !optedOut()) g.fetch = wrapper;
     if (loadScheduled && readySettled) load(); // opted in again after ready said false
