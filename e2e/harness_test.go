@@ -606,6 +606,10 @@ type Assets struct {
 	Missing  map[string]bool          // names answered with 404
 	Override map[string][]byte        // names served with these bytes instead
 	Hold     map[string]chan struct{} // names answered (or refused) once the channel is closed; set before use
+	Asked    map[string]chan struct{} // closed when the name is first asked for; set before use
+
+	mu    sync.Mutex
+	asked map[string]bool
 }
 
 // StartAssets starts an assets server. Files come, as the collector serves
@@ -617,7 +621,7 @@ func StartAssets(t testing.TB, missing ...string) *Assets {
 	if testing.Short() {
 		t.Skip(errSkipShort.Error())
 	}
-	a := &Assets{Missing: map[string]bool{}, Override: map[string][]byte{}, Hold: map[string]chan struct{}{}}
+	a := &Assets{Missing: map[string]bool{}, Override: map[string][]byte{}, Hold: map[string]chan struct{}{}, Asked: map[string]chan struct{}{}, asked: map[string]bool{}}
 	for _, m := range missing {
 		a.Missing[m] = true
 	}
@@ -625,6 +629,14 @@ func StartAssets(t testing.TB, missing ...string) *Assets {
 	a.URL, _ = serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Access-Control-Allow-Origin", "*")
 		name := strings.TrimPrefix(path.Clean(r.URL.Path), "/")
+		if c := a.Asked[name]; c != nil {
+			a.mu.Lock()
+			if !a.asked[name] {
+				a.asked[name] = true
+				close(c)
+			}
+			a.mu.Unlock()
+		}
 		if hold := a.Hold[name]; hold != nil {
 			select {
 			case <-hold:

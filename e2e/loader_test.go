@@ -342,6 +342,44 @@ func holdModule(t *testing.T, a *Assets) (release func()) {
 	return release
 }
 
+// TestWorkerSlowDownload: a download of itl.wasm that takes longer than the
+// bound of the Worker's start (set through testWorkerWaitMs to 3 s, for a
+// download held 4 s from its request) leaves the module in its Worker: the
+// bound counts from the moment the Worker has the module. Counted from the
+// Worker's creation, the page fell back to the main thread, which waited
+// for the same bytes, on every network slower than the bound (at 50 KB/s,
+// itl.wasm's ~460 KB take 9 s).
+func TestWorkerSlowDownload(t *testing.T) {
+	t.Parallel()
+	o := StartOrigin(t)
+	a := StartAssets(t)
+	asked, hold := make(chan struct{}), make(chan struct{})
+	a.Asked["itl.wasm"], a.Hold["itl.wasm"] = asked, hold
+	released := false
+	release := func() {
+		if !released {
+			released = true
+			close(hold)
+		}
+	}
+	t.Cleanup(release)
+	o.SetCollector(a.URL, "e2e")
+	ctx := navigate(t, o.PageURL(map[string]any{"testHooks": true, "testWorkerWaitMs": 3000}, false))
+	select {
+	case <-asked:
+	case <-time.After(30 * time.Second):
+		t.Fatal("itl.wasm was not asked for")
+	}
+	time.Sleep(4 * time.Second) // sleep: the download's length (the scenario: longer than the bound), not a wait
+	release()
+	if !Eval[bool](t, ctx, `(async () => { while (!window.itlmon) await new Promise(r => setTimeout(r, 5)); return await itlmon.ready; })()`) {
+		t.Fatalf("itlmon not ready: %s", Eval[string](t, ctx, `itlmon.timing.error`))
+	}
+	if mode, werr := Eval[string](t, ctx, `itlmon.timing.mode`), Eval[string](t, ctx, `itlmon.timing.workerError`); mode != "worker" || werr != "" {
+		t.Fatalf("the module runs in mode %q (Worker error %q), want worker", mode, werr)
+	}
+}
+
 // TestQueueBound: while the module loads, streams are stamped and queued up
 // to a bound (8 MB). When a read does not fit, the stream that takes the
 // most of it goes unmeasured, and is counted, with its bytes untouched; the

@@ -105,6 +105,11 @@
 
   // ---- in a Worker ----
 
+  // WORKER_WAIT_MS bounds the Worker's start once it has the module (with
+  // testHooks, the page may set another, testWorkerWaitMs); past it the
+  // module runs on the main thread.
+  var WORKER_WAIT_MS = 10000;
+
   // startWorker runs the module in a dedicated Worker made from a blob: URL
   // (a Worker's script must be same-origin; what it imports need not be),
   // which imports itl-worker.js from the collector. It rejects when the
@@ -119,9 +124,11 @@
       var url = URL.createObjectURL(new Blob([src], { type: 'text/javascript' }));
       /** @type {Worker | null} */
       var w = null;
-      var timer = 0;
+      var timer = 0, settled = false;
       /** @param {any} e */
       var done = function (e) {
+        if (settled) return;
+        settled = true;
         clearTimeout(timer);
         URL.revokeObjectURL(url);
         if (!w) return reject(e);
@@ -152,12 +159,21 @@
         return WebAssembly.compileStreaming ? WebAssembly.compileStreaming(r) : null;
       }).then(function (mod) {
         compiled = mod;
-        wk.postMessage(['module', mod]);
+        handOver(mod);
       }, function (e) {
         if (e && e.final) done(e);
-        else wk.postMessage(['module', null]); // the Worker fetches and compiles it itself
+        else handOver(null); // the Worker fetches and compiles it itself
       });
-      timer = setTimeout(function () { done(new Error('module not ready in its Worker')); }, 10000);
+      // handOver gives the Worker the module. The Worker's start is bounded
+      // from here, not from its creation: the download before takes what
+      // the network takes (on a slow one, longer than the bound), and the
+      // main thread would wait for the same bytes.
+      /** @param {WebAssembly.Module | null} mod */
+      var handOver = function (mod) {
+        if (settled) return;
+        wk.postMessage(['module', mod]);
+        timer = setTimeout(function () { done(new Error('module not ready in its Worker')); }, env.workerWaitMs || WORKER_WAIT_MS);
+      };
       wk.onmessage = function (ev) {
         var m = ev.data;
         if (m[0] === 'r') done(null);

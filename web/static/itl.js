@@ -151,6 +151,9 @@
     // testKeepBytes: with testHooks, a smaller bound for what the page keeps
     // for a pagehide replay with the module in a Worker (itl-module.js).
     testKeepBytes: 0,
+    // testWorkerWaitMs: with testHooks, another bound for the Worker's start
+    // once it has the module (itl-module.js).
+    testWorkerWaitMs: 0,
   };
 
   /** @type {(ok: boolean) => void} */
@@ -1080,7 +1083,8 @@
     }).then(function (host) {
       if (host.protocol !== PROTOCOL) throw new Error('itl-module.js speaks protocol ' + host.protocol + ', want ' + PROTOCOL);
       return host.start({ collector: col, worker: cfg.worker !== false, summaryFields: SUMMARY.length, fetch: origFetch,
-        fail: fail, timing: timing, nonce: nonce, keepBytes: cfg.testHooks && +cfg.testKeepBytes > 0 ? +cfg.testKeepBytes : 0 });
+        fail: fail, timing: timing, nonce: nonce, keepBytes: cfg.testHooks && +cfg.testKeepBytes > 0 ? +cfg.testKeepBytes : 0,
+        workerWaitMs: cfg.testHooks && +cfg.testWorkerWaitMs > 0 ? +cfg.testWorkerWaitMs : 0 });
     }).then(function (a) {
       if (broken) return;
       return a.configure(moduleConfig()).then(function (ok) {

@@ -62,6 +62,7 @@ interface ItlmonHostEnv {
   timing: { workerError: string; replayed: number };
   nonce: string; // the tag's CSP nonce, for the scripts the host adds
   keepBytes: number; // the bound of the pagehide copies in a Worker; 0: the default (testHooks only)
+  workerWaitMs?: number; // the bound of the Worker's start once it has the module; 0: the default (testHooks only)
 }
 
 /** What itl.js hands the module's configure (itl-module.js adds what it knows of the browser). */
