@@ -490,7 +490,7 @@
     call(['s', rec.pid, [t0, performance.timeOrigin + t0, facts.href, facts.method, facts.model, ct, status, origin,
       sid, redactPath(location.pathname), headersAt]]);
     measured.add(rec);
-    watchLeaving();
+    watchStreams();
     observeBusy();
     load();
     return rec;
@@ -518,9 +518,10 @@
   /** @param {ItlmonRec} rec @param {number} kind @param {number} at */
   function endStream(rec, kind, at) {
     if (rec.done) return;
+    alive(performance.now()); // a suspension just ended is this stream's too
     rec.done = true;
     measured.delete(rec);
-    watchLeaving();
+    watchStreams();
     if (dropped) dropped.unregister(rec);
     if (broken) return;
     flush(); // its reads first
@@ -574,16 +575,52 @@
   var ERROR_GRACE_MS = 250;
   var LEAVE_GRACE_MS = 10000;
   var leavingAt = -Infinity; // the last beforeunload
-  var leaveWatched = false;
+  var watching = false; // watchStreams: a stream is measured
   function onBeforeUnload() { leavingAt = performance.now(); }
 
-  // watchLeaving keeps the beforeunload listener while a stream is measured.
-  function watchLeaving() {
+  // A page the system suspends (a mobile browser switched away from: iOS
+  // Safari soon after, Android's freezer) runs nothing, its reads included,
+  // and is told nothing; the network may go on, and at resume the backlog
+  // comes in one read, which alone would blame the stall on the network. So
+  // while a stream is measured a timer ticks every ALIVE_TICK_MS, and when
+  // the page's code next runs (a tick, a read, an end) more than
+  // ALIVE_GAP_MS after it last did, the time between is a busy interval, as
+  // a long task is. A hidden page's timers run late by up to a second
+  // (Chromium, Firefox), hence the allowance; Chromium's minute-long
+  // throttling of pages hidden 5 minutes, or Firefox's delay of a busy
+  // hidden page's timers (up to 15 s), while reads still run on time, can
+  // make a network stall in progress there the page's.
+  var ALIVE_TICK_MS = 1000;
+  var ALIVE_GAP_MS = 2500;
+  var aliveAt = 0; // the last time the page's code ran (while a stream is measured)
+  var aliveTimer = 0;
+  /** @param {number} now */
+  function alive(now) {
+    if (now - aliveAt > ALIVE_GAP_MS && measured.size && !broken) pushOp(-1, null, aliveAt, now);
+    aliveAt = now;
+  }
+  function aliveTick() {
+    aliveTimer = 0;
+    if (!measured.size) return;
+    alive(performance.now());
+    aliveTimer = setTimeout(aliveTick, ALIVE_TICK_MS);
+  }
+
+  // watchStreams keeps the beforeunload listener and the alive timer while
+  // a stream is measured.
+  function watchStreams() {
     var want = measured.size > 0;
-    if (want === leaveWatched) return;
-    leaveWatched = want;
-    if (want) addEventListener('beforeunload', onBeforeUnload);
-    else removeEventListener('beforeunload', onBeforeUnload);
+    if (want === watching) return;
+    watching = want;
+    if (want) {
+      addEventListener('beforeunload', onBeforeUnload);
+      aliveAt = performance.now();
+      if (!aliveTimer) aliveTimer = setTimeout(aliveTick, ALIVE_TICK_MS);
+    } else {
+      removeEventListener('beforeunload', onBeforeUnload);
+      clearTimeout(aliveTimer);
+      aliveTimer = 0;
+    }
   }
   var inGrace = 0; // ends waiting out their grace, or for their protocol (endStream)
   /** @type {Array<() => void>} */
@@ -634,7 +671,7 @@
     if (rec.done) return;
     rec.done = true;
     measured.delete(rec);
-    watchLeaving();
+    watchStreams();
     if (dropped) dropped.unregister(rec);
     timing.unmeasured++;
     /** @type {ItlmonQueued[]} */
@@ -789,6 +826,7 @@
       /** @param {ReadableStreamReadResult<Uint8Array>} x */
       var onRead = function (x) {
         var at = performance.now();
+        alive(at);
         reading = false;
         r.lastAt = at;
         r.collected = r.pulling = false; // read: alive
