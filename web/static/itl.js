@@ -596,8 +596,16 @@
   var aliveTimer = 0;
   /** @param {number} now */
   function alive(now) {
-    if (now - aliveAt > ALIVE_GAP_MS && measured.size && !broken) pushOp(-1, null, aliveAt, now);
+    if (now - aliveAt > ALIVE_GAP_MS) stopped(aliveAt, now);
     aliveAt = now;
+  }
+
+  // stopped gives the module [from, to], a time the page ran nothing (it
+  // applies to the streams open then), as a busy interval.
+  /** @param {number} from @param {number} to */
+  function stopped(from, to) {
+    if (!measured.size || broken) return;
+    try { pushOp(-1, null, from, to); } catch (e) { fail('shim failed', e); }
   }
   function aliveTick() {
     aliveTimer = 0;
@@ -1191,7 +1199,7 @@
       var frozenAt = -1;
       document.addEventListener('freeze', function () { frozenAt = performance.now(); });
       document.addEventListener('resume', function () {
-        if (frozenAt >= 0 && measured.size && !broken) pushOp(-1, null, frozenAt, performance.now());
+        if (frozenAt >= 0) stopped(frozenAt, performance.now());
         frozenAt = -1;
       });
     }
