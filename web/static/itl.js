@@ -570,8 +570,8 @@
   // waiting for the next page, or have been called off), else ERROR_GRACE_MS
   // (engines without beforeunload, such as iOS Safari, or a navigation its
   // listener missed). The beforeunload listener is there only while a stream
-  // is measured: Firefox keeps such a page out of its back/forward cache
-  // anyway, and older ones did a page with the listener.
+  // is measured, so an idle page's back/forward cache is never at stake
+  // (Firefox 153 keeps a page with an open stream out of it anyway).
   var ERROR_GRACE_MS = 250;
   var LEAVE_GRACE_MS = 10000;
   var leavingAt = -Infinity; // the last beforeunload
