@@ -267,7 +267,11 @@ func (w *webkit) NewPage(ctx context.Context) (Page, error) {
 	var win struct {
 		Handle string `json:"handle"`
 	}
-	if err := w.do(ctx, http.MethodPost, w.base+"/window/new", map[string]any{"type": "tab"}, &win); err != nil {
+	// A window of its own, shown on the X server, so the page is visible as
+	// the page a user reads is: a tab of a shared window behind the one in
+	// front is hidden (document.hidden), and its timers run as a hidden
+	// page's.
+	if err := w.do(ctx, http.MethodPost, w.base+"/window/new", map[string]any{"type": "window"}, &win); err != nil {
 		return nil, fmt.Errorf("new window: %w", err)
 	}
 	return &webkitPage{w: w, handle: win.Handle}, nil
