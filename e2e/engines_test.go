@@ -1,10 +1,12 @@
 package e2e
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"math"
 	"net/http"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -250,6 +252,81 @@ func TestEnginesPagehide(t *testing.T) {
 		}
 		if aborted != 1 {
 			t.Fatalf("streams stored as aborted with some content = %d, want 1 (the one open at pagehide); stored: %s", aborted, strings.Join(got, "; "))
+		}
+	})
+}
+
+// TestEnginesBusyPage: a page whose main thread is busy 300 ms of every 600
+// ms while it reads a 3 s answer stalls each time, for the page: in
+// Chromium by its long animation frames and in Firefox and WebKit, which
+// report none, by the module's timer running late (the network's there
+// before). The last stall, which ends with the stream, too: Chromium
+// reports its frame after the stream's end. Each stall that the page's busy
+// spells (as the page logged them) cover for at least half its length is
+// the page's, and there are at least 4; a stall beside them (a starved
+// browser on a loaded machine) may be anything.
+func TestEnginesBusyPage(t *testing.T) {
+	t.Parallel()
+	origins, c := engineOrigins(t)
+	forEachEngine(t, func(t *testing.T, e browsers.Engine) {
+		site, o := e.Name(), origins[e.Name()]
+		p := NewPage(t, e)
+		if !OpenIn(t, p, o.PageURL(nil, false)) {
+			t.Fatalf("itlmon did not become ready: %s", EvalIn[string](t, p, `itlmon.timing.error`))
+		}
+		// The busy spells, in the stream's time (its t0 is the fetch's call).
+		type busyRun struct {
+			Read   PageRead                     `json:"read"`
+			Spells []struct{ From, To float64 } `json:"spells"`
+		}
+		run := evalFor[busyRun](t, p, 60*time.Second, `(async () => {
+			const spells = [], t0 = performance.now();
+			const busy = setInterval(() => {
+				const from = performance.now(), end = from + 300;
+				while (performance.now() < end) {}
+				spells.push({ From: from - t0, To: performance.now() - t0 });
+			}, 600);
+			const read = await e2e.stream('tokens=150&interval_ms=20', {});
+			clearInterval(busy);
+			return { read, spells };
+		})()`)
+		if run.Read.Error != "" {
+			t.Fatalf("page read: %s", run.Read.Error)
+		}
+		sums := SummariesIn(t, p)
+		id := sums[len(sums)-1].ID
+		StreamByID(t, WaitStreams(t, c, site, 1), id)
+		resp, err := http.Get(c.URL + "/api/stream?" + url.Values{"site": {site}, "id": {id}}.Encode())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var got struct {
+			StallList []struct {
+				StartMs float64 `json:"start_ms"`
+				EndMs   float64 `json:"end_ms"`
+				Cause   string  `json:"cause"`
+			} `json:"stall_list"`
+		}
+		if err := json.NewDecoder(resp.Body).Decode(&got); err != nil {
+			t.Fatalf("/api/stream: %v", err)
+		}
+		var busy int
+		for _, st := range got.StallList {
+			var covered float64
+			for _, sp := range run.Spells {
+				covered += max(0, min(st.EndMs, sp.To)-max(st.StartMs, sp.From))
+			}
+			if 2*covered < st.EndMs-st.StartMs {
+				continue
+			}
+			busy++
+			if st.Cause != "page" {
+				t.Errorf("stall %.0f-%.0f ms, %.0f ms of it in busy spells: cause %s, want page", st.StartMs, st.EndMs, covered, st.Cause)
+			}
+		}
+		if busy < 4 {
+			t.Errorf("stored stalls %+v, busy spells %+v: %d stalls in busy spells, want at least 4", got.StallList, run.Spells, busy)
 		}
 	})
 }

@@ -578,25 +578,34 @@
   var watching = false; // watchStreams: a stream is measured
   function onBeforeUnload() { leavingAt = performance.now(); }
 
-  // A page the system suspends (a mobile browser switched away from: iOS
-  // Safari soon after, Android's freezer) runs nothing, its reads included,
-  // and is told nothing; the network may go on, and at resume the backlog
-  // comes in one read, which alone would blame the stall on the network. So
-  // while a stream is measured a timer ticks every ALIVE_TICK_MS, and when
-  // the page's code next runs (a tick, a read, an end) more than
-  // ALIVE_GAP_MS after it last did, the time between is a busy interval, as
-  // a long task is. A hidden page's timers run late by up to a second
-  // (Chromium, Firefox), hence the allowance; Chromium's minute-long
+  // The page's main thread, when it cannot read, makes a stall the page's.
+  // Chromium reports its long animation frames (observeBusy); Firefox and
+  // Safari report nothing, and no engine reports a page the system
+  // suspends (a mobile browser switched away from: iOS Safari soon after,
+  // Android's freezer) or a long frame that ends with the stream (reported
+  // after its end). In each, the network goes on and the backlog comes in
+  // one read, which alone would blame the network. So while a stream is
+  // measured a timer ticks, and when the page's code next runs (a tick, a
+  // read, an end) later than the timer allows after it last did, the time
+  // between is a busy interval, as a long task is: every ALIVE_TICK_MS,
+  // allowing ALIVE_GAP_MS (a task of ~100 ms or more shows), on a visible
+  // page; every ALIVE_HIDDEN_TICK_MS, allowing ALIVE_HIDDEN_GAP_MS, on a
+  // page hidden since, whose timers run late by up to a second (Chromium,
+  // Firefox) and which a suspension stops. Chromium's minute-long
   // throttling of pages hidden 5 minutes, or Firefox's delay of a busy
   // hidden page's timers (up to 15 s), while reads still run on time, can
   // make a network stall in progress there the page's.
-  var ALIVE_TICK_MS = 1000;
-  var ALIVE_GAP_MS = 2500;
+  var ALIVE_TICK_MS = 50;
+  var ALIVE_GAP_MS = 150;
+  var ALIVE_HIDDEN_TICK_MS = 1000;
+  var ALIVE_HIDDEN_GAP_MS = 2500;
   var aliveAt = 0; // the last time the page's code ran (while a stream is measured)
+  var hiddenAt = -Infinity; // the last time the page was seen hidden
   var aliveTimer = 0;
   /** @param {number} now */
   function alive(now) {
-    if (now - aliveAt > ALIVE_GAP_MS) stopped(aliveAt, now);
+    if (document.hidden) hiddenAt = now;
+    if (now - aliveAt > (hiddenAt >= aliveAt ? ALIVE_HIDDEN_GAP_MS : ALIVE_GAP_MS)) stopped(aliveAt, now);
     aliveAt = now;
   }
 
@@ -611,7 +620,13 @@
     aliveTimer = 0;
     if (!measured.size) return;
     alive(performance.now());
-    aliveTimer = setTimeout(aliveTick, ALIVE_TICK_MS);
+    aliveTimer = setTimeout(aliveTick, document.hidden ? ALIVE_HIDDEN_TICK_MS : ALIVE_TICK_MS);
+  }
+  // onVisibility ticks at once on a change (the page may have been stopped
+  // until now), then at the pace of the new state.
+  function onVisibility() {
+    clearTimeout(aliveTimer);
+    aliveTick();
   }
 
   // watchStreams keeps the beforeunload listener and the alive timer while
@@ -622,10 +637,12 @@
     watching = want;
     if (want) {
       addEventListener('beforeunload', onBeforeUnload);
+      document.addEventListener('visibilitychange', onVisibility);
       aliveAt = performance.now();
-      if (!aliveTimer) aliveTimer = setTimeout(aliveTick, ALIVE_TICK_MS);
+      if (!aliveTimer) aliveTimer = setTimeout(aliveTick, document.hidden ? ALIVE_HIDDEN_TICK_MS : ALIVE_TICK_MS);
     } else {
       removeEventListener('beforeunload', onBeforeUnload);
+      document.removeEventListener('visibilitychange', onVisibility);
       clearTimeout(aliveTimer);
       aliveTimer = 0;
     }
