@@ -600,11 +600,12 @@
   var ALIVE_HIDDEN_TICK_MS = 1000;
   var ALIVE_HIDDEN_GAP_MS = 2500;
   var aliveAt = 0; // the last time the page's code ran (while a stream is measured)
+  var hidden = false; // document.hidden, kept by onVisibility (read per read: a DOM getter costs)
   var hiddenAt = -Infinity; // the last time the page was seen hidden
   var aliveTimer = 0;
   /** @param {number} now */
   function alive(now) {
-    if (document.hidden) hiddenAt = now;
+    if (hidden) hiddenAt = now;
     if (now - aliveAt > (hiddenAt >= aliveAt ? ALIVE_HIDDEN_GAP_MS : ALIVE_GAP_MS)) stopped(aliveAt, now);
     aliveAt = now;
   }
@@ -620,11 +621,13 @@
     aliveTimer = 0;
     if (!measured.size) return;
     alive(performance.now());
-    aliveTimer = setTimeout(aliveTick, document.hidden ? ALIVE_HIDDEN_TICK_MS : ALIVE_TICK_MS);
+    aliveTimer = setTimeout(aliveTick, hidden ? ALIVE_HIDDEN_TICK_MS : ALIVE_TICK_MS);
   }
   // onVisibility ticks at once on a change (the page may have been stopped
   // until now), then at the pace of the new state.
   function onVisibility() {
+    if (document.hidden) hidden = true; // seen hidden: this tick judges by the hidden allowance
+    else if (hidden) { hiddenAt = performance.now(); hidden = false; }
     clearTimeout(aliveTimer);
     aliveTick();
   }
@@ -639,7 +642,8 @@
       addEventListener('beforeunload', onBeforeUnload);
       document.addEventListener('visibilitychange', onVisibility);
       aliveAt = performance.now();
-      if (!aliveTimer) aliveTimer = setTimeout(aliveTick, document.hidden ? ALIVE_HIDDEN_TICK_MS : ALIVE_TICK_MS);
+      hidden = document.hidden;
+      if (!aliveTimer) aliveTimer = setTimeout(aliveTick, hidden ? ALIVE_HIDDEN_TICK_MS : ALIVE_TICK_MS);
     } else {
       removeEventListener('beforeunload', onBeforeUnload);
       document.removeEventListener('visibilitychange', onVisibility);
