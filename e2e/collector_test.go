@@ -331,6 +331,35 @@ type StoredStream struct {
 	ModuleVersion string   `json:"module_version"`
 }
 
+// StreamView is what the dashboard's one-stream view (/api/stream) says of a
+// stored stream, the fields tests look at.
+type StreamView struct {
+	Status    string `json:"status"`
+	Content   uint32 `json:"content_events"`
+	StallList []struct {
+		StartMs float64 `json:"start_ms"`
+		EndMs   float64 `json:"end_ms"`
+		Cause   string  `json:"cause"`
+	} `json:"stall_list"`
+}
+
+// ViewStream waits until the site's stream id is stored and returns its
+// one-stream view.
+func (c *Collector) ViewStream(t testing.TB, site, id string) StreamView {
+	t.Helper()
+	StreamByID(t, WaitStreams(t, c, site, 1), id)
+	resp, err := http.Get(c.URL + "/api/stream?" + url.Values{"site": {site}, "id": {id}}.Encode())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var v StreamView
+	if err := json.NewDecoder(resp.Body).Decode(&v); err != nil {
+		t.Fatalf("/api/stream?id=%s: %v", id, err)
+	}
+	return v
+}
+
 // Streams returns the site's stored streams, newest first.
 func (c *Collector) Streams(t testing.TB, site string) ([]StoredStream, error) {
 	t.Helper()

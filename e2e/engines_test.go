@@ -1,12 +1,10 @@
 package e2e
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"math"
 	"net/http"
-	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -294,23 +292,7 @@ func TestEnginesBusyPage(t *testing.T) {
 			t.Fatalf("page read: %s", run.Read.Error)
 		}
 		sums := SummariesIn(t, p)
-		id := sums[len(sums)-1].ID
-		StreamByID(t, WaitStreams(t, c, site, 1), id)
-		resp, err := http.Get(c.URL + "/api/stream?" + url.Values{"site": {site}, "id": {id}}.Encode())
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		var got struct {
-			StallList []struct {
-				StartMs float64 `json:"start_ms"`
-				EndMs   float64 `json:"end_ms"`
-				Cause   string  `json:"cause"`
-			} `json:"stall_list"`
-		}
-		if err := json.NewDecoder(resp.Body).Decode(&got); err != nil {
-			t.Fatalf("/api/stream: %v", err)
-		}
+		got := c.ViewStream(t, site, sums[len(sums)-1].ID)
 		var busy int
 		for _, st := range got.StallList {
 			var covered float64

@@ -2,12 +2,10 @@ package e2e
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"math"
 	"net/http"
-	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -536,25 +534,9 @@ func pageStopped(t *testing.T, name string, d time.Duration, stop, start func(co
 	if read := Eval[PageRead](t, ctx, `window.stopped`); read.Error != "" {
 		t.Fatalf("page read: %s", read.Error)
 	}
-	id := lastSummary(t, ctx).ID
-	StreamByID(t, WaitStreams(t, c, site, 1), id)
-	// The dashboard's one-stream view, as stored.
-	resp, err := http.Get(c.URL + "/api/stream?" + url.Values{"site": {site}, "id": {id}}.Encode())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var got struct {
-		Status    string `json:"status"`
-		Content   uint32 `json:"content_events"`
-		StallList []struct {
-			StartMs float64 `json:"start_ms"`
-			EndMs   float64 `json:"end_ms"`
-			Cause   string  `json:"cause"`
-		} `json:"stall_list"`
-	}
-	if err := json.NewDecoder(resp.Body).Decode(&got); err != nil || got.Status != statusComplete || got.Content != 60 {
-		t.Fatalf("/api/stream: %+v (%v), want complete with 60 content events", got, err)
+	got := c.ViewStream(t, site, lastSummary(t, ctx).ID)
+	if got.Status != statusComplete || got.Content != 60 {
+		t.Fatalf("/api/stream: %+v, want complete with 60 content events", got)
 	}
 	var longest struct {
 		ms    float64
