@@ -651,6 +651,7 @@
       aliveTimer = 0;
     }
   }
+
   var inGrace = 0; // ends waiting out their grace, or for their protocol (endStream)
   /** @type {Array<() => void>} */
   var graceWaiters = [];
