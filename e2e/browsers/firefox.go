@@ -172,8 +172,11 @@ func (f *firefox) NewPage(ctx context.Context) (Page, error) {
 	var res struct {
 		Context string `json:"context"`
 	}
-	if err := f.bidi.call(ctx, "browsingContext.create", map[string]any{"type": "tab"}, &res); err != nil {
-		return nil, fmt.Errorf("new tab: %w", err)
+	// A window of its own, so the page stays visible as the page a user
+	// reads is: a tab of a shared window is hidden (document.hidden, its
+	// timers a hidden page's) once another tab opens in front of it.
+	if err := f.bidi.call(ctx, "browsingContext.create", map[string]any{"type": "window"}, &res); err != nil {
+		return nil, fmt.Errorf("new window: %w", err)
 	}
 	return &firefoxPage{bidi: f.bidi, id: res.Context}, nil
 }
