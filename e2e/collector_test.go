@@ -334,8 +334,10 @@ type StoredStream struct {
 // StreamView is what the dashboard's one-stream view (/api/stream) says of a
 // stored stream, the fields tests look at.
 type StreamView struct {
-	Status    string `json:"status"`
-	Content   uint32 `json:"content_events"`
+	Status    string   `json:"status"`
+	Content   uint32   `json:"content_events"`
+	TTFTMs    *float64 `json:"ttft_ms"`
+	TTFTCause string   `json:"ttft_cause"`
 	StallList []struct {
 		StartMs float64 `json:"start_ms"`
 		EndMs   float64 `json:"end_ms"`
@@ -343,11 +345,11 @@ type StreamView struct {
 	} `json:"stall_list"`
 }
 
-// ViewStream waits until the site's stream id is stored and returns its
-// one-stream view.
-func (c *Collector) ViewStream(t testing.TB, site, id string) StreamView {
+// ViewStream waits until the site has n streams stored, id among them, and
+// returns id's one-stream view.
+func (c *Collector) ViewStream(t testing.TB, site string, n int, id string) StreamView {
 	t.Helper()
-	StreamByID(t, WaitStreams(t, c, site, 1), id)
+	StreamByID(t, WaitStreams(t, c, site, n), id)
 	resp, err := http.Get(c.URL + "/api/stream?" + url.Values{"site": {site}, "id": {id}}.Encode())
 	if err != nil {
 		t.Fatal(err)

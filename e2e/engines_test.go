@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/itlmon/itlmon/collector/demo"
 	"github.com/itlmon/itlmon/e2e/browsers"
 )
 
@@ -266,6 +267,16 @@ func TestEnginesPagehide(t *testing.T) {
 func TestEnginesBusyPage(t *testing.T) {
 	t.Parallel()
 	origins, c := engineOrigins(t)
+	for _, o := range origins {
+		o.Handle("/late/v1/chat/completions", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			select {
+			case <-time.After(800 * time.Millisecond): // the headers' wait (the scenario), not a wait
+			case <-r.Context().Done():
+				return
+			}
+			demo.Endpoint(demo.OpenAIChat).ServeHTTP(w, r)
+		}))
+	}
 	forEachEngine(t, func(t *testing.T, e browsers.Engine) {
 		site, o := e.Name(), origins[e.Name()]
 		p := NewPage(t, e)
@@ -292,7 +303,7 @@ func TestEnginesBusyPage(t *testing.T) {
 			t.Fatalf("page read: %s", run.Read.Error)
 		}
 		sums := SummariesIn(t, p)
-		got := c.ViewStream(t, site, sums[len(sums)-1].ID)
+		got := c.ViewStream(t, site, 1, sums[len(sums)-1].ID)
 		var busy int
 		for _, st := range got.StallList {
 			var covered float64
@@ -309,6 +320,25 @@ func TestEnginesBusyPage(t *testing.T) {
 		}
 		if busy < 4 {
 			t.Errorf("stored stalls %+v, busy spells %+v: %d stalls in busy spells, want at least 4", got.StallList, run.Spells, busy)
+		}
+
+		// Busy 600 ms right after the request, whose headers come 800 ms
+		// after it: the wait for the first token is the page's (before, the
+		// stream was watched only from its headers on).
+		late := evalFor[busyRun](t, p, 60*time.Second, `(async () => {
+			const t0 = performance.now();
+			const read = e2e.stream('tokens=5&interval_ms=20', { path: '/late/v1/chat/completions' });
+			const from = performance.now();
+			while (performance.now() < from + 600) {}
+			const spells = [{ From: from - t0, To: performance.now() - t0 }];
+			return { read: await read, spells };
+		})()`)
+		if late.Read.Error != "" {
+			t.Fatalf("page read: %s", late.Read.Error)
+		}
+		sums = SummariesIn(t, p)
+		if v := c.ViewStream(t, site, 2, sums[len(sums)-1].ID); v.TTFTCause != "page" || v.TTFTMs == nil || *v.TTFTMs < 800 {
+			t.Errorf("busy %+v while waiting for the headers: first token at %v ms, cause %q; want after 800 ms, the page's", late.Spells, deref64(v.TTFTMs), v.TTFTCause)
 		}
 	})
 }

@@ -534,7 +534,7 @@ func pageStopped(t *testing.T, name string, d time.Duration, stop, start func(co
 	if read := Eval[PageRead](t, ctx, `window.stopped`); read.Error != "" {
 		t.Fatalf("page read: %s", read.Error)
 	}
-	got := c.ViewStream(t, site, lastSummary(t, ctx).ID)
+	got := c.ViewStream(t, site, 1, lastSummary(t, ctx).ID)
 	if got.Status != statusComplete || got.Content != 60 {
 		t.Fatalf("/api/stream: %+v, want complete with 60 content events", got)
 	}

@@ -4,6 +4,7 @@ package main
 
 import (
 	"math"
+	"slices"
 	"strings"
 	"syscall/js"
 	"testing"
@@ -421,5 +422,48 @@ func TestConfigureBeaconOnly(t *testing.T) {
 		if len(b.Records) != 1 || b.Records[0].StreamID[0] != want {
 			t.Fatalf("mirror()[%d] holds %d records, want stream %d alone", i, len(b.Records), want)
 		}
+	}
+}
+
+// TestBusyBeforeStart: a busy interval the module got before a stream
+// started (the page busy while the request waited for its headers) counts
+// for the stream from its t0 on: the wait for the first token, 1000 ms of
+// which 900 ms busy, is the page's. One that ended before t0 does not
+// count, and the module keeps only the last recentBusyN.
+func TestBusyBeforeStart(t *testing.T) {
+	busy := func(a *module, start, end float64) {
+		ops := make([]byte, 32)
+		for j, f := range [4]float64{-1, 0, start, end} {
+			u := math.Float64bits(f)
+			for k := range 8 {
+				ops[8*j+k] = byte(u >> (8 * k))
+			}
+		}
+		a.feed([]js.Value{u8(nil), u8(ops), js.ValueOf(1)})
+	}
+	ttftCause := func(t *testing.T, a *module, id byte) meter.Cause {
+		t.Helper()
+		sid := a.start(startArgs(id, "m", "text/event-stream", "", 200, 1005.0)).(int) // t0 = 1000
+		feedOne(a, sid, 2000, chatSSE)
+		return meter.Cause(endStream(t, a, sid, 2001, 1)[23])
+	}
+	for _, tc := range []struct {
+		name  string
+		spans [][2]float64
+		page  bool
+	}{
+		{"busy while waiting", [][2]float64{{1050, 1950}}, true},
+		{"busy before the request", [][2]float64{{900, 999}}, false},
+		{"pushed out by later ones", append([][2]float64{{1050, 1950}}, slices.Repeat([][2]float64{{100, 200}}, recentBusyN)...), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a := testModule(t)
+			for _, s := range tc.spans {
+				busy(a, s[0], s[1])
+			}
+			if got := ttftCause(t, a, 1); (got == meter.CausePage) != tc.page {
+				t.Errorf("first-token cause %v, want page: %v", got, tc.page)
+			}
+		})
 	}
 }

@@ -45,7 +45,17 @@ type module struct {
 	send   *sender
 	panics int
 	dirty  bool // streams started, fed or ended since the last mirror
+
+	// recentBusy holds the last busy intervals (performance.now() ms), the
+	// next one written at busyNext: a stream started later gets those that
+	// end after its t0 (the page busy while its request waited for the
+	// response's headers).
+	recentBusy [recentBusyN][2]float64
+	busyNext   int
 }
+
+// recentBusyN bounds the busy intervals kept for streams started later.
+const recentBusyN = 16
 
 func newModule() *module {
 	return &module{streams: make(map[int]*stream), buf: make([]byte, 0, 64<<10)}
@@ -155,6 +165,9 @@ func (a *module) start(args []js.Value) any {
 	s.rec.URLOrigin, s.rec.URLPath = beacon.StripQuery(argString(args, 2))
 	s.rec.URLOrigin, s.rec.URLPath = limit(s.rec.URLOrigin, 512), limit(s.rec.URLPath, 512)
 	js.CopyBytesToGo(s.rec.StreamID[:], args[8])
+	for _, b := range a.recentBusy {
+		s.markBusy(b[0], b[1])
+	}
 	id := a.nextID
 	a.nextID++
 	a.streams[id] = s
@@ -300,12 +313,19 @@ func (a *module) writeSummary(s *meter.Summary, headersUs uint32, out js.Value) 
 	js.CopyBytesToJS(out, b[:])
 }
 
-// markBusy gives a busy interval (performance.now() ms) to every open stream.
+// markBusy gives a busy interval (performance.now() ms) to every open stream,
+// and keeps it for the streams started next.
 func (a *module) markBusy(start, end float64) {
 	for _, s := range a.streams {
-		if end <= s.t0 {
-			continue
-		}
+		s.markBusy(start, end)
+	}
+	a.recentBusy[a.busyNext] = [2]float64{start, end}
+	a.busyNext = (a.busyNext + 1) % recentBusyN
+}
+
+// markBusy gives s the part of a busy interval after its t0.
+func (s *stream) markBusy(start, end float64) {
+	if end > s.t0 {
 		s.m.MarkBusy(since(s.t0, math.Max(start, s.t0)), since(s.t0, end))
 	}
 }

@@ -585,8 +585,9 @@
   // Android's freezer) or a long frame that ends with the stream (reported
   // after its end). In each, the network goes on and the backlog comes in
   // one read, which alone would blame the network. So while a stream is
-  // measured a timer ticks, and when the page's code next runs (a tick, a
-  // read, an end) later than the timer allows after it last did, the time
+  // measured (or one is awaited: watchStreams) a timer ticks, and when the
+  // page's code next runs (a tick, a read, an end) later than the timer
+  // allows after it last did, the time
   // between is a busy interval, as a long task is: every ALIVE_TICK_MS,
   // allowing ALIVE_GAP_MS (a task of ~100 ms or more shows), on a visible
   // page; every ALIVE_HIDDEN_TICK_MS, allowing ALIVE_HIDDEN_GAP_MS, on a
@@ -614,12 +615,12 @@
   // applies to the streams open then), as a busy interval.
   /** @param {number} from @param {number} to */
   function stopped(from, to) {
-    if (!measured.size || broken) return;
+    if (!watching || broken) return;
     try { pushOp(-1, null, from, to); } catch (e) { fail('shim failed', e); }
   }
   function aliveTick() {
     aliveTimer = 0;
-    if (!measured.size) return;
+    if (!watching) return;
     alive(performance.now());
     aliveTimer = setTimeout(aliveTick, hidden ? ALIVE_HIDDEN_TICK_MS : ALIVE_TICK_MS);
   }
@@ -633,12 +634,16 @@
   }
 
   // watchStreams keeps the beforeunload listener and the alive timer while
-  // a stream is measured.
+  // a stream is measured or a request that looks like one waits for its
+  // headers (waiting: the page busy then delays its first token; the module
+  // keeps the last busy intervals for the streams it starts next).
+  var waiting = 0;
   function watchStreams() {
-    var want = measured.size > 0;
+    var want = measured.size > 0 || waiting > 0;
     if (want === watching) return;
     watching = want;
     if (want) {
+      observeBusy();
       addEventListener('beforeunload', onBeforeUnload);
       document.addEventListener('visibilitychange', onVisibility);
       aliveAt = performance.now();
@@ -1052,9 +1057,16 @@
     var p = origFetch.apply(self, args);
     if (!facts || !facts.sampled) return p;
     var f = facts;
-    if (f.eager) load(); // a stream is coming: the module is needed
-    return p.then(function (resp) { return wrap(resp, f, t0, performance.now()); }, function (err) {
-      if (f.eager) beforeHeaders(f, t0, err);
+    if (!f.eager) return p.then(function (resp) { return wrap(resp, f, t0, performance.now()); });
+    load(); // a stream is coming: the module is needed
+    waiting++;
+    watchStreams();
+    var answered = function () { waiting--; watchStreams(); };
+    return p.then(function (resp) {
+      try { return wrap(resp, f, t0, performance.now()); } finally { answered(); }
+    }, function (err) {
+      beforeHeaders(f, t0, err);
+      answered();
       throw err;
     });
   }
@@ -1070,7 +1082,7 @@
       var type = types.indexOf('long-animation-frame') >= 0 ? 'long-animation-frame' : types.indexOf('longtask') >= 0 ? 'longtask' : '';
       if (!type) return;
       new PerformanceObserver(function (list) {
-        if (!measured.size || broken) return;
+        if (!watching || broken) return;
         var es = list.getEntries();
         for (var i = 0; i < es.length; i++) pushOp(-1, null, es[i].startTime, es[i].startTime + es[i].duration);
       }).observe({ type: type });
