@@ -91,7 +91,7 @@ TEST_PARALLEL ?= 2
 # 40 s of the 65 s go test took over the 38 short packages at -p 1 with nothing in the build cache's vet results.
 TEST_FLAGS  := -count=1 -ldflags=-w -vet=off -parallel $(TEST_PARALLEL) -timeout $(TEST_TIMEOUT)
 
-.PHONY: vendor-uplot build run check test test-prep test-compile unit bench fuzz vet depscheck wasm scripts edge deps deps-apt deps-chdb deps-geoip deps-go deps-openai-js deps-sdk-js deps-ts deps-workerd deps-wrangler subdivisions clean
+.PHONY: vendor-uplot build run check test test-prep test-compile unit bench fuzz vet depscheck wasmtest wasm scripts edge deps deps-apt deps-chdb deps-geoip deps-go deps-openai-js deps-sdk-js deps-ts deps-workerd deps-wrangler subdivisions clean
 
 ## deps: install what is missing (apt packages, the pinned ClickHouse engine and GeoIP database from npm, Go modules)
 deps: deps-apt deps-chdb deps-geoip deps-go deps-sdk-js deps-ts deps-workerd
@@ -380,9 +380,13 @@ with_test_tmp = if [ -n "$(TEST_TMP)" ] && [ "$$(stat -f -c %T "$(TEST_TMP)" 2>/
 
 # beside_vet runs the command $(1) (printed first) with `make vet depscheck` beside it, prints vet's output after
 # it, and fails if either failed.
-beside_vet = vetlog=$$(mktemp); $(MAKE) --no-print-directory vet depscheck >"$$vetlog" 2>&1 & vet=$$!; \
+beside_vet = vetlog=$$(mktemp); $(MAKE) --no-print-directory vet depscheck wasmtest >"$$vetlog" 2>&1 & vet=$$!; \
 	echo '$(1)'; rc=0; $(1) || rc=$$?; \
-	if ! wait $$vet; then rc=1; echo "vet or depscheck failed:"; fi; cat "$$vetlog"; rm -f "$$vetlog"; exit $$rc
+	if ! wait $$vet; then rc=1; echo "vet, depscheck or wasmtest failed:"; fi; cat "$$vetlog"; rm -f "$$vetlog"; exit $$rc
+
+## wasmtest: the browser module's tests that run in JavaScript (wasm/browser's *_js_test.go), under Node
+wasmtest:
+	GOOS=js GOARCH=wasm $(GO) test -count=1 -exec "$$($(GO) env GOROOT)/lib/wasm/go_js_wasm_exec" ./wasm/browser
 
 ## bench: benchmarks and the size/cost reports
 bench: deps wasm edge
