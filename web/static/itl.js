@@ -570,12 +570,13 @@
   // waiting for the next page, or have been called off), else ERROR_GRACE_MS
   // (engines without beforeunload, such as iOS Safari, or a navigation its
   // listener missed). The beforeunload listener is there only while a stream
-  // is measured, so an idle page's back/forward cache is never at stake
-  // (Firefox 153 keeps a page with an open stream out of it anyway).
+  // is measured or awaited (watchStreams), so an idle page's back/forward
+  // cache is never at stake (Firefox 153 keeps a page with an open stream
+  // out of it anyway).
   var ERROR_GRACE_MS = 250;
   var LEAVE_GRACE_MS = 10000;
   var leavingAt = -Infinity; // the last beforeunload
-  var watching = false; // watchStreams: a stream is measured
+  var watching = false; // watchStreams: a stream is measured or awaited
   function onBeforeUnload() { leavingAt = performance.now(); }
 
   // The page's main thread, when it cannot read, makes a stall the page's.
@@ -585,22 +586,22 @@
   // Android's freezer) or a long frame that ends with the stream (reported
   // after its end). In each, the network goes on and the backlog comes in
   // one read, which alone would blame the network. So while a stream is
-  // measured (or one is awaited: watchStreams) a timer ticks, and when the
-  // page's code next runs (a tick, a read, an end) later than the timer
-  // allows after it last did, the time
-  // between is a busy interval, as a long task is: every ALIVE_TICK_MS,
-  // allowing ALIVE_GAP_MS (a task of ~100 ms or more shows), on a visible
-  // page; every ALIVE_HIDDEN_TICK_MS, allowing ALIVE_HIDDEN_GAP_MS, on a
-  // page hidden since, whose timers run late by up to a second (Chromium,
-  // Firefox) and which a suspension stops. Chromium's minute-long
-  // throttling of pages hidden 5 minutes, or Firefox's delay of a busy
-  // hidden page's timers (up to 15 s), while reads still run on time, can
-  // make a network stall in progress there the page's.
+  // measured or awaited (watchStreams) a timer ticks, and when the page's
+  // code next runs (a tick, a read, an end) later than the timer allows
+  // after it last did, the time between is a busy interval, as a long task
+  // is: every ALIVE_TICK_MS, allowing ALIVE_GAP_MS (a task of ~100 ms or
+  // more shows), on a visible page; every ALIVE_HIDDEN_TICK_MS, allowing
+  // ALIVE_HIDDEN_GAP_MS, on a page hidden since, whose timers run late by up
+  // to a second (Chromium, Firefox) and which a suspension stops.
+  // Chromium's minute-long throttling of pages hidden 5 minutes, or
+  // Firefox's delay of a busy hidden page's timers (up to 15 s), while reads
+  // still run on time, can make a network stall in progress there the
+  // page's.
   var ALIVE_TICK_MS = 50;
   var ALIVE_GAP_MS = 150;
   var ALIVE_HIDDEN_TICK_MS = 1000;
   var ALIVE_HIDDEN_GAP_MS = 2500;
-  var aliveAt = 0; // the last time the page's code ran (while a stream is measured)
+  var aliveAt = 0; // the last time the page's code ran (while watching)
   var hidden = false; // document.hidden, kept by onVisibility (read per read: a DOM getter costs)
   var hiddenAt = -Infinity; // the last time the page was seen hidden
   var aliveTimer = 0;
