@@ -328,9 +328,13 @@ func TestModuleAfterLoad(t *testing.T) {
 
 // holdModule makes a's itl-module.js wait until release is called (or the
 // test ends): the module stays "loading" meanwhile.
-func holdModule(t *testing.T, a *Assets) (release func()) {
+func holdModule(t *testing.T, a *Assets) (release func()) { return holdAsset(t, a, "itl-module.js") }
+
+// holdAsset makes a's file name wait until release is called (or the test
+// ends).
+func holdAsset(t *testing.T, a *Assets, name string) (release func()) {
 	hold := make(chan struct{})
-	a.Hold["itl-module.js"] = hold
+	a.Hold[name] = hold
 	released := false
 	release = func() {
 		if !released {
@@ -353,16 +357,9 @@ func TestWorkerSlowDownload(t *testing.T) {
 	t.Parallel()
 	o := StartOrigin(t)
 	a := StartAssets(t)
-	asked, hold := make(chan struct{}), make(chan struct{})
-	a.Asked["itl.wasm"], a.Hold["itl.wasm"] = asked, hold
-	released := false
-	release := func() {
-		if !released {
-			released = true
-			close(hold)
-		}
-	}
-	t.Cleanup(release)
+	asked := make(chan struct{})
+	a.Asked["itl.wasm"] = asked
+	release := holdAsset(t, a, "itl.wasm")
 	o.SetCollector(a.URL, "e2e")
 	ctx := navigate(t, o.PageURL(map[string]any{"testHooks": true, "testWorkerWaitMs": 3000}, false))
 	select {
