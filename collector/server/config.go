@@ -45,6 +45,7 @@ type Config struct {
 	PromoteGather   time.Duration // at light traffic, how long sealed windows gather before one run promotes them (promoter.Config.Gather); 0: each at once
 	Cluster         string        // the cluster of a cluster layout (itlmon migrate --cluster); needs ClickHouse
 	SpoolMax        int64         // bytes the spool may hold on disk; the oldest records go beyond (-1: unbounded)
+	InboxInserts    int           // inserts into itl_inbox that may run at once (store.WriterOptions.Inserts)
 	IngestMemory    int64         // bytes ingest may hold (frames arriving, batches not yet acked); 0: ingest's default
 	OTLPEndpoint    string        // OTLP/HTTP metrics endpoint; "" exports nothing
 	OTLPInterval    time.Duration // how often closed rollup minutes are exported
@@ -66,6 +67,7 @@ func DefaultConfig() Config {
 		JoinHold:        promoter.DefaultHold,
 		PromotePageRows: promoter.DefaultPageRows,
 		SpoolMax:        store.DefaultMaxSpoolBytes,
+		InboxInserts:    store.DefaultInserts,
 		OTLPInterval:    otlp.DefaultInterval,
 	}
 }
@@ -137,6 +139,9 @@ func (c *Config) Validate() error {
 	}
 	if c.SpoolMax == 0 || c.SpoolMax > 0 && c.SpoolMax < 1<<20 {
 		return errors.New("spool max must be at least 1MiB (or -1: unbounded)")
+	}
+	if c.InboxInserts < 1 || c.InboxInserts > 16 {
+		return errors.New("inbox inserts must be between 1 and 16")
 	}
 	if c.IngestMemory < 0 || c.IngestMemory > 0 && c.IngestMemory < 4<<20 {
 		return errors.New("ingest memory must be at least 4MiB (0: the default)")

@@ -126,7 +126,7 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	} else if err := m.DB.Migrate(ctx); err != nil {
 		return fmt.Errorf("migrate: %w", err)
 	}
-	if m.Writer, err = store.NewWriter(m.DB, store.WriterOptions{SpoolDir: c.spoolDir(), MaxSpoolBytes: c.SpoolMax, Logger: log}); err != nil {
+	if m.Writer, err = store.NewWriter(m.DB, store.WriterOptions{SpoolDir: c.spoolDir(), MaxSpoolBytes: c.SpoolMax, Inserts: c.InboxInserts, Logger: log}); err != nil {
 		return fmt.Errorf("writer: %w", err)
 	}
 	if m.enricher, err = enrich.New(enrich.Options{TrustProxy: c.TrustProxy, GeoIPPath: c.GeoIPPath()}); err != nil {

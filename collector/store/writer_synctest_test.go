@@ -654,7 +654,7 @@ func TestWriterSpoolsUntilTheSchemaIsReady(t *testing.T) {
 func TestWriterOverlapsInserts(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		in := &fakeInbox{}
-		w, _ := newFakeWriter(t, in, store.WriterOptions{MaxRows: 2, MinRows: 2, FlushInterval: time.Hour})
+		w, _ := newFakeWriter(t, in, store.WriterOptions{MaxRows: 2, MinRows: 2, FlushInterval: time.Hour, Inserts: 2})
 		var mu sync.Mutex
 		running, most := 0, 0
 		// overlap queues full batches of rows from..., every insert held
@@ -694,7 +694,7 @@ func TestWriterOverlapsInserts(t *testing.T) {
 
 		stored(t, w, inboxRowsFrom(0, 2)) // ClickHouse answers: more than one insert may run
 		if n := overlap(2, 4); n != 2 || most != 2 {
-			t.Fatalf("%d inserts running (at most %d), want 2: WriterOptions.Inserts' default", n, most)
+			t.Fatalf("%d inserts running (at most %d), want 2 (WriterOptions.Inserts)", n, most)
 		}
 		if st := w.Stats(); st.InboxRowsInserted != 10 || st.Inserts != 5 || st.RowsSpooled != 0 {
 			t.Fatalf("stats %+v: want 10 rows in 5 inserts, none spooled", st)

@@ -36,6 +36,17 @@ func TestParseFlags(t *testing.T) {
 				t.Errorf("promote gather = %v, want 5s", c.PromoteGather)
 			}
 		}},
+		{"inbox inserts", []string{"--chdb-lib", lib, "--demo"}, nil, "", func(t *testing.T, c server.Config) {
+			if c.InboxInserts != 1 {
+				t.Errorf("inbox inserts = %d, want 1 by default", c.InboxInserts)
+			}
+		}},
+		{"two inbox inserts", []string{"--chdb-lib", lib, "--demo", "--inbox-inserts", "2"}, nil, "", func(t *testing.T, c server.Config) {
+			if c.InboxInserts != 2 {
+				t.Errorf("inbox inserts = %d, want 2", c.InboxInserts)
+			}
+		}},
+		{"no inbox inserts", []string{"--chdb-lib", lib, "--demo", "--inbox-inserts", "0"}, nil, "inbox inserts must be between 1 and 16", nil},
 		{"promote gather past a span", []string{"--chdb-lib", lib, "--demo", "--promote-gather", "31s"}, nil, "promote gather 31s: want 0 to 30s", nil},
 		{"no engine library", []string{"--chdb-lib", "", "--demo"}, nil, "make deps-chdb", nil},
 		{"missing engine library", []string{"--chdb-lib", "/nonexistent/libchdb.so", "--demo"}, nil, "make deps-chdb", nil},
