@@ -80,7 +80,17 @@ func TestReportIngest(t *testing.T) {
 		totalRecs = clients * batches * perBatch
 		rounds    = 3 // alternating, best of each: the machine is shared
 	)
-	m := itlmontest.StartMain(t, nil)
+	// ITLMON_INGEST_INSERTS measures the collector with another
+	// --inbox-inserts than its default.
+	m := itlmontest.StartMain(t, func(c *server.Config) {
+		if v := os.Getenv("ITLMON_INGEST_INSERTS"); v != "" {
+			n, err := strconv.Atoi(v)
+			if err != nil {
+				t.Fatalf("ITLMON_INGEST_INSERTS=%q: %v", v, err)
+			}
+			c.InboxInserts = n
+		}
+	})
 	conn := m.DB.Conn()
 	if err := conn.Exec(t.Context(), "CREATE TABLE itl_inbox_direct AS itl_inbox"); err != nil {
 		t.Fatal(err)
@@ -244,8 +254,8 @@ func TestReportIngest(t *testing.T) {
 	readable := slices.Min(readableTimes)
 	ps := m.Promoter.Stats()
 	var b strings.Builder
-	fmt.Fprintf(&b, "\ningest at saturation into the embedded ClickHouse (%d cores, GOMAXPROCS %d, shared machine; best of %d alternating rounds)\n",
-		runtime.NumCPU(), runtime.GOMAXPROCS(0), rounds)
+	fmt.Fprintf(&b, "\ningest at saturation into the embedded ClickHouse (%d cores, GOMAXPROCS %d, shared machine; best of %d alternating rounds; --inbox-inserts %d)\n",
+		runtime.NumCPU(), runtime.GOMAXPROCS(0), rounds, m.Config.InboxInserts)
 	if !split.ok {
 		fmt.Fprintf(&b, "(fewer than two CPUs allowed: no separate-CPU placement)\n")
 	}
