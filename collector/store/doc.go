@@ -30,15 +30,13 @@
 // Batching: one goroutine collects Submits and flushes at MaxRows records
 // or every FlushInterval, one insert into itl_inbox with an explicit column
 // list, rows appended column by column in blocks of 1,024 rows (which the
-// server squashes into one part). One insert at a time by default: a
-// second at once cost the engine more per record for the same parts and
-// merges. With WriterOptions.Inserts above 1, while ClickHouse answers,
-// the next full batch is built and sent while one waits for its parts'
-// fsync (for a ClickHouse whose round trip, not its CPU, bounds the
-// collector); one at a time after a failure, until an insert succeeds.
-// While inserts fail, batches go
-// straight to the spool for a jittered, doubling back-off (1 s to 30 s), and
-// the error is logged once per 30 s. Only data errors (Refused) count as
+// server squashes into one part). Up to WriterOptions.Inserts (2) inserts
+// run at once while ClickHouse answers, so the next batch is built and
+// sent while one waits for its parts' fsync; one at a time after a
+// failure, until an insert succeeds (and always with Inserts 1, which
+// costs a ClickHouse whose cores are busy less a record). While inserts
+// fail, batches go straight to the spool for a jittered, doubling back-off
+// (1 s to 30 s), and the error is logged once per 30 s. Only data errors (Refused) count as
 // ClickHouse refusing rows; anything else is ClickHouse being unavailable.
 //
 // Exactly once: the writer lands records in itl_inbox at least once (a

@@ -654,7 +654,7 @@ func TestWriterSpoolsUntilTheSchemaIsReady(t *testing.T) {
 func TestWriterOverlapsInserts(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		in := &fakeInbox{}
-		w, _ := newFakeWriter(t, in, store.WriterOptions{MaxRows: 2, MinRows: 2, FlushInterval: time.Hour, Inserts: 2})
+		w, _ := newFakeWriter(t, in, store.WriterOptions{MaxRows: 2, MinRows: 2, FlushInterval: time.Hour})
 		var mu sync.Mutex
 		running, most := 0, 0
 		// overlap queues full batches of rows from..., every insert held
@@ -694,7 +694,7 @@ func TestWriterOverlapsInserts(t *testing.T) {
 
 		stored(t, w, inboxRowsFrom(0, 2)) // ClickHouse answers: more than one insert may run
 		if n := overlap(2, 4); n != 2 || most != 2 {
-			t.Fatalf("%d inserts running (at most %d), want 2 (WriterOptions.Inserts)", n, most)
+			t.Fatalf("%d inserts running (at most %d), want 2: WriterOptions.Inserts' default", n, most)
 		}
 		if st := w.Stats(); st.InboxRowsInserted != 10 || st.Inserts != 5 || st.RowsSpooled != 0 {
 			t.Fatalf("stats %+v: want 10 rows in 5 inserts, none spooled", st)
@@ -706,6 +706,52 @@ func TestWriterOverlapsInserts(t *testing.T) {
 		time.Sleep(maxRetry) // past the backoff
 		if n := overlap(12, 3); n != 1 {
 			t.Fatalf("%d inserts running after a failure, want 1 until one succeeds", n)
+		}
+	})
+}
+
+// TestWriterOneInsertAtATime: with Inserts 1 (--inbox-inserts 1) the next
+// full batch waits for the insert in flight, however many are queued.
+func TestWriterOneInsertAtATime(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		in := &fakeInbox{}
+		w, _ := newFakeWriter(t, in, store.WriterOptions{MaxRows: 2, MinRows: 2, FlushInterval: time.Hour, Inserts: 1})
+		stored(t, w, inboxRowsFrom(0, 2)) // ClickHouse answers
+		var mu sync.Mutex
+		running, most := 0, 0
+		gate := make(chan struct{})
+		open := sync.OnceFunc(func() { close(gate) })
+		defer open()
+		in.setAnswer(func([]store.InboxRow) error {
+			mu.Lock()
+			running++
+			most = max(most, running)
+			mu.Unlock()
+			<-gate
+			mu.Lock()
+			running--
+			mu.Unlock()
+			return nil
+		})
+		var dones []<-chan error
+		for i := range 4 {
+			dones = append(dones, queue(t, w, inboxRowsFrom(2+2*i, 2)))
+		}
+		synctest.Wait()
+		mu.Lock()
+		n := running
+		mu.Unlock()
+		open()
+		for i, d := range dones {
+			if err := <-d; err != nil {
+				t.Fatalf("done %d: %v", i, err)
+			}
+		}
+		if n != 1 || most != 1 {
+			t.Fatalf("%d inserts running (at most %d), want 1 with Inserts 1", n, most)
+		}
+		if st := w.Stats(); st.InboxRowsInserted != 10 || st.RowsSpooled != 0 {
+			t.Fatalf("stats %+v: want 10 rows inserted, none spooled", st)
 		}
 	})
 }

@@ -37,13 +37,13 @@ func TestParseFlags(t *testing.T) {
 			}
 		}},
 		{"inbox inserts", []string{"--chdb-lib", lib, "--demo"}, nil, "", func(t *testing.T, c server.Config) {
-			if c.InboxInserts != 1 {
-				t.Errorf("inbox inserts = %d, want 1 by default", c.InboxInserts)
+			if c.InboxInserts != 2 {
+				t.Errorf("inbox inserts = %d, want 2 by default", c.InboxInserts)
 			}
 		}},
-		{"two inbox inserts", []string{"--chdb-lib", lib, "--demo", "--inbox-inserts", "2"}, nil, "", func(t *testing.T, c server.Config) {
-			if c.InboxInserts != 2 {
-				t.Errorf("inbox inserts = %d, want 2", c.InboxInserts)
+		{"one inbox insert", []string{"--chdb-lib", lib, "--demo", "--inbox-inserts", "1"}, nil, "", func(t *testing.T, c server.Config) {
+			if c.InboxInserts != 1 {
+				t.Errorf("inbox inserts = %d, want 1", c.InboxInserts)
 			}
 		}},
 		{"no inbox inserts", []string{"--chdb-lib", lib, "--demo", "--inbox-inserts", "0"}, nil, "inbox inserts must be between 1 and 16", nil},
