@@ -655,45 +655,8 @@ func TestWriterOverlapsInserts(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		in := &fakeInbox{}
 		w, _ := newFakeWriter(t, in, store.WriterOptions{MaxRows: 2, MinRows: 2, FlushInterval: time.Hour})
-		var mu sync.Mutex
-		running, most := 0, 0
-		// overlap queues full batches of rows from..., every insert held
-		// until all are queued and the writer waits; it returns how many
-		// inserts run then, and lets them all finish.
-		overlap := func(from, batches int) int {
-			gate := make(chan struct{})
-			open := sync.OnceFunc(func() { close(gate) })
-			defer open() // a failed check leaves no insert hanging
-			in.setAnswer(func([]store.InboxRow) error {
-				mu.Lock()
-				running++
-				most = max(most, running)
-				mu.Unlock()
-				<-gate
-				mu.Lock()
-				running--
-				mu.Unlock()
-				return nil
-			})
-			var dones []<-chan error
-			for i := range batches {
-				dones = append(dones, queue(t, w, inboxRowsFrom(from+2*i, 2)))
-			}
-			synctest.Wait()
-			mu.Lock()
-			n := running
-			mu.Unlock()
-			open()
-			for i, d := range dones {
-				if err := <-d; err != nil {
-					t.Fatalf("done %d: %v", i, err)
-				}
-			}
-			return n
-		}
-
 		stored(t, w, inboxRowsFrom(0, 2)) // ClickHouse answers: more than one insert may run
-		if n := overlap(2, 4); n != 2 || most != 2 {
+		if n, most := overlap(t, w, in, 2, 4); n != 2 || most != 2 {
 			t.Fatalf("%d inserts running (at most %d), want 2: WriterOptions.Inserts' default", n, most)
 		}
 		if st := w.Stats(); st.InboxRowsInserted != 10 || st.Inserts != 5 || st.RowsSpooled != 0 {
@@ -704,7 +667,7 @@ func TestWriterOverlapsInserts(t *testing.T) {
 		in.setAnswer(always(errDown))
 		stored(t, w, inboxRowsFrom(10, 2))
 		time.Sleep(maxRetry) // past the backoff
-		if n := overlap(12, 3); n != 1 {
+		if n, _ := overlap(t, w, in, 12, 3); n != 1 {
 			t.Fatalf("%d inserts running after a failure, want 1 until one succeeds", n)
 		}
 	})
@@ -717,43 +680,67 @@ func TestWriterOneInsertAtATime(t *testing.T) {
 		in := &fakeInbox{}
 		w, _ := newFakeWriter(t, in, store.WriterOptions{MaxRows: 2, MinRows: 2, FlushInterval: time.Hour, Inserts: 1})
 		stored(t, w, inboxRowsFrom(0, 2)) // ClickHouse answers
-		var mu sync.Mutex
-		running, most := 0, 0
-		gate := make(chan struct{})
-		open := sync.OnceFunc(func() { close(gate) })
-		defer open()
-		in.setAnswer(func([]store.InboxRow) error {
-			mu.Lock()
-			running++
-			most = max(most, running)
-			mu.Unlock()
-			<-gate
-			mu.Lock()
-			running--
-			mu.Unlock()
-			return nil
-		})
-		var dones []<-chan error
-		for i := range 4 {
-			dones = append(dones, queue(t, w, inboxRowsFrom(2+2*i, 2)))
-		}
-		synctest.Wait()
-		mu.Lock()
-		n := running
-		mu.Unlock()
-		open()
-		for i, d := range dones {
-			if err := <-d; err != nil {
-				t.Fatalf("done %d: %v", i, err)
-			}
-		}
-		if n != 1 || most != 1 {
+		if n, most := overlap(t, w, in, 2, 4); n != 1 || most != 1 {
 			t.Fatalf("%d inserts running (at most %d), want 1 with Inserts 1", n, most)
 		}
 		if st := w.Stats(); st.InboxRowsInserted != 10 || st.RowsSpooled != 0 {
 			t.Fatalf("stats %+v: want 10 rows inserted, none spooled", st)
 		}
 	})
+}
+
+// overlap queues full batches (of two rows) of rows from..., every insert
+// held until all are queued and the writer waits; it returns how many
+// inserts run then and the most that ran at once, and lets them all
+// finish. In a synctest bubble.
+func overlap(t *testing.T, w *store.Writer, in *fakeInbox, from, batches int) (n, most int) {
+	t.Helper()
+	h := holdInserts(in)
+	defer h.open() // a failed check leaves no insert hanging
+	var dones []<-chan error
+	for i := range batches {
+		dones = append(dones, queue(t, w, inboxRowsFrom(from+2*i, 2)))
+	}
+	synctest.Wait()
+	n, most = h.counts()
+	h.open()
+	for i, d := range dones {
+		if err := <-d; err != nil {
+			t.Fatalf("done %d: %v", i, err)
+		}
+	}
+	return n, most
+}
+
+// heldInserts holds every insert of a fakeInbox until open is called, and
+// counts the inserts running and the most that ran at once.
+type heldInserts struct {
+	open          func()
+	mu            sync.Mutex
+	running, most int
+}
+
+func holdInserts(in *fakeInbox) *heldInserts {
+	gate := make(chan struct{})
+	h := &heldInserts{open: sync.OnceFunc(func() { close(gate) })}
+	in.setAnswer(func([]store.InboxRow) error {
+		h.mu.Lock()
+		h.running++
+		h.most = max(h.most, h.running)
+		h.mu.Unlock()
+		<-gate
+		h.mu.Lock()
+		h.running--
+		h.mu.Unlock()
+		return nil
+	})
+	return h
+}
+
+func (h *heldInserts) counts() (running, most int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.running, h.most
 }
 
 // watchedContext counts the calls of its Done.
