@@ -60,7 +60,7 @@ type WriterOptions struct {
 	FlushInterval time.Duration // flush at least this often; default 1 s
 	QueueSize     int           // Submit calls queued before Submit blocks; default 4096
 	// Inserts is how many live inserts may run at once while ClickHouse
-	// answers (one at a time after a failure); default 1 (DefaultInserts).
+	// answers (one at a time after a failure); default DefaultInserts (2).
 	Inserts int
 	Logger  zerolog.Logger
 }
