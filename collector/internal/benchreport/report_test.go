@@ -63,13 +63,14 @@ func benchRecord(run uint32, i uint32) beacon.Record {
 // engine sharing every CPU, and with this process and the load clients on
 // one CPU and the engine on the others (where ClickHouse, as in production,
 // does not pay for the collector's CPU nor the browsers': the ratio then
-// says whether one collector core keeps up with what ClickHouse absorbs). The engine's CPU counts until the merges of
-// a phase's parts have ended, each inbox phase starting with its table in
-// one part: the merges of the parts earlier phases left would otherwise land
-// in whichever phase runs next (with them, the engine spends more than
-// twice the CPU its inserts themselves take). A warm-up burst through both
-// paths comes before the rounds (a fresh collector's heap grows in its
-// first), its figures printed apart.
+// says whether one collector core keeps up with what ClickHouse absorbs).
+// The engine's CPU counts until the merges of a phase's parts have ended,
+// each inbox phase starting with its table in one part: the merges of the
+// parts earlier phases left would otherwise land in whichever phase runs
+// next (with them, the engine spends more than twice the CPU its inserts
+// themselves take). A warm-up burst through both paths comes before the
+// rounds (a fresh collector's heap grows in its first), its figures printed
+// apart. ITLMON_INGEST_INSERTS=N runs the collector with --inbox-inserts N.
 func TestReportIngest(t *testing.T) {
 	benchReport(t)
 	const (
@@ -80,8 +81,6 @@ func TestReportIngest(t *testing.T) {
 		totalRecs = clients * batches * perBatch
 		rounds    = 3 // alternating, best of each: the machine is shared
 	)
-	// ITLMON_INGEST_INSERTS measures the collector with another
-	// --inbox-inserts than its default.
 	m := itlmontest.StartMain(t, func(c *server.Config) {
 		if v := os.Getenv("ITLMON_INGEST_INSERTS"); v != "" {
 			n, err := strconv.Atoi(v)
