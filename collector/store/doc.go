@@ -36,8 +36,9 @@
 // failure, until an insert succeeds (and always with Inserts 1, which
 // costs a ClickHouse whose cores are busy less a record). While inserts
 // fail, batches go straight to the spool for a jittered, doubling back-off
-// (1 s to 30 s), and the error is logged once per 30 s. Only data errors (Refused) count as
-// ClickHouse refusing rows; anything else is ClickHouse being unavailable.
+// (1 s to 30 s), and the error is logged once per 30 s. Only data errors
+// (Refused) count as ClickHouse refusing rows; anything else is ClickHouse
+// being unavailable.
 //
 // Exactly once: the writer lands records in itl_inbox at least once (a
 // resend, a replay or another collector may land a copy); the promoter
