@@ -695,52 +695,37 @@ func TestWriterOneInsertAtATime(t *testing.T) {
 // finish. In a synctest bubble.
 func overlap(t *testing.T, w *store.Writer, in *fakeInbox, from, batches int) (n, most int) {
 	t.Helper()
-	h := holdInserts(in)
-	defer h.open() // a failed check leaves no insert hanging
+	var mu sync.Mutex
+	running, peak := 0, 0
+	gate := make(chan struct{})
+	open := sync.OnceFunc(func() { close(gate) })
+	defer open() // a failed check leaves no insert hanging
+	in.setAnswer(func([]store.InboxRow) error {
+		mu.Lock()
+		running++
+		peak = max(peak, running)
+		mu.Unlock()
+		<-gate
+		mu.Lock()
+		running--
+		mu.Unlock()
+		return nil
+	})
 	var dones []<-chan error
 	for i := range batches {
 		dones = append(dones, queue(t, w, inboxRowsFrom(from+2*i, 2)))
 	}
 	synctest.Wait()
-	n, most = h.counts()
-	h.open()
+	mu.Lock()
+	n, most = running, peak
+	mu.Unlock()
+	open()
 	for i, d := range dones {
 		if err := <-d; err != nil {
 			t.Fatalf("done %d: %v", i, err)
 		}
 	}
 	return n, most
-}
-
-// heldInserts holds every insert of a fakeInbox until open is called, and
-// counts the inserts running and the most that ran at once.
-type heldInserts struct {
-	open          func()
-	mu            sync.Mutex
-	running, most int
-}
-
-func holdInserts(in *fakeInbox) *heldInserts {
-	gate := make(chan struct{})
-	h := &heldInserts{open: sync.OnceFunc(func() { close(gate) })}
-	in.setAnswer(func([]store.InboxRow) error {
-		h.mu.Lock()
-		h.running++
-		h.most = max(h.most, h.running)
-		h.mu.Unlock()
-		<-gate
-		h.mu.Lock()
-		h.running--
-		h.mu.Unlock()
-		return nil
-	})
-	return h
-}
-
-func (h *heldInserts) counts() (running, most int) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.running, h.most
 }
 
 // watchedContext counts the calls of its Done.
