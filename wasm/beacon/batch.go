@@ -705,35 +705,11 @@ func (r *reader) record(rec *Record, prev *Record) {
 		if n > 0 && !r.check {
 			rec.Timeline = make([]Stamp, n)
 		}
-		var at, read int64
-		for i := range n {
-			v := r.uvarintShort("timeline.at_us")
-			z := v >> 3
-			d := int64(z>>1) ^ -int64(z&1)
-			var dr int64
-			switch v >> 1 & 3 {
-			case 1:
-				dr = 1
-			case 2:
-				dr = r.varint("timeline.read")
-			case 3:
-				r.fail("timeline["+strconv.Itoa(i)+"].read", "bad read code 3", ErrInvalid)
-			}
-			if r.err != nil {
-				r.indexField("timeline", i)
-				break
-			}
-			// |d| < 2^32 keeps d*unit from overflowing.
-			if at += d * unit; d >= 1<<32 || d <= -1<<32 || uint64(at) > 1<<32-1 {
-				r.fail("timeline["+strconv.Itoa(i)+"].at_us", "out of the uint32 range", ErrInvalid)
-				break
-			}
-			if read += dr; uint64(read) > 1<<32-1 {
-				r.fail("timeline["+strconv.Itoa(i)+"].read", "out of the uint32 range", ErrInvalid)
-				break
-			}
-			if !r.check {
-				rec.Timeline[i] = Stamp{AtUs: uint32(at), Read: uint32(read), Content: v&1 != 0}
+		if n > 0 {
+			if end, ok := timelineFast(r.src[r.p:], n, unit, rec.Timeline); ok {
+				r.p += end
+			} else {
+				r.timeline(n, unit, rec.Timeline)
 			}
 		}
 	}
@@ -795,6 +771,101 @@ func (r *reader) record(rec *Record, prev *Record) {
 		r.fail("end", endRange(rec.End), ErrInvalid)
 	}
 	rec.HeadersUs = r.optTime("headers_us")
+}
+
+// timeline reads n timeline entries in units of unit, entry by entry,
+// into dst unless it is nil (CheckBatchWire): the way that finds the first
+// error in them and names it.
+func (r *reader) timeline(n int, unit int64, dst []Stamp) {
+	var at, read int64
+	for i := range n {
+		v := r.uvarint("timeline.at_us")
+		z := v >> 3
+		d := int64(z>>1) ^ -int64(z&1)
+		var dr int64
+		switch v >> 1 & 3 {
+		case 1:
+			dr = 1
+		case 2:
+			dr = r.varint("timeline.read")
+		case 3:
+			r.fail("timeline["+strconv.Itoa(i)+"].read", "bad read code 3", ErrInvalid)
+		}
+		if r.err != nil {
+			r.indexField("timeline", i)
+			return
+		}
+		// |d| < 2^32 keeps d*unit from overflowing.
+		if at += d * unit; d >= 1<<32 || d <= -1<<32 || uint64(at) > 1<<32-1 {
+			r.fail("timeline["+strconv.Itoa(i)+"].at_us", "out of the uint32 range", ErrInvalid)
+			return
+		}
+		if read += dr; uint64(read) > 1<<32-1 {
+			r.fail("timeline["+strconv.Itoa(i)+"].read", "out of the uint32 range", ErrInvalid)
+			return
+		}
+		if dst != nil {
+			dst[i] = Stamp{AtUs: uint32(at), Read: uint32(read), Content: v&1 != 0}
+		}
+	}
+}
+
+// timelineFast is reader.timeline over the start of src in one tight loop,
+// for the common entries: each a uvarint of at most four bytes (a step of
+// up to 2^24 units, 16 s in microseconds), any read step after it one byte.
+// It returns the bytes the entries took, with ok false unless
+// reader.timeline would accept them with the same result; the caller then
+// reads them that way, which finds the error, if any.
+func timelineFast(src []byte, n int, unit int64, dst []Stamp) (end int, ok bool) {
+	if dst != nil && len(dst) < n {
+		return 0, false
+	}
+	var at, read int64
+	p := 0
+	for i := range n {
+		if p >= len(src) {
+			return 0, false
+		}
+		v := uint64(src[p])
+		p++
+		if v >= 0x80 {
+			v &= 0x7f
+			for s := 7; ; s += 7 {
+				if s > 21 || p >= len(src) {
+					return 0, false
+				}
+				b := src[p]
+				p++
+				v |= uint64(b&0x7f) << s
+				if b < 0x80 {
+					break
+				}
+			}
+		}
+		// v < 2^28: |d| < 2^24, so d*unit (unit < 2^32) cannot overflow.
+		z := v >> 3
+		at += (int64(z>>1) ^ -int64(z&1)) * unit
+		switch v >> 1 & 3 {
+		case 1:
+			read++
+		case 2:
+			if p >= len(src) || src[p] >= 0x80 {
+				return 0, false
+			}
+			u := src[p]
+			p++
+			read += int64(u>>1) ^ -int64(u&1)
+		case 3:
+			return 0, false
+		}
+		if uint64(at) > 1<<32-1 || uint64(read) > 1<<32-1 {
+			return 0, false
+		}
+		if dst != nil {
+			dst[i] = Stamp{AtUs: uint32(at), Read: uint32(read), Content: v&1 != 0}
+		}
+	}
+	return p, true
 }
 
 // olderHeadersUs is HeadersUs for a record from a sender older than minor 1,

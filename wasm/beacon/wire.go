@@ -123,28 +123,6 @@ func (r *reader) uvarint(field string) uint64 {
 	return r.uvarintLong(field)
 }
 
-// uvarintShort is uvarint that reads values of two and three bytes
-// without a loop too: a timeline entry (a time step of tens of
-// milliseconds, in units of 100 µs or of 1 µs, shifted by its codes)
-// mostly is one.
-func (r *reader) uvarintShort(field string) uint64 {
-	if p := r.p; uint(p+2) < uint(len(r.src)) && r.err == nil {
-		b0, b1, b2 := r.src[p], r.src[p+1], r.src[p+2]
-		switch {
-		case b0 < 0x80:
-			r.p = p + 1
-			return uint64(b0)
-		case b1 < 0x80:
-			r.p = p + 2
-			return uint64(b0&0x7f) | uint64(b1)<<7
-		case b2 < 0x80:
-			r.p = p + 3
-			return uint64(b0&0x7f) | uint64(b1&0x7f)<<7 | uint64(b2)<<14
-		}
-	}
-	return r.uvarint(field)
-}
-
 func (r *reader) uvarintLong(field string) uint64 {
 	if r.err != nil {
 		return 0
