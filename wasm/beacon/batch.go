@@ -817,9 +817,6 @@ func (r *reader) timeline(n int, unit int64, dst []Stamp) {
 // reader.timeline would accept them with the same result; the caller then
 // reads them that way, which finds the error, if any.
 func timelineFast(src []byte, n int, unit int64, dst []Stamp) (end int, ok bool) {
-	if dst != nil && len(dst) < n {
-		return 0, false
-	}
 	var at, read int64
 	p := 0
 	for i := range n {
