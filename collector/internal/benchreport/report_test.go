@@ -111,6 +111,7 @@ func TestReportIngest(t *testing.T) {
 		e2eCPU, directCPU       cpuTimes      // all rounds
 		clientsCPU              time.Duration // the clients' process in the WebSocket phases, all rounds
 		ratios                  []float64     // per round: acked steady rate / the direct insert's
+		cpuRatios               []float64     // per round: CPU per record with the engine / the direct insert's
 		promotedInE2E           uint64        // records promoted while the WebSocket phases' CPU was counted
 		// Promotion in this placement (the promoter runs where the
 		// collector does), and its baseline in the same placement: a
@@ -210,6 +211,7 @@ func TestReportIngest(t *testing.T) {
 			c := phaseCPU(t, conn, pid, cpu0)
 			c.inserts = m.DB.InboxServerCPU() - inserts0
 			pl.e2eCPU = pl.e2eCPU.add(c)
+			e2e := c.self + c.engine
 			pl.promotedInE2E += m.Promoter.Stats().Records - ps0.Records
 			release()
 			if !pl.pinned {
@@ -236,6 +238,7 @@ func TestReportIngest(t *testing.T) {
 			c = phaseCPU(t, conn, pid, cpu0)
 			c.inserts = time.Duration(inserts.Load()) * time.Microsecond
 			pl.directCPU = pl.directCPU.add(c)
+			pl.cpuRatios = append(pl.cpuRatios, float64(e2e)/float64(c.self+c.engine))
 			release()
 			pl.ratios = append(pl.ratios, e2eRate/sd.rate())
 			// Promotion's baseline, placed as the promotion was.
@@ -330,12 +333,14 @@ func TestReportIngest(t *testing.T) {
 	for _, pl := range places {
 		e2e, direct := pl.e2eCPU.self+pl.e2eCPU.engine, pl.directCPU.self+pl.directCPU.engine
 		ratio := float64(e2e) / float64(direct)
-		fmt.Fprintf(&b, "  %s: CPU per record, collector + engine / client + engine of the direct insert: %.2fx (%.1f vs %.1f us)   goal at most 1.25x: %s\n",
-			pl.name, ratio, perRec(e2e), perRec(direct), verdict(ratio <= 1.25))
-		sorted := slices.Clone(pl.ratios)
-		slices.Sort(sorted)
+		// The goal is on all rounds' CPU; the rounds' own ratios show how
+		// far one round's merges and neighbours move it.
+		cpu := spread(pl.cpuRatios, true)
+		fmt.Fprintf(&b, "  %s: CPU per record, collector + engine / client + engine of the direct insert: %.2fx (%.1f vs %.1f us; per round %.2f: best %.2f, median %.2f, worst %.2f)   goal at most 1.25x: %s\n",
+			pl.name, ratio, perRec(e2e), perRec(direct), pl.cpuRatios, cpu[0], cpu[1], cpu[2], verdict(ratio <= 1.25))
+		acked := spread(pl.ratios, false)
 		fmt.Fprintf(&b, "  %s: steady acked rate / direct insert's, per round %.2f: worst %.2f, median %.2f, best %.2f   goal at least 0.8 in every round: %s\n",
-			pl.name, pl.ratios, sorted[0], sorted[len(sorted)/2], sorted[len(sorted)-1], verdict(sorted[0] >= 0.8))
+			pl.name, pl.ratios, acked[2], acked[1], acked[0], verdict(acked[2] >= 0.8))
 	}
 	for _, pl := range places {
 		directRate := allRounds(pl.streamsTimes)
@@ -375,6 +380,17 @@ func TestReportIngest(t *testing.T) {
 	}
 	rows.Close()
 	fmt.Println(b.String()) // go test -v shows it (make bench)
+}
+
+// spread returns the best, median and worst of per-round ratios, the
+// lowest being the best when low is.
+func spread(ratios []float64, low bool) [3]float64 {
+	s := slices.Clone(ratios)
+	slices.Sort(s)
+	if !low {
+		slices.Reverse(s)
+	}
+	return [3]float64{s[0], s[len(s)/2], s[len(s)-1]}
 }
 
 // insertInboxDirect is the baseline: the same records as inbox rows
