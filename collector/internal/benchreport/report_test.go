@@ -364,7 +364,7 @@ func TestReportIngest(t *testing.T) {
 		t.Logf("optimize: %v", err)
 	}
 	rows, err := conn.Query(t.Context(), `SELECT table, sum(rows), sum(data_compressed_bytes), sum(data_uncompressed_bytes)
-		FROM system.parts WHERE database = currentDatabase() AND active AND table IN ('itl_inbox', 'itl_streams', 'itl_timelines', 'itl_promoted_ids', 'itl_rollup_1m', 'itl_rollup_1h', 'itl_rollup_1h_dim', 'itl_rollup_1d_dim')
+		FROM system.parts WHERE database = currentDatabase() AND active AND table IN ('itl_inbox', 'itl_inbox_direct', 'itl_streams', 'itl_timelines', 'itl_promoted_ids', 'itl_rollup_1m', 'itl_rollup_1h', 'itl_rollup_1h_dim', 'itl_rollup_1d_dim')
 		GROUP BY table ORDER BY table`)
 	if err != nil {
 		t.Fatal(err)
