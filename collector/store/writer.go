@@ -22,13 +22,14 @@ const (
 	defaultFlushInterval = time.Second
 	defaultQueueSize     = 4096
 	// DefaultInserts is WriterOptions.Inserts' default: the next full
-	// batch is built and sent while one waits for its parts' fsync. When
-	// ClickHouse has a single core for them, the two inserts take turns on
-	// it and cost it more a record than one at a time (1.1-2.8 µs more
-	// over the 6-7 an inbox insert costs, for the same rows, parts and
-	// merges; measured with the engine pinned to one core); the embedded
-	// engine on two cores shared with the collector spent about the same
-	// either way, and acked faster with two. --inbox-inserts 1 is for a
+	// batch is built and sent while one waits for its parts' fsync. With
+	// the engine pinned to one core, the ingest report's WebSocket path
+	// cost it 1.1-2.8 µs more a record two at a time than one at a time
+	// (over the 6-7 an inbox insert costs, for the same rows, parts and
+	// merges); a direct insert of the same rows two at a time did not
+	// cost it more, so the cause is not settled. The embedded engine on
+	// two cores shared with the collector spent about the same either
+	// way, and acked faster with two. --inbox-inserts 1 is for a
 	// ClickHouse whose cores are all busy.
 	DefaultInserts = 2
 	// DefaultMaxSpoolBytes is WriterOptions.MaxSpoolBytes's default: at
